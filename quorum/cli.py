@@ -1,0 +1,24 @@
+"""The `quorum` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from quorum import __version__
+from quorum.devcluster import cli as dev_cli
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="quorum", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"quorum {__version__}")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    dev_cli.add_parser(subparsers)
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

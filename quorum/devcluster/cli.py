@@ -1,0 +1,77 @@
+"""`quorum dev ...`: build, start, stop and inspect local control-plane instances."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from quorum.devcluster.build import BuildError, ensure_binaries
+from quorum.devcluster.cluster import ClusterError, Instance, state_root
+from quorum.devcluster.config import ClusterSpec
+from quorum.devcluster.process import is_alive
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dev = subparsers.add_parser("dev", help="local Kubernetes 1.36 control plane (no Docker)")
+    cmds = dev.add_subparsers(dest="dev_command", required=True)
+    cmds.add_parser("build", help="build and cache etcd, Kubernetes and kwok binaries")
+    up = cmds.add_parser("up", help="start an instance (a no-op if it is up)")
+    up.add_argument("--name", default="default")
+    up.add_argument("--size", type=int, default=None, help="scale the node pool to ~N nodes")
+    up.add_argument("--pool", type=Path, default=None, help="a node-pool file")
+    up.add_argument("--qps", type=float, default=None, help="scheduler/controller client QPS")
+    up.add_argument("--burst", type=int, default=None)
+    down = cmds.add_parser("down", help="stop an instance's recorded processes")
+    down.add_argument("--name", default="default")
+    down.add_argument("--all", action="store_true", help="every instance under .quorum/")
+    status = cmds.add_parser("status", help="show instances and their processes")
+    status.add_argument("--name", default=None)
+    dev.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.dev_command == "build":
+            cache = ensure_binaries()
+            print(cache.bin_dir)
+        elif args.dev_command == "up":
+            spec = ClusterSpec(name=args.name, pool_file=args.pool, pool_size=args.size)
+            if args.qps is not None:
+                spec = ClusterSpec(**{**spec.__dict__, "client_qps": args.qps})
+            if args.burst is not None:
+                spec = ClusterSpec(**{**spec.__dict__, "client_burst": args.burst})
+            Instance(args.name).up(spec)
+        elif args.dev_command == "down":
+            names = _instances() if args.all else [args.name]
+            for name in names:
+                Instance(name).down()
+        elif args.dev_command == "status":
+            return _status([args.name] if args.name else _instances())
+    except (BuildError, ClusterError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _instances() -> list[str]:
+    root = state_root()
+    return sorted(p.parent.name for p in root.glob("*/state.json")) if root.is_dir() else []
+
+
+def _status(names: list[str]) -> int:
+    if not names:
+        print("no instances")
+    for name in names:
+        instance = Instance(name)
+        state = instance.state()
+        if state is None:
+            print(f"{name}: no state")
+            continue
+        up = instance.is_up()
+        age = time.time() - state.started_at
+        print(f"{name}: {'up' if up else 'down'}  {state.server}  started {age:.0f}s ago")
+        for p in state.processes:
+            print(f"  {p.name:<24} pid {p.pid:<8} {'alive' if is_alive(p) else 'dead'}")
+    return 0

@@ -1,0 +1,322 @@
+"""Start and stop a named local control plane: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok on 127.0.0.1, with fake CKS-like nodes.
+
+An instance lives in `.quorum/<name>/` (or `$QUORUM_STATE_DIR/<name>/`): certificates, etcd
+data, logs, kubeconfigs of its identities, and `state.json` (the spec it was started with, its
+ports and the PIDs it started). Processes run in their own sessions and outlive the command
+that started them; `down()` stops exactly the recorded PIDs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from quorum.devcluster import pki
+from quorum.devcluster.build import BinaryCache, ensure_binaries
+from quorum.devcluster.config import (
+    ClusterSpec,
+    Layout,
+    Ports,
+    component_args,
+    dumps,
+    scheduler_config,
+    spec_from_json,
+)
+from quorum.devcluster.kubeconfig import RestClient, probe, write_kubeconfig
+from quorum.devcluster.nodes import load_pool, render_nodes, scale_pool
+from quorum.devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO_ROOT / "manifests"
+OPERATOR_NAMESPACE = "quorum-system"
+OPERATOR_SERVICE_ACCOUNT = "quorum-operator"
+
+# Identities that get a client certificate: kubeconfig name -> (user, groups).
+CLIENT_IDENTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "admin": ("quorum-admin", ("system:masters",)),
+    "controller-manager": ("system:kube-controller-manager", ()),
+    "scheduler": ("system:kube-scheduler", ()),
+    # kwok plays every kubelet; without the Node authorizer that needs broad rights.
+    "kwok": ("kwok", ("system:masters",)),
+    "platform": ("quorum:node-lifecycle", ("quorum:platform",)),
+    "customer": ("customer@example.com", ("quorum:customers",)),
+}
+
+
+class ClusterError(RuntimeError):
+    """Starting or using an instance failed; the message says which component and why."""
+
+
+def state_root() -> Path:
+    return Path(os.environ.get("QUORUM_STATE_DIR", Path.cwd() / ".quorum")).resolve()
+
+
+@dataclass(frozen=True)
+class InstanceState:
+    spec: ClusterSpec
+    ports: Ports
+    processes: list[ProcessRecord]
+    started_at: float
+    server: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "spec": self.spec.to_json(),
+            "ports": self.ports.to_json(),
+            "processes": [p.to_json() for p in self.processes],
+            "started_at": self.started_at,
+            "server": self.server,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> InstanceState:
+        return cls(
+            spec=spec_from_json(data["spec"]),
+            ports=Ports(**data["ports"]),
+            processes=[ProcessRecord(p["name"], p["pid"], p["start_ticks"])
+                       for p in data["processes"]],
+            started_at=data["started_at"],
+            server=data["server"],
+        )
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel has just handed out on 127.0.0.1 (held together, so all distinct)."""
+    with ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(count)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+class Instance:
+    """One named local cluster."""
+
+    def __init__(self, name: str = "default", root: Path | None = None,
+                 binaries: BinaryCache | None = None) -> None:
+        self.name = name
+        self.state_root = root or state_root()
+        self.layout = Layout(self.state_root / name)
+        self._binaries = binaries
+
+    # -- state ---------------------------------------------------------------------------
+
+    def state(self) -> InstanceState | None:
+        try:
+            return InstanceState.from_json(json.loads(self.layout.state_file.read_text()))
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            return None
+
+    def _save(self, state: InstanceState) -> None:
+        tmp = self.layout.state_file.with_suffix(".tmp")
+        tmp.write_text(dumps(state.to_json()))
+        tmp.replace(self.layout.state_file)
+
+    def is_up(self) -> bool:
+        state = self.state()
+        if state is None or not state.processes:
+            return False
+        if not all(is_alive(p) for p in state.processes):
+            return False
+        status, _ = self.rest().get("/readyz")
+        return status == 200
+
+    def kubeconfig(self, who: str = "admin") -> Path:
+        return self.layout.kubeconfig(who)
+
+    def rest(self) -> RestClient:
+        state = self.state()
+        if state is None:
+            raise ClusterError(f"instance {self.name!r} is not up")
+        return RestClient(state.server, self.layout.pki / "ca.crt",
+                          self.layout.pki / "admin.crt", self.layout.pki / "admin.key")
+
+    @property
+    def binaries(self) -> BinaryCache:
+        if self._binaries is None:
+            self._binaries = ensure_binaries()
+        return self._binaries
+
+    def kubectl(self, *args: str, who: str = "admin", input_text: str | None = None,
+                check: bool = True) -> subprocess.CompletedProcess[str]:
+        argv = [str(self.binaries.path("kubectl")), f"--kubeconfig={self.kubeconfig(who)}", *args]
+        proc = subprocess.run(argv, input=input_text, capture_output=True, text=True,
+                              check=False, timeout=300)
+        if check and proc.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc
+
+    # -- up / down -----------------------------------------------------------------------
+
+    def up(self, spec: ClusterSpec | None = None, log: Callable[[str], None] | None = None) -> InstanceState:
+        """Start the instance and return its state; a no-op if it is already up."""
+        spec = spec or ClusterSpec(name=self.name)
+        say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        if self.is_up():
+            say(f"instance {self.name!r} is already up")
+            state = self.state()
+            assert state is not None
+            return state
+        self.down(quiet=True)  # whatever is left of an earlier, broken start
+        binaries = self.binaries
+        started = time.monotonic()
+        shutil.rmtree(self.layout.root, ignore_errors=True)
+        for d in (self.layout.pki, self.layout.logs, self.layout.etcd_data):
+            d.mkdir(parents=True)
+        ports = Ports(*free_ports(6))
+        server = f"https://127.0.0.1:{ports.apiserver}"
+        state = InstanceState(spec, ports, [], time.time(), server)
+        self._save(state)
+        self._write_pki_and_kubeconfigs(server)
+        (self.layout.root / "scheduler-config.yaml").write_text(
+            scheduler_config(spec, self.layout.kubeconfig("scheduler")))
+        stages = sorted(binaries.stages_dir.glob("*.yaml"))
+
+        def start(component: str, healthy: Callable[[], bool], timeout: float = 60) -> None:
+            argv = component_args(component, spec, ports, self.layout,
+                                  binaries.path(component), stages)
+            record = spawn(component, argv, self.layout.log(component), self.layout.root)
+            state.processes.append(record)
+            self._save(state)
+            self._wait(component, record, healthy, timeout)
+
+        try:
+            start("etcd", lambda: probe(f"http://127.0.0.1:{ports.etcd_client}/health"))
+            start("kube-apiserver", lambda: self.rest().get("/readyz", timeout=2)[0] == 200, 90)
+            say(f"  apiserver ready at {server} ({time.monotonic() - started:.1f}s)")
+            self._bootstrap(spec)
+            start("kube-controller-manager",
+                  lambda: probe(f"https://127.0.0.1:{ports.controller_manager}/healthz"))
+            start("kube-scheduler", lambda: probe(f"https://127.0.0.1:{ports.scheduler}/healthz"))
+            start("kwok", lambda: probe(f"http://127.0.0.1:{ports.kwok}/healthz"))
+            count = self._create_nodes(spec)
+            self._wait_nodes_ready(count, timeout=120)
+        except BaseException:
+            self.down(quiet=True)
+            raise
+        if self.name == "default":
+            self._write_env_files()
+        say(f"instance {self.name!r} up in {time.monotonic() - started:.1f}s "
+            f"({count} nodes, state in {self.layout.root})")
+        return state
+
+    def down(self, quiet: bool = False) -> list[ProcessRecord]:
+        """Stop exactly the processes this instance recorded; return the ones that were live."""
+        state = self.state()
+        if state is None:
+            if not quiet:
+                print(f"instance {self.name!r} is not running", file=sys.stderr)
+            return []
+        live = [p for p in state.processes if is_alive(p)]
+        killed = stop(state.processes)
+        self._save(InstanceState(state.spec, state.ports, [], state.started_at, state.server))
+        if not quiet:
+            extra = f" (killed after grace period: {', '.join(killed)})" if killed else ""
+            print(f"instance {self.name!r}: stopped {len(live)} processes{extra}", file=sys.stderr)
+        return live
+
+    # -- steps ---------------------------------------------------------------------------
+
+    def _wait(self, component: str, record: ProcessRecord, healthy: Callable[[], bool],
+              timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            if not is_alive(record):
+                reason = "exited during start-up"
+                break
+            if healthy():
+                return
+            if time.monotonic() > deadline:
+                reason = f"not healthy after {timeout:.0f}s"
+                break
+            time.sleep(0.2)
+        log = self.layout.log(component)
+        raise ClusterError(f"{component} {reason}; last lines of {log}:\n{tail(log, 25)}")
+
+    def _write_pki_and_kubeconfigs(self, server: str) -> None:
+        d = self.layout.pki
+        ca = pki.CertificateAuthority.create(f"quorum-dev-{self.name}-ca")
+        ca.pair.write(d, "ca")
+        ca.issue("kube-apiserver", client=False, server_names=(
+            "127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
+            "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "10.0.0.1",
+        )).write(d, "apiserver")
+        sa = pki.service_account_keys()
+        (d / "sa.pub").write_bytes(sa.cert_pem)
+        (d / "sa.key").write_bytes(sa.key_pem)
+        for who, (user, groups) in CLIENT_IDENTITIES.items():
+            pair = ca.issue(user, groups)
+            pair.write(d, who)
+            write_kubeconfig(self.layout.kubeconfig(who), server=server, ca_pem=ca.pair.cert_pem,
+                             user=user, cert_pem=pair.cert_pem, key_pem=pair.key_pem)
+
+    def _bootstrap(self, spec: ClusterSpec) -> None:
+        """RBAC of the dev identities; quorum's own namespace, ServiceAccounts and RBAC; and a
+        kubeconfig with the operator ServiceAccount's token, so quorum runs locally with exactly
+        the rights it has in a cluster."""
+        bootstrap = resources.files("quorum.devcluster").joinpath("data/bootstrap.yaml").read_text()
+        self.kubectl("apply", "-f", "-", input_text=bootstrap)
+        if not (spec.install_manifests and MANIFESTS.is_dir()):
+            return
+        for manifest in sorted(MANIFESTS.glob("*.yaml")):
+            self.kubectl("apply", "-f", str(manifest))
+        token = self.kubectl("create", "token", OPERATOR_SERVICE_ACCOUNT,
+                             f"--namespace={OPERATOR_NAMESPACE}", "--duration=720h").stdout.strip()
+        state = self.state()
+        assert state is not None
+        write_kubeconfig(
+            self.layout.kubeconfig("quorum-operator"), server=state.server,
+            ca_pem=(self.layout.pki / "ca.crt").read_bytes(),
+            user=f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}",
+            token=token, namespace=OPERATOR_NAMESPACE,
+        )
+
+    def _create_nodes(self, spec: ClusterSpec) -> int:
+        """Register the pool's nodes as the platform identity (like CKS's node lifecycle)."""
+        pool = load_pool(spec.pool_file)
+        if spec.pool_size is not None:
+            pool = scale_pool(pool, spec.pool_size)
+        nodes = render_nodes(pool)
+        items = json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes})
+        self.kubectl("create", "-f", "-", "-o", "name", who="platform", input_text=items)
+        return len(nodes)
+
+    def _wait_nodes_ready(self, count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        ready = 0
+        while time.monotonic() < deadline:
+            nodes = self.rest().get_json("/api/v1/nodes")["items"]
+            ready = sum(1 for n in nodes if node_is_ready(n))
+            if ready >= count:
+                return
+            time.sleep(0.5)
+        log = self.layout.log("kwok")
+        raise ClusterError(f"only {ready} of {count} nodes became Ready in {timeout:.0f}s; "
+                           f"last lines of {log}:\n{tail(log, 25)}")
+
+    def _write_env_files(self) -> None:
+        shutil.copyfile(self.kubeconfig("admin"), self.state_root / "kubeconfig")
+        (self.state_root / "kubeconfig").chmod(0o600)
+        bindir = self.binaries.bin_dir
+        (self.state_root / "env").write_text(
+            "# source me: . .quorum/env\n"
+            f"export KUBECONFIG={self.state_root / 'kubeconfig'}\n"
+            f'export PATH={bindir}:"$PATH"\n'
+        )
+
+
+def node_is_ready(node: dict[str, Any]) -> bool:
+    conditions = node.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

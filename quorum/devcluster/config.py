@@ -1,0 +1,234 @@
+"""What a local cluster instance is started with: one spec, rendered into each component's flags.
+
+Everything a test or benchmark may change (feature gates, runtime-config, a scheduler profile,
+client QPS/burst, extra flags, the node pool) is a field of `ClusterSpec`; `component_args()`
+is a pure function of the spec, the ports and the instance's file layout, so it is unit-tested
+without starting anything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from quorum.devcluster.versions import DEFAULT_FEATURE_GATES
+
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+SERVICE_CIDR = "10.0.0.0/24"
+POD_CIDR = "10.64.0.1/10"  # kwok assigns pod IPs from here; large enough for benchmarks
+
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """How to start one named instance. Defaults are what `make up` uses."""
+
+    name: str = "default"
+    feature_gates: Mapping[str, bool] = field(default_factory=lambda: dict(DEFAULT_FEATURE_GATES))
+    runtime_config: str = "api/alpha=true"
+    # KubeSchedulerConfiguration `profiles`; None keeps the scheduler's default profile.
+    scheduler_profiles: list[dict[str, Any]] | None = None
+    # Client QPS/burst of kube-scheduler and kube-controller-manager (benchmarks raise them).
+    client_qps: float = 100.0
+    client_burst: int = 200
+    pool_file: Path | None = None  # None: the default CKS-like pool
+    pool_size: int | None = None  # scale the pool to about this many nodes
+    install_manifests: bool = True  # apply manifests/ (namespace, ServiceAccounts, RBAC)
+    extra_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def feature_gates_flag(self) -> str:
+        return ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "feature_gates": dict(self.feature_gates),
+            "runtime_config": self.runtime_config,
+            "scheduler_profiles": self.scheduler_profiles,
+            "client_qps": self.client_qps,
+            "client_burst": self.client_burst,
+            "pool_file": str(self.pool_file) if self.pool_file else None,
+            "pool_size": self.pool_size,
+            "install_manifests": self.install_manifests,
+            "extra_args": {k: list(v) for k, v in self.extra_args.items()},
+        }
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+    kwok: int
+
+    def to_json(self) -> dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where an instance keeps its files: `.quorum/<name>/`."""
+
+    root: Path
+
+    @property
+    def pki(self) -> Path:
+        return self.root / "pki"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def etcd_data(self) -> Path:
+        return self.root / "etcd-data"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    def kubeconfig(self, who: str) -> Path:
+        return self.root / f"{who}.kubeconfig"
+
+    def log(self, component: str) -> Path:
+        return self.logs / f"{component}.log"
+
+
+def scheduler_config(spec: ClusterSpec, kubeconfig: Path) -> str:
+    config: dict[str, Any] = {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {
+            "kubeconfig": str(kubeconfig),
+            "qps": spec.client_qps,
+            "burst": spec.client_burst,
+        },
+        "leaderElection": {"leaderElect": False},
+    }
+    if spec.scheduler_profiles is not None:
+        config["profiles"] = spec.scheduler_profiles
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def component_args(
+    component: str,
+    spec: ClusterSpec,
+    ports: Ports,
+    layout: Layout,
+    binary: Path,
+    stages: list[Path],
+) -> list[str]:
+    """argv of one component."""
+    pki = layout.pki
+    gates = spec.feature_gates_flag()
+    args: list[str]
+    if component == "etcd":
+        peer = f"http://127.0.0.1:{ports.etcd_peer}"
+        client = f"http://127.0.0.1:{ports.etcd_client}"
+        args = [
+            f"--name={spec.name}",
+            f"--data-dir={layout.etcd_data}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster={spec.name}={peer}",
+            "--unsafe-no-fsync",  # test data only: no durability needed, much faster on a VM
+            "--quota-backend-bytes=8589934592",
+            "--log-level=warn",
+        ]
+    elif component == "kube-apiserver":
+        args = [
+            f"--etcd-servers=http://127.0.0.1:{ports.etcd_client}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={ports.apiserver}",
+            f"--tls-cert-file={pki / 'apiserver.crt'}",
+            f"--tls-private-key-file={pki / 'apiserver.key'}",
+            f"--client-ca-file={pki / 'ca.crt'}",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={pki / 'sa.pub'}",
+            f"--service-account-signing-key-file={pki / 'sa.key'}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+            f"--runtime-config={spec.runtime_config}",
+            f"--feature-gates={gates}",
+            # The `kubernetes` Service's endpoint would be 127.0.0.1, which Endpoints reject.
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+            "--v=1",
+        ]
+    elif component == "kube-controller-manager":
+        kubeconfig = layout.kubeconfig("controller-manager")
+        args = [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={ports.controller_manager}",
+            f"--service-account-private-key-file={pki / 'sa.key'}",
+            f"--root-ca-file={pki / 'ca.crt'}",
+            f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+            f"--cluster-signing-key-file={pki / 'ca.key'}",
+            "--use-service-account-credentials=true",
+            "--leader-elect=false",
+            f"--feature-gates={gates}",
+            f"--kube-api-qps={spec.client_qps:g}",
+            f"--kube-api-burst={spec.client_burst}",
+            "--profiling=false",
+        ]
+    elif component == "kube-scheduler":
+        kubeconfig = layout.kubeconfig("scheduler")
+        args = [
+            f"--config={layout.root / 'scheduler-config.yaml'}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={ports.scheduler}",
+            f"--feature-gates={gates}",
+            "--profiling=false",
+        ]
+    elif component == "kwok":
+        args = [
+            f"--kubeconfig={layout.kubeconfig('kwok')}",
+            "--manage-all-nodes=false",
+            "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            "--node-lease-duration-seconds=40",
+            f"--server-address=127.0.0.1:{ports.kwok}",
+            f"--cidr={POD_CIDR}",
+            "--node-ip=127.0.0.1",
+            *[f"--config={s}" for s in stages],
+        ]
+    else:
+        raise ValueError(f"unknown component {component!r}")
+    return [str(binary), *args, *spec.extra_args.get(component, ())]
+
+
+def spec_from_json(data: Mapping[str, Any]) -> ClusterSpec:
+    """Inverse of `ClusterSpec.to_json` (what state.json records)."""
+    return ClusterSpec(
+        name=data["name"],
+        feature_gates=dict(data["feature_gates"]),
+        runtime_config=data["runtime_config"],
+        scheduler_profiles=data["scheduler_profiles"],
+        client_qps=data["client_qps"],
+        client_burst=data["client_burst"],
+        pool_file=Path(data["pool_file"]) if data["pool_file"] else None,
+        pool_size=data["pool_size"],
+        install_manifests=data["install_manifests"],
+        extra_args={k: tuple(v) for k, v in data["extra_args"].items()},
+    )
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,53 @@
+"""The one place that pins every binary of the local control plane.
+
+Kubernetes: the newest 1.36 patch whose module the Go proxy serves *and* the checksum database
+(sum.golang.org) knows. On 2026-11-22 the proxy answered for k8s.io/kubernetes v1.36.5 but
+sum.golang.org did not (404), so Go refuses to verify it; v1.36.4 is the newest verifiable one.
+The staging modules (k8s.io/api, k8s.io/client-go, ...) are released as v0.<minor>.<patch>.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+KUBERNETES_VERSION = "v1.36.4"
+ETCD_VERSION = "v3.6.16"
+KWOK_VERSION = "v0.8.0"
+
+# kwok v0.8 and k8s.io/kubernetes v1.36 both declare `go 1.26.0`.
+MIN_GO_VERSION = (1, 26, 0)
+
+# Feature gates that apiserver, controller-manager and scheduler all get (DESIGN.md).
+DEFAULT_FEATURE_GATES: dict[str, bool] = {
+    "GenericWorkload": True,
+    "GangScheduling": True,
+    "TopologyAwareWorkloadScheduling": True,
+    "WorkloadAwarePreemption": True,
+}
+
+KUBERNETES_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+ALL_BINARIES = (*KUBERNETES_BINARIES, "etcd", "kwok")
+
+
+@dataclass(frozen=True)
+class Pins:
+    kubernetes: str = KUBERNETES_VERSION
+    etcd: str = ETCD_VERSION
+    kwok: str = KWOK_VERSION
+
+    @property
+    def staging(self) -> str:
+        """The staging modules' version that goes with `kubernetes` (v1.36.4 -> v0.36.4)."""
+        major, minor, patch = self.kubernetes.lstrip("v").split(".")
+        assert major == "1", self.kubernetes
+        return f"v0.{minor}.{patch}"
+
+    @property
+    def cache_key(self) -> str:
+        """Directory name under the binary cache: readable, and unique per set of pins."""
+        text = f"k8s-{self.kubernetes}_etcd-{self.etcd}_kwok-{self.kwok}"
+        return f"{text}_{hashlib.sha256(text.encode()).hexdigest()[:6]}"
+
+
+PINS = Pins()

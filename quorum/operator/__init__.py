@@ -1,0 +1,1 @@
+"""quorum-operator: kopf (watching, indexing, events only) plus quorum's own scheduling loop."""

@@ -1,0 +1,1 @@
+"""quorum-webhooks: the stateless aiohttp admission server (pure policies, one patch builder)."""
