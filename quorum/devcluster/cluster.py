@@ -253,6 +253,9 @@ class Instance:
             "127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
             "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "10.0.0.1",
         )).write(d, "apiserver")
+        front_proxy = pki.CertificateAuthority.create(f"quorum-dev-{self.name}-front-proxy-ca")
+        front_proxy.pair.write(d, "front-proxy-ca")
+        front_proxy.issue("front-proxy-client").write(d, "front-proxy-client")
         sa = pki.service_account_keys()
         (d / "sa.pub").write_bytes(sa.cert_pem)
         (d / "sa.key").write_bytes(sa.key_pem)

@@ -20,7 +20,7 @@ from quorum.devcluster.versions import DEFAULT_FEATURE_GATES
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CIDR = "10.0.0.0/24"
-POD_CIDR = "10.64.0.1/10"  # kwok assigns pod IPs from here; large enough for benchmarks
+POD_CIDR = "10.64.0.0/10"  # kwok assigns pod IPs from here; large enough for benchmarks
 
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
@@ -154,6 +154,15 @@ def component_args(
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
+            # Front-proxy (aggregation) identity: its own CA, so no client cert of the cluster
+            # CA can claim to be the proxy.
+            f"--requestheader-client-ca-file={pki / 'front-proxy-ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={pki / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={pki / 'front-proxy-client.key'}",
             f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
             f"--api-audiences={SERVICE_ACCOUNT_ISSUER}",
             f"--service-account-key-file={pki / 'sa.pub'}",
@@ -201,7 +210,6 @@ def component_args(
     elif component == "kwok":
         args = [
             f"--kubeconfig={layout.kubeconfig('kwok')}",
-            "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
             "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{ports.kwok}",

@@ -75,6 +75,8 @@ class RestClient:
                 return int(resp.status), bytes(resp.read())
         except urllib.error.HTTPError as err:
             return err.code, err.read()
+        except (OSError, urllib.error.URLError) as err:  # not listening (yet), reset, timeout
+            return 0, str(err).encode()
 
     def get_json(self, path: str) -> Any:
         status, body = self.get(path)

@@ -133,12 +133,6 @@ def make_node(
         "status": {
             "capacity": dict(capacity),
             "allocatable": dict(capacity),
-            "nodeInfo": {
-                "architecture": "amd64",
-                "operatingSystem": "linux",
-                "kubeletVersion": "fake",
-                "kubeProxyVersion": "fake",
-            },
         },
     }
 

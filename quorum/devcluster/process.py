@@ -69,25 +69,31 @@ def spawn(name: str, argv: list[str], log: Path, cwd: Path) -> ProcessRecord:
 
 
 def stop(records: list[ProcessRecord], grace_seconds: float = 10.0) -> list[str]:
-    """SIGTERM every live record (in reverse start order), SIGKILL what is left after the
-    grace period. Returns the names of processes that had to be killed."""
-    live = [r for r in reversed(records) if is_alive(r)]
-    for record in live:
+    """Stop the records one by one in reverse start order (so the apiserver shuts down while
+    etcd still answers): SIGTERM, then SIGKILL after the grace period. Returns the names of
+    processes that had to be killed."""
+    killed = []
+    for record in reversed(records):
+        if not is_alive(record):
+            continue
         with contextlib.suppress(ProcessLookupError):
             os.kill(record.pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline and any(is_alive(r) for r in live):
-        time.sleep(0.1)
-    killed = []
-    for record in live:
-        if is_alive(record):
-            killed.append(record.name)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(record.pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(is_alive(r) for r in live):
-        time.sleep(0.05)
+        if _wait_dead(record, grace_seconds):
+            continue
+        killed.append(record.name)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(record.pid, signal.SIGKILL)
+        _wait_dead(record, 5.0)
     return killed
+
+
+def _wait_dead(record: ProcessRecord, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while is_alive(record):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def tail(path: Path, lines: int = 20) -> str:

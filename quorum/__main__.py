@@ -1,0 +1,5 @@
+import sys
+
+from quorum.cli import main
+
+sys.exit(main())

@@ -1,0 +1,130 @@
+"""Fixtures for every test that needs the real local control plane (marker `cluster`).
+
+- `cluster`: the shared instance for the session. If `make up` is running it is reused (and
+  left running); otherwise one is started for the run and stopped at the end.
+- `start_instance`: starts a separate named instance with other flags, stopped after the test.
+- `api` / `customer_api`: kubernetes-asyncio clients as the admin and as a customer.
+- `namespace`: a fresh namespace per test (waits for its default ServiceAccount), deleted after.
+- `test_pool`: a test's own small node pool, registered as the platform identity, deleted after.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from quorum.devcluster.cluster import Instance
+from quorum.devcluster.config import ClusterSpec
+from quorum.devcluster.nodes import TestPool
+from tests.kube import api_client, eventually
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Instance]:
+    instance = Instance(os.environ.get("QUORUM_TEST_INSTANCE", "default"))
+    if instance.is_up():
+        yield instance
+        return
+    instance.up(ClusterSpec(name=instance.name))
+    try:
+        yield instance
+    finally:
+        instance.down()
+
+
+@pytest.fixture
+def start_instance() -> Iterator[Callable[..., Instance]]:
+    """`start_instance("noWAS", runtime_config=..., feature_gates=...)` -> a running Instance."""
+    started: list[Instance] = []
+
+    def start(name: str, **overrides: Any) -> Instance:
+        instance = Instance(name)
+        started.append(instance)
+        instance.up(ClusterSpec(name=name, **overrides))
+        return instance
+
+    yield start
+    for instance in started:
+        instance.down(quiet=True)
+
+
+@pytest.fixture
+async def api(cluster: Instance) -> AsyncIterator[client.ApiClient]:
+    api = await api_client(cluster.kubeconfig("admin"))
+    async with api:
+        yield api
+
+
+@pytest.fixture
+async def customer_api(cluster: Instance) -> AsyncIterator[client.ApiClient]:
+    """A CKS customer: cluster-admin by RBAC, not system:masters."""
+    api = await api_client(cluster.kubeconfig("customer"))
+    async with api:
+        yield api
+
+
+@pytest.fixture
+async def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    core = client.CoreV1Api(api)
+    stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"t-{stem}-{secrets.token_hex(3)}"
+    await core.create_namespace({"metadata": {"name": name, "labels": {"quorum.dev/test": "1"}}})
+
+    async def default_service_account() -> bool:
+        try:
+            await core.read_namespaced_service_account("default", name)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    # The ServiceAccount admission plugin refuses pods until the controller made this account.
+    await eventually(default_service_account, timeout=30, what=f"ServiceAccount {name}/default")
+    yield name
+    await core.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture
+async def test_pool(cluster: Instance, request: pytest.FixtureRequest
+                    ) -> AsyncIterator[Callable[..., Any]]:
+    """`pool = await test_pool(count=4, capacity={...})`: nodes only this test's pods use."""
+    platform = await api_client(cluster.kubeconfig("platform"))
+    core = client.CoreV1Api(platform)
+    pools: list[TestPool] = []
+
+    async def make(count: int, capacity: dict[str, str] | None = None,
+                   labels: dict[str, str] | None = None) -> TestPool:
+        name = f"tp-{secrets.token_hex(3)}"
+        pool = TestPool(name, count, capacity, labels)
+        pools.append(pool)
+        for node in pool.nodes:
+            await core.create_node(node)
+
+        async def all_ready() -> bool:
+            ready = 0
+            for node_name in pool.names:
+                node = await core.read_node(node_name)
+                conditions = node.status.conditions or []
+                ready += any(c.type == "Ready" and c.status == "True" for c in conditions)
+            return ready == count
+
+        await eventually(all_ready, timeout=60, what=f"nodes of pool {name} Ready")
+        return pool
+
+    async with platform:
+        yield make
+        for pool in pools:
+            for node_name in pool.names:
+                try:
+                    await core.delete_node(node_name)
+                except ApiException as err:
+                    if err.status != 404:
+                        raise

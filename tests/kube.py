@@ -1,0 +1,118 @@
+"""Helpers for tests and benchmarks that act on a real cluster through kubernetes-asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes_asyncio import client, config
+
+from quorum.core.quantity import parse_quantity
+
+T = TypeVar("T")
+
+
+async def api_client(kubeconfig: Path) -> client.ApiClient:
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=str(kubeconfig),
+                                  client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+async def eventually(
+    probe: Callable[[], Awaitable[T | None]],
+    *,
+    timeout: float,
+    interval: float = 0.25,
+    what: str = "condition",
+) -> T:
+    """Poll `probe` until it returns something truthy; fail with `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    last: T | None = None
+    while True:
+        last = await probe()
+        if last:
+            return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+        await asyncio.sleep(interval)
+
+
+def _resources(containers: list[dict[str, Any]] | None) -> list[dict[str, Fraction]]:
+    out = []
+    for c in containers or []:
+        requests = (c.get("resources") or {}).get("requests") or {}
+        out.append({k: parse_quantity(v) for k, v in requests.items()})
+    return out
+
+
+def _add(a: dict[str, Fraction], b: dict[str, Fraction]) -> dict[str, Fraction]:
+    return {k: a.get(k, Fraction(0)) + b.get(k, Fraction(0)) for k in a.keys() | b.keys()}
+
+
+def _max(a: dict[str, Fraction], b: dict[str, Fraction]) -> dict[str, Fraction]:
+    return {k: max(a.get(k, Fraction(0)), b.get(k, Fraction(0))) for k in a.keys() | b.keys()}
+
+
+def pod_requests(pod: dict[str, Any]) -> dict[str, Fraction]:
+    """Effective requests of a pod as kube-scheduler counts them: app containers and restartable
+    (sidecar) init containers add up; each regular init container runs alone (with the sidecars
+    started before it), so the pod needs the max of that and the steady state; plus overhead."""
+    spec = pod.get("spec") or {}
+    steady: dict[str, Fraction] = {}
+    for r in _resources(spec.get("containers")):
+        steady = _add(steady, r)
+    sidecars: dict[str, Fraction] = {}
+    init_peak: dict[str, Fraction] = {}
+    for c, r in zip(spec.get("initContainers") or [], _resources(spec.get("initContainers")),
+                    strict=True):
+        if c.get("restartPolicy") == "Always":
+            sidecars = _add(sidecars, r)
+        else:
+            init_peak = _max(init_peak, _add(sidecars, r))
+    total = _max(_add(steady, sidecars), init_peak)
+    overhead = {k: parse_quantity(v) for k, v in (spec.get("overhead") or {}).items()}
+    total = _add(total, overhead)
+    total["pods"] = Fraction(1)
+    return total
+
+
+async def overcommitted_nodes(api: client.ApiClient) -> list[str]:
+    """Nodes where the bound, non-terminal pods request more than the node's allocatable
+    (kwok never refuses a pod, so this is checked after every scenario)."""
+    core = client.CoreV1Api(api)
+    nodes = (await core.list_node(_preload_content=False))
+    pods = (await core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=",
+                                                   _preload_content=False))
+    node_items = (await nodes.json())["items"]
+    pod_items = (await pods.json())["items"]
+    used: dict[str, dict[str, Fraction]] = defaultdict(dict)
+    for pod in pod_items:
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+        used[pod["spec"]["nodeName"]] = _add(used[pod["spec"]["nodeName"]], pod_requests(pod))
+    problems = []
+    for node in node_items:
+        name = node["metadata"]["name"]
+        allocatable = {k: parse_quantity(v) for k, v in node["status"]["allocatable"].items()}
+        for resource, amount in used.get(name, {}).items():
+            if amount > allocatable.get(resource, Fraction(0)):
+                problems.append(f"{name}: {resource} {float(amount):g} > "
+                                f"{float(allocatable.get(resource, 0)):g}")
+    return problems
+
+
+async def assert_no_overcommit(api: client.ApiClient) -> None:
+    problems = await overcommitted_nodes(api)
+    assert not problems, "over-committed nodes: " + "; ".join(problems)
+
+
+async def raw_json(coro: Awaitable[Any]) -> Any:
+    """Await a kubernetes-asyncio call made with `_preload_content=False`; return plain JSON."""
+    response = await coro
+    return await response.json()
