@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from quorum import __version__
 from quorum.devcluster import cli as dev_cli
+from quorum.devcluster import demo
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -15,6 +16,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"quorum {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
     dev_cli.add_parser(subparsers)
+    demo.add_parser(subparsers)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result

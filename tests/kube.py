@@ -19,8 +19,7 @@ T = TypeVar("T")
 
 async def api_client(kubeconfig: Path) -> client.ApiClient:
     configuration = client.Configuration()
-    await config.load_kube_config(config_file=str(kubeconfig),
-                                  client_configuration=configuration)
+    await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
     return client.ApiClient(configuration)
 
 
@@ -39,7 +38,9 @@ async def eventually(
         if last:
             return last
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
+            raise AssertionError(
+                f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}"
+            )
         await asyncio.sleep(interval)
 
 
@@ -69,8 +70,9 @@ def pod_requests(pod: dict[str, Any]) -> dict[str, Fraction]:
         steady = _add(steady, r)
     sidecars: dict[str, Fraction] = {}
     init_peak: dict[str, Fraction] = {}
-    for c, r in zip(spec.get("initContainers") or [], _resources(spec.get("initContainers")),
-                    strict=True):
+    for c, r in zip(
+        spec.get("initContainers") or [], _resources(spec.get("initContainers")), strict=True
+    ):
         if c.get("restartPolicy") == "Always":
             sidecars = _add(sidecars, r)
         else:
@@ -86,11 +88,14 @@ async def overcommitted_nodes(api: client.ApiClient) -> list[str]:
     """Nodes where the bound, non-terminal pods request more than the node's allocatable
     (kwok never refuses a pod, so this is checked after every scenario)."""
     core = client.CoreV1Api(api)
-    nodes = (await core.list_node(_preload_content=False))
-    pods = (await core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=",
-                                                   _preload_content=False))
-    node_items = (await nodes.json())["items"]
-    pod_items = (await pods.json())["items"]
+    node_items = (await raw_json(core.list_node(_preload_content=False)))["items"]
+    pod_items = (
+        await raw_json(
+            core.list_pod_for_all_namespaces(
+                field_selector="spec.nodeName!=", _preload_content=False
+            )
+        )
+    )["items"]
     used: dict[str, dict[str, Fraction]] = defaultdict(dict)
     for pod in pod_items:
         if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
@@ -102,8 +107,10 @@ async def overcommitted_nodes(api: client.ApiClient) -> list[str]:
         allocatable = {k: parse_quantity(v) for k, v in node["status"]["allocatable"].items()}
         for resource, amount in used.get(name, {}).items():
             if amount > allocatable.get(resource, Fraction(0)):
-                problems.append(f"{name}: {resource} {float(amount):g} > "
-                                f"{float(allocatable.get(resource, 0)):g}")
+                problems.append(
+                    f"{name}: {resource} {float(amount):g} > "
+                    f"{float(allocatable.get(resource, 0)):g}"
+                )
     return problems
 
 

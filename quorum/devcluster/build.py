@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from quorum.devcluster.versions import (
@@ -57,7 +57,7 @@ def cache_root() -> Path:
 @dataclass(frozen=True)
 class BinaryCache:
     pins: Pins = PINS
-    root: Path = cache_root()
+    root: Path = field(default_factory=cache_root)
 
     @property
     def bin_dir(self) -> Path:
@@ -96,7 +96,8 @@ def check_go() -> str:
         raise BuildError(
             f"`go` was not found on PATH. quorum builds its local control plane from Go "
             f"modules and needs Go >= {want}. Install it from https://go.dev/dl/ "
-            f"(tar -C /usr/local -xzf go{want}.linux-amd64.tar.gz; export PATH=$PATH:/usr/local/go/bin)."
+            f"(tar -C /usr/local -xzf go{want}.linux-amd64.tar.gz; "
+            f"export PATH=$PATH:/usr/local/go/bin)."
         )
     out = subprocess.run([go, "version"], capture_output=True, text=True, check=False).stdout
     have = parse_go_version(out)
@@ -139,7 +140,9 @@ def etcd_build_module(pins: Pins) -> str:
 
 def staging_modules_of(kubernetes_go_mod: str) -> list[str]:
     """The `k8s.io/<x>` modules that k8s.io/kubernetes's go.mod replaces with ./staging."""
-    return sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", kubernetes_go_mod, re.M)))
+    return sorted(
+        set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", kubernetes_go_mod, re.M))
+    )
 
 
 def kubernetes_ldflags(pins: Pins, commit: str, build_date: str) -> str:
@@ -174,17 +177,26 @@ class Builder:
             log.write(f"\n$ (cd {cwd}) {' '.join(args)}\n")
             log.flush()
             proc = subprocess.run(
-                args, cwd=cwd, env={**self.env, **(extra_env or {})},
-                stdout=subprocess.PIPE, stderr=log, text=True, check=False,
+                args,
+                cwd=cwd,
+                env={**self.env, **(extra_env or {})},
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                check=False,
             )
         if proc.returncode != 0:
             tail = "\n".join(self.log.read_text().splitlines()[-25:])
-            raise BuildError(f"`{' '.join(args)}` failed (exit {proc.returncode}); "
-                             f"last lines of {self.log}:\n{tail}")
+            raise BuildError(
+                f"`{' '.join(args)}` failed (exit {proc.returncode}); "
+                f"last lines of {self.log}:\n{tail}"
+            )
         return proc.stdout
 
     def module_info(self, module: str, cwd: Path) -> dict[str, object]:
-        info: dict[str, object] = json.loads(self.run([self.go, "mod", "download", "-json", module], cwd))
+        info: dict[str, object] = json.loads(
+            self.run([self.go, "mod", "download", "-json", module], cwd)
+        )
         return info
 
     def build_kubernetes(self, out: Path) -> None:
@@ -205,16 +217,29 @@ class Builder:
         work = self.cache.build_dir / "etcd"
         work.mkdir(parents=True, exist_ok=True)
         (work / "go.mod").write_text(etcd_build_module(self.cache.pins))
-        self.run([self.go, "build", "-ldflags", "-s -w", "-o", str(out / "etcd"),
-                  "go.etcd.io/etcd/server/v3"], work)
+        self.run(
+            [
+                self.go,
+                "build",
+                "-ldflags",
+                "-s -w",
+                "-o",
+                str(out / "etcd"),
+                "go.etcd.io/etcd/server/v3",
+            ],
+            work,
+        )
 
     def build_kwok(self, out: Path) -> None:
         pins = self.cache.pins
         work = self.cache.build_dir / "kwok"
         work.mkdir(parents=True, exist_ok=True)
         ldflags = f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={pins.kwok.lstrip('v')}"
-        self.run([self.go, "install", "-ldflags", ldflags, f"sigs.k8s.io/kwok/cmd/kwok@{pins.kwok}"],
-                 work, {"GOBIN": str(out), "GOFLAGS": "-buildvcs=false"})
+        self.run(
+            [self.go, "install", "-ldflags", ldflags, f"sigs.k8s.io/kwok/cmd/kwok@{pins.kwok}"],
+            work,
+            {"GOBIN": str(out), "GOFLAGS": "-buildvcs=false"},
+        )
         info = self.module_info(f"sigs.k8s.io/kwok@{pins.kwok}", work)
         stages = out / "stages"
         stages.mkdir(exist_ok=True)
@@ -249,8 +274,11 @@ def ensure_binaries(cache: BinaryCache | None = None, quiet: bool = False) -> Bi
         staging = cache.bin_dir.with_name(cache.bin_dir.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        steps = (("etcd", builder.build_etcd), ("kwok", builder.build_kwok),
-                 ("kubernetes", builder.build_kubernetes))
+        steps = (
+            ("etcd", builder.build_etcd),
+            ("kwok", builder.build_kwok),
+            ("kubernetes", builder.build_kubernetes),
+        )
         for what, step in steps:
             started = time.monotonic()
             if not quiet:

@@ -85,8 +85,9 @@ class InstanceState:
         return cls(
             spec=spec_from_json(data["spec"]),
             ports=Ports(**data["ports"]),
-            processes=[ProcessRecord(p["name"], p["pid"], p["start_ticks"])
-                       for p in data["processes"]],
+            processes=[
+                ProcessRecord(p["name"], p["pid"], p["start_ticks"]) for p in data["processes"]
+            ],
             started_at=data["started_at"],
             server=data["server"],
         )
@@ -104,8 +105,9 @@ def free_ports(count: int) -> list[int]:
 class Instance:
     """One named local cluster."""
 
-    def __init__(self, name: str = "default", root: Path | None = None,
-                 binaries: BinaryCache | None = None) -> None:
+    def __init__(
+        self, name: str = "default", root: Path | None = None, binaries: BinaryCache | None = None
+    ) -> None:
         self.name = name
         self.state_root = root or state_root()
         self.layout = Layout(self.state_root / name)
@@ -140,8 +142,12 @@ class Instance:
         state = self.state()
         if state is None:
             raise ClusterError(f"instance {self.name!r} is not up")
-        return RestClient(state.server, self.layout.pki / "ca.crt",
-                          self.layout.pki / "admin.crt", self.layout.pki / "admin.key")
+        return RestClient(
+            state.server,
+            self.layout.pki / "ca.crt",
+            self.layout.pki / "admin.crt",
+            self.layout.pki / "admin.key",
+        )
 
     @property
     def binaries(self) -> BinaryCache:
@@ -149,18 +155,22 @@ class Instance:
             self._binaries = ensure_binaries()
         return self._binaries
 
-    def kubectl(self, *args: str, who: str = "admin", input_text: str | None = None,
-                check: bool = True) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self, *args: str, who: str = "admin", input_text: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         argv = [str(self.binaries.path("kubectl")), f"--kubeconfig={self.kubeconfig(who)}", *args]
-        proc = subprocess.run(argv, input=input_text, capture_output=True, text=True,
-                              check=False, timeout=300)
+        proc = subprocess.run(
+            argv, input=input_text, capture_output=True, text=True, check=False, timeout=300
+        )
         if check and proc.returncode != 0:
             raise ClusterError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
         return proc
 
     # -- up / down -----------------------------------------------------------------------
 
-    def up(self, spec: ClusterSpec | None = None, log: Callable[[str], None] | None = None) -> InstanceState:
+    def up(
+        self, spec: ClusterSpec | None = None, log: Callable[[str], None] | None = None
+    ) -> InstanceState:
         """Start the instance and return its state; a no-op if it is already up."""
         spec = spec or ClusterSpec(name=self.name)
         say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -181,12 +191,14 @@ class Instance:
         self._save(state)
         self._write_pki_and_kubeconfigs(server)
         (self.layout.root / "scheduler-config.yaml").write_text(
-            scheduler_config(spec, self.layout.kubeconfig("scheduler")))
+            scheduler_config(spec, self.layout.kubeconfig("scheduler"))
+        )
         stages = sorted(binaries.stages_dir.glob("*.yaml"))
 
         def start(component: str, healthy: Callable[[], bool], timeout: float = 60) -> None:
-            argv = component_args(component, spec, ports, self.layout,
-                                  binaries.path(component), stages)
+            argv = component_args(
+                component, spec, ports, self.layout, binaries.path(component), stages
+            )
             record = spawn(component, argv, self.layout.log(component), self.layout.root)
             state.processes.append(record)
             self._save(state)
@@ -197,8 +209,10 @@ class Instance:
             start("kube-apiserver", lambda: self.rest().get("/readyz", timeout=2)[0] == 200, 90)
             say(f"  apiserver ready at {server} ({time.monotonic() - started:.1f}s)")
             self._bootstrap(spec)
-            start("kube-controller-manager",
-                  lambda: probe(f"https://127.0.0.1:{ports.controller_manager}/healthz"))
+            start(
+                "kube-controller-manager",
+                lambda: probe(f"https://127.0.0.1:{ports.controller_manager}/healthz"),
+            )
             start("kube-scheduler", lambda: probe(f"https://127.0.0.1:{ports.scheduler}/healthz"))
             start("kwok", lambda: probe(f"http://127.0.0.1:{ports.kwok}/healthz"))
             count = self._create_nodes(spec)
@@ -208,8 +222,10 @@ class Instance:
             raise
         if self.name == "default":
             self._write_env_files()
-        say(f"instance {self.name!r} up in {time.monotonic() - started:.1f}s "
-            f"({count} nodes, state in {self.layout.root})")
+        say(
+            f"instance {self.name!r} up in {time.monotonic() - started:.1f}s "
+            f"({count} nodes, state in {self.layout.root})"
+        )
         return state
 
     def down(self, quiet: bool = False) -> list[ProcessRecord]:
@@ -229,8 +245,9 @@ class Instance:
 
     # -- steps ---------------------------------------------------------------------------
 
-    def _wait(self, component: str, record: ProcessRecord, healthy: Callable[[], bool],
-              timeout: float) -> None:
+    def _wait(
+        self, component: str, record: ProcessRecord, healthy: Callable[[], bool], timeout: float
+    ) -> None:
         deadline = time.monotonic() + timeout
         while True:
             if not is_alive(record):
@@ -249,10 +266,19 @@ class Instance:
         d = self.layout.pki
         ca = pki.CertificateAuthority.create(f"quorum-dev-{self.name}-ca")
         ca.pair.write(d, "ca")
-        ca.issue("kube-apiserver", client=False, server_names=(
-            "127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
-            "kubernetes.default.svc", "kubernetes.default.svc.cluster.local", "10.0.0.1",
-        )).write(d, "apiserver")
+        ca.issue(
+            "kube-apiserver",
+            client=False,
+            server_names=(
+                "127.0.0.1",
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+                "10.0.0.1",
+            ),
+        ).write(d, "apiserver")
         front_proxy = pki.CertificateAuthority.create(f"quorum-dev-{self.name}-front-proxy-ca")
         front_proxy.pair.write(d, "front-proxy-ca")
         front_proxy.issue("front-proxy-client").write(d, "front-proxy-client")
@@ -262,8 +288,14 @@ class Instance:
         for who, (user, groups) in CLIENT_IDENTITIES.items():
             pair = ca.issue(user, groups)
             pair.write(d, who)
-            write_kubeconfig(self.layout.kubeconfig(who), server=server, ca_pem=ca.pair.cert_pem,
-                             user=user, cert_pem=pair.cert_pem, key_pem=pair.key_pem)
+            write_kubeconfig(
+                self.layout.kubeconfig(who),
+                server=server,
+                ca_pem=ca.pair.cert_pem,
+                user=user,
+                cert_pem=pair.cert_pem,
+                key_pem=pair.key_pem,
+            )
 
     def _bootstrap(self, spec: ClusterSpec) -> None:
         """RBAC of the dev identities; quorum's own namespace, ServiceAccounts and RBAC; and a
@@ -275,15 +307,22 @@ class Instance:
             return
         for manifest in sorted(MANIFESTS.glob("*.yaml")):
             self.kubectl("apply", "-f", str(manifest))
-        token = self.kubectl("create", "token", OPERATOR_SERVICE_ACCOUNT,
-                             f"--namespace={OPERATOR_NAMESPACE}", "--duration=720h").stdout.strip()
+        token = self.kubectl(
+            "create",
+            "token",
+            OPERATOR_SERVICE_ACCOUNT,
+            f"--namespace={OPERATOR_NAMESPACE}",
+            "--duration=720h",
+        ).stdout.strip()
         state = self.state()
         assert state is not None
         write_kubeconfig(
-            self.layout.kubeconfig("quorum-operator"), server=state.server,
+            self.layout.kubeconfig("quorum-operator"),
+            server=state.server,
             ca_pem=(self.layout.pki / "ca.crt").read_bytes(),
             user=f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}",
-            token=token, namespace=OPERATOR_NAMESPACE,
+            token=token,
+            namespace=OPERATOR_NAMESPACE,
         )
 
     def _create_nodes(self, spec: ClusterSpec) -> int:
@@ -306,8 +345,10 @@ class Instance:
                 return
             time.sleep(0.5)
         log = self.layout.log("kwok")
-        raise ClusterError(f"only {ready} of {count} nodes became Ready in {timeout:.0f}s; "
-                           f"last lines of {log}:\n{tail(log, 25)}")
+        raise ClusterError(
+            f"only {ready} of {count} nodes became Ready in {timeout:.0f}s; "
+            f"last lines of {log}:\n{tail(log, 25)}"
+        )
 
     def _write_env_files(self) -> None:
         shutil.copyfile(self.kubeconfig("admin"), self.state_root / "kubeconfig")

@@ -47,8 +47,10 @@ def write_kubeconfig(
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
-            {"name": "quorum-dev",
-             "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)}},
+            {
+                "name": "quorum-dev",
+                "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)},
+            },
         ],
         "users": [{"name": user, "user": credentials}],
         "contexts": [{"name": user, "context": context}],

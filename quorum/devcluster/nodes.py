@@ -103,7 +103,11 @@ def _place(index: int, topology: Topology) -> dict[str, str]:
     rack = index // topology.nodes_per_rack
     block = rack // topology.racks_per_block
     zone = topology.zones[block % len(topology.zones)]
-    return {ZONE_LABEL: zone, BLOCK_LABEL: f"block-{block + 1:02d}", RACK_LABEL: f"rack-{rack + 1:03d}"}
+    return {
+        ZONE_LABEL: zone,
+        BLOCK_LABEL: f"block-{block + 1:02d}",
+        RACK_LABEL: f"rack-{rack + 1:03d}",
+    }
 
 
 def make_node(
@@ -157,10 +161,22 @@ def render_nodes(pool: NodePool) -> list[Node]:
                 topology_index += 1
             taints = [t.model_dump(exclude_none=True) for t in group.taints]
             if group.state != "production":
-                taints.append({"key": RESERVED_LABEL, "value": reserved_taint_value(reserved),
-                               "effect": "NoSchedule"})
-            nodes.append(make_node(f"{group.prefix}-{i:0{width}d}", capacity=group.capacity,
-                                   labels=labels, taints=taints, unschedulable=group.cordoned))
+                taints.append(
+                    {
+                        "key": RESERVED_LABEL,
+                        "value": reserved_taint_value(reserved),
+                        "effect": "NoSchedule",
+                    }
+                )
+            nodes.append(
+                make_node(
+                    f"{group.prefix}-{i:0{width}d}",
+                    capacity=group.capacity,
+                    labels=labels,
+                    taints=taints,
+                    unschedulable=group.cordoned,
+                )
+            )
     return nodes
 
 
@@ -170,11 +186,20 @@ class TestPool:
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, name: str, count: int, capacity: dict[str, str] | None = None,
-                 labels: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        count: int,
+        capacity: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> None:
         self.name = name
-        self.capacity = capacity or {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "8",
-                                     "pods": "110"}
+        self.capacity = capacity or {
+            "cpu": "32",
+            "memory": "256Gi",
+            "nvidia.com/gpu": "8",
+            "pods": "110",
+        }
         self.nodes = [
             make_node(
                 f"{name}-{i:02d}",
@@ -194,8 +219,12 @@ class TestPool:
         return {
             "nodeSelector": {TEST_POOL_KEY: self.name},
             "tolerations": [
-                {"key": TEST_POOL_KEY, "operator": "Equal", "value": self.name,
-                 "effect": "NoSchedule"},
+                {
+                    "key": TEST_POOL_KEY,
+                    "operator": "Equal",
+                    "value": self.name,
+                    "effect": "NoSchedule",
+                },
                 {"key": "is_gpu", "operator": "Exists"},
                 {"key": "is_cpu_compute", "operator": "Exists"},
             ],

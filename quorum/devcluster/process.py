@@ -61,8 +61,12 @@ def spawn(name: str, argv: list[str], log: Path, cwd: Path) -> ProcessRecord:
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            cwd=cwd, start_new_session=True,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            start_new_session=True,
         )
     stat = _stat(proc.pid)
     return ProcessRecord(name, proc.pid, stat[1] if stat else -1)

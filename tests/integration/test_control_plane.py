@@ -24,7 +24,9 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def seed_pause_deployment() -> dict[str, Any]:
     """Seed 001's pause Deployment with the pod-group label and schedulerName removed."""
-    docs = list(yaml.safe_load_all((EXAMPLES / "seed-001-coscheduler/podgroup-pause.yaml").read_text()))
+    docs = list(
+        yaml.safe_load_all((EXAMPLES / "seed-001-coscheduler/podgroup-pause.yaml").read_text())
+    )
     deployment: dict[str, Any] = next(d for d in docs if d["kind"] == "Deployment")
     template = deployment["spec"]["template"]
     del template["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io"]
@@ -32,24 +34,29 @@ def seed_pause_deployment() -> dict[str, Any]:
     return deployment
 
 
-async def pods_of(api: client.ApiClient, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+async def pods_of(
+    api: client.ApiClient, namespace: str, selector: str = ""
+) -> list[dict[str, Any]]:
     core = client.CoreV1Api(api)
-    data = await raw_json(core.list_namespaced_pod(namespace, label_selector=selector,
-                                                   _preload_content=False))
+    data = await raw_json(
+        core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
+    )
     items: list[dict[str, Any]] = data["items"]
     return items
 
 
-async def test_seed_pause_deployment_runs(customer_api: client.ApiClient, api: client.ApiClient,
-                                          namespace: str) -> None:
+async def test_seed_pause_deployment_runs(
+    customer_api: client.ApiClient, api: client.ApiClient, namespace: str
+) -> None:
     """(a) controller-manager creates the pods, kube-scheduler binds them, kwok runs them."""
     apps = client.AppsV1Api(customer_api)
     await apps.create_namespaced_deployment(namespace, seed_pause_deployment())
 
     async def two_running() -> list[dict[str, Any]] | None:
         pods = await pods_of(api, namespace, "app=pause")
-        running = [p for p in pods if p["status"].get("phase") == "Running"
-                   and p["spec"].get("nodeName")]
+        running = [
+            p for p in pods if p["status"].get("phase") == "Running" and p["spec"].get("nodeName")
+        ]
         return running if len(running) == 2 else None
 
     running = await eventually(two_running, timeout=60, what="2 pause pods Running")
@@ -59,17 +66,31 @@ async def test_seed_pause_deployment_runs(customer_api: client.ApiClient, api: c
     await assert_no_overcommit(api)
 
 
-async def test_gpu_pods_land_only_on_production_nodes(api: client.ApiClient, namespace: str) -> None:
+async def test_gpu_pods_land_only_on_production_nodes(
+    api: client.ApiClient, namespace: str
+) -> None:
     """(b) never on the triage node (tainted reserved=<hash>) or the cordoned one."""
     core = client.CoreV1Api(api)
-    nodes = {n["metadata"]["name"]: n for n in
-             (await raw_json(core.list_node(_preload_content=False)))["items"]}
+    nodes = {
+        n["metadata"]["name"]: n
+        for n in (await raw_json(core.list_node(_preload_content=False)))["items"]
+    }
     for i in range(6):
-        await core.create_namespaced_pod(namespace, {
-            "metadata": {"name": f"gpu-{i}"},
-            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-        })
+        await core.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": f"gpu-{i}"},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "c",
+                            "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                        }
+                    ]
+                },
+            },
+        )
 
     async def all_bound() -> list[dict[str, Any]] | None:
         pods = await pods_of(api, namespace)
@@ -89,12 +110,22 @@ async def test_scheduling_gate_holds_until_removed_with_node_selector(
     """(c) a gated pod waits; one patch removes the gate and pins it with a new nodeSelector."""
     core = client.CoreV1Api(api)
     gate = [{"name": "example.com/hold"}]
-    await core.create_namespaced_pod(namespace, {
-        "metadata": {"name": "gated"},
-        "spec": {"schedulingGates": gate,
-                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
-    })
+    await core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": "gated"},
+            "spec": {
+                "schedulingGates": gate,
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                    }
+                ],
+            },
+        },
+    )
 
     async def scheduling_gated() -> bool:
         pod = await core.read_namespaced_pod("gated", namespace)
@@ -109,19 +140,35 @@ async def test_scheduling_gate_holds_until_removed_with_node_selector(
 
     # Gates are set only at creation: adding one later is refused by the apiserver.
     with pytest.raises(ApiException) as refused:
-        await core.patch_namespaced_pod("gated", namespace, [
-            {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": "example.com/more"}},
-        ])
+        await core.patch_namespaced_pod(
+            "gated",
+            namespace,
+            [
+                {
+                    "op": "add",
+                    "path": "/spec/schedulingGates/-",
+                    "value": {"name": "example.com/more"},
+                },
+            ],
+        )
     assert refused.value.status == 422
     assert "only deletion is allowed" in refused.value.body
 
     target = "gpu-h100-013"
-    await core.patch_namespaced_pod("gated", namespace, [
-        {"op": "test", "path": "/metadata/uid", "value": pod.metadata.uid},
-        {"op": "test", "path": "/spec/schedulingGates", "value": gate},
-        {"op": "remove", "path": "/spec/schedulingGates"},
-        {"op": "add", "path": "/spec/nodeSelector", "value": {"kubernetes.io/hostname": target}},
-    ])
+    await core.patch_namespaced_pod(
+        "gated",
+        namespace,
+        [
+            {"op": "test", "path": "/metadata/uid", "value": pod.metadata.uid},
+            {"op": "test", "path": "/spec/schedulingGates", "value": gate},
+            {"op": "remove", "path": "/spec/schedulingGates"},
+            {
+                "op": "add",
+                "path": "/spec/nodeSelector",
+                "value": {"kubernetes.io/hostname": target},
+            },
+        ],
+    )
 
     async def bound() -> str | None:
         pod = await core.read_namespaced_pod("gated", namespace)
@@ -132,53 +179,101 @@ async def test_scheduling_gate_holds_until_removed_with_node_selector(
     assert pod.spec.node_selector == {"kubernetes.io/hostname": target}
 
 
-async def test_workload_and_podgroup_of_kubernetes_1_36(api: client.ApiClient, namespace: str) -> None:
+async def test_workload_and_podgroup_of_kubernetes_1_36(
+    api: client.ApiClient, namespace: str
+) -> None:
     """(d) scheduling.k8s.io/v1alpha2 Workload and PodGroup are served, and pods keep
     spec.schedulingGroup (GenericWorkload is on)."""
     custom = client.CustomObjectsApi(api)
     group, version = "scheduling.k8s.io", "v1alpha2"
-    workload = await custom.create_namespaced_custom_object(group, version, namespace, "workloads", {
-        "apiVersion": f"{group}/{version}", "kind": "Workload",
-        "metadata": {"name": "training"},
-        "spec": {"podGroupTemplates": [
-            {"name": "driver", "schedulingPolicy": {"basic": {}}},
-            {"name": "workers", "schedulingPolicy": {"gang": {"minCount": 4}},
-             "schedulingConstraints": {"topology": [{"key": "network.topology.kubernetes.io/rack"}]}},
-        ]},
-    })
+    workload = await custom.create_namespaced_custom_object(
+        group,
+        version,
+        namespace,
+        "workloads",
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "Workload",
+            "metadata": {"name": "training"},
+            "spec": {
+                "podGroupTemplates": [
+                    {"name": "driver", "schedulingPolicy": {"basic": {}}},
+                    {
+                        "name": "workers",
+                        "schedulingPolicy": {"gang": {"minCount": 4}},
+                        "schedulingConstraints": {
+                            "topology": [{"key": "network.topology.kubernetes.io/rack"}]
+                        },
+                    },
+                ]
+            },
+        },
+    )
     assert [t["name"] for t in workload["spec"]["podGroupTemplates"]] == ["driver", "workers"]
     from_template = await custom.create_namespaced_custom_object(
-        group, version, namespace, "podgroups", {
-            "apiVersion": f"{group}/{version}", "kind": "PodGroup",
+        group,
+        version,
+        namespace,
+        "podgroups",
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "PodGroup",
             "metadata": {"name": "training-workers"},
-            "spec": {"podGroupTemplateRef": {"workload": {"workloadName": "training",
-                                                          "podGroupTemplateName": "workers"}},
-                     "schedulingPolicy": {"gang": {"minCount": 4}},
-                     "schedulingConstraints": {"topology": [{"key": "network.topology.kubernetes.io/rack"}]}},
-        })
+            "spec": {
+                "podGroupTemplateRef": {
+                    "workload": {"workloadName": "training", "podGroupTemplateName": "workers"}
+                },
+                "schedulingPolicy": {"gang": {"minCount": 4}},
+                "schedulingConstraints": {
+                    "topology": [{"key": "network.topology.kubernetes.io/rack"}]
+                },
+            },
+        },
+    )
     assert from_template["spec"]["schedulingPolicy"]["gang"]["minCount"] == 4
     # TopologyAwareWorkloadScheduling is on, so the constraint is kept, not silently dropped.
-    assert from_template["spec"]["schedulingConstraints"]["topology"][0]["key"] == \
-        "network.topology.kubernetes.io/rack"
-    await custom.create_namespaced_custom_object(group, version, namespace, "podgroups", {
-        "apiVersion": f"{group}/{version}", "kind": "PodGroup",
-        "metadata": {"name": "standalone"},
-        "spec": {"schedulingPolicy": {"basic": {}}},
-    })
+    assert (
+        from_template["spec"]["schedulingConstraints"]["topology"][0]["key"]
+        == "network.topology.kubernetes.io/rack"
+    )
+    await custom.create_namespaced_custom_object(
+        group,
+        version,
+        namespace,
+        "podgroups",
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "PodGroup",
+            "metadata": {"name": "standalone"},
+            "spec": {"schedulingPolicy": {"basic": {}}},
+        },
+    )
     core = client.CoreV1Api(api)
-    pod = await core.create_namespaced_pod(namespace, {
-        "metadata": {"name": "worker-0"},
-        "spec": {"schedulingGroup": {"podGroupName": "training-workers"},
-                 "schedulingGates": [{"name": "example.com/hold"}],
-                 "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
-    })
+    pod = await core.create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": "worker-0"},
+            "spec": {
+                "schedulingGroup": {"podGroupName": "training-workers"},
+                "schedulingGates": [{"name": "example.com/hold"}],
+                "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+            },
+        },
+    )
     assert pod.spec.scheduling_group.pod_group_name == "training-workers"
     with pytest.raises(ApiException) as invalid:
-        await custom.create_namespaced_custom_object(group, version, namespace, "podgroups", {
-            "apiVersion": f"{group}/{version}", "kind": "PodGroup",
-            "metadata": {"name": "bad"},
-            "spec": {"schedulingPolicy": {"gang": {"minCount": 0}}},
-        })
+        await custom.create_namespaced_custom_object(
+            group,
+            version,
+            namespace,
+            "podgroups",
+            {
+                "apiVersion": f"{group}/{version}",
+                "kind": "PodGroup",
+                "metadata": {"name": "bad"},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": 0}}},
+            },
+        )
     assert invalid.value.status == 422
 
 

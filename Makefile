@@ -1,0 +1,58 @@
+# quorum: `make demo` and `make test` are the two commands; see README.md.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+NAME ?= default
+SIZE ?=
+PYTEST_ARGS ?=
+# The venv lives outside the repo (~/.cache/quorum/venv/<hash>), shared by clones.
+PY = PYTHONPATH="$(CURDIR)" "$$(hack/ensure-venv)/bin/python"
+VENV_BIN = "$$(hack/ensure-venv)/bin"
+
+.PHONY: help venv build up down status demo test lint typecheck hadolint unit integration bench clean
+
+help: ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
+
+venv: ## create the Python venv (outside the repo, reused)
+	@hack/ensure-venv >/dev/null
+
+build: ## build and cache etcd, Kubernetes 1.36 and kwok from Go modules
+	@$(PY) -m quorum dev build
+
+up: ## start the local control plane NAME (default `default`) in the background
+	@$(PY) -m quorum dev up --name $(NAME) $(if $(SIZE),--size $(SIZE))
+
+down: ## stop the processes of instance NAME
+	@$(PY) -m quorum dev down --name $(NAME)
+
+status: ## show local instances
+	@$(PY) -m quorum dev status
+
+demo: ## bring up the control plane and show what quorum sees
+	@$(PY) -m quorum demo
+
+lint: ## ruff
+	@$(VENV_BIN)/ruff check . && $(VENV_BIN)/ruff format --check .
+
+typecheck: ## mypy --strict
+	@PYTHONPATH="$(CURDIR)" $(VENV_BIN)/mypy
+
+hadolint: ## lint the Dockerfile
+	@$(VENV_BIN)/hadolint Dockerfile
+
+unit: ## unit tests only (no cluster)
+	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: ## tests on the real local control plane
+	@$(PY) -m pytest -m cluster $(PYTEST_ARGS)
+
+test: lint typecheck hadolint ## everything: lint, types, Dockerfile, unit, packaging, cluster tests
+	@$(PY) -m quorum dev build
+	@$(PY) -m pytest --durations=10 $(PYTEST_ARGS)
+
+bench: ## benchmarks (control plane start-up and memory for now)
+	@$(PY) -m tests.bench.control_plane
+
+clean: ## stop every instance and remove .quorum/ (the binary cache stays)
+	-@$(PY) -m quorum dev down --all
+	rm -rf .quorum

@@ -1,0 +1,183 @@
+"""Named instances: other flags, idempotent start, clean failure, `down` stops every PID."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from quorum.devcluster.cluster import ClusterError, Instance
+from quorum.devcluster.process import is_alive
+from tests.kube import api_client, eventually
+
+pytestmark = pytest.mark.cluster
+
+REPO = Path(__file__).resolve().parents[2]
+WITHOUT_GANG_SCHEDULING = [
+    {
+        "schedulerName": "default-scheduler",
+        "plugins": {"multiPoint": {"disabled": [{"name": "GangScheduling"}]}},
+    }
+]
+
+
+def live_processes_under(directory: Path) -> list[str]:
+    """Command lines of live processes that mention an instance's directory."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if str(directory) in cmdline and state not in ("Z", "X"):
+            found.append(f"{proc.name}: {cmdline[:120]}")
+    return found
+
+
+def pod_in_group(name: str, group: str) -> dict[str, object]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "schedulingGroup": {"podGroupName": group},
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+
+
+async def test_instance_with_other_flags_then_down_leaves_no_pid(
+    start_instance: Callable[..., Instance],
+) -> None:
+    """A second instance beside the shared one, with the WAS API off and a scheduler profile
+    without GangScheduling; `up` again is a no-op; `quorum dev down` (f) stops every PID."""
+    instance = start_instance(
+        "t-flags",
+        feature_gates={"GenericWorkload": False, "GangScheduling": False},
+        runtime_config="api/alpha=false",
+        scheduler_profiles=WITHOUT_GANG_SCHEDULING,
+    )
+    state = instance.state()
+    assert state is not None and len(state.processes) == 5
+
+    api = await api_client(instance.kubeconfig("admin"))
+    async with api:
+        groups = await client.ApisApi(api).get_api_versions()
+        served = {v.group_version for g in groups.groups for v in g.versions}
+        assert "scheduling.k8s.io/v1alpha2" not in served
+        core = client.CoreV1Api(api)
+        await core.create_namespace({"metadata": {"name": "flags"}})
+        await eventually(lambda: _has_default_sa(core, "flags"), timeout=30, what="default SA")
+        pod = await core.create_namespaced_pod("flags", pod_in_group("p", "missing"))
+        # GenericWorkload is off: the apiserver drops the field at create.
+        assert pod.spec.scheduling_group is None
+
+    # Already up: a no-op that keeps the same processes.
+    again = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "quorum", "dev", "up", "--name", "t-flags"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=True,
+    )
+    assert "already up" in again.stderr
+    after = instance.state()
+    assert after is not None and after.processes == state.processes
+
+    down = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "quorum", "dev", "down", "--name", "t-flags"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=True,
+    )
+    assert "stopped 5 processes" in down.stderr
+    assert not [p.name for p in state.processes if is_alive(p)]
+    assert live_processes_under(instance.layout.root) == []
+
+
+async def _has_default_sa(core: client.CoreV1Api, namespace: str) -> bool:
+    try:
+        await core.read_namespaced_service_account("default", namespace)
+    except ApiException:
+        return False
+    return True
+
+
+async def test_scheduler_profile_without_gang_scheduling_binds_group_pods(
+    start_instance: Callable[..., Instance],
+    api: client.ApiClient,
+    namespace: str,
+) -> None:
+    """The shared instance runs kube-scheduler's native GangScheduling plugin: one pod of a
+    `gang minCount: 2` PodGroup is held. An instance whose scheduler profile disables the
+    plugin binds it alone. (Without the plugin a pod whose PodGroup does not exist is not
+    bound either: the 1.36 pod-group cycle fails with SchedulerError "podgroup not found".)"""
+    await _one_pod_of_a_pair(api, namespace)
+    await asyncio.sleep(3)
+    held = await client.CoreV1Api(api).read_namespaced_pod("one", namespace)
+    assert held.spec.node_name is None
+
+    instance = start_instance("t-nogang", scheduler_profiles=WITHOUT_GANG_SCHEDULING)
+    other = await api_client(instance.kubeconfig("admin"))
+    async with other:
+        other_core = client.CoreV1Api(other)
+        await other_core.create_namespace({"metadata": {"name": "nogang"}})
+        await eventually(
+            lambda: _has_default_sa(other_core, "nogang"), timeout=30, what="default SA"
+        )
+        await _one_pod_of_a_pair(other, "nogang")
+
+        async def bound() -> str | None:
+            pod = await other_core.read_namespaced_pod("one", "nogang")
+            return str(pod.spec.node_name) if pod.spec.node_name else None
+
+        await eventually(bound, timeout=30, what="group pod bound without GangScheduling")
+
+
+async def _one_pod_of_a_pair(api: client.ApiClient, namespace: str) -> None:
+    await client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "scheduling.k8s.io",
+        "v1alpha2",
+        namespace,
+        "podgroups",
+        {
+            "apiVersion": "scheduling.k8s.io/v1alpha2",
+            "kind": "PodGroup",
+            "metadata": {"name": "pair"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+        },
+    )
+    await client.CoreV1Api(api).create_namespaced_pod(namespace, pod_in_group("one", "pair"))
+
+
+def test_component_that_fails_to_start_stops_the_rest() -> None:
+    instance = Instance("t-broken")
+    from quorum.devcluster.config import ClusterSpec
+
+    spec = ClusterSpec(name="t-broken", extra_args={"kube-apiserver": ("--no-such-flag=1",)})
+    try:
+        with pytest.raises(ClusterError) as failed:
+            instance.up(spec)
+        message = str(failed.value)
+        assert "kube-apiserver exited during start-up" in message
+        assert "no-such-flag" in message  # the log's last lines say why
+        assert live_processes_under(instance.layout.root) == []
+        state = instance.state()
+        assert state is not None and state.processes == []
+    finally:
+        instance.down(quiet=True)

@@ -1,0 +1,116 @@
+"""Pins, build modules and the Go check of the binary builder (no Go build runs here)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from quorum.devcluster.build import (
+    BuildError,
+    check_go,
+    etcd_build_module,
+    kubernetes_build_module,
+    kubernetes_ldflags,
+    parse_go_version,
+    staging_modules_of,
+)
+from quorum.devcluster.versions import PINS, Pins
+
+KUBERNETES_GO_MOD = """module k8s.io/kubernetes
+
+go 1.26.0
+
+require (
+\tk8s.io/api v0.0.0
+\tk8s.io/streaming v0.0.0
+)
+
+replace (
+\tk8s.io/api => ./staging/src/k8s.io/api
+\tk8s.io/cri-streaming => ./staging/src/k8s.io/cri-streaming
+\tk8s.io/streaming => ./staging/src/k8s.io/streaming
+\tgithub.com/foo/bar => github.com/foo/bar v1.0.0
+)
+"""
+
+
+def test_staging_version_follows_kubernetes_version() -> None:
+    assert Pins(kubernetes="v1.36.4").staging == "v0.36.4"
+    assert PINS.kubernetes.startswith("v1.36.")
+    assert PINS.etcd.startswith("v3.6.")
+
+
+def test_cache_key_changes_with_any_pin() -> None:
+    keys = {
+        Pins().cache_key,
+        Pins(kubernetes="v1.36.3").cache_key,
+        Pins(etcd="v3.6.15").cache_key,
+        Pins(kwok="v0.7.0").cache_key,
+    }
+    assert len(keys) == 4
+
+
+def test_staging_modules_are_read_from_kubernetes_go_mod() -> None:
+    assert staging_modules_of(KUBERNETES_GO_MOD) == [
+        "k8s.io/api",
+        "k8s.io/cri-streaming",
+        "k8s.io/streaming",
+    ]
+
+
+def test_kubernetes_build_module_replaces_every_staging_module() -> None:
+    text = kubernetes_build_module(
+        Pins(kubernetes="v1.36.4"), staging_modules_of(KUBERNETES_GO_MOD)
+    )
+    assert "require k8s.io/kubernetes v1.36.4" in text
+    for module in ("k8s.io/api", "k8s.io/cri-streaming", "k8s.io/streaming"):
+        assert f"\t{module} => {module} v0.36.4\n" in text
+    assert "github.com/foo/bar" not in text
+
+
+def test_etcd_build_module_replaces_its_sibling_modules() -> None:
+    text = etcd_build_module(Pins(etcd="v3.6.16"))
+    assert "require go.etcd.io/etcd/server/v3 v3.6.16" in text
+    assert "go.etcd.io/etcd/client/v3 => go.etcd.io/etcd/client/v3 v3.6.16" in text
+    assert "go.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 v3.6.16" in text
+
+
+def test_ldflags_set_the_real_version_for_servers_and_kubectl() -> None:
+    flags = kubernetes_ldflags(Pins(kubernetes="v1.36.4"), "abc123", "2026-11-22T00:00:00Z")
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        assert f"-X {pkg}.gitVersion=v1.36.4" in flags
+        assert f"-X {pkg}.gitMinor=36" in flags
+        assert f"-X {pkg}.gitCommit=abc123" in flags
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        ("go version go1.26.8 linux/amd64", (1, 26, 8)),
+        ("go version go1.26 linux/amd64", (1, 26, 0)),
+        ("go version go1.21.0 darwin/arm64", (1, 21, 0)),
+        ("garbage", None),
+    ],
+)
+def test_parse_go_version(output: str, expected: tuple[int, int, int] | None) -> None:
+    assert parse_go_version(output) == expected
+
+
+def test_missing_go_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BuildError, match=r"`go` was not found on PATH.*https://go.dev/dl/"):
+        check_go()
+
+
+def test_old_go_says_which_version_is_needed(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    fake = tmp_path / "go"
+    fake.write_text("#!/bin/sh\necho 'go version go1.20.4 linux/amd64'\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}/usr/bin:/bin")
+    with pytest.raises(BuildError, match=r"go1\.20\.4.*needs Go >= 1\.26\.0.*GOTOOLCHAIN"):
+        check_go()
