@@ -26,6 +26,12 @@ from quorum.devcluster.nodes import TestPool
 from tests.kube import api_client, eventually
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `late` wait for wall-clock time to pass; run them last so that the rest of
+    the suite runs meanwhile."""
+    items.sort(key=lambda item: item.get_closest_marker("late") is not None)
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Instance]:
     instance = Instance(os.environ.get("QUORUM_TEST_INSTANCE", "default"))

@@ -175,10 +175,12 @@ class Instance:
         spec = spec or ClusterSpec(name=self.name)
         say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         if self.is_up():
-            say(f"instance {self.name!r} is already up")
             state = self.state()
             assert state is not None
-            return state
+            if state.spec == spec:
+                say(f"instance {self.name!r} is already up")
+                return state
+            say(f"instance {self.name!r} is up with other settings; restarting it")
         self.down(quiet=True)  # whatever is left of an earlier, broken start
         binaries = self.binaries
         started = time.monotonic()

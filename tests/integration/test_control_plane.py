@@ -277,6 +277,7 @@ async def test_workload_and_podgroup_of_kubernetes_1_36(
     assert invalid.value.status == 422
 
 
+@pytest.mark.late
 async def test_nodes_stay_ready_90s_after_start(cluster: Instance, api: client.ApiClient) -> None:
     """(e) kwok's heartbeats (node Leases) keep every node Ready; no NotReady taints appear."""
     state = cluster.state()

@@ -56,7 +56,9 @@ def test_install_steps_give_working_entrypoints(tmp_path: Path) -> None:
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, src / name)
     shutil.copytree(REPO / "quorum", src / "quorum", ignore=shutil.ignore_patterns("__pycache__"))
-    build_stage = instructions()[: [k for k, _ in instructions()].index("FROM", 1)]
+    steps = instructions()
+    first, second = [i for i, (k, _) in enumerate(steps) if k == "FROM"][:2]
+    build_stage = steps[first:second]
     runs = [v for k, v in build_stage if k == "RUN"]
     assert runs, "the build stage installs with RUN"
     python_bin = Path(sys.executable).resolve().parent  # a plain interpreter, like the image's
