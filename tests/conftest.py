@@ -99,9 +99,7 @@ async def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> As
 
 
 @pytest.fixture
-async def test_pool(
-    cluster: Instance, request: pytest.FixtureRequest
-) -> AsyncIterator[Callable[..., Any]]:
+async def test_pool(cluster: Instance, request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., Any]]:
     """`pool = await test_pool(count=4, capacity={...})`: nodes only this test's pods use."""
     platform = await api_client(cluster.kubeconfig("platform"))
     core = client.CoreV1Api(platform)

@@ -38,9 +38,7 @@ async def eventually(
         if last:
             return last
         if time.monotonic() > deadline:
-            raise AssertionError(
-                f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}"
-            )
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
         await asyncio.sleep(interval)
 
 
@@ -70,9 +68,7 @@ def pod_requests(pod: dict[str, Any]) -> dict[str, Fraction]:
         steady = _add(steady, r)
     sidecars: dict[str, Fraction] = {}
     init_peak: dict[str, Fraction] = {}
-    for c, r in zip(
-        spec.get("initContainers") or [], _resources(spec.get("initContainers")), strict=True
-    ):
+    for c, r in zip(spec.get("initContainers") or [], _resources(spec.get("initContainers")), strict=True):
         if c.get("restartPolicy") == "Always":
             sidecars = _add(sidecars, r)
         else:
@@ -91,9 +87,7 @@ async def overcommitted_nodes(api: client.ApiClient) -> list[str]:
     node_items = (await raw_json(core.list_node(_preload_content=False)))["items"]
     pod_items = (
         await raw_json(
-            core.list_pod_for_all_namespaces(
-                field_selector="spec.nodeName!=", _preload_content=False
-            )
+            core.list_pod_for_all_namespaces(field_selector="spec.nodeName!=", _preload_content=False)
         )
     )["items"]
     used: dict[str, dict[str, Fraction]] = defaultdict(dict)
@@ -108,8 +102,7 @@ async def overcommitted_nodes(api: client.ApiClient) -> list[str]:
         for resource, amount in used.get(name, {}).items():
             if amount > allocatable.get(resource, Fraction(0)):
                 problems.append(
-                    f"{name}: {resource} {float(amount):g} > "
-                    f"{float(allocatable.get(resource, 0)):g}"
+                    f"{name}: {resource} {float(amount):g} > {float(allocatable.get(resource, 0)):g}"
                 )
     return problems
 

@@ -75,9 +75,7 @@ class BinaryCache:
         return self.bin_dir / binary
 
     def is_complete(self) -> bool:
-        return (self.bin_dir / ".complete").exists() and all(
-            self.path(b).exists() for b in ALL_BINARIES
-        )
+        return (self.bin_dir / ".complete").exists() and all(self.path(b).exists() for b in ALL_BINARIES)
 
 
 def parse_go_version(output: str) -> tuple[int, int, int] | None:
@@ -127,9 +125,7 @@ def kubernetes_build_module(pins: Pins, staging_modules: list[str]) -> str:
 
 def etcd_build_module(pins: Pins) -> str:
     """go.mod that builds etcd's server (its own go.mod replaces siblings with ../ paths)."""
-    replaces = "\n".join(
-        f"\tgo.etcd.io/etcd/{m} => go.etcd.io/etcd/{m} {pins.etcd}" for m in ETCD_MODULES
-    )
+    replaces = "\n".join(f"\tgo.etcd.io/etcd/{m} => go.etcd.io/etcd/{m} {pins.etcd}" for m in ETCD_MODULES)
     return (
         "module quorum.dev/devcluster/build/etcd\n\n"
         "go 1.26\n\n"
@@ -140,9 +136,7 @@ def etcd_build_module(pins: Pins) -> str:
 
 def staging_modules_of(kubernetes_go_mod: str) -> list[str]:
     """The `k8s.io/<x>` modules that k8s.io/kubernetes's go.mod replaces with ./staging."""
-    return sorted(
-        set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", kubernetes_go_mod, re.M))
-    )
+    return sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", kubernetes_go_mod, re.M)))
 
 
 def kubernetes_ldflags(pins: Pins, commit: str, build_date: str) -> str:
@@ -188,15 +182,12 @@ class Builder:
         if proc.returncode != 0:
             tail = "\n".join(self.log.read_text().splitlines()[-25:])
             raise BuildError(
-                f"`{' '.join(args)}` failed (exit {proc.returncode}); "
-                f"last lines of {self.log}:\n{tail}"
+                f"`{' '.join(args)}` failed (exit {proc.returncode}); last lines of {self.log}:\n{tail}"
             )
         return proc.stdout
 
     def module_info(self, module: str, cwd: Path) -> dict[str, object]:
-        info: dict[str, object] = json.loads(
-            self.run([self.go, "mod", "download", "-json", module], cwd)
-        )
+        info: dict[str, object] = json.loads(self.run([self.go, "mod", "download", "-json", module], cwd))
         return info
 
     def build_kubernetes(self, out: Path) -> None:

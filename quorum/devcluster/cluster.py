@@ -23,7 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from quorum.devcluster import pki
+from quorum import pki
 from quorum.devcluster.build import BinaryCache, ensure_binaries
 from quorum.devcluster.config import (
     ClusterSpec,
@@ -85,9 +85,7 @@ class InstanceState:
         return cls(
             spec=spec_from_json(data["spec"]),
             ports=Ports(**data["ports"]),
-            processes=[
-                ProcessRecord(p["name"], p["pid"], p["start_ticks"]) for p in data["processes"]
-            ],
+            processes=[ProcessRecord(p["name"], p["pid"], p["start_ticks"]) for p in data["processes"]],
             started_at=data["started_at"],
             server=data["server"],
         )
@@ -168,9 +166,7 @@ class Instance:
 
     # -- up / down -----------------------------------------------------------------------
 
-    def up(
-        self, spec: ClusterSpec | None = None, log: Callable[[str], None] | None = None
-    ) -> InstanceState:
+    def up(self, spec: ClusterSpec | None = None, log: Callable[[str], None] | None = None) -> InstanceState:
         """Start the instance and return its state; a no-op if it is already up."""
         spec = spec or ClusterSpec(name=self.name)
         say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -198,9 +194,7 @@ class Instance:
         stages = sorted(binaries.stages_dir.glob("*.yaml"))
 
         def start(component: str, healthy: Callable[[], bool], timeout: float = 60) -> None:
-            argv = component_args(
-                component, spec, ports, self.layout, binaries.path(component), stages
-            )
+            argv = component_args(component, spec, ports, self.layout, binaries.path(component), stages)
             record = spawn(component, argv, self.layout.log(component), self.layout.root)
             state.processes.append(record)
             self._save(state)

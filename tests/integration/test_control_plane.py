@@ -24,9 +24,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 def seed_pause_deployment() -> dict[str, Any]:
     """Seed 001's pause Deployment with the pod-group label and schedulerName removed."""
-    docs = list(
-        yaml.safe_load_all((EXAMPLES / "seed-001-coscheduler/podgroup-pause.yaml").read_text())
-    )
+    docs = list(yaml.safe_load_all((EXAMPLES / "seed-001-coscheduler/podgroup-pause.yaml").read_text()))
     deployment: dict[str, Any] = next(d for d in docs if d["kind"] == "Deployment")
     template = deployment["spec"]["template"]
     del template["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io"]
@@ -34,9 +32,7 @@ def seed_pause_deployment() -> dict[str, Any]:
     return deployment
 
 
-async def pods_of(
-    api: client.ApiClient, namespace: str, selector: str = ""
-) -> list[dict[str, Any]]:
+async def pods_of(api: client.ApiClient, namespace: str, selector: str = "") -> list[dict[str, Any]]:
     core = client.CoreV1Api(api)
     data = await raw_json(
         core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
@@ -54,9 +50,7 @@ async def test_seed_pause_deployment_runs(
 
     async def two_running() -> list[dict[str, Any]] | None:
         pods = await pods_of(api, namespace, "app=pause")
-        running = [
-            p for p in pods if p["status"].get("phase") == "Running" and p["spec"].get("nodeName")
-        ]
+        running = [p for p in pods if p["status"].get("phase") == "Running" and p["spec"].get("nodeName")]
         return running if len(running) == 2 else None
 
     running = await eventually(two_running, timeout=60, what="2 pause pods Running")
@@ -66,14 +60,11 @@ async def test_seed_pause_deployment_runs(
     await assert_no_overcommit(api)
 
 
-async def test_gpu_pods_land_only_on_production_nodes(
-    api: client.ApiClient, namespace: str
-) -> None:
+async def test_gpu_pods_land_only_on_production_nodes(api: client.ApiClient, namespace: str) -> None:
     """(b) never on the triage node (tainted reserved=<hash>) or the cordoned one."""
     core = client.CoreV1Api(api)
     nodes = {
-        n["metadata"]["name"]: n
-        for n in (await raw_json(core.list_node(_preload_content=False)))["items"]
+        n["metadata"]["name"]: n for n in (await raw_json(core.list_node(_preload_content=False)))["items"]
     }
     for i in range(6):
         await core.create_namespaced_pod(
@@ -179,9 +170,7 @@ async def test_scheduling_gate_holds_until_removed_with_node_selector(
     assert pod.spec.node_selector == {"kubernetes.io/hostname": target}
 
 
-async def test_workload_and_podgroup_of_kubernetes_1_36(
-    api: client.ApiClient, namespace: str
-) -> None:
+async def test_workload_and_podgroup_of_kubernetes_1_36(api: client.ApiClient, namespace: str) -> None:
     """(d) scheduling.k8s.io/v1alpha2 Workload and PodGroup are served, and pods keep
     spec.schedulingGroup (GenericWorkload is on)."""
     custom = client.CustomObjectsApi(api)
@@ -224,9 +213,7 @@ async def test_workload_and_podgroup_of_kubernetes_1_36(
                     "workload": {"workloadName": "training", "podGroupTemplateName": "workers"}
                 },
                 "schedulingPolicy": {"gang": {"minCount": 4}},
-                "schedulingConstraints": {
-                    "topology": [{"key": "network.topology.kubernetes.io/rack"}]
-                },
+                "schedulingConstraints": {"topology": [{"key": "network.topology.kubernetes.io/rack"}]},
             },
         },
     )

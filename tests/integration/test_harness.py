@@ -52,8 +52,7 @@ async def test_pool_nodes_take_only_pods_that_select_them(
     async def unschedulable() -> bool:
         pod = await core.read_namespaced_pod("p2", namespace)
         return any(
-            c.type == "PodScheduled" and c.reason == "Unschedulable"
-            for c in pod.status.conditions or []
+            c.type == "PodScheduled" and c.reason == "Unschedulable" for c in pod.status.conditions or []
         )
 
     await eventually(unschedulable, timeout=30, what="third pod Unschedulable")

@@ -81,15 +81,9 @@ async def test_operator_runs_with_its_service_account_token(cluster: Instance) -
         subresource="status",
     )
     # It reads users' PodGroups and writes only their status.
-    assert not await can_i(
-        cluster, "quorum-operator", "patch", "podgroups", "scheduling.k8s.io", "default"
-    )
-    assert await can_i(
-        cluster, "quorum-operator", "update", "leases", "coordination.k8s.io", "quorum-system"
-    )
-    assert not await can_i(
-        cluster, "quorum-operator", "update", "leases", "coordination.k8s.io", "default"
-    )
+    assert not await can_i(cluster, "quorum-operator", "patch", "podgroups", "scheduling.k8s.io", "default")
+    assert await can_i(cluster, "quorum-operator", "update", "leases", "coordination.k8s.io", "quorum-system")
+    assert not await can_i(cluster, "quorum-operator", "update", "leases", "coordination.k8s.io", "default")
     assert not await can_i(cluster, "quorum-operator", "create", "nodes")
     assert not await can_i(cluster, "quorum-operator", "get", "secrets", namespace="default")
     assert not await can_i(cluster, "quorum-operator", "create", "pods", namespace="default")

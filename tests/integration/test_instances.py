@@ -137,9 +137,7 @@ async def test_scheduler_profile_without_gang_scheduling_binds_group_pods(
     async with other:
         other_core = client.CoreV1Api(other)
         await other_core.create_namespace({"metadata": {"name": "nogang"}})
-        await eventually(
-            lambda: _has_default_sa(other_core, "nogang"), timeout=30, what="default SA"
-        )
+        await eventually(lambda: _has_default_sa(other_core, "nogang"), timeout=30, what="default SA")
         await _one_pod_of_a_pair(other, "nogang")
 
         async def bound() -> str | None:

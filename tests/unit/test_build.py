@@ -62,9 +62,7 @@ def test_staging_modules_are_read_from_kubernetes_go_mod() -> None:
 
 
 def test_kubernetes_build_module_replaces_every_staging_module() -> None:
-    text = kubernetes_build_module(
-        Pins(kubernetes="v1.36.4"), staging_modules_of(KUBERNETES_GO_MOD)
-    )
+    text = kubernetes_build_module(Pins(kubernetes="v1.36.4"), staging_modules_of(KUBERNETES_GO_MOD))
     assert "require k8s.io/kubernetes v1.36.4" in text
     for module in ("k8s.io/api", "k8s.io/cri-streaming", "k8s.io/streaming"):
         assert f"\t{module} => {module} v0.36.4\n" in text
@@ -105,9 +103,7 @@ def test_missing_go_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch, tmp_
         check_go()
 
 
-def test_old_go_says_which_version_is_needed(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_old_go_says_which_version_is_needed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     fake = tmp_path / "go"
     fake.write_text("#!/bin/sh\necho 'go version go1.20.4 linux/amd64'\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)

@@ -107,9 +107,7 @@ def test_extra_args_go_last_to_their_component_only() -> None:
     st.builds(
         ClusterSpec,
         name=st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True),
-        feature_gates=st.dictionaries(
-            st.sampled_from(["GenericWorkload", "GangScheduling"]), st.booleans()
-        ),
+        feature_gates=st.dictionaries(st.sampled_from(["GenericWorkload", "GangScheduling"]), st.booleans()),
         client_qps=st.floats(min_value=1, max_value=1e4),
         client_burst=st.integers(min_value=1, max_value=10**5),
         pool_size=st.none() | st.integers(min_value=3, max_value=10**4),

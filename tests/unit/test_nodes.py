@@ -46,9 +46,7 @@ def test_default_pool_has_the_nodes_the_issue_lists() -> None:
         assert labels["node.kubernetes.io/instance-type"] == "gd-8xh100ib-i128"
         assert labels[STATE_LABEL] == "production"
         assert labels[RESERVED_LABEL] == "org-quorum-dev"
-        assert {"key": "is_gpu", "value": "true", "effect": "PreferNoSchedule"} in node["spec"][
-            "taints"
-        ]
+        assert {"key": "is_gpu", "value": "true", "effect": "PreferNoSchedule"} in node["spec"]["taints"]
     assert len({n["metadata"]["labels"][ZONE_LABEL] for n in gpu}) == 2
     assert len({n["metadata"]["labels"][BLOCK_LABEL] for n in gpu}) == 2
     assert Counter(n["metadata"]["labels"][RACK_LABEL] for n in gpu) == {
@@ -64,9 +62,7 @@ def test_default_pool_has_the_nodes_the_issue_lists() -> None:
     cpu = by_prefix("cpu-epyc")
     assert len(cpu) == 4
     assert all("nvidia.com/gpu" not in n["status"]["capacity"] for n in cpu)
-    assert all(
-        {"key": "is_cpu_compute", "effect": "NoSchedule"} in n["spec"]["taints"] for n in cpu
-    )
+    assert all({"key": "is_cpu_compute", "effect": "NoSchedule"} in n["spec"]["taints"] for n in cpu)
 
 
 def test_triage_and_cordoned_nodes_are_kept_from_workloads() -> None:
@@ -82,9 +78,7 @@ def test_triage_and_cordoned_nodes_are_kept_from_workloads() -> None:
     cordoned = nodes["gpu-h100-cordoned-000"]
     assert cordoned["spec"]["unschedulable"] is True
     assert all(
-        not n["spec"]["unschedulable"]
-        for name, n in nodes.items()
-        if name != cordoned["metadata"]["name"]
+        not n["spec"]["unschedulable"] for name, n in nodes.items() if name != cordoned["metadata"]["name"]
     )
 
 
@@ -112,9 +106,7 @@ def test_scaled_pool_is_about_the_size_asked(size: int) -> None:
     assert abs(pool.size - size) <= 2
     nodes = render_nodes(pool)
     racks = Counter(
-        n["metadata"]["labels"].get(RACK_LABEL)
-        for n in nodes
-        if RACK_LABEL in n["metadata"]["labels"]
+        n["metadata"]["labels"].get(RACK_LABEL) for n in nodes if RACK_LABEL in n["metadata"]["labels"]
     )
     assert all(count <= 4 for count in racks.values())
 
@@ -142,7 +134,4 @@ def test_test_pool_is_labelled_tainted_and_selected() -> None:
         key, value = next(iter(spec["nodeSelector"].items()))
         assert node["metadata"]["labels"][key] == value
         taint = node["spec"]["taints"][0]
-        assert any(
-            t["key"] == taint["key"] and t.get("value") == taint["value"]
-            for t in spec["tolerations"]
-        )
+        assert any(t["key"] == taint["key"] and t.get("value") == taint["value"] for t in spec["tolerations"])

@@ -8,16 +8,14 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from quorum.devcluster.pki import CertificateAuthority
+from quorum.pki import CertificateAuthority
 
 
 def test_client_certificate_names_user_and_groups_and_chains_to_the_ca() -> None:
     ca = CertificateAuthority.create("test-ca")
     pair = ca.issue("customer@example.com", ("quorum:customers", "team-a"))
     cert = x509.load_pem_x509_certificate(pair.cert_pem)
-    assert (
-        cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "customer@example.com"
-    )
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "customer@example.com"
     assert [a.value for a in cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)] == [
         "quorum:customers",
         "team-a",

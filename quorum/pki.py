@@ -1,4 +1,5 @@
-"""Certificates and keys of a local cluster, made with `cryptography` (no openssl, no cfssl).
+"""Certificates and keys made with `cryptography` (no openssl, no cfssl): the local cluster's PKI
+and the webhook server's dev-mode CA.
 
 One CA signs the apiserver's serving certificate and every client certificate. Client
 certificates carry the identity: CN is the user name, O the groups (as in any Kubernetes).
@@ -124,9 +125,7 @@ class CertificateAuthority:
             .not_valid_after(_now() + VALIDITY)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), False
-            )
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()), False)
         )
         if server_names:
             builder = builder.add_extension(

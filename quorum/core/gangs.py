@@ -1,0 +1,99 @@
+"""Which pods are gang members, of which group, and what their gang is called (DESIGN.md).
+
+| the pod carries                                              | gang name |
+|--------------------------------------------------------------|-----------|
+| label `pod-group.scheduling.sigs.k8s.io: <n>` (seeds 000/001)  | `pg-<n>`  |
+| label `scheduling.x-k8s.io/pod-group: <n>` (scheduler-plugins) | `xpg-<n>` |
+| labels `pod-group.scheduling.sigs.k8s.io/name` + `/min-available` | `lbl-<n>` |
+| `spec.schedulingGroup.podGroupName: <n>` (Kubernetes 1.36 WAS)  | `wpg-<n>` |
+
+A pod with several markers belongs to the first row's group. A pod whose schedulerName belongs
+to another scheduler is not quorum's, whatever its labels.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+SIGS_POD_GROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
+X_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+LABEL_GANG_NAME = "pod-group.scheduling.sigs.k8s.io/name"
+LABEL_GANG_MIN_AVAILABLE = "pod-group.scheduling.sigs.k8s.io/min-available"
+
+DEFAULT_SCHEDULER = "default-scheduler"
+COSCHEDULER_NAMES = ("cw-coscheduler", "coscheduler")
+QUORUM_SCHEDULER_NAMES = ("", DEFAULT_SCHEDULER, *COSCHEDULER_NAMES)
+
+_MAX_NAME = 63
+_HASH_LEN = 8
+
+
+class GangSource(StrEnum):
+    """Where a gang is described; the value is the gang name's prefix."""
+
+    SIGS_POD_GROUP = "pg"
+    X_POD_GROUP = "xpg"
+    LABELS = "lbl"
+    WORKLOAD_POD_GROUP = "wpg"
+
+
+@dataclass(frozen=True, slots=True)
+class GangMarker:
+    source: GangSource
+    group: str  # the group's name as the user wrote it
+    min_available: str | None = None  # label-only gangs carry their size in a label
+
+    @property
+    def gang_name(self) -> str:
+        return gang_name(self.source, self.group)
+
+
+def gang_markers(labels: Mapping[str, str], scheduling_group: str | None) -> list[GangMarker]:
+    """Every group marker on a pod (or pod template), in the table's order of precedence."""
+    found = []
+    if value := labels.get(SIGS_POD_GROUP_LABEL):
+        found.append(GangMarker(GangSource.SIGS_POD_GROUP, value))
+    if value := labels.get(X_POD_GROUP_LABEL):
+        found.append(GangMarker(GangSource.X_POD_GROUP, value))
+    if value := labels.get(LABEL_GANG_NAME):
+        found.append(GangMarker(GangSource.LABELS, value, labels.get(LABEL_GANG_MIN_AVAILABLE)))
+    if scheduling_group:
+        found.append(GangMarker(GangSource.WORKLOAD_POD_GROUP, scheduling_group))
+    return found
+
+
+def is_quorum_scheduler(scheduler_name: str | None, names: Collection[str] = QUORUM_SCHEDULER_NAMES) -> bool:
+    return (scheduler_name or "") in names
+
+
+def gang_marker(
+    labels: Mapping[str, str],
+    scheduling_group: str | None,
+    scheduler_name: str | None,
+    quorum_schedulers: Collection[str] = QUORUM_SCHEDULER_NAMES,
+) -> GangMarker | None:
+    """The gang a pod belongs to, or None (no marker, or another scheduler's pod)."""
+    if not is_quorum_scheduler(scheduler_name, quorum_schedulers):
+        return None
+    markers = gang_markers(labels, scheduling_group)
+    return markers[0] if markers else None
+
+
+_INVALID = re.compile(r"[^a-z0-9-]+")
+
+
+def gang_name(source: GangSource, group: str) -> str:
+    """`<prefix>-<group>`, made a valid label value and DNS-1123 label: lower-cased, runs of
+    other characters replaced by '-', at most 63 characters. Where anything was changed or cut,
+    a short hash of the original is appended, so different groups never share a name."""
+    wanted = f"{source.value}-{group}"
+    clean = _INVALID.sub("-", wanted.lower()).strip("-")
+    if clean == wanted and len(clean) <= _MAX_NAME:
+        return clean
+    digest = hashlib.sha256(wanted.encode()).hexdigest()[:_HASH_LEN]
+    stem = clean[: _MAX_NAME - _HASH_LEN - 1].rstrip("-")
+    return f"{stem}-{digest}"

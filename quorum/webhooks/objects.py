@@ -1,0 +1,68 @@
+"""Reading the parts of API objects that policies look at: labels of a Pod, Node or
+Namespace, and the pod template of a workload."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+JSONObject = dict[str, Any]
+
+# kind -> path of its pod template
+TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
+    "Deployment": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
+WORKLOAD_KINDS = frozenset(TEMPLATE_PATHS)
+LABELLED_KINDS = frozenset({"Pod", "Node", "Namespace"})
+
+
+def dig(obj: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+@dataclass(frozen=True, slots=True)
+class PodShape:
+    """The labels and spec of a pod, or of a workload's pod template; `where` names the place
+    in the object for messages ("metadata.labels", "spec.template.metadata.labels")."""
+
+    labels: dict[str, str]
+    spec: JSONObject
+    where: str
+
+
+def labels_of(obj: JSONObject | None) -> dict[str, str]:
+    labels = dig(obj, "metadata", "labels")
+    return labels if isinstance(labels, dict) else {}
+
+
+def pod_shape(kind: str, obj: JSONObject | None) -> PodShape | None:
+    """The pod (or pod template) of an object: a Pod itself, or a workload's template."""
+    if obj is None:
+        return None
+    if kind == "Pod":
+        spec = obj.get("spec")
+        return PodShape(labels_of(obj), spec if isinstance(spec, dict) else {}, "metadata.labels")
+    path = TEMPLATE_PATHS.get(kind)
+    if path is None:
+        return None
+    template = dig(obj, *path)
+    if not isinstance(template, dict):
+        return None
+    spec = template.get("spec")
+    return PodShape(
+        labels_of(template), spec if isinstance(spec, dict) else {}, ".".join(path) + ".metadata.labels"
+    )
+
+
+def has_controller(obj: JSONObject) -> bool:
+    owners = dig(obj, "metadata", "ownerReferences") or []
+    return any(isinstance(o, dict) and o.get("controller") for o in owners)

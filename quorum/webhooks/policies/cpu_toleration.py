@@ -1,0 +1,69 @@
+"""CKS: every pod that requests no accelerator gets the `is_cpu_compute` toleration (seed 002),
+so that CPU-only pods may use the CPU nodes (tainted `is_cpu_compute:NoSchedule`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quorum.core.quantity import QuantityError, parse_quantity
+from quorum.webhooks.objects import JSONObject
+from quorum.webhooks.patch import AddToleration
+from quorum.webhooks.review import AdmissionRequest, Decision
+from quorum.webhooks.settings import WebhookSettings
+
+
+def _nonzero(amount: Any) -> bool:
+    try:
+        return parse_quantity(amount) > 0
+    except (QuantityError, TypeError):
+        return True  # unreadable: the apiserver will refuse it anyway; do not add a toleration
+
+
+def _asks_for(resources: Any, names: tuple[str, ...]) -> bool:
+    if not isinstance(resources, dict):
+        return False
+    for section in ("requests", "limits"):
+        amounts = resources.get(section)
+        if isinstance(amounts, dict):
+            for name in names:
+                if name in amounts and _nonzero(amounts[name]):
+                    return True
+    return False
+
+
+def requests_accelerator(spec: JSONObject, settings: WebhookSettings) -> bool:
+    """Does any container, init container or the pod itself ask for an accelerator?"""
+    names = settings.accelerator_resources
+    for field in ("containers", "initContainers"):
+        for container in spec.get(field) or ():
+            if isinstance(container, dict) and _asks_for(container.get("resources"), names):
+                return True
+    if _asks_for(spec.get("resources"), names):  # pod-level resources
+        return True
+    return bool(settings.resource_claims_are_accelerated and spec.get("resourceClaims"))
+
+
+def tolerates(existing: Any, wanted: dict[str, str]) -> bool:
+    """Does an existing toleration already cover `wanted` (an `Exists` toleration)?"""
+    if not isinstance(existing, dict):
+        return False
+    key = existing.get("key")
+    operator = existing.get("operator") or "Equal"
+    effect = existing.get("effect")
+    if key in (None, "") and operator == "Exists":
+        return not effect or effect == wanted.get("effect")  # tolerates every taint
+    if key != wanted["key"] or operator != "Exists":
+        return False
+    return not effect or effect == wanted.get("effect")
+
+
+def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
+    if request.operation != "CREATE" or request.object is None:
+        return Decision()
+    spec = request.object.get("spec")
+    if not isinstance(spec, dict) or requests_accelerator(spec, settings):
+        return Decision()
+    wanted = settings.cpu_toleration.as_dict()
+    if any(tolerates(t, wanted) for t in spec.get("tolerations") or ()):
+        return Decision()
+    return Decision(intents=[AddToleration.of(wanted)])

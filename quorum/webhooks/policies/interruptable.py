@@ -1,0 +1,90 @@
+"""CKS: `qos.coreweave.cloud/interruptable` says a pod may be evicted at any time (node
+upgrades, failed health checks). Its value must be "true" or "false". Setting it to "true"
+where eviction hurts — on gang members (distributed training restarts from its last
+checkpoint), on StatefulSets (often single-instance databases) and on parallel Jobs — gets a
+warning on the workload object, where the person who wrote it sees it (a warning on a pod that
+a controller creates reaches the controller, not the person). Settings can make it a denial."""
+
+from __future__ import annotations
+
+from quorum.core.gangs import gang_marker
+from quorum.webhooks.objects import PodShape, dig, has_controller, pod_shape
+from quorum.webhooks.review import AdmissionRequest, Decision
+from quorum.webhooks.settings import InterruptableOnGang, WebhookSettings
+
+ALLOWED = ("true", "false")
+
+
+def _parallelism(kind: str, obj: dict[str, object]) -> int:
+    path = ("spec", "parallelism") if kind == "Job" else ("spec", "jobTemplate", "spec", "parallelism")
+    value = dig(obj, *path)
+    return value if isinstance(value, int) else 1
+
+
+def _gang(shape: PodShape, settings: WebhookSettings) -> str | None:
+    group = dig(shape.spec, "schedulingGroup", "podGroupName")
+    marker = gang_marker(
+        shape.labels,
+        group if isinstance(group, str) else None,
+        shape.spec.get("schedulerName"),
+        settings.quorum_scheduler_names,
+    )
+    return marker.group if marker else None
+
+
+def why_eviction_hurts(request: AdmissionRequest, shape: PodShape, settings: WebhookSettings) -> str | None:
+    obj = request.object or {}
+    kind = request.kind
+    if kind == "Pod" and has_controller(obj):
+        return None  # its controller's object got the warning when it was written
+    if (group := _gang(shape, settings)) is not None:
+        return (
+            f"its pods are members of gang {group!r}: evicting one member of a distributed "
+            f"training job stops all of it, and it restarts from its last checkpoint"
+        )
+    if kind == "StatefulSet":
+        return (
+            "it is a StatefulSet: single-instance databases and other stateful services "
+            "lose availability, or data, when their pod is evicted"
+        )
+    if kind in ("Job", "CronJob") and (n := _parallelism(kind, obj)) > 1:
+        return (
+            f"it runs {n} pods in parallel: if they work together (distributed training), "
+            f"evicting one stops all of them until the last checkpoint"
+        )
+    return None
+
+
+def validate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
+    if request.operation not in ("CREATE", "UPDATE"):
+        return Decision()
+    shape = pod_shape(request.kind, request.object)
+    if shape is None:
+        return Decision()
+    key = settings.interruptable_label
+    value = shape.labels.get(key)
+    if value is None:
+        return Decision()
+    old_shape = pod_shape(request.kind, request.old_object)
+    old_value = old_shape.labels.get(key) if old_shape else None
+    if value == old_value:
+        return Decision()  # unchanged: judged when it was set
+    if value not in ALLOWED:
+        return Decision(
+            denied=(
+                f'{shape.where}["{key}"] is {value!r}; it must be "true" (the pod may be evicted '
+                f'at any time) or "false".'
+            )
+        )
+    if value != "true":
+        return Decision()
+    reason = why_eviction_hurts(request, shape, settings)
+    if reason is None:
+        return Decision()
+    text = (
+        f"{key}=true on {request.kind} {request.name or '(new)'}: {reason}. Remove the "
+        f'label or set it to "false" unless the workload tolerates eviction.'
+    )
+    if settings.interruptable_on_gang is InterruptableOnGang.DENY:
+        return Decision(denied=text)
+    return Decision(warnings=[text])

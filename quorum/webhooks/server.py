@@ -1,0 +1,133 @@
+"""The aiohttp application: one route per webhook, health, readiness and metrics.
+
+The request path makes no API calls: parse the review, run the webhook's policies, build one
+patch, answer. Bad input gets HTTP 400 with a short JSON error; a policy's exception gets the
+webhook's failure mode (see `registry`), is logged with the request uid and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from quorum.webhooks.metrics import Metrics
+from quorum.webhooks.patch import Intent, build_patch
+from quorum.webhooks.registry import WEBHOOKS, OnError, Webhook
+from quorum.webhooks.review import (
+    AdmissionRequest,
+    BadReview,
+    Decision,
+    error_body,
+    parse_review,
+    response_body,
+)
+from quorum.webhooks.settings import WebhookSettings
+
+log = logging.getLogger("quorum.webhooks")
+
+METRICS_KEY = web.AppKey("metrics", Metrics)
+READY_KEY = web.AppKey("ready", list)
+
+
+def evaluate(webhook: Webhook, request: AdmissionRequest, settings: WebhookSettings) -> Decision:
+    """Run every policy of a webhook; the first denial wins, warnings and intents add up."""
+    warnings: list[str] = []
+    intents: list[Intent] = []
+    for policy in webhook.policies:
+        decision = policy(request, settings)
+        if not decision.allowed:
+            decision.warnings = warnings + decision.warnings
+            return decision
+        warnings += decision.warnings
+        intents += decision.intents
+    return Decision(intents=intents, warnings=warnings)
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise BadReview(f"body of {request.content_length} bytes is over the limit of {limit}")
+    body = await request.content.read(limit + 1)
+    if len(body) > limit:
+        raise BadReview(f"body is over the limit of {limit} bytes")
+    return body
+
+
+def _bad_request(message: str) -> web.Response:
+    return web.Response(status=400, body=error_body(message), content_type="application/json")
+
+
+def review_handler(
+    webhook: Webhook, settings: WebhookSettings, metrics: Metrics
+) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handle(http: web.Request) -> web.Response:
+        started = time.perf_counter()
+        try:
+            review = parse_review(await _read_body(http, settings.max_body_bytes))
+            if review.kind not in webhook.kinds:
+                raise BadReview(
+                    f"webhook {webhook.name} reviews {', '.join(sorted(webhook.kinds))}, not {review.kind}"
+                )
+        except BadReview as err:
+            metrics.observe(webhook.name, "bad_request", time.perf_counter() - started)
+            return _bad_request(str(err))
+        patch = None
+        try:
+            decision = evaluate(webhook, review, settings)
+            if webhook.mutating and decision.allowed and decision.intents and review.object:
+                patch = build_patch(review.object, decision.intents)
+            result = "allowed" if decision.allowed else "denied"
+        except Exception:
+            log.exception(
+                "policy error in %s, request uid %s; answering %s",
+                webhook.name,
+                review.uid,
+                webhook.on_error.value,
+            )
+            metrics.errors[webhook.name] += 1
+            result = "error"
+            patch = None
+            if webhook.on_error is OnError.ALLOW:
+                decision = Decision(warnings=[f"quorum: {webhook.name} failed; admitted unchanged"])
+            else:
+                decision = Decision(
+                    denied=(
+                        f"quorum: {webhook.name} could not review this request (uid {review.uid}); try again"
+                    ),
+                    code=500,
+                )
+        if patch:
+            metrics.mutations[webhook.name] += 1
+        body = response_body(review.uid, decision, patch)
+        metrics.observe(webhook.name, result, time.perf_counter() - started)
+        return web.Response(body=body, content_type="application/json")
+
+    return handle
+
+
+async def healthz(_: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def readyz(http: web.Request) -> web.Response:
+    ready = bool(http.app[READY_KEY])
+    return web.Response(status=200 if ready else 503, text="ok" if ready else "starting")
+
+
+async def metrics_handler(http: web.Request) -> web.Response:
+    return web.Response(text=http.app[METRICS_KEY].render(), content_type="text/plain", charset="utf-8")
+
+
+def make_app(settings: WebhookSettings, metrics: Metrics | None = None) -> web.Application:
+    # The body limit is ours (HTTP 400 with a message), so aiohttp's own is set above it.
+    app = web.Application(client_max_size=settings.max_body_bytes + 1024)
+    app[METRICS_KEY] = metrics or Metrics()
+    app[READY_KEY] = []
+    for webhook in WEBHOOKS:
+        app.router.add_post(webhook.path, review_handler(webhook, settings, app[METRICS_KEY]))
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_handler)
+    return app
