@@ -37,9 +37,14 @@ from quorum.devcluster.config import (
 from quorum.devcluster.kubeconfig import RestClient, probe, write_kubeconfig
 from quorum.devcluster.nodes import load_pool, render_nodes, scale_pool
 from quorum.devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
+from quorum.devcluster.webhooks import local_webhook_configurations
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO_ROOT / "manifests"
+# What `up` applies from manifests/ as is; the webhook configurations are rewritten to URLs on
+# 127.0.0.1, and the Deployments are not applied (the processes run on this machine).
+APPLIED_MANIFESTS = ("00-namespace.yaml", "10-rbac.yaml", "40-gate-protection.yaml")
+WEBHOOK_CONFIGURATIONS = "30-webhook-configurations.yaml"
 OPERATOR_NAMESPACE = "quorum-system"
 OPERATOR_SERVICE_ACCOUNT = "quorum-operator"
 
@@ -116,8 +121,16 @@ class Instance:
     def state(self) -> InstanceState | None:
         try:
             return InstanceState.from_json(json.loads(self.layout.state_file.read_text()))
-        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    def recorded_processes(self) -> list[ProcessRecord]:
+        """The PIDs in state.json, read even when the rest of it is from an older quorum."""
+        try:
+            data = json.loads(self.layout.state_file.read_text())
+            return [ProcessRecord(p["name"], p["pid"], p["start_ticks"]) for p in data["processes"]]
+        except (OSError, ValueError, KeyError, TypeError):
+            return []
 
     def _save(self, state: InstanceState) -> None:
         tmp = self.layout.state_file.with_suffix(".tmp")
@@ -178,12 +191,12 @@ class Instance:
                 return state
             say(f"instance {self.name!r} is up with other settings; restarting it")
         self.down(quiet=True)  # whatever is left of an earlier, broken start
-        binaries = self.binaries
+        self.binaries  # build first if needed  # noqa: B018
         started = time.monotonic()
         shutil.rmtree(self.layout.root, ignore_errors=True)
         for d in (self.layout.pki, self.layout.logs, self.layout.etcd_data):
             d.mkdir(parents=True)
-        ports = Ports(*free_ports(6))
+        ports = Ports(*free_ports(7))
         server = f"https://127.0.0.1:{ports.apiserver}"
         state = InstanceState(spec, ports, [], time.time(), server)
         self._save(state)
@@ -191,11 +204,9 @@ class Instance:
         (self.layout.root / "scheduler-config.yaml").write_text(
             scheduler_config(spec, self.layout.kubeconfig("scheduler"))
         )
-        stages = sorted(binaries.stages_dir.glob("*.yaml"))
 
         def start(component: str, healthy: Callable[[], bool], timeout: float = 60) -> None:
-            argv = component_args(component, spec, ports, self.layout, binaries.path(component), stages)
-            record = spawn(component, argv, self.layout.log(component), self.layout.root)
+            record = self._spawn(component, state)
             state.processes.append(record)
             self._save(state)
             self._wait(component, record, healthy, timeout)
@@ -205,6 +216,9 @@ class Instance:
             start("kube-apiserver", lambda: self.rest().get("/readyz", timeout=2)[0] == 200, 90)
             say(f"  apiserver ready at {server} ({time.monotonic() - started:.1f}s)")
             self._bootstrap(spec)
+            if spec.webhooks:
+                start("quorum-webhooks", lambda: probe(f"https://127.0.0.1:{ports.webhooks}/readyz"))
+                self._register_webhooks(ports)
             start(
                 "kube-controller-manager",
                 lambda: probe(f"https://127.0.0.1:{ports.controller_manager}/healthz"),
@@ -226,20 +240,67 @@ class Instance:
 
     def down(self, quiet: bool = False) -> list[ProcessRecord]:
         """Stop exactly the processes this instance recorded; return the ones that were live."""
-        state = self.state()
-        if state is None:
+        processes = self.recorded_processes()
+        if not processes and self.state() is None:
             if not quiet:
                 print(f"instance {self.name!r} is not running", file=sys.stderr)
             return []
-        live = [p for p in state.processes if is_alive(p)]
-        killed = stop(state.processes)
-        self._save(InstanceState(state.spec, state.ports, [], state.started_at, state.server))
+        live = [p for p in processes if is_alive(p)]
+        killed = stop(processes)
+        state = self.state()
+        if state is not None:
+            self._save(InstanceState(state.spec, state.ports, [], state.started_at, state.server))
+        else:
+            self.layout.state_file.unlink(missing_ok=True)
         if not quiet:
             extra = f" (killed after grace period: {', '.join(killed)})" if killed else ""
             print(f"instance {self.name!r}: stopped {len(live)} processes{extra}", file=sys.stderr)
         return live
 
+    def stop_component(self, component: str) -> None:
+        """Stop one component (tests: the webhook server is down); `start_component` restarts it
+        on the same port."""
+        state = self.state()
+        assert state is not None
+        stop([p for p in state.processes if p.name == component])
+
+    def start_component(self, component: str, timeout: float = 60) -> None:
+        state = self.state()
+        assert state is not None
+        record = self._spawn(component, state)
+        processes = [p for p in state.processes if p.name != component] + [record]
+        self._save(InstanceState(state.spec, state.ports, processes, state.started_at, state.server))
+        url = {"quorum-webhooks": f"https://127.0.0.1:{state.ports.webhooks}/readyz"}[component]
+        self._wait(component, record, lambda: probe(url), timeout)
+
     # -- steps ---------------------------------------------------------------------------
+
+    def _spawn(self, component: str, state: InstanceState) -> ProcessRecord:
+        binaries = self.binaries
+        binary = Path(sys.executable) if component == "quorum-webhooks" else binaries.path(component)
+        argv = component_args(
+            component,
+            state.spec,
+            state.ports,
+            self.layout,
+            binary,
+            sorted(binaries.stages_dir.glob("*.yaml")),
+        )
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p),
+        }
+        return spawn(component, argv, self.layout.log(component), self.layout.root, env)
+
+    def _register_webhooks(self, ports: Ports) -> None:
+        manifest = MANIFESTS / WEBHOOK_CONFIGURATIONS
+        ca_pem = (self.layout.root / "webhooks-pki" / "ca.crt").read_bytes()
+        configs = local_webhook_configurations(
+            manifest.read_text(), f"https://127.0.0.1:{ports.webhooks}", ca_pem
+        )
+        self.kubectl(
+            "apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": configs})
+        )
 
     def _wait(
         self, component: str, record: ProcessRecord, healthy: Callable[[], bool], timeout: float
@@ -301,8 +362,8 @@ class Instance:
         self.kubectl("apply", "-f", "-", input_text=bootstrap)
         if not (spec.install_manifests and MANIFESTS.is_dir()):
             return
-        for manifest in sorted(MANIFESTS.glob("*.yaml")):
-            self.kubectl("apply", "-f", str(manifest))
+        for name in APPLIED_MANIFESTS:
+            self.kubectl("apply", "-f", str(MANIFESTS / name))
         token = self.kubectl(
             "create",
             "token",

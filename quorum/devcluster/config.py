@@ -22,7 +22,14 @@ SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CIDR = "10.0.0.0/24"
 POD_CIDR = "10.64.0.0/10"  # kwok assigns pod IPs from here; large enough for benchmarks
 
-COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "quorum-webhooks",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+)
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,8 @@ class ClusterSpec:
     client_burst: int = 200
     pool_file: Path | None = None  # None: the default CKS-like pool
     pool_size: int | None = None  # scale the pool to about this many nodes
-    install_manifests: bool = True  # apply manifests/ (namespace, ServiceAccounts, RBAC)
+    install_manifests: bool = True  # apply manifests/ (namespace, ServiceAccounts, RBAC, policies)
+    webhooks: bool = True  # run quorum-webhooks and register it (off: a cluster without quorum)
     extra_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def feature_gates_flag(self) -> str:
@@ -56,6 +64,7 @@ class ClusterSpec:
             "pool_file": str(self.pool_file) if self.pool_file else None,
             "pool_size": self.pool_size,
             "install_manifests": self.install_manifests,
+            "webhooks": self.webhooks,
             "extra_args": {k: list(v) for k, v in self.extra_args.items()},
         }
 
@@ -68,6 +77,7 @@ class Ports:
     controller_manager: int
     scheduler: int
     kwok: int
+    webhooks: int
 
     def to_json(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -217,6 +227,18 @@ def component_args(
             "--node-ip=127.0.0.1",
             *[f"--config={s}" for s in stages],
         ]
+    elif component == "quorum-webhooks":
+        # `binary` is the Python interpreter; the server makes its own CA in webhooks-pki/.
+        return [
+            str(binary),
+            "-m",
+            "quorum.webhooks.main",
+            "--host=127.0.0.1",
+            f"--port={ports.webhooks}",
+            f"--dev-certs={layout.root / 'webhooks-pki'}",
+            "--log-level=WARNING",
+            *spec.extra_args.get(component, ()),
+        ]
     else:
         raise ValueError(f"unknown component {component!r}")
     return [str(binary), *args, *spec.extra_args.get(component, ())]
@@ -234,6 +256,7 @@ def spec_from_json(data: Mapping[str, Any]) -> ClusterSpec:
         pool_file=Path(data["pool_file"]) if data["pool_file"] else None,
         pool_size=data["pool_size"],
         install_manifests=data["install_manifests"],
+        webhooks=data.get("webhooks", True),
         extra_args={k: tuple(v) for k, v in data["extra_args"].items()},
     )
 

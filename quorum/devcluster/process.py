@@ -56,7 +56,9 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def spawn(name: str, argv: list[str], log: Path, cwd: Path) -> ProcessRecord:
+def spawn(
+    name: str, argv: list[str], log: Path, cwd: Path, env: dict[str, str] | None = None
+) -> ProcessRecord:
     """Start argv in its own session (so it survives our exit and our terminal's signals)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
@@ -67,6 +69,7 @@ def spawn(name: str, argv: list[str], log: Path, cwd: Path) -> ProcessRecord:
             stderr=subprocess.STDOUT,
             cwd=cwd,
             start_new_session=True,
+            env=env,
         )
     stat = _stat(proc.pid)
     return ProcessRecord(name, proc.pid, stat[1] if stat else -1)
