@@ -43,7 +43,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-async def serve(settings: WebhookSettings, cert_file: Path, key_file: Path) -> None:
+async def start_server(
+    settings: WebhookSettings, cert_file: Path, key_file: Path
+) -> tuple[web.AppRunner, asyncio.Task[None]]:
+    """Listen with TLS; return the runner and the certificate reload task."""
     context = tls.server_context(cert_file, key_file)
     app = make_app(settings)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -53,21 +56,30 @@ async def serve(settings: WebhookSettings, cert_file: Path, key_file: Path) -> N
     )
     await site.start()
     app[READY_KEY].append(True)
-    log.info("quorum-webhooks %s listening on https://%s:%d", __version__, settings.host, settings.port)
     reloader = asyncio.create_task(
         tls.reload_on_change(context, cert_file, key_file, settings.cert_reload_seconds, app[METRICS_KEY])
     )
+    return runner, reloader
+
+
+async def stop_server(runner: web.AppRunner, reloader: asyncio.Task[None]) -> None:
+    runner.app[READY_KEY].clear()
+    reloader.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await reloader
+    await runner.cleanup()
+
+
+async def serve(settings: WebhookSettings, cert_file: Path, key_file: Path) -> None:
+    runner, reloader = await start_server(settings, cert_file, key_file)
+    log.info("quorum-webhooks %s listening on https://%s:%d", __version__, settings.host, settings.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
-    app[READY_KEY].clear()
-    reloader.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await reloader
-    await runner.cleanup()
+    await stop_server(runner, reloader)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -55,54 +55,57 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
     return body
 
 
-def _bad_request(message: str) -> web.Response:
-    return web.Response(status=400, body=error_body(message), content_type="application/json")
+def answer(webhook: Webhook, settings: WebhookSettings, metrics: Metrics, body: bytes) -> tuple[int, bytes]:
+    """(HTTP status, body) for one AdmissionReview body. Never raises."""
+    started = time.perf_counter()
+    try:
+        review = parse_review(body)
+        if review.kind not in webhook.kinds:
+            raise BadReview(
+                f"webhook {webhook.name} reviews {', '.join(sorted(webhook.kinds))}, not {review.kind}"
+            )
+    except BadReview as err:
+        metrics.observe(webhook.name, "bad_request", time.perf_counter() - started)
+        return 400, error_body(str(err))
+    patch = None
+    try:
+        decision = evaluate(webhook, review, settings)
+        if webhook.mutating and decision.allowed and decision.intents and review.object is not None:
+            patch = build_patch(review.object, decision.intents)
+        result = "allowed" if decision.allowed else "denied"
+    except Exception:
+        log.exception(
+            "policy error in %s, request uid %s; answering %s",
+            webhook.name,
+            review.uid,
+            webhook.on_error.value,
+        )
+        metrics.errors[webhook.name] += 1
+        result, patch = "error", None
+        if webhook.on_error is OnError.ALLOW:
+            decision = Decision(warnings=[f"quorum: {webhook.name} failed; admitted unchanged"])
+        else:
+            decision = Decision(
+                denied=f"quorum: {webhook.name} could not review this request (uid {review.uid}); try again",
+                code=500,
+            )
+    if patch:
+        metrics.mutations[webhook.name] += 1
+    metrics.observe(webhook.name, result, time.perf_counter() - started)
+    return 200, response_body(review.uid, decision, patch)
 
 
 def review_handler(
     webhook: Webhook, settings: WebhookSettings, metrics: Metrics
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(http: web.Request) -> web.Response:
-        started = time.perf_counter()
         try:
-            review = parse_review(await _read_body(http, settings.max_body_bytes))
-            if review.kind not in webhook.kinds:
-                raise BadReview(
-                    f"webhook {webhook.name} reviews {', '.join(sorted(webhook.kinds))}, not {review.kind}"
-                )
+            body = await _read_body(http, settings.max_body_bytes)
         except BadReview as err:
-            metrics.observe(webhook.name, "bad_request", time.perf_counter() - started)
-            return _bad_request(str(err))
-        patch = None
-        try:
-            decision = evaluate(webhook, review, settings)
-            if webhook.mutating and decision.allowed and decision.intents and review.object:
-                patch = build_patch(review.object, decision.intents)
-            result = "allowed" if decision.allowed else "denied"
-        except Exception:
-            log.exception(
-                "policy error in %s, request uid %s; answering %s",
-                webhook.name,
-                review.uid,
-                webhook.on_error.value,
-            )
-            metrics.errors[webhook.name] += 1
-            result = "error"
-            patch = None
-            if webhook.on_error is OnError.ALLOW:
-                decision = Decision(warnings=[f"quorum: {webhook.name} failed; admitted unchanged"])
-            else:
-                decision = Decision(
-                    denied=(
-                        f"quorum: {webhook.name} could not review this request (uid {review.uid}); try again"
-                    ),
-                    code=500,
-                )
-        if patch:
-            metrics.mutations[webhook.name] += 1
-        body = response_body(review.uid, decision, patch)
-        metrics.observe(webhook.name, result, time.perf_counter() - started)
-        return web.Response(body=body, content_type="application/json")
+            metrics.observe(webhook.name, "bad_request", 0.0)
+            return web.Response(status=400, body=error_body(str(err)), content_type="application/json")
+        status, payload = answer(webhook, settings, metrics, body)
+        return web.Response(status=status, body=payload, content_type="application/json")
 
     return handle
 
@@ -120,12 +123,14 @@ async def metrics_handler(http: web.Request) -> web.Response:
     return web.Response(text=http.app[METRICS_KEY].render(), content_type="text/plain", charset="utf-8")
 
 
-def make_app(settings: WebhookSettings, metrics: Metrics | None = None) -> web.Application:
+def make_app(
+    settings: WebhookSettings, metrics: Metrics | None = None, webhooks: tuple[Webhook, ...] = WEBHOOKS
+) -> web.Application:
     # The body limit is ours (HTTP 400 with a message), so aiohttp's own is set above it.
     app = web.Application(client_max_size=settings.max_body_bytes + 1024)
     app[METRICS_KEY] = metrics or Metrics()
     app[READY_KEY] = []
-    for webhook in WEBHOOKS:
+    for webhook in webhooks:
         app.router.add_post(webhook.path, review_handler(webhook, settings, app[METRICS_KEY]))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

@@ -1,0 +1,286 @@
+"""The CKS policies through the real apiserver, which calls quorum-webhooks over TLS; the
+gate protection policy inside the apiserver. Everything is done as a customer (cluster-admin by
+RBAC, not system:masters) unless said otherwise, with the real kubectl where a person would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from quorum.devcluster.cluster import Instance
+from quorum.devcluster.nodes import TestPool
+from quorum.devcluster.process import is_alive
+from tests.kube import api_client, eventually
+
+pytestmark = pytest.mark.cluster
+
+GATE = "quorum.dev/gang"
+INTERRUPTABLE = "qos.coreweave.cloud/interruptable"
+
+
+def kubectl(
+    instance: Instance, who: str, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return instance.kubectl(*args, who=who, input_text=stdin, check=False)
+
+
+def container(gpus: int = 0) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": "c", "image": "registry.k8s.io/pause:3.10"}
+    if gpus:
+        c["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    return c
+
+
+def deployment(name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {
+                "metadata": {"labels": {"app": name, **labels}},
+                "spec": {"containers": [container()]},
+            },
+        },
+    }
+
+
+async def test_customer_cannot_label_a_node_in_a_reserved_domain(
+    cluster: Instance, test_pool: Callable[..., Any]
+) -> None:
+    pool: TestPool = await test_pool(count=1)
+    node = pool.names[0]
+    denied = kubectl(cluster, "customer", "label", "node", node, "foo.coreweave.cloud/bar=true")
+    assert denied.returncode != 0
+    assert 'admission webhook "reserved-labels.objects.quorum.dev" denied the request' in denied.stderr
+    assert '"foo.coreweave.cloud/bar"' in denied.stderr
+    assert "*.coreweave.cloud or *.coreweave.com" in denied.stderr
+    # Look-alike domains are the customer's to use.
+    assert (
+        kubectl(cluster, "customer", "label", "node", node, "coreweave.cloud.example.com/x=1").returncode == 0
+    )
+    # system:masters is not exempt by default; the platform identity is.
+    assert kubectl(cluster, "admin", "label", "node", node, "node.coreweave.cloud/x=1").returncode != 0
+    allowed = kubectl(cluster, "platform", "label", "node", node, "node.coreweave.cloud/x=1")
+    assert allowed.returncode == 0, allowed.stderr
+
+
+async def test_overwriting_a_reserved_label_on_a_pod_is_denied(
+    cluster: Instance, api: client.ApiClient, namespace: str
+) -> None:
+    # The platform identity (here given `edit` in this namespace) sets a reserved label...
+    rbac = client.RbacAuthorizationV1Api(api)
+    await rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "platform-edit"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "quorum:node-lifecycle"}
+            ],
+        },
+    )
+    platform = await api_client(cluster.kubeconfig("platform"))
+    async with platform:
+        await client.CoreV1Api(platform).create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": "billed", "labels": {"billing.coreweave.cloud/org": "abc"}},
+                "spec": {"containers": [container()]},
+            },
+        )
+    # ...which the customer may keep but not change.
+    denied = kubectl(
+        cluster,
+        "customer",
+        "-n",
+        namespace,
+        "label",
+        "--overwrite",
+        "pod",
+        "billed",
+        "billing.coreweave.cloud/org=xyz",
+    )
+    assert denied.returncode != 0
+    assert '"billing.coreweave.cloud/org"' in denied.stderr and "reserved domain" in denied.stderr
+    unrelated = kubectl(cluster, "customer", "-n", namespace, "label", "pod", "billed", "team=ml")
+    assert unrelated.returncode == 0, unrelated.stderr
+
+
+async def test_deployment_template_with_a_reserved_label_is_denied(
+    customer_api: client.ApiClient, namespace: str
+) -> None:
+    apps = client.AppsV1Api(customer_api)
+    with pytest.raises(ApiException) as denied:
+        await apps.create_namespaced_deployment(namespace, deployment("d", {"team.coreweave.com/x": "1"}))
+    assert denied.value.status == 403
+    assert "spec.template.metadata.labels" in str(denied.value.body)
+    assert '\\"team.coreweave.com/x\\"' in str(denied.value.body)
+
+
+async def test_cpu_pod_gets_the_toleration_and_runs_on_a_cpu_node(
+    customer_api: client.ApiClient, api: client.ApiClient, namespace: str
+) -> None:
+    core = client.CoreV1Api(customer_api)
+    cpu = await core.create_namespaced_pod(
+        namespace, {"metadata": {"name": "cpu"}, "spec": {"containers": [container()]}}
+    )
+    gpu = await core.create_namespaced_pod(
+        namespace, {"metadata": {"name": "gpu"}, "spec": {"containers": [container(gpus=1)]}}
+    )
+    assert any(
+        t.key == "is_cpu_compute" and t.operator == "Exists" and t.effect == "NoSchedule"
+        for t in cpu.spec.tolerations
+    )
+    assert not any(t.key == "is_cpu_compute" for t in gpu.spec.tolerations or [])
+
+    async def node_of(name: str) -> str | None:
+        pod = await client.CoreV1Api(api).read_namespaced_pod(name, namespace)
+        return str(pod.spec.node_name) if pod.spec.node_name and pod.status.phase == "Running" else None
+
+    cpu_node = await eventually(lambda: node_of("cpu"), timeout=30, what="CPU pod running")
+    node = await client.CoreV1Api(api).read_node(cpu_node)
+    assert "nvidia.com/gpu" not in node.status.allocatable, cpu_node
+    assert any(t.key == "is_cpu_compute" for t in node.spec.taints or []), cpu_node
+
+
+async def test_interruptable_must_be_true_or_false(customer_api: client.ApiClient, namespace: str) -> None:
+    core = client.CoreV1Api(customer_api)
+    with pytest.raises(ApiException) as denied:
+        await core.create_namespaced_pod(
+            namespace,
+            {
+                "metadata": {"name": "p", "labels": {INTERRUPTABLE: "maybe"}},
+                "spec": {"containers": [container()]},
+            },
+        )
+    assert denied.value.status == 403
+    assert "'maybe'" in str(denied.value.body) and '\\"true\\"' in str(denied.value.body)
+
+
+async def test_interruptable_true_on_a_gang_deployment_warns_the_client(
+    cluster: Instance, namespace: str
+) -> None:
+    manifest = deployment("trainer", {INTERRUPTABLE: "true", "pod-group.scheduling.sigs.k8s.io": "pg1"})
+    created = kubectl(cluster, "customer", "-n", namespace, "create", "-f", "-", stdin=json.dumps(manifest))
+    assert created.returncode == 0, created.stderr
+    assert "Warning:" in created.stderr
+    assert "gang 'pg1'" in created.stderr and "checkpoint" in created.stderr
+    inference = deployment("inference", {INTERRUPTABLE: "true"})
+    quiet = kubectl(cluster, "customer", "-n", namespace, "create", "-f", "-", stdin=json.dumps(inference))
+    assert quiet.returncode == 0 and "Warning:" not in quiet.stderr
+
+
+async def _create_gated_pod(api: client.ApiClient, namespace: str, name: str) -> None:
+    await client.CoreV1Api(api).create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "schedulingGates": [{"name": GATE}, {"name": "example.com/other"}],
+                "containers": [container()],
+            },
+        },
+    )
+
+
+def _remove_gate_patch(pod_name: str) -> list[str]:
+    patch = json.dumps(
+        [
+            {"op": "test", "path": "/spec/schedulingGates/0/name", "value": GATE},
+            {"op": "remove", "path": "/spec/schedulingGates/0"},
+        ]
+    )
+    return ["patch", "pod", pod_name, "--type=json", "-p", patch]
+
+
+async def check_gate_protection(instance: Instance, api: client.ApiClient, namespace: str) -> None:
+    await _create_gated_pod(api, namespace, "gated")
+    denied = kubectl(instance, "customer", "-n", namespace, *_remove_gate_patch("gated"))
+    assert denied.returncode != 0
+    assert "ValidatingAdmissionPolicy 'quorum-gate-protection'" in denied.stderr
+    assert "removed only by quorum" in denied.stderr and "customer@example.com may not" in denied.stderr
+    # Other gates are not quorum's business.
+    other = json.dumps([{"op": "remove", "path": "/spec/schedulingGates/1"}])
+    assert (
+        kubectl(
+            instance, "customer", "-n", namespace, "patch", "pod", "gated", "--type=json", "-p", other
+        ).returncode
+        == 0
+    )
+    # quorum's operator identity may remove it.
+    allowed = kubectl(instance, "quorum-operator", "-n", namespace, *_remove_gate_patch("gated"))
+    assert allowed.returncode == 0, allowed.stderr
+    # So may the break-glass group (given rights on pods by RBAC).
+    await client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "break-glass"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "quorum:break-glass"}
+            ],
+        },
+    )
+    await _create_gated_pod(api, namespace, "gated2")
+    glass = kubectl(
+        instance,
+        "admin",
+        "--as=oncall@example.com",
+        "--as-group=quorum:break-glass",
+        "-n",
+        namespace,
+        *_remove_gate_patch("gated2"),
+    )
+    assert glass.returncode == 0, glass.stderr
+
+
+async def test_only_quorum_removes_the_quorum_gate(
+    cluster: Instance, api: client.ApiClient, namespace: str
+) -> None:
+    await check_gate_protection(cluster, api, namespace)
+
+
+async def test_gate_protection_holds_with_the_webhook_server_down(
+    start_instance: Callable[..., Instance],
+) -> None:
+    instance = start_instance("t-nowebhooks")
+    instance.stop_component("quorum-webhooks")
+    state = instance.state()
+    assert state is not None
+    assert not any(p.name == "quorum-webhooks" and is_alive(p) for p in state.processes)
+    api = await api_client(instance.kubeconfig("admin"))
+    async with api:
+        core = client.CoreV1Api(api)
+        await core.create_namespace({"metadata": {"name": "work"}})
+
+        async def default_sa() -> bool:
+            try:
+                await core.read_namespaced_service_account("default", "work")
+            except ApiException:
+                return False
+            return True
+
+        await eventually(default_sa, timeout=30, what="default ServiceAccount")
+        await check_gate_protection(instance, api, "work")
+        # The mutating webhook fails open: pods are still created, without the toleration.
+        pod = await core.read_namespaced_pod("gated", "work")
+        assert not any(t.key == "is_cpu_compute" for t in pod.spec.tolerations or [])
+        # Validating webhooks fail closed, but only for objects with the labels they judge.
+        with pytest.raises(ApiException) as closed:
+            await core.create_namespaced_pod(
+                "work",
+                {
+                    "metadata": {"name": "labelled", "labels": {"x.coreweave.cloud/y": "1"}},
+                    "spec": {"containers": [container()]},
+                },
+            )
+        assert "failed calling webhook" in str(closed.value.body)

@@ -1,0 +1,65 @@
+"""Gang membership and gang names (DESIGN.md's table)."""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quorum.core.gangs import GangSource, gang_marker, gang_markers, gang_name
+
+VALID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def name_of(labels: dict[str, str], group: str | None, scheduler: str | None) -> str | None:
+    marker = gang_marker(labels, group, scheduler)
+    return marker.gang_name if marker else None
+
+
+def test_each_row_of_the_table() -> None:
+    assert name_of({"pod-group.scheduling.sigs.k8s.io": "pg1"}, None, "cw-coscheduler") == "pg-pg1"
+    assert name_of({"scheduling.x-k8s.io/pod-group": "a"}, None, None) == "xpg-a"
+    marker = gang_marker(
+        {
+            "pod-group.scheduling.sigs.k8s.io/name": "job",
+            "pod-group.scheduling.sigs.k8s.io/min-available": "4",
+        },
+        None,
+        "coscheduler",
+    )
+    assert marker is not None and marker.gang_name == "lbl-job" and marker.min_available == "4"
+    assert name_of({}, "workers", "default-scheduler") == "wpg-workers"
+
+
+def test_first_row_wins() -> None:
+    labels = {"scheduling.x-k8s.io/pod-group": "b", "pod-group.scheduling.sigs.k8s.io": "a"}
+    assert [m.source for m in gang_markers(labels, "c")] == [
+        GangSource.SIGS_POD_GROUP,
+        GangSource.X_POD_GROUP,
+        GangSource.WORKLOAD_POD_GROUP,
+    ]
+    assert name_of(labels, "c", "") == "pg-a"
+
+
+def test_other_schedulers_pods_are_not_ours() -> None:
+    assert gang_marker({"pod-group.scheduling.sigs.k8s.io": "a"}, None, "volcano") is None
+    assert gang_marker({"app": "x"}, None, "cw-coscheduler") is None
+
+
+@given(st.sampled_from(GangSource), st.text(min_size=1, max_size=300))
+def test_gang_names_are_valid_label_values_and_dns_labels(source: GangSource, group: str) -> None:
+    name = gang_name(source, group)
+    assert VALID.match(name), name
+    assert name == gang_name(source, group)
+
+
+@given(st.sampled_from(GangSource), st.from_regex(r"[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?", fullmatch=True))
+def test_clean_names_are_kept(source: GangSource, group: str) -> None:
+    assert gang_name(source, group) == f"{source.value}-{group}"
+
+
+@given(st.sampled_from(GangSource), st.text(min_size=1, max_size=80), st.text(min_size=1, max_size=80))
+def test_different_groups_get_different_names(source: GangSource, a: str, b: str) -> None:
+    if a != b:
+        assert gang_name(source, a) != gang_name(source, b)

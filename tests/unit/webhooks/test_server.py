@@ -1,0 +1,159 @@
+"""The server: bad input gets 400 with a reason, never a 500 or a traceback; policy errors get
+the webhook's failure mode; uid echoed; health, readiness and metrics."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quorum.webhooks.metrics import Metrics
+from quorum.webhooks.registry import WEBHOOKS, OnError, Webhook
+from quorum.webhooks.review import AdmissionRequest, Decision
+from quorum.webhooks.server import answer, make_app
+from quorum.webhooks.settings import WebhookSettings
+from tests.unit.webhooks.factories import pod, review_body
+
+SETTINGS = WebhookSettings(max_body_bytes=64 * 1024)
+MUTATE = WEBHOOKS[0]
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[TestClient[Any, Any]]:
+    client = TestClient(TestServer(make_app(SETTINGS)))
+    await client.start_server()
+    yield client
+    await client.close()
+
+
+async def test_review_is_answered_with_the_same_uid_and_a_patch(http: TestClient[Any, Any]) -> None:
+    response = await http.post("/mutate/pods", data=review_body("Pod", pod(), uid="the-uid"))
+    assert response.status == 200
+    answer_ = await response.json()
+    assert answer_["response"]["uid"] == "the-uid"
+    assert answer_["response"]["allowed"] is True
+    assert answer_["response"]["patchType"] == "JSONPatch"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "reason"),
+    [
+        ("/mutate/pods", b"{", "not valid JSON"),
+        ("/mutate/pods", b"42", "must be a JSON object"),
+        ("/mutate/pods", b"{}", "expected apiVersion"),
+        (
+            "/mutate/pods",
+            json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(),
+            "no request",
+        ),
+        ("/mutate/pods", review_body("ConfigMap", {"metadata": {}}), "reviews Pod, not ConfigMap"),
+        ("/validate/reserved-labels", review_body("Secret", {"metadata": {}}), "not Secret"),
+        ("/mutate/pods", b"x" * (64 * 1024 + 1), "over the limit"),
+    ],
+)
+async def test_bad_input_gets_400_with_a_reason(
+    http: TestClient[Any, Any], path: str, body: bytes, reason: str
+) -> None:
+    response = await http.post(path, data=body)
+    assert response.status == 400
+    error = await response.json()
+    assert reason in error["error"]
+    assert "Traceback" not in error["error"]
+
+
+async def test_wrong_method_and_path(http: TestClient[Any, Any]) -> None:
+    assert (await http.get("/mutate/pods")).status == 405
+    assert (await http.post("/nope", data=b"{}")).status == 404
+
+
+async def test_health_readiness_and_metrics(http: TestClient[Any, Any]) -> None:
+    assert (await http.get("/healthz")).status == 200
+    await http.post("/mutate/pods", data=review_body("Pod", pod()))
+    await http.post("/mutate/pods", data=b"{")
+    metrics = await (await http.get("/metrics")).text()
+    assert 'quorum_webhook_requests_total{webhook="mutate-pods",result="allowed"} 1' in metrics
+    assert 'quorum_webhook_requests_total{webhook="mutate-pods",result="bad_request"} 1' in metrics
+    assert 'quorum_webhook_request_duration_seconds_count{webhook="mutate-pods"} 2' in metrics
+    assert 'quorum_webhook_mutations_total{webhook="mutate-pods"} 1' in metrics
+
+
+def broken(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
+    raise RuntimeError("bug")
+
+
+@pytest.mark.parametrize(
+    ("on_error", "allowed", "code"), [(OnError.ALLOW, True, None), (OnError.DENY, False, 500)]
+)
+def test_policy_error_takes_the_failure_mode_and_is_logged_and_counted(
+    on_error: OnError, allowed: bool, code: int | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    webhook = Webhook("w", "/w", True, frozenset({"Pod"}), (broken,), on_error)
+    metrics = Metrics()
+    with caplog.at_level(logging.ERROR):
+        status, body = answer(webhook, SETTINGS, metrics, review_body("Pod", pod(), uid="uid-42"))
+    assert status == 200
+    response = json.loads(body)["response"]
+    assert response["uid"] == "uid-42"
+    assert response["allowed"] is allowed
+    assert "patch" not in response
+    if code:
+        assert response["status"]["code"] == code
+    assert "uid-42" in caplog.text
+    assert metrics.errors["w"] == 1
+    assert 'result="error"' in metrics.render()
+
+
+bodies = st.one_of(
+    st.binary(max_size=200),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=10), c, max_size=4),
+        max_leaves=10,
+    ).map(lambda v: json.dumps(v).encode()),
+    st.builds(
+        lambda kind, obj, op: review_body(kind, obj, operation=op),
+        st.sampled_from(["Pod", "Node", "Deployment", "CronJob", "Job", "Namespace"]),
+        st.recursive(
+            st.none() | st.text(max_size=3) | st.integers(),
+            lambda c: (
+                st.dictionaries(
+                    st.sampled_from(
+                        [
+                            "metadata",
+                            "labels",
+                            "spec",
+                            "template",
+                            "containers",
+                            "resources",
+                            "limits",
+                            "jobTemplate",
+                            "tolerations",
+                            "a/b",
+                        ]
+                    ),
+                    c,
+                    max_size=3,
+                )
+                | st.lists(c, max_size=2)
+            ),
+            max_leaves=12,
+        ),
+        st.sampled_from(["CREATE", "UPDATE", "DELETE"]),
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(WEBHOOKS), bodies)
+def test_no_input_makes_the_server_answer_500(webhook: Webhook, body: bytes) -> None:
+    metrics = Metrics()
+    status, payload = answer(webhook, SETTINGS, metrics, body)
+    assert status in (200, 400)
+    assert metrics.errors[webhook.name] == 0, "a policy raised on this input"
+    json.loads(payload)
