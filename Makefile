@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 PY = PYTHONPATH="$(CURDIR)" "$$(hack/ensure-venv)/bin/python"
 VENV_BIN = "$$(hack/ensure-venv)/bin"
 
-.PHONY: help venv build up down status demo test lint typecheck hadolint unit integration bench clean
+.PHONY: help venv build up down status demo test lint typecheck hadolint unit integration bench bench-webhooks bench-control-plane clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -50,7 +50,13 @@ test: lint typecheck hadolint ## everything: lint, types, Dockerfile, unit, pack
 	@$(PY) -m quorum dev build
 	@$(PY) -m pytest --durations=10 $(PYTEST_ARGS)
 
-bench: ## benchmarks (control plane start-up and memory for now)
+bench: bench-webhooks bench-control-plane ## all benchmarks (results in bench/results/)
+
+bench-webhooks: ## quorum-webhooks alone under wrk (needs: apt-get install wrk)
+	@command -v wrk >/dev/null || { echo "installing wrk (Debian package)"; apt-get install -y wrk >/dev/null; }
+	@$(PY) -m tests.bench.webhooks
+
+bench-control-plane: ## local control plane start-up time and memory, 22 and 1,000 nodes
 	@$(PY) -m tests.bench.control_plane
 
 clean: ## stop every instance and remove .quorum/ (the binary cache stays)

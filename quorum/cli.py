@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from quorum import __version__
 from quorum.devcluster import cli as dev_cli
 from quorum.devcluster import demo
+from quorum.webhooks import certs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -17,6 +18,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     subparsers = parser.add_subparsers(dest="command", required=True)
     dev_cli.add_parser(subparsers)
     demo.add_parser(subparsers)
+    certs.add_parser(subparsers)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result
