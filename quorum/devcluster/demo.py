@@ -1,10 +1,12 @@
-"""`make demo`: bring up the local control plane and show what quorum will work with.
+"""`make demo`: bring up the local control plane with quorum-webhooks, and show the seeds'
+policies at work, acting as a CKS customer (cluster-admin by RBAC, not system:masters).
 
-Later issues extend this with the seeds' examples (gangs admitted whole, policies at work)."""
+Later issues extend this with gangs admitted whole."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from quorum.devcluster.build import BuildError
@@ -49,9 +51,117 @@ def run(args: argparse.Namespace) -> int:
         )
         section("Kubernetes 1.36 Workload Aware Scheduling API")
         print(instance.kubectl("api-resources", "--api-group=scheduling.k8s.io").stdout.rstrip())
+        policies(instance)
     except (BuildError, ClusterError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print("\nThe control plane keeps running. Use it with:  . .quorum/env && kubectl get nodes")
     print("Stop it with:  make down")
     return 0
+
+
+NAMESPACE = "quorum-demo"
+
+
+def as_customer(instance: Instance, *args: str, stdin: str | None = None) -> None:
+    """Run kubectl as the customer and show the command and what it printed."""
+    shown = " ".join(a if " " not in a else repr(a) for a in args)
+    print(f"\n$ kubectl {shown}" + (" <<EOF ... EOF" if stdin else ""), flush=True)
+    done = instance.kubectl(*args, who="customer", input_text=stdin, check=False)
+    text = (done.stdout + done.stderr).rstrip()
+    print("\n".join("  " + line for line in text.splitlines()), flush=True)
+
+
+def policies(instance: Instance) -> None:
+    """Seed 002 (CKS workload scheduling policies), through the real apiserver and webhooks."""
+    instance.kubectl(
+        "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait", "--timeout=60s", check=False
+    )
+    instance.kubectl("create", "namespace", NAMESPACE)
+    for _ in range(100):  # the ServiceAccount admission plugin needs the namespace's default SA
+        if instance.kubectl("-n", NAMESPACE, "get", "serviceaccount", "default", check=False).returncode == 0:
+            break
+    section("CPU pods get the is_cpu_compute toleration and run on CPU nodes (seed 002)")
+    as_customer(instance, "-n", NAMESPACE, "run", "cpu-job", "--image=registry.k8s.io/pause:3.10")
+    as_customer(
+        instance,
+        "-n",
+        NAMESPACE,
+        "run",
+        "gpu-job",
+        "--image=registry.k8s.io/pause:3.10",
+        '--overrides={"spec":{"containers":[{"name":"gpu-job","image":"registry.k8s.io/pause:3.10",'
+        '"resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}',
+    )
+    instance.kubectl(
+        "-n",
+        NAMESPACE,
+        "wait",
+        "--for=condition=Ready",
+        "pod/cpu-job",
+        "pod/gpu-job",
+        "--timeout=60s",
+        check=False,
+    )
+    as_customer(
+        instance,
+        "-n",
+        NAMESPACE,
+        "get",
+        "pods",
+        "-o",
+        "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,TOLERATIONS:.spec.tolerations[*].key",
+    )
+    section("Labels in *.coreweave.cloud / *.coreweave.com are the platform's")
+    as_customer(instance, "label", "node", "gpu-h100-000", "foo.coreweave.cloud/bar=true")
+    section("qos.coreweave.cloud/interruptable: only true/false; a warning where eviction hurts")
+    as_customer(
+        instance,
+        "-n",
+        NAMESPACE,
+        "run",
+        "maybe",
+        "--image=registry.k8s.io/pause:3.10",
+        "--labels=qos.coreweave.cloud/interruptable=maybe",
+    )
+    trainer = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "trainer"},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "trainer"}},
+            "template": {
+                "metadata": {
+                    "labels": {
+                        "app": "trainer",
+                        "pod-group.scheduling.sigs.k8s.io": "pg1",
+                        "qos.coreweave.cloud/interruptable": "true",
+                    }
+                },
+                "spec": {"containers": [{"name": "t", "image": "registry.k8s.io/pause:3.10"}]},
+            },
+        },
+    }
+    as_customer(instance, "-n", NAMESPACE, "apply", "-f", "-", stdin=json.dumps(trainer))
+    section("Only quorum removes its scheduling gate (a ValidatingAdmissionPolicy in the apiserver)")
+    gated = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gated"},
+        "spec": {
+            "schedulingGates": [{"name": "quorum.dev/gang"}],
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    instance.kubectl("-n", NAMESPACE, "apply", "-f", "-", input_text=json.dumps(gated))
+    as_customer(
+        instance,
+        "-n",
+        NAMESPACE,
+        "patch",
+        "pod",
+        "gated",
+        "--type=json",
+        '-p=[{"op":"remove","path":"/spec/schedulingGates"}]',
+    )

@@ -66,7 +66,7 @@ async def test_instance_with_other_flags_then_down_leaves_no_pid(
         scheduler_profiles=WITHOUT_GANG_SCHEDULING,
     )
     state = instance.state()
-    assert state is not None and len(state.processes) == 5
+    assert state is not None and len(state.processes) == 6  # with quorum-webhooks
 
     api = await api_client(instance.kubeconfig("admin"))
     async with api:
@@ -105,7 +105,7 @@ async def test_instance_with_other_flags_then_down_leaves_no_pid(
         env={**os.environ, "PYTHONPATH": str(REPO)},
         check=True,
     )
-    assert "stopped 5 processes" in down.stderr
+    assert "stopped 6 processes" in down.stderr
     assert not [p.name for p in state.processes if is_alive(p)]
     assert live_processes_under(instance.layout.root) == []
 
