@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -37,11 +38,14 @@ def run(args: argparse.Namespace) -> int:
             cache = ensure_binaries()
             print(cache.bin_dir)
         elif args.dev_command == "up":
-            spec = ClusterSpec(name=args.name, pool_file=args.pool, pool_size=args.size)
-            if args.qps is not None:
-                spec = ClusterSpec(**{**spec.__dict__, "client_qps": args.qps})
-            if args.burst is not None:
-                spec = ClusterSpec(**{**spec.__dict__, "client_burst": args.burst})
+            # No option: keep a running instance as it is (`make up` twice is a no-op).
+            spec = None
+            if any(v is not None for v in (args.pool, args.size, args.qps, args.burst)):
+                spec = ClusterSpec(name=args.name, pool_file=args.pool, pool_size=args.size)
+                if args.qps is not None:
+                    spec = dataclasses.replace(spec, client_qps=args.qps)
+                if args.burst is not None:
+                    spec = dataclasses.replace(spec, client_burst=args.burst)
             Instance(args.name).up(spec)
         elif args.dev_command == "down":
             names = _instances() if args.all else [args.name]

@@ -180,16 +180,17 @@ class Instance:
     # -- up / down -----------------------------------------------------------------------
 
     def up(self, spec: ClusterSpec | None = None, log: Callable[[str], None] | None = None) -> InstanceState:
-        """Start the instance and return its state; a no-op if it is already up."""
-        spec = spec or ClusterSpec(name=self.name)
+        """Start the instance and return its state. If it is up already: a no-op when `spec` is
+        None or the spec it runs with; a restart with `spec` otherwise."""
         say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
         if self.is_up():
             state = self.state()
             assert state is not None
-            if state.spec == spec:
+            if spec is None or state.spec == spec:
                 say(f"instance {self.name!r} is already up")
                 return state
             say(f"instance {self.name!r} is up with other settings; restarting it")
+        spec = spec or ClusterSpec(name=self.name)
         self.down(quiet=True)  # whatever is left of an earlier, broken start
         self.binaries  # build first if needed  # noqa: B018
         started = time.monotonic()
