@@ -51,6 +51,15 @@ class GangMarker:
     def gang_name(self) -> str:
         return gang_name(self.source, self.group)
 
+    def describe(self) -> str:
+        """How a person would name the group: "PodGroup pg1 (scheduling.sigs.k8s.io)"."""
+        return {
+            GangSource.SIGS_POD_GROUP: f"PodGroup {self.group} (scheduling.sigs.k8s.io)",
+            GangSource.X_POD_GROUP: f"PodGroup {self.group} (scheduling.x-k8s.io)",
+            GangSource.LABELS: f"label group {self.group}",
+            GangSource.WORKLOAD_POD_GROUP: f"PodGroup {self.group} (scheduling.k8s.io)",
+        }[self.source]
+
 
 def gang_markers(labels: Mapping[str, str], scheduling_group: str | None) -> list[GangMarker]:
     """Every group marker on a pod (or pod template), in the table's order of precedence."""

@@ -43,7 +43,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO_ROOT / "manifests"
 # What `up` applies from manifests/ as is; the webhook configurations are rewritten to URLs on
 # 127.0.0.1, and the Deployments are not applied (the processes run on this machine).
-APPLIED_MANIFESTS = ("00-namespace.yaml", "10-rbac.yaml", "40-gate-protection.yaml")
+APPLIED_MANIFESTS = ("00-namespace.yaml", "10-rbac.yaml", "40-gate-protection.yaml", "45-gang-backstop.yaml")
+CRDS = REPO_ROOT / "crds"
 WEBHOOK_CONFIGURATIONS = "30-webhook-configurations.yaml"
 OPERATOR_NAMESPACE = "quorum-system"
 OPERATOR_SERVICE_ACCOUNT = "quorum-operator"
@@ -363,6 +364,8 @@ class Instance:
         self.kubectl("apply", "-f", "-", input_text=bootstrap)
         if not (spec.install_manifests and MANIFESTS.is_dir()):
             return
+        self.kubectl("apply", "-f", str(CRDS))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS))
         for name in APPLIED_MANIFESTS:
             self.kubectl("apply", "-f", str(MANIFESTS / name))
         token = self.kubectl(

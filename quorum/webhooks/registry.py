@@ -4,9 +4,10 @@ policy fails unexpectedly. Adding a policy = one module in `policies/` + one lin
 Failure modes (when a policy raises; the error is logged with the request uid and counted):
 - `mutate-pods` ALLOWS without a patch: pod creation must not depend on a policy bug, and it
   matches the webhook's `failurePolicy: Ignore` (a CPU pod without the toleration still runs,
-  on a GPU node, whose taint is only PreferNoSchedule).
-- the validating webhooks DENY: they guard the platform's label domains and are only called
-  for objects carrying those labels (matchConditions), so denying is safe and visible.
+  on a GPU node, whose taint is only PreferNoSchedule; a gang pod without its gate is denied
+  by the backstop ValidatingAdmissionPolicy, and its controller retries).
+- the validating webhooks DENY: they guard label domains and are only called for objects
+  carrying those labels (matchConditions), so denying is safe and visible.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from quorum.webhooks.objects import LABELLED_KINDS, WORKLOAD_KINDS
-from quorum.webhooks.policies import cpu_toleration, interruptable, reserved_labels
+from quorum.webhooks.policies import (
+    cpu_toleration,
+    gang_gate,
+    interruptable,
+    ordered_statefulset,
+    quorum_labels,
+    reserved_labels,
+)
 from quorum.webhooks.review import AdmissionRequest, Decision
 from quorum.webhooks.settings import WebhookSettings
 
@@ -39,7 +47,14 @@ class Webhook:
 
 
 WEBHOOKS: tuple[Webhook, ...] = (
-    Webhook("mutate-pods", "/mutate/pods", True, frozenset({"Pod"}), (cpu_toleration.mutate,), OnError.ALLOW),
+    Webhook(
+        "mutate-pods",
+        "/mutate/pods",
+        True,
+        frozenset({"Pod"}),
+        (cpu_toleration.mutate, gang_gate.mutate),
+        OnError.ALLOW,
+    ),
     Webhook(
         "validate-reserved-labels",
         "/validate/reserved-labels",
@@ -54,6 +69,14 @@ WEBHOOKS: tuple[Webhook, ...] = (
         False,
         frozenset({"Pod"}) | WORKLOAD_KINDS,
         (interruptable.validate,),
+        OnError.DENY,
+    ),
+    Webhook(
+        "validate-gangs",
+        "/validate/gangs",
+        False,
+        frozenset({"Pod"}) | WORKLOAD_KINDS,
+        (quorum_labels.validate, ordered_statefulset.validate),
         OnError.DENY,
     ),
 )

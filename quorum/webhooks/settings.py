@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from quorum.core.gangs import QUORUM_SCHEDULER_NAMES
+from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER, QUORUM_SCHEDULER_NAMES
 
 ENV_PREFIX = "QUORUM_WEBHOOKS_"
 CONFIG_ENV = "QUORUM_WEBHOOKS_CONFIG"
@@ -66,6 +66,12 @@ class WebhookSettings(BaseModel):
 
     # -- gangs ------------------------------------------------------------------------------
     quorum_scheduler_names: tuple[str, ...] = QUORUM_SCHEDULER_NAMES
+    """Pods asking for one of these schedulers are quorum's; any other scheduler's are not."""
+    coscheduler_names: tuple[str, ...] = COSCHEDULER_NAMES
+    """Rewritten to `default_scheduler` (the original goes to quorum.dev/requested-scheduler)."""
+    default_scheduler: str = DEFAULT_SCHEDULER
+    operator_users: tuple[str, ...] = ("system:serviceaccount:quorum-system:quorum-operator",)
+    """quorum's own identity: the only one that may change quorum.dev/* labels on a pod."""
 
     # -- server -----------------------------------------------------------------------------
     host: str = "127.0.0.1"

@@ -1,0 +1,63 @@
+"""Gang admission, step 1: every gang pod is created held at quorum's scheduling gate.
+
+On Pod CREATE (DESIGN.md's table, scheduler-name rule and precedence): a gang pod gets the gate
+`quorum.dev/gang` and the label `quorum.dev/gang=<gang name>`; a pod that asks for
+`cw-coscheduler`/`coscheduler` is rewritten to the default scheduler (the original kept in the
+annotation `quorum.dev/requested-scheduler`), with or without a group. A gang pod that sets
+`spec.nodeName` is denied: it would bypass every scheduler, and so the gang."""
+
+from __future__ import annotations
+
+from quorum.core.gangs import gang_markers, is_quorum_scheduler
+from quorum.webhooks.objects import dig
+from quorum.webhooks.patch import AddSchedulingGate, Intent, SetAnnotation, SetLabel, SetSchedulerName
+from quorum.webhooks.review import AdmissionRequest, Decision
+from quorum.webhooks.settings import WebhookSettings
+
+GATE = "quorum.dev/gang"
+GANG_LABEL = "quorum.dev/gang"
+REQUESTED_SCHEDULER = "quorum.dev/requested-scheduler"
+
+
+def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
+    if request.operation != "CREATE" or request.object is None:
+        return Decision()
+    spec = request.object.get("spec")
+    if not isinstance(spec, dict):
+        return Decision()
+    scheduler = spec.get("schedulerName")
+    if not isinstance(scheduler, str | None) or not is_quorum_scheduler(
+        scheduler, settings.quorum_scheduler_names
+    ):
+        return Decision()  # another scheduler's pod, whatever its labels
+    labels = dig(request.object, "metadata", "labels")
+    group = dig(spec, "schedulingGroup", "podGroupName")
+    markers = gang_markers(
+        labels if isinstance(labels, dict) else {}, group if isinstance(group, str) else None
+    )
+    intents: list[Intent] = []
+    warnings: list[str] = []
+    if scheduler in settings.coscheduler_names:
+        intents += [
+            SetSchedulerName(settings.default_scheduler),
+            SetAnnotation(REQUESTED_SCHEDULER, scheduler),
+        ]
+    if markers:
+        gang = markers[0]
+        if spec.get("nodeName"):
+            return Decision(
+                denied=(
+                    f"pod is a member of gang {gang.gang_name} ({gang.describe()}) but sets "
+                    f"spec.nodeName={spec['nodeName']!r}: a pod with nodeName skips scheduling, so quorum "
+                    f"cannot hold it until the whole gang fits. Remove spec.nodeName (to pin it, use a "
+                    f"nodeSelector on kubernetes.io/hostname) or remove the group marker."
+                )
+            )
+        if len(markers) > 1:
+            others = ", ".join(f"{m.source.name} {m.group!r}" for m in markers[1:])
+            warnings.append(
+                f"pod names several groups; it joins {gang.source.name} {gang.group!r} "
+                f"(gang {gang.gang_name}) and ignores {others}"
+            )
+        intents += [AddSchedulingGate(GATE), SetLabel(GANG_LABEL, gang.gang_name)]
+    return Decision(intents=intents, warnings=warnings)

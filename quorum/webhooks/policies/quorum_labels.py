@@ -1,0 +1,109 @@
+"""`quorum.dev/*` labels and annotations are quorum's: they bind a pod to its gang.
+
+On Pod CREATE, a value other than the one quorum sets is denied (the label `quorum.dev/gang`
+must name the pod's gang; `quorum.dev/requested-scheduler` must record a rewritten coscheduler
+name); on UPDATE any change is denied except to quorum's operator identity; a workload template
+that carries one is denied. Never stripped: stripping could orphan a pod from its ReplicaSet's
+selector."""
+
+from __future__ import annotations
+
+from quorum.core.gangs import gang_markers
+from quorum.webhooks.objects import JSONObject, PodShape, dig, pod_shape
+from quorum.webhooks.policies.gang_gate import GANG_LABEL, REQUESTED_SCHEDULER
+from quorum.webhooks.review import AdmissionRequest, Decision
+from quorum.webhooks.settings import WebhookSettings
+
+PREFIX = "quorum.dev/"
+
+
+def _quorum_keys(obj: JSONObject | None, where: str) -> dict[str, object]:
+    values = dig(obj, "metadata", where)
+    if not isinstance(values, dict):
+        return {}
+    return {k: v for k, v in values.items() if k.startswith(PREFIX)}
+
+
+def _template_keys(shape: PodShape, obj: JSONObject, kind: str) -> list[str]:
+    template = dig(
+        obj, *("spec", "jobTemplate", "spec", "template") if kind == "CronJob" else ("spec", "template")
+    )
+    annotations = dig(template, "metadata", "annotations")
+    keys = [k for k in shape.labels if k.startswith(PREFIX)]
+    if isinstance(annotations, dict):
+        keys += [k for k in annotations if k.startswith(PREFIX)]
+    return sorted(keys)
+
+
+def _expected_on_create(obj: JSONObject, settings: WebhookSettings) -> dict[tuple[str, str], object]:
+    """What quorum itself puts on a new pod, given the object after mutation."""
+    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    labels = dig(obj, "metadata", "labels")
+    group = dig(spec, "schedulingGroup", "podGroupName")
+    markers = gang_markers(
+        labels if isinstance(labels, dict) else {}, group if isinstance(group, str) else None
+    )
+    expected: dict[tuple[str, str], object] = {}
+    if markers:
+        expected[("labels", GANG_LABEL)] = markers[0].gang_name
+    annotations = dig(obj, "metadata", "annotations")
+    requested = annotations.get(REQUESTED_SCHEDULER) if isinstance(annotations, dict) else None
+    if requested in settings.coscheduler_names and spec.get("schedulerName") == settings.default_scheduler:
+        expected[("annotations", REQUESTED_SCHEDULER)] = requested
+    return expected
+
+
+def validate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
+    if request.operation not in ("CREATE", "UPDATE") or request.object is None:
+        return Decision()
+    if request.user.username in settings.operator_users:
+        return Decision()
+    obj = request.object
+    if request.kind != "Pod":
+        shape = pod_shape(request.kind, obj)
+        if shape is None:
+            return Decision()
+        keys = _template_keys(shape, obj, request.kind)
+        if request.old_object is not None:
+            old_shape = pod_shape(request.kind, request.old_object)
+            if old_shape is not None and keys == _template_keys(old_shape, request.old_object, request.kind):
+                return Decision()  # unchanged
+        if not keys:
+            return Decision()
+        return Decision(
+            denied=(
+                f"{request.kind} {request.name or '(new)'}: the pod template carries {', '.join(keys)}; "
+                f"quorum.dev/* labels and annotations are set by quorum on each pod (they bind it to "
+                f"its gang). Remove them from the template; name the group with its own label "
+                f"(e.g. pod-group.scheduling.sigs.k8s.io: <PodGroup>)."
+            )
+        )
+    wrong: list[str] = []
+    if request.operation == "CREATE":
+        expected = _expected_on_create(obj, settings)
+        for where in ("labels", "annotations"):
+            for key, value in _quorum_keys(obj, where).items():
+                if expected.get((where, key), object()) != value:
+                    wrong.append(f"{where[:-1]} {key}={value!r}")
+        if wrong:
+            return Decision(
+                denied=(
+                    f"pod sets {', '.join(wrong)}: quorum.dev/* labels and annotations are quorum's "
+                    f"(it sets quorum.dev/gang to the pod's gang name itself). Remove them."
+                )
+            )
+        return Decision()
+    for where in ("labels", "annotations"):
+        new, old = _quorum_keys(obj, where), _quorum_keys(request.old_object, where)
+        for key in sorted(new.keys() | old.keys()):
+            if new.get(key) != old.get(key):
+                wrong.append(f"{where[:-1]} {key}")
+    if wrong:
+        return Decision(
+            denied=(
+                f"pod {request.name}: {', '.join(wrong)} may be changed only by quorum "
+                f"({', '.join(settings.operator_users)}): it binds the pod to its gang."
+            )
+        )
+    return Decision()

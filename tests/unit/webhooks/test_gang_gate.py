@@ -1,0 +1,153 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from quorum.webhooks.patch import (
+    AddSchedulingGate,
+    SetAnnotation,
+    SetLabel,
+    SetSchedulerName,
+    apply_patch,
+    build_patch,
+)
+from quorum.webhooks.policies import gang_gate, ordered_statefulset, quorum_labels
+from quorum.webhooks.registry import WEBHOOKS
+from quorum.webhooks.server import evaluate
+from quorum.webhooks.settings import WebhookSettings
+from tests.unit.webhooks.factories import pod, request, workload
+
+SETTINGS = WebhookSettings()
+OPERATOR = "system:serviceaccount:quorum-system:quorum-operator"
+
+
+def seed_pod(**spec: Any) -> dict[str, Any]:
+    return pod(
+        {"app": "pause", "pod-group.scheduling.sigs.k8s.io": "pg1"}, schedulerName="cw-coscheduler", **spec
+    )
+
+
+def test_seed_001_pod_is_gated_labelled_and_rewritten() -> None:
+    decision = gang_gate.mutate(request("Pod", seed_pod()), SETTINGS)
+    assert decision.allowed
+    assert decision.intents == [
+        SetSchedulerName("default-scheduler"),
+        SetAnnotation("quorum.dev/requested-scheduler", "cw-coscheduler"),
+        AddSchedulingGate("quorum.dev/gang"),
+        SetLabel("quorum.dev/gang", "pg-pg1"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("labels", "spec", "gang"),
+    [
+        ({"scheduling.x-k8s.io/pod-group": "a"}, {}, "xpg-a"),
+        (
+            {
+                "pod-group.scheduling.sigs.k8s.io/name": "Job_1",
+                "pod-group.scheduling.sigs.k8s.io/min-available": "2",
+            },
+            {"schedulerName": "coscheduler"},
+            None,
+        ),
+        ({}, {"schedulingGroup": {"podGroupName": "workers"}}, "wpg-workers"),
+    ],
+)
+def test_every_kind_of_gang_pod_is_gated(
+    labels: dict[str, str], spec: dict[str, Any], gang: str | None
+) -> None:
+    decision = gang_gate.mutate(request("Pod", pod(labels, **spec)), SETTINGS)
+    assert AddSchedulingGate("quorum.dev/gang") in decision.intents
+    label = next(i for i in decision.intents if isinstance(i, SetLabel))
+    if gang:
+        assert label.value == gang
+    else:  # "Job_1" is not a valid label value: sanitised, with a hash
+        assert label.value.startswith("lbl-job-1-") and len(label.value) <= 63
+
+
+def test_coscheduler_pod_without_group_is_rewritten_not_gated() -> None:
+    decision = gang_gate.mutate(request("Pod", pod({"app": "x"}, schedulerName="coscheduler")), SETTINGS)
+    assert decision.intents == [
+        SetSchedulerName("default-scheduler"),
+        SetAnnotation("quorum.dev/requested-scheduler", "coscheduler"),
+    ]
+
+
+def test_other_schedulers_pods_are_not_touched() -> None:
+    other = pod({"pod-group.scheduling.sigs.k8s.io": "pg1"}, schedulerName="volcano")
+    assert gang_gate.mutate(request("Pod", other), SETTINGS).intents == []
+
+
+def test_gang_pod_with_node_name_is_denied_with_the_reason() -> None:
+    decision = gang_gate.mutate(request("Pod", seed_pod(nodeName="gpu-1")), SETTINGS)
+    assert not decision.allowed
+    assert decision.denied is not None
+    assert "spec.nodeName='gpu-1'" in decision.denied and "nodeSelector" in decision.denied
+
+
+def test_two_markers_first_row_wins_with_a_warning() -> None:
+    both = pod({"scheduling.x-k8s.io/pod-group": "b", "pod-group.scheduling.sigs.k8s.io": "a"})
+    decision = gang_gate.mutate(request("Pod", both), SETTINGS)
+    assert SetLabel("quorum.dev/gang", "pg-a") in decision.intents
+    assert "ignores PodGroup b (scheduling.x-k8s.io)" in decision.warnings[0]
+
+
+def test_whole_mutating_webhook_is_idempotent_and_one_patch() -> None:
+    webhook = next(w for w in WEBHOOKS if w.name == "mutate-pods")
+    obj = seed_pod()
+    decision = evaluate(webhook, request("Pod", obj), SETTINGS)
+    ops = build_patch(obj, decision.intents)
+    assert sum(1 for op in ops if op["path"] == "/metadata/annotations") == 1
+    patched = apply_patch(obj, ops)
+    assert patched["spec"]["schedulingGates"] == [{"name": "quorum.dev/gang"}]
+    assert patched["spec"]["schedulerName"] == "default-scheduler"
+    assert {"key": "is_cpu_compute", "operator": "Exists", "effect": "NoSchedule"} in patched["spec"][
+        "tolerations"
+    ]
+    again = evaluate(webhook, request("Pod", patched), SETTINGS)
+    assert build_patch(patched, again.intents) == []
+    # and the validating side accepts what the mutating side made
+    assert quorum_labels.validate(request("Pod", patched), SETTINGS).allowed
+
+
+def test_user_set_quorum_labels_are_denied_on_create() -> None:
+    forged = pod({"quorum.dev/gang": "pg-other", "pod-group.scheduling.sigs.k8s.io": "pg1"})
+    decision = quorum_labels.validate(request("Pod", forged), SETTINGS)
+    assert (
+        not decision.allowed
+        and decision.denied is not None
+        and "quorum.dev/gang='pg-other'" in decision.denied
+    )
+    stray = pod({"app": "x"})
+    stray["metadata"]["annotations"] = {"quorum.dev/anything": "1"}
+    assert not quorum_labels.validate(request("Pod", stray), SETTINGS).allowed
+
+
+def test_quorum_labels_change_only_by_the_operator() -> None:
+    old = pod({"quorum.dev/gang": "pg-pg1", "pod-group.scheduling.sigs.k8s.io": "pg1"})
+    new = pod({"pod-group.scheduling.sigs.k8s.io": "pg1"})
+    assert not quorum_labels.validate(request("Pod", new, old, operation="UPDATE"), SETTINGS).allowed
+    assert quorum_labels.validate(
+        request("Pod", new, old, operation="UPDATE", user=OPERATOR), SETTINGS
+    ).allowed
+    same = pod({"quorum.dev/gang": "pg-pg1", "pod-group.scheduling.sigs.k8s.io": "pg1", "x": "y"})
+    assert quorum_labels.validate(request("Pod", same, old, operation="UPDATE"), SETTINGS).allowed
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "Job", "StatefulSet", "CronJob"])
+def test_workload_templates_may_not_carry_quorum_labels(kind: str) -> None:
+    decision = quorum_labels.validate(request(kind, workload(kind, {"quorum.dev/gang": "x"})), SETTINGS)
+    assert not decision.allowed and decision.denied is not None and "pod template" in decision.denied
+
+
+def test_ordered_ready_statefulset_gang_warns() -> None:
+    sts = workload("StatefulSet", {"pod-group.scheduling.sigs.k8s.io": "pg1"}, replicas=4)
+    decision = ordered_statefulset.validate(request("StatefulSet", sts), SETTINGS)
+    assert "Parallel" in decision.warnings[0]
+    parallel = workload(
+        "StatefulSet", {"pod-group.scheduling.sigs.k8s.io": "pg1"}, replicas=4, podManagementPolicy="Parallel"
+    )
+    assert ordered_statefulset.validate(request("StatefulSet", parallel), SETTINGS).warnings == []
+    plain = workload("StatefulSet", {"app": "db"}, replicas=3)
+    assert ordered_statefulset.validate(request("StatefulSet", plain), SETTINGS).warnings == []
