@@ -56,7 +56,8 @@ def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
         if len(markers) > 1:
             others = ", ".join(m.describe() for m in markers[1:])
             warnings.append(
-                f"pod names several groups; it joins {gang.describe()} (gang {gang.gang_name}) and ignores {others}"
+                f"pod names several groups; it joins {gang.describe()} (gang {gang.gang_name}) "
+                f"and ignores {others}"
             )
         intents += [AddSchedulingGate(GATE), SetLabel(GANG_LABEL, gang.gang_name)]
     return Decision(intents=intents, warnings=warnings)
