@@ -1,0 +1,151 @@
+"""The planner's view of a cluster: nodes, pods and gangs, as plain immutable data.
+
+Resources are integers in milli-units (1 CPU = 1000, 1 GiB = 1073741824000, 1 GPU = 1000), so
+every sum and comparison is exact. `quorum.k8s.convert` builds these from API objects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from quorum.core.quantity import parse_quantity
+
+Resources = Mapping[str, int]
+
+
+def milli(quantity: str | int | float) -> int:
+    """A quantity in milli-units, rounded up (a request is never under-counted)."""
+    return math.ceil(parse_quantity(quantity) * 1000)
+
+
+def resources(amounts: Mapping[str, str | int | float] | None) -> dict[str, int]:
+    return {k: milli(v) for k, v in (amounts or {}).items()}
+
+
+def add(a: Resources, b: Resources) -> dict[str, int]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) + v
+    return out
+
+
+def subtract(a: Resources, b: Resources) -> dict[str, int]:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = out.get(k, 0) - v
+    return out
+
+
+def fits(requests: Resources, free: Resources) -> bool:
+    return all(v <= 0 or free.get(k, 0) >= v for k, v in requests.items())
+
+
+def total(items: Iterable[Resources]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for r in items:
+        out = add(out, r)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    effect: str
+    value: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"
+    value: str = ""
+    effect: str = ""
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One matchExpression of required node affinity."""
+
+    key: str
+    operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        value = labels.get(self.key)
+        match self.operator:
+            case "In":
+                return value is not None and value in self.values
+            case "NotIn":
+                return value is None or value not in self.values
+            case "Exists":
+                return value is not None
+            case "DoesNotExist":
+                return value is None
+            case "Gt" | "Lt":
+                try:
+                    have, want = int(value or ""), int(self.values[0])
+                except (ValueError, IndexError):
+                    return False
+                return have > want if self.operator == "Gt" else have < want
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    hostname: str  # the kubernetes.io/hostname label's value, what quorum pins pods by
+    labels: Mapping[str, str]
+    allocatable: Resources
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+    ready: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """A gated gang pod as the planner needs it."""
+
+    uid: str
+    name: str
+    requests: Resources  # effective: containers + sidecars, init max, overhead, pods: 1000
+    tolerations: tuple[Toleration, ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    # Required node affinity: a node must match every requirement of at least one term.
+    affinity: tuple[tuple[Requirement, ...], ...] = ()
+    unmodeled: tuple[str, ...] = ()  # hard constraints quorum does not model (for a warning)
+
+    @property
+    def shape(self) -> tuple[object, ...]:
+        """Pods of one shape fit the same nodes the same way."""
+        return (
+            tuple(sorted(self.requests.items())),
+            self.tolerations,
+            tuple(sorted(self.node_selector.items())),
+            self.affinity,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    namespace: str
+    name: str
+    min_member: int
+    pods: tuple[Pod, ...]  # gated members waiting for release
+    members: int = 0  # pods of the gang that exist (gated or not)
+    released: int = 0  # members already released earlier
+    priority: int = 0
+    created: float = 0.0
+    min_resources: Resources = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)

@@ -1,0 +1,249 @@
+"""The gang planner: which gangs can be released now, and onto which node each pod goes.
+
+A pure function of a snapshot: nodes, what is used on each (bound pods plus reservations of
+pods released but not yet bound), and the queue of gangs. Gangs are taken in order (priority,
+then age); a gang is released only if at least minMember of its pods (counting members released
+before) are placed node by node, and the capacity it takes is subtracted before the next gang
+is planned. A gang that does not fit does not block the gangs behind it (backfill).
+
+Placement is best fit: each pod goes to the eligible node with the least room left after it
+(accelerators first, then CPU and memory), preferring nodes whose PreferNoSchedule taints it
+tolerates, so that whole nodes stay free for large gangs. For pods that are all alike, this
+greedy placement is optimal (a node's room for one shape does not depend on other nodes); for
+mixed pods it may miss a packing, so a bounded search tries before the gang is held.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from quorum.core.fit import FitSettings, prefers_not, why_not
+from quorum.core.model import Gang, Node, Pod, Resources, fits, subtract
+
+GiB = 1024**3 * 1000  # milli-bytes
+
+
+@dataclass(frozen=True, slots=True)
+class PlannerSettings:
+    fit: FitSettings = field(default_factory=FitSettings)
+    accelerators: tuple[str, ...] = ("nvidia.com/gpu", "sunk.coreweave.com/accelerator")
+    search_budget: int = 20_000  # placements tried by the search for mixed gangs, per gang
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    gang: Gang
+    placement: tuple[tuple[Pod, Node], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    gang: Gang
+    reason: str  # WaitingForMembers | Unschedulable
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    releases: tuple[Release, ...]
+    holds: tuple[Hold, ...]
+
+
+def queue_order(gang: Gang) -> tuple[int, float, str, str]:
+    return (-gang.priority, gang.created, gang.namespace, gang.name)
+
+
+def plan_gangs(
+    nodes: Sequence[Node],
+    used: Mapping[str, Resources],
+    queue: Sequence[Gang],
+    settings: PlannerSettings | None = None,
+) -> Plan:
+    settings = settings or PlannerSettings()
+    free = {n.name: subtract(n.allocatable, used.get(n.name, {})) for n in nodes}
+    releases: list[Release] = []
+    holds: list[Hold] = []
+    for gang in sorted(queue, key=queue_order):
+        needed = max(0, gang.min_member - gang.released)
+        if gang.released + len(gang.pods) < gang.min_member:
+            holds.append(
+                Hold(
+                    gang,
+                    "WaitingForMembers",
+                    f"{gang.members} of {gang.min_member} members exist (minMember {gang.min_member})",
+                )
+            )
+            continue
+        if not gang.pods:
+            continue
+        placement, message = _place(gang, needed, nodes, free, settings)
+        if placement is None:
+            holds.append(Hold(gang, "Unschedulable", message))
+            continue
+        for pod, node in placement:
+            free[node.name] = subtract(free[node.name], pod.requests)
+        releases.append(Release(gang, tuple(placement)))
+    return Plan(tuple(releases), tuple(holds))
+
+
+def _place(
+    gang: Gang, needed: int, nodes: Sequence[Node], free: dict[str, dict[str, int]], settings: PlannerSettings
+) -> tuple[list[tuple[Pod, Node]] | None, str]:
+    eligible: dict[tuple[object, ...], list[Node]] = {}
+    refusals: dict[tuple[object, ...], Counter[str]] = {}
+    for pod in gang.pods:
+        if pod.shape not in eligible:
+            ok, why = [], Counter[str]()
+            for node in nodes:
+                reason = why_not(pod, node, settings.fit)
+                if reason is None:
+                    ok.append(node)
+                else:
+                    why[reason] += 1
+            eligible[pod.shape], refusals[pod.shape] = ok, why
+    if gang.min_resources:
+        usable = {n.name: n for shape in eligible.values() for n in shape}
+        available: dict[str, int] = {}
+        for name in usable:
+            for k, v in free[name].items():
+                available[k] = available.get(k, 0) + max(0, v)
+        short = {k: v for k, v in gang.min_resources.items() if available.get(k, 0) < v}
+        if short:
+            return None, "minResources not free: " + "; ".join(
+                f"needs {_amount(k, v)} {k}, eligible nodes have {_amount(k, available.get(k, 0))}"
+                for k, v in sorted(short.items())
+            )
+    pods = sorted(gang.pods, key=lambda p: _size(p, settings), reverse=True)
+    placement = _greedy(pods, eligible, free, settings)
+    if len(placement) >= needed:
+        return placement, ""
+    if len({p.shape for p in pods}) > 1:
+        found = _search(pods, needed, eligible, free, settings)
+        if found is not None:
+            return found, ""
+    return None, _explain(gang, needed, pods, placement, eligible, refusals, free, len(nodes))
+
+
+def _size(pod: Pod, settings: PlannerSettings) -> tuple[int, ...]:
+    r = pod.requests
+    return (sum(r.get(a, 0) for a in settings.accelerators), r.get("cpu", 0), r.get("memory", 0))
+
+
+def _score(pod: Pod, node: Node, room: Mapping[str, int], settings: PlannerSettings) -> tuple[object, ...]:
+    after = subtract(room, pod.requests)
+    return (
+        prefers_not(pod, node),
+        sum(after.get(a, 0) for a in settings.accelerators),
+        after.get("cpu", 0),
+        after.get("memory", 0),
+        node.name,
+    )
+
+
+def _greedy(
+    pods: Sequence[Pod],
+    eligible: Mapping[tuple[object, ...], list[Node]],
+    free: Mapping[str, dict[str, int]],
+    settings: PlannerSettings,
+) -> list[tuple[Pod, Node]]:
+    room = {name: dict(r) for name, r in free.items()}
+    placement = []
+    for pod in pods:
+        candidates = [n for n in eligible[pod.shape] if fits(pod.requests, room[n.name])]
+        if not candidates:
+            continue
+        best = min(candidates, key=lambda n: _score(pod, n, room[n.name], settings))
+        room[best.name] = subtract(room[best.name], pod.requests)
+        placement.append((pod, best))
+    return placement
+
+
+def _search(
+    pods: Sequence[Pod],
+    needed: int,
+    eligible: Mapping[tuple[object, ...], list[Node]],
+    free: Mapping[str, dict[str, int]],
+    settings: PlannerSettings,
+) -> list[tuple[Pod, Node]] | None:
+    """Depth-first search for `needed` pods placed together; bounded by the budget."""
+    room = {name: dict(r) for name, r in free.items()}
+    chosen: list[tuple[Pod, Node]] = []
+    budget = [settings.search_budget]
+
+    def visit(i: int) -> bool:
+        if len(chosen) >= needed:
+            return True
+        if i >= len(pods) or len(chosen) + (len(pods) - i) < needed or budget[0] <= 0:
+            return False
+        pod = pods[i]
+        tried: set[tuple[tuple[str, int], ...]] = set()
+        for node in sorted(eligible[pod.shape], key=lambda n: _score(pod, n, room[n.name], settings)):
+            state = tuple(sorted(room[node.name].items()))
+            if state in tried or not fits(pod.requests, room[node.name]):
+                continue  # an identical node was already tried for this pod
+            tried.add(state)
+            budget[0] -= 1
+            room[node.name] = subtract(room[node.name], pod.requests)
+            chosen.append((pod, node))
+            if visit(i + 1):
+                return True
+            chosen.pop()
+            room[node.name] = {k: v + pod.requests.get(k, 0) for k, v in room[node.name].items()}
+        return visit(i + 1)  # leave this pod out (gangs with more pods than needed)
+
+    return list(chosen) if visit(0) else None
+
+
+def _slots(pod: Pod, room: Mapping[str, int]) -> int:
+    counts = [room.get(k, 0) // v for k, v in pod.requests.items() if v > 0]
+    return max(0, min(counts)) if counts else 1_000_000
+
+
+def _explain(
+    gang: Gang,
+    needed: int,
+    pods: Sequence[Pod],
+    placement: Sequence[tuple[Pod, Node]],
+    eligible: Mapping[tuple[object, ...], list[Node]],
+    refusals: Mapping[tuple[object, ...], Counter[str]],
+    free: Mapping[str, dict[str, int]],
+    node_count: int,
+) -> str:
+    """Why the gang does not fit, in numbers a person can act on."""
+    placed = {p.uid for p, _ in placement}
+    pod = next(p for p in pods if p.uid not in placed)
+    same = sum(1 for p in pods if p.shape == pod.shape)
+    nodes = eligible[pod.shape]
+    room_per_node = [_slots(pod, free[n.name]) for n in nodes]
+    with_room = sum(1 for s in room_per_node if s > 0)
+    slots = sum(room_per_node)
+    parts = [f"needs {needed} pods placed together; {same} pods × {describe(pod.requests)}"]
+    excluded = refusals[pod.shape]
+    note = f"{len(nodes)} of {node_count} nodes eligible"
+    if excluded:
+        by_count = sorted(excluded.items(), key=lambda item: (-item[1], item[0]))
+        note += " (" + ", ".join(f"{n} {r}" for r, n in by_count) + ")"
+    parts.append(note)
+    per_node = max(room_per_node, default=0)
+    verb = "has" if with_room == 1 else "have"
+    parts.append(f"{with_room} {verb} room for one" + (f" (up to {per_node} each)" if per_node > 1 else ""))
+    if slots < same:
+        parts.append(f"{slots} such pods fit in all: short by {same - slots}")
+    else:
+        parts.append(f"only {len(placement)} of the gang's pods fit together")
+    return "; ".join(parts)
+
+
+def _amount(resource: str, milli_units: int) -> str:
+    if resource == "memory" or resource.endswith("storage"):
+        return f"{milli_units / GiB:g}Gi"
+    value = milli_units / 1000
+    return f"{value:g}" if value >= 1 or value == 0 else f"{milli_units}m"
+
+
+def describe(requests: Resources) -> str:
+    """ "8 nvidia.com/gpu, 16 cpu, 64Gi memory" (the pod count is left out)."""
+    order = sorted((k for k in requests if k != "pods"), key=lambda k: (k in ("cpu", "memory"), k))
+    return ", ".join(f"{_amount(k, requests[k])} {k}" for k in order if requests[k] > 0) or "no resources"
