@@ -198,7 +198,7 @@ class Instance:
         shutil.rmtree(self.layout.root, ignore_errors=True)
         for d in (self.layout.pki, self.layout.logs, self.layout.etcd_data):
             d.mkdir(parents=True)
-        ports = Ports(*free_ports(7))
+        ports = Ports(*free_ports(8))
         server = f"https://127.0.0.1:{ports.apiserver}"
         state = InstanceState(spec, ports, [], time.time(), server)
         self._save(state)
@@ -229,6 +229,8 @@ class Instance:
             start("kwok", lambda: probe(f"http://127.0.0.1:{ports.kwok}/healthz"))
             count = self._create_nodes(spec)
             self._wait_nodes_ready(count, timeout=120)
+            if spec.operator and spec.install_manifests:
+                start("quorum-operator", lambda: probe(f"http://127.0.0.1:{ports.operator}/healthz"))
         except BaseException:
             self.down(quiet=True)
             raise
@@ -272,14 +274,17 @@ class Instance:
         record = self._spawn(component, state)
         processes = [p for p in state.processes if p.name != component] + [record]
         self._save(InstanceState(state.spec, state.ports, processes, state.started_at, state.server))
-        url = {"quorum-webhooks": f"https://127.0.0.1:{state.ports.webhooks}/readyz"}[component]
+        url = {
+            "quorum-webhooks": f"https://127.0.0.1:{state.ports.webhooks}/readyz",
+            "quorum-operator": f"http://127.0.0.1:{state.ports.operator}/healthz",
+        }[component]
         self._wait(component, record, lambda: probe(url), timeout)
 
     # -- steps ---------------------------------------------------------------------------
 
     def _spawn(self, component: str, state: InstanceState) -> ProcessRecord:
         binaries = self.binaries
-        binary = Path(sys.executable) if component == "quorum-webhooks" else binaries.path(component)
+        binary = Path(sys.executable) if component.startswith("quorum-") else binaries.path(component)
         argv = component_args(
             component,
             state.spec,

@@ -23,6 +23,7 @@ SERVICE_CIDR = "10.0.0.0/24"
 POD_CIDR = "10.64.0.0/10"  # kwok assigns pod IPs from here; large enough for benchmarks
 
 COMPONENTS = (
+    "quorum-operator",
     "etcd",
     "kube-apiserver",
     "quorum-webhooks",
@@ -48,6 +49,7 @@ class ClusterSpec:
     pool_size: int | None = None  # scale the pool to about this many nodes
     install_manifests: bool = True  # apply manifests/ (namespace, ServiceAccounts, RBAC, policies)
     webhooks: bool = True  # run quorum-webhooks and register it (off: a cluster without quorum)
+    operator: bool = True  # run quorum-operator with its ServiceAccount's token
     extra_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def feature_gates_flag(self) -> str:
@@ -65,6 +67,7 @@ class ClusterSpec:
             "pool_size": self.pool_size,
             "install_manifests": self.install_manifests,
             "webhooks": self.webhooks,
+            "operator": self.operator,
             "extra_args": {k: list(v) for k, v in self.extra_args.items()},
         }
 
@@ -78,6 +81,7 @@ class Ports:
     scheduler: int
     kwok: int
     webhooks: int
+    operator: int
 
     def to_json(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -239,6 +243,15 @@ def component_args(
             "--log-level=WARNING",
             *spec.extra_args.get(component, ()),
         ]
+    elif component == "quorum-operator":
+        return [
+            str(binary),
+            "-m",
+            "quorum.operator.main",
+            f"--kubeconfig={layout.kubeconfig('quorum-operator')}",
+            f"--liveness=http://127.0.0.1:{ports.operator}/healthz",
+            *spec.extra_args.get(component, ()),
+        ]
     else:
         raise ValueError(f"unknown component {component!r}")
     return [str(binary), *args, *spec.extra_args.get(component, ())]
@@ -257,6 +270,7 @@ def spec_from_json(data: Mapping[str, Any]) -> ClusterSpec:
         pool_size=data["pool_size"],
         install_manifests=data["install_manifests"],
         webhooks=data.get("webhooks", True),
+        operator=data.get("operator", True),
         extra_args={k: tuple(v) for k, v in data["extra_args"].items()},
     )
 

@@ -1,8 +1,11 @@
-"""Entry point of the `quorum-operator` process."""
+"""Entry point of the `quorum-operator` process: kopf, standalone, cluster-wide."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -12,13 +15,33 @@ from quorum import __version__
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="quorum-operator",
-        description="quorum's gang admission operator (kopf, standalone, Lease-elected).",
+        description="quorum's gang admission operator: holds gang pods at the quorum.dev/gang gate and "
+        "releases each gang when all of it fits. Settings: QUORUM_OPERATOR_* variables.",
     )
     parser.add_argument("--version", action="version", version=f"quorum-operator {__version__}")
-    parser.parse_args(argv)
-    # The gang admission loop is built by the gang admission issue; until then, say so.
-    print("quorum-operator: gang admission is not part of this release yet", file=sys.stderr)
-    return 2
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
+    parser.add_argument(
+        "--liveness", default=None, help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz"
+    )
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    import kopf
+
+    # kopf logs every handled event at INFO; quorum's own log says what matters.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+
+    from quorum.operator import handlers  # noqa: F401  (registers the handlers)
+
+    try:
+        kopf.run(standalone=True, clusterwide=True, liveness_endpoint=args.liveness)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        return 0
+    return 0
 
 
 if __name__ == "__main__":

@@ -66,7 +66,7 @@ async def test_instance_with_other_flags_then_down_leaves_no_pid(
         scheduler_profiles=WITHOUT_GANG_SCHEDULING,
     )
     state = instance.state()
-    assert state is not None and len(state.processes) == 6  # with quorum-webhooks
+    assert state is not None and len(state.processes) == 7  # with quorum-webhooks and quorum-operator
 
     api = await api_client(instance.kubeconfig("admin"))
     async with api:
@@ -105,7 +105,7 @@ async def test_instance_with_other_flags_then_down_leaves_no_pid(
         env={**os.environ, "PYTHONPATH": str(REPO)},
         check=True,
     )
-    assert "stopped 6 processes" in down.stderr
+    assert "stopped 7 processes" in down.stderr
     assert not [p.name for p in state.processes if is_alive(p)]
     assert live_processes_under(instance.layout.root) == []
 

@@ -18,7 +18,7 @@ from quorum.devcluster.config import (
     spec_from_json,
 )
 
-PORTS = Ports(2379, 2380, 6443, 10257, 10259, 10247, 8443)
+PORTS = Ports(2379, 2380, 6443, 10257, 10259, 10247, 8443, 8080)
 LAYOUT = Layout(Path("/tmp/q/default"))
 
 

@@ -35,7 +35,13 @@ def gang(
 ) -> Gang:
     pods = tuple(pod(f"{name}-{i}", gpus) for i in range(n))
     return Gang(
-        "ns", name, min_member if min_member is not None else n, pods, members=n, created=created, **kw  # type: ignore[arg-type]
+        "ns",
+        name,
+        min_member if min_member is not None else n,
+        pods,
+        members=n,
+        created=created,
+        **kw,  # type: ignore[arg-type]
     )
 
 

@@ -1,0 +1,127 @@
+"""API objects (plain dicts, as the watch delivers them) to `quorum.core` models."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from quorum.core.model import Node, Pod, Requirement, Taint, Toleration, add, resources
+
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+JSON = dict[str, Any]
+
+
+def _max(a: Mapping[str, int], b: Mapping[str, int]) -> dict[str, int]:
+    return {k: max(a.get(k, 0), b.get(k, 0)) for k in a.keys() | b.keys()}
+
+
+def _requests(container: Any) -> dict[str, int]:
+    if not isinstance(container, dict):
+        return {}
+    res = container.get("resources") or {}
+    # The apiserver defaults requests to limits; read limits too for objects not yet defaulted.
+    merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+    return resources(merged)
+
+
+def pod_requests(pod: JSON) -> dict[str, int]:
+    """Effective requests as kube-scheduler counts them (milli-units): app containers and
+    restartable init containers (sidecars) add up; each regular init container runs alone with
+    the sidecars started before it, so the pod needs the larger of that and the steady state;
+    plus overhead; plus one pod."""
+    spec = pod.get("spec") or {}
+    steady: dict[str, int] = {}
+    for c in spec.get("containers") or []:
+        steady = add(steady, _requests(c))
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for c in spec.get("initContainers") or []:
+        if isinstance(c, dict) and c.get("restartPolicy") == "Always":
+            sidecars = add(sidecars, _requests(c))
+        else:
+            init_peak = _max(init_peak, add(sidecars, _requests(c)))
+    total = add(_max(add(steady, sidecars), init_peak), resources(spec.get("overhead")))
+    total["pods"] = 1000
+    return total
+
+
+def _affinity(spec: JSON) -> tuple[tuple[Requirement, ...], ...]:
+    terms = (
+        ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        )
+        or {}
+    ).get("nodeSelectorTerms") or []
+    out = []
+    for term in terms:
+        reqs = tuple(
+            Requirement(e["key"], e["operator"], tuple(e.get("values") or ()))
+            for e in term.get("matchExpressions") or []
+        )
+        fields = tuple(
+            Requirement(
+                HOSTNAME_LABEL if f["key"] == "metadata.name" else f["key"],
+                f["operator"],
+                tuple(f.get("values") or ()),
+            )
+            for f in term.get("matchFields") or []
+        )
+        out.append(reqs + fields)
+    return tuple(out)
+
+
+def unmodeled_constraints(spec: JSON) -> tuple[str, ...]:
+    """Hard constraints the planner does not model (DESIGN.md): a warning says quorum cannot
+    guarantee the placement of such a gang."""
+    found = []
+    affinity = spec.get("affinity") or {}
+    if (affinity.get("podAntiAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution"):
+        found.append("required pod anti-affinity")
+    if (affinity.get("podAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution"):
+        found.append("required pod affinity")
+    if any(
+        c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
+        for c in spec.get("topologySpreadConstraints") or []
+    ):
+        found.append("topology spread constraints")
+    if any(p.get("hostPort") for c in spec.get("containers") or [] for p in c.get("ports") or []):
+        found.append("host ports")
+    if any("persistentVolumeClaim" in v or "ephemeral" in v for v in spec.get("volumes") or []):
+        found.append("volumes (volume node affinity)")
+    if spec.get("resourceClaims"):
+        found.append("DRA resource claims")
+    return tuple(found)
+
+
+def pod_from_api(pod: JSON) -> Pod:
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    tolerations = tuple(
+        Toleration(
+            t.get("key") or "", t.get("operator") or "Equal", t.get("value") or "", t.get("effect") or ""
+        )
+        for t in spec.get("tolerations") or []
+    )
+    return Pod(
+        uid=meta["uid"],
+        name=meta["name"],
+        requests=pod_requests(pod),
+        tolerations=tolerations,
+        node_selector=dict(spec.get("nodeSelector") or {}),
+        affinity=_affinity(spec),
+        unmodeled=unmodeled_constraints(spec),
+    )
+
+
+def node_from_api(node: JSON) -> Node:
+    meta, spec, status = node["metadata"], node.get("spec") or {}, node.get("status") or {}
+    labels = dict(meta.get("labels") or {})
+    conditions = status.get("conditions") or []
+    return Node(
+        name=meta["name"],
+        hostname=labels.get(HOSTNAME_LABEL, meta["name"]),
+        labels=labels,
+        allocatable=resources(status.get("allocatable")),
+        taints=tuple(Taint(t["key"], t["effect"], t.get("value") or "") for t in spec.get("taints") or []),
+        unschedulable=bool(spec.get("unschedulable")),
+        ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+    )

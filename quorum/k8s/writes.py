@@ -1,0 +1,174 @@
+"""Every write quorum makes: the conditional release patch, Gang objects and their status, the
+status of the group objects, and Events."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from quorum.k8s.convert import HOSTNAME_LABEL
+
+log = logging.getLogger("quorum.k8s.writes")
+
+GATE = "quorum.dev/gang"
+GANG_GROUP, GANG_VERSION, GANG_PLURAL = "quorum.dev", "v1alpha1", "gangs"
+MERGE = "application/merge-patch+json"
+COMPONENT = "quorum-operator"
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def release_patch(pod: dict[str, Any], hostname: str) -> list[dict[str, Any]] | None:
+    """The JSON patch that releases one pod onto a node: it applies only to this pod (uid) while
+    quorum's gate is still where it was, removes that gate alone, and pins the pod with a
+    nodeSelector on kubernetes.io/hostname (KEP-3838 allows adding it while the pod is gated).
+    None when the gate is gone already."""
+    spec = pod.get("spec") or {}
+    gates = [g.get("name") for g in spec.get("schedulingGates") or []]
+    if GATE not in gates:
+        return None
+    index = gates.index(GATE)
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": "/metadata/uid", "value": pod["metadata"]["uid"]},
+        {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": GATE},
+        {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
+    ]
+    selector = spec.get("nodeSelector")
+    key = HOSTNAME_LABEL.replace("/", "~1")
+    if not selector:
+        ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {HOSTNAME_LABEL: hostname}})
+    elif HOSTNAME_LABEL in selector:
+        ops.append({"op": "test", "path": f"/spec/nodeSelector/{key}", "value": hostname})
+    else:
+        ops.append({"op": "add", "path": f"/spec/nodeSelector/{key}", "value": hostname})
+    return ops
+
+
+async def release_pod(api: client.ApiClient, pod: dict[str, Any], hostname: str) -> bool:
+    """Apply the release patch; False if the pod is gone, changed or already released."""
+    ops = release_patch(pod, hostname)
+    if ops is None:
+        return False
+    meta = pod["metadata"]
+    try:
+        await client.CoreV1Api(api).patch_namespaced_pod(meta["name"], meta["namespace"], ops)
+    except ApiException as err:
+        if err.status in (404, 409, 422):  # gone, or a `test` failed: someone else acted first
+            log.info("pod %s/%s not released: %s %s", meta["namespace"], meta["name"], err.reason, err.body)
+            return False
+        raise
+    return True
+
+
+async def get_gang(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        obj: dict[str, Any] = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+            GANG_GROUP, GANG_VERSION, namespace, GANG_PLURAL, name
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return obj
+
+
+async def create_gang(
+    api: client.ApiClient, namespace: str, name: str, spec: dict[str, Any], owner: dict[str, Any] | None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "apiVersion": f"{GANG_GROUP}/{GANG_VERSION}",
+        "kind": "Gang",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "quorum"},
+        },
+        "spec": spec,
+    }
+    if owner is not None:
+        body["metadata"]["ownerReferences"] = [owner]
+    try:
+        created: dict[str, Any] = await client.CustomObjectsApi(api).create_namespaced_custom_object(
+            GANG_GROUP, GANG_VERSION, namespace, GANG_PLURAL, body
+        )
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        existing = await get_gang(api, namespace, name)
+        assert existing is not None
+        return existing
+    return created
+
+
+async def patch_status(
+    api: client.ApiClient,
+    group: str,
+    version: str,
+    plural: str,
+    namespace: str,
+    name: str,
+    status: dict[str, Any],
+) -> bool:
+    """Merge-patch the status of a custom object; False if it is gone."""
+    try:
+        await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            {"status": status},
+            _content_type=MERGE,  # type: ignore[call-arg]  # accepted; a dict body would go as JSON patch
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
+async def delete_gang(api: client.ApiClient, namespace: str, name: str) -> None:
+    try:
+        await client.CustomObjectsApi(api).delete_namespaced_custom_object(
+            GANG_GROUP, GANG_VERSION, namespace, GANG_PLURAL, name
+        )
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
+async def post_event(
+    api: client.ApiClient, obj: dict[str, Any], reason: str, message: str, warning: bool = False
+) -> None:
+    """One Event on `obj` (a Gang, a group object or a pod), shown by `kubectl describe`."""
+    meta = obj["metadata"]
+    stamp = now()
+    body = {
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": obj["apiVersion"],
+            "kind": obj["kind"],
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid"),
+        },
+        "reason": reason,
+        "message": message[:1024],
+        "type": "Warning" if warning else "Normal",
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": COMPONENT,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+    try:
+        await client.CoreV1Api(api).create_namespaced_event(meta["namespace"], body)  # type: ignore[arg-type]
+    except ApiException as err:
+        log.warning("event %s on %s/%s not posted: %s", reason, meta["namespace"], meta["name"], err.reason)

@@ -1,0 +1,213 @@
+"""From what the operator's watches hold (plain API objects) to gangs: which pods form which
+gang, its group object, its minMember, its counters and its status. Pure functions of a
+`Store`, tested with plain data."""
+
+from __future__ import annotations
+
+import datetime
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from quorum.core.gangs import GangMarker, GangSource, gang_marker
+from quorum.core.model import Gang, resources
+from quorum.core.planner import Hold
+from quorum.k8s.convert import pod_from_api
+
+GANG_LABEL = "quorum.dev/gang"
+GATE = "quorum.dev/gang"
+JSON = dict[str, Any]
+
+GROUP_APIS: dict[GangSource, tuple[str, str]] = {
+    GangSource.SIGS_POD_GROUP: ("scheduling.sigs.k8s.io", "v1alpha1"),
+    GangSource.X_POD_GROUP: ("scheduling.x-k8s.io", "v1alpha1"),
+    GangSource.WORKLOAD_POD_GROUP: ("scheduling.k8s.io", "v1alpha2"),
+}
+
+
+@dataclass
+class Store:
+    """The latest version of every object quorum watches, by key."""
+
+    pods: dict[str, JSON] = field(default_factory=dict)  # uid -> gang pod
+    nodes: dict[str, JSON] = field(default_factory=dict)  # name -> node
+    groups: dict[tuple[str, str, str], JSON] = field(default_factory=dict)  # (api group, ns, name)
+    gangs: dict[tuple[str, str], JSON] = field(default_factory=dict)  # (ns, name) -> Gang object
+
+
+def timestamp(value: str | None) -> float:
+    if not value:
+        return 0.0
+    return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def is_gated(pod: JSON) -> bool:
+    return any(g.get("name") == GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def phase_of(pod: JSON) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+@dataclass
+class GangView:
+    namespace: str
+    name: str
+    marker: GangMarker
+    pods: list[JSON]
+    group: JSON | None = None
+    min_member: int | None = None
+    waiting: str | None = None  # why the gang cannot be planned yet (its group is missing, ...)
+    basic: bool = False  # a Kubernetes 1.36 PodGroup with the `basic` policy: pods go one by one
+    min_resources: dict[str, int] = field(default_factory=dict)
+    schedule_timeout: int = 60
+    # Pods quorum released whose update the watch has not delivered yet: no longer gated.
+    just_released: frozenset[str] = frozenset()
+
+    def is_gated(self, pod: JSON) -> bool:
+        return is_gated(pod) and pod["metadata"]["uid"] not in self.just_released
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def active(self) -> list[JSON]:
+        return [
+            p
+            for p in self.pods
+            if phase_of(p) not in ("Succeeded", "Failed")
+            and not (p.get("metadata") or {}).get("deletionTimestamp")
+        ]
+
+    @property
+    def gated(self) -> list[JSON]:
+        return [p for p in self.active if self.is_gated(p)]
+
+    def counts(self) -> dict[str, int]:
+        active = self.active
+        return {
+            "members": len(active),
+            "gated": sum(1 for p in active if self.is_gated(p)),
+            "released": sum(1 for p in active if not self.is_gated(p)),
+            "bound": sum(1 for p in active if (p.get("spec") or {}).get("nodeName")),
+            "running": sum(1 for p in active if phase_of(p) == "Running"),
+            "succeeded": sum(1 for p in self.pods if phase_of(p) == "Succeeded"),
+            "failed": sum(1 for p in self.pods if phase_of(p) == "Failed"),
+        }
+
+    def to_core(self) -> Gang:
+        assert self.min_member is not None
+        counts = self.counts()
+        created = (
+            timestamp((self.group or {}).get("metadata", {}).get("creationTimestamp"))
+            if self.group
+            else min((timestamp(p["metadata"].get("creationTimestamp")) for p in self.pods), default=0.0)
+        )
+        return Gang(
+            namespace=self.namespace,
+            name=self.name,
+            min_member=1 if self.basic else self.min_member,
+            pods=tuple(pod_from_api(p) for p in self.gated),
+            members=counts["members"],
+            released=0 if self.basic else counts["released"],
+            priority=max(((p.get("spec") or {}).get("priority") or 0 for p in self.pods), default=0),
+            created=created,
+            min_resources=self.min_resources,
+        )
+
+
+def assemble(store: Store, just_released: frozenset[str] = frozenset()) -> list[GangView]:
+    """Every gang that has pods, with its group object and minMember (or why not yet)."""
+    by_gang: dict[tuple[str, str], list[JSON]] = defaultdict(list)
+    for pod in store.pods.values():
+        meta = pod["metadata"]
+        name = (meta.get("labels") or {}).get(GANG_LABEL)
+        if name:
+            by_gang[(meta["namespace"], name)].append(pod)
+    views = []
+    for (namespace, name), pods in sorted(by_gang.items()):
+        pods.sort(key=lambda p: p["metadata"]["name"])
+        marker = _marker(pods[0])
+        if marker is None:
+            continue
+        view = GangView(namespace, name, marker, pods, just_released=just_released)
+        _attach_group(view, store)
+        views.append(view)
+    return views
+
+
+def _marker(pod: JSON) -> GangMarker | None:
+    spec = pod.get("spec") or {}
+    group = (spec.get("schedulingGroup") or {}).get("podGroupName")
+    # The webhook rewrote any coscheduler name; the default scheduler's name is quorum's.
+    return gang_marker((pod["metadata"].get("labels") or {}), group, spec.get("schedulerName"))
+
+
+def _attach_group(view: GangView, store: Store) -> None:
+    marker = view.marker
+    if marker.source is GangSource.LABELS:
+        values = {
+            (p["metadata"].get("labels") or {}).get("pod-group.scheduling.sigs.k8s.io/min-available")
+            for p in view.pods
+        }
+        try:
+            (value,) = values
+            view.min_member = int(str(value))
+            if view.min_member < 1:
+                raise ValueError
+        except (ValueError, TypeError):
+            view.waiting = (
+                f"label pod-group.scheduling.sigs.k8s.io/min-available must be one whole number >= 1 "
+                f"on every pod of the group; found {sorted(str(v) for v in values)}"
+            )
+        return
+    api_group, _ = GROUP_APIS[marker.source]
+    group = store.groups.get((api_group, view.namespace, marker.group))
+    if group is None:
+        view.waiting = f"waiting for {marker.describe()} to exist in namespace {view.namespace}"
+        return
+    view.group = group
+    spec = group.get("spec") or {}
+    if marker.source is GangSource.WORKLOAD_POD_GROUP:
+        policy = spec.get("schedulingPolicy") or {}
+        if "gang" in policy:
+            view.min_member = int((policy.get("gang") or {}).get("minCount") or 1)
+        else:
+            view.basic, view.min_member = True, 1
+        return
+    view.min_member = int(spec.get("minMember") or 1)
+    view.min_resources = resources(spec.get("minResources"))
+    view.schedule_timeout = int(spec.get("scheduleTimeoutSeconds") or 60)
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+def phase(view: GangView, counts: Mapping[str, int]) -> str:
+    need = view.min_member or 1
+    if counts["members"] == 0 and counts["succeeded"] >= need:
+        return "Finished"
+    if counts["failed"] and counts["members"] + counts["succeeded"] < need:
+        return "Failed"
+    if counts["running"] >= need:
+        return "Running"
+    if counts["released"] > 0:
+        return "Scheduling"
+    return "Pending"
+
+
+def admitted_condition(
+    view: GangView, counts: Mapping[str, int], hold: Hold | None, released_now: int
+) -> tuple[str, str, str]:
+    """(status, reason, message) of the `Admitted` condition."""
+    need = view.min_member or 1
+    if view.waiting:
+        return "False", "WaitingForGroup", view.waiting
+    if hold is not None:
+        return "False", hold.reason, hold.message
+    released = counts["released"] + released_now
+    if released >= need or (view.basic and released):
+        return "True", "Released", f"{released} of {counts['members']} pods released (minMember {need})"
+    return "False", "Pending", f"{counts['members']} of {need} members exist (minMember {need})"

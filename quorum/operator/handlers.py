@@ -1,0 +1,96 @@
+"""kopf, used only for watching: `on.event` handlers that keep the Store current and wake the
+scheduling loop, plus start-up and clean-up of quorum's own tasks. No on.create/update/delete,
+no timers or daemons, no posting: kopf writes nothing to any object (DESIGN.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import kopf
+
+from quorum.k8s.client import api_client
+from quorum.k8s.usage import BoundPods, watch_bound_pods
+from quorum.operator.gangs import GANG_LABEL, Store
+from quorum.operator.loop import GangLoop, LoopSettings, fit_settings
+from quorum.operator.settings import OperatorSettings
+
+log = logging.getLogger("quorum.operator")
+
+STORE = Store()
+TASKS: list[asyncio.Task[None]] = []
+LOOP: list[GangLoop] = []
+
+
+def _wake() -> None:
+    if LOOP:
+        LOOP[0].wake()
+
+
+def _apply(table: dict[Any, dict[str, Any]], key: Any, event: kopf.RawEvent) -> None:
+    if event.get("type") == "DELETED":
+        table.pop(key, None)
+    else:
+        table[key] = dict(event["object"])
+    _wake()
+
+
+@kopf.on.startup()
+async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.posting.enabled = False  # no Events from kopf; quorum posts its own, per gang
+    settings.watching.label_selectors["v1", "pods"] = GANG_LABEL  # gang pods only, server-side
+    settings.watching.server_timeout = 300
+    config = OperatorSettings.from_env()
+    api = await api_client()
+    bound = BoundPods()
+    loop = GangLoop(
+        api,
+        STORE,
+        bound,
+        LoopSettings(
+            planner=fit_settings(config.org),
+            resync_seconds=config.resync_seconds,
+            release_concurrency=config.release_concurrency,
+        ),
+    )
+    LOOP.append(loop)
+    TASKS.append(asyncio.create_task(watch_bound_pods(api, bound, loop.wake), name="bound-pods"))
+    TASKS.append(asyncio.create_task(loop.run(), name="gang-loop"))
+
+
+@kopf.on.cleanup()
+async def stop(**_: Any) -> None:
+    for task in TASKS:
+        task.cancel()
+    await asyncio.gather(*TASKS, return_exceptions=True)
+
+
+@kopf.on.event("v1", "pods")
+def pod_event(event: kopf.RawEvent, uid: str, **_: Any) -> None:
+    _apply(STORE.pods, uid, event)
+
+
+@kopf.on.event("v1", "nodes")
+def node_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
+    _apply(STORE.nodes, name, event)
+
+
+@kopf.on.event("scheduling.sigs.k8s.io", "v1alpha1", "podgroups")
+def sigs_podgroup_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
+    _apply(STORE.groups, ("scheduling.sigs.k8s.io", namespace, name), event)
+
+
+@kopf.on.event("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+def x_podgroup_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
+    _apply(STORE.groups, ("scheduling.x-k8s.io", namespace, name), event)
+
+
+@kopf.on.event("scheduling.k8s.io", "v1alpha2", "podgroups")
+def workload_podgroup_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
+    _apply(STORE.groups, ("scheduling.k8s.io", namespace, name), event)
+
+
+@kopf.on.event("quorum.dev", "v1alpha1", "gangs")
+def gang_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
+    _apply(STORE.gangs, (namespace, name), event)

@@ -1,0 +1,302 @@
+"""Gang admission end to end: the webhook gates gang pods, quorum-operator (running with its
+ServiceAccount's token) plans and releases whole gangs, kube-scheduler binds, kwok runs.
+Scenarios whose outcome depends on capacity use their own node pool."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from quorum.devcluster.cluster import Instance
+from quorum.devcluster.nodes import STATE_LABEL, TestPool
+from tests.kube import assert_no_overcommit, eventually, raw_json
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SIGS = ("scheduling.sigs.k8s.io", "v1alpha1", "podgroups")
+GANGS = ("quorum.dev", "v1alpha1", "gangs")
+GATE = "quorum.dev/gang"
+
+
+async def get(
+    api: client.ApiClient, kind: tuple[str, str, str], namespace: str, name: str
+) -> dict[str, Any] | None:
+    try:
+        obj: dict[str, Any] = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+            kind[0], kind[1], namespace, kind[2], name
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return obj
+
+
+async def pods(api: client.ApiClient, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+    data = await raw_json(
+        client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
+    )
+    items: list[dict[str, Any]] = data["items"]
+    return items
+
+
+def gated(pod: dict[str, Any]) -> bool:
+    return any(g["name"] == GATE for g in pod["spec"].get("schedulingGates") or [])
+
+
+def admitted(gang: dict[str, Any] | None) -> dict[str, Any]:
+    conditions = (gang or {}).get("status", {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "Admitted"), {})
+
+
+async def gang_condition(api: client.ApiClient, namespace: str, name: str, reason: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        gang = await get(api, GANGS, namespace, name)
+        return gang if admitted(gang).get("reason") == reason else None
+
+    return await eventually(probe, timeout=45, what=f"gang {name} {reason}")
+
+
+async def all_running(
+    api: client.ApiClient, namespace: str, count: int, selector: str = ""
+) -> list[dict[str, Any]]:
+    async def probe() -> list[dict[str, Any]] | None:
+        found = await pods(api, namespace, selector)
+        running = [p for p in found if p["status"].get("phase") == "Running"]
+        return running if len(running) == count else None
+
+    return await eventually(probe, timeout=60, what=f"{count} pods Running")
+
+
+async def assert_as_planned(api: client.ApiClient, namespace: str, gang_name: str) -> None:
+    """Every released pod is bound to the node its gang's recorded plan chose."""
+    gang = await get(api, GANGS, namespace, gang_name)
+    assert gang is not None
+    planned = {p["uid"]: p["node"] for p in gang["status"]["admission"]["placement"]}
+    for pod in await pods(api, namespace, f"quorum.dev/gang={gang_name}"):
+        if not gated(pod) and pod["metadata"]["uid"] in planned:
+            assert pod["spec"]["nodeName"] == planned[pod["metadata"]["uid"]], pod["metadata"]["name"]
+    await assert_no_overcommit(api)
+
+
+def deployment(
+    name: str, replicas: int, gpus: int, pool: TestPool | None, group: str | None
+) -> dict[str, Any]:
+    labels = {"app": name}
+    if group:
+        labels["pod-group.scheduling.sigs.k8s.io"] = group
+    spec: dict[str, Any] = {
+        "schedulerName": "cw-coscheduler",
+        "containers": [
+            {
+                "name": "c",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {},
+            }
+        ],
+    }
+    if pool is not None:
+        spec.update(pool.pod_spec())
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": labels}, "spec": spec},
+        },
+    }
+
+
+async def podgroup(api: client.ApiClient, namespace: str, name: str, min_member: int, **spec: Any) -> None:
+    await client.CustomObjectsApi(api).create_namespaced_custom_object(
+        *SIGS[:2],
+        namespace,
+        SIGS[2],
+        {
+            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": name},
+            "spec": {"minMember": min_member, **spec},
+        },
+    )
+
+
+async def test_seed_001_held_at_two_of_four_then_released_whole(
+    cluster: Instance, customer_api: client.ApiClient, api: client.ApiClient, namespace: str
+) -> None:
+    """Seed 001's manifest exactly: PodGroup pg1 (minMember 4) + Deployment of 2 replicas."""
+    manifest = (EXAMPLES / "seed-001-coscheduler/podgroup-pause.yaml").read_text()
+    applied = cluster.kubectl("-n", namespace, "apply", "-f", "-", who="customer", input_text=manifest)
+    assert applied.returncode == 0, applied.stderr
+
+    async def two_gated() -> list[dict[str, Any]] | None:
+        found = await pods(api, namespace, "app=pause")
+        return found if len(found) == 2 and all(gated(p) for p in found) else None
+
+    for pod in await eventually(two_gated, timeout=30, what="2 gated pods"):
+        assert pod["metadata"]["labels"]["quorum.dev/gang"] == "pg-pg1"
+        assert pod["spec"]["schedulerName"] == "default-scheduler"
+        assert pod["metadata"]["annotations"]["quorum.dev/requested-scheduler"] == "cw-coscheduler"
+        assert not pod["spec"].get("nodeName")
+    gang = await gang_condition(api, namespace, "pg-pg1", "WaitingForMembers")
+    assert admitted(gang)["message"] == "2 of 4 members exist (minMember 4)"
+    assert gang["status"]["phase"] == "Pending" and gang["status"]["members"] == 2
+    assert gang["metadata"]["ownerReferences"][0]["kind"] == "PodGroup"
+    group = await get(api, SIGS, namespace, "pg1")
+    assert group is not None
+    condition = next(c for c in group["status"]["conditions"] if c["type"] == "QuorumAdmitted")
+    assert (
+        condition["message"] == "2 of 4 members exist (minMember 4)" and group["status"]["phase"] == "Pending"
+    )
+
+    scaled = cluster.kubectl("-n", namespace, "scale", "deployment", "pause", "--replicas=4", who="customer")
+    assert scaled.returncode == 0
+    running = await all_running(api, namespace, 4, "app=pause")
+    gang = await gang_condition(api, namespace, "pg-pg1", "Released")
+    admission = gang["status"]["admission"]
+    assert admission["attempt"] == 1 and len(admission["placement"]) == 4, "one decision for the whole gang"
+    assert {p["uid"] for p in admission["placement"]} == {p["metadata"]["uid"] for p in running}
+    await assert_as_planned(api, namespace, "pg-pg1")
+
+    async def podgroup_running() -> dict[str, Any] | None:
+        group = await get(api, SIGS, namespace, "pg1")
+        return group if (group or {}).get("status", {}).get("phase") == "Running" else None
+
+    group = await eventually(podgroup_running, timeout=30, what="PodGroup Running")
+    assert group["status"]["running"] == 4 and group["status"]["scheduled"] == 4
+    events = await raw_json(client.CoreV1Api(api).list_namespaced_event(namespace, _preload_content=False))
+    released = [
+        e for e in events["items"] if e["reason"] == "Released" and e["involvedObject"]["kind"] == "Gang"
+    ]
+    assert len(released) == 1 and "released 4 of 4 planned pods" in released[0]["message"]
+
+
+async def test_two_gangs_that_cannot_both_fit(
+    customer_api: client.ApiClient, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
+) -> None:
+    pool: TestPool = await test_pool(count=2)
+    apps = client.AppsV1Api(customer_api)
+    await podgroup(customer_api, namespace, "first", 2)
+    await apps.create_namespaced_deployment(namespace, deployment("first", 2, 8, pool, "first"))
+    await all_running(api, namespace, 2, "app=first")
+    await podgroup(customer_api, namespace, "second", 2)
+    await apps.create_namespaced_deployment(namespace, deployment("second", 2, 8, pool, "second"))
+    held = await gang_condition(api, namespace, "pg-second", "Unschedulable")
+    assert "2 pods × 8 nvidia.com/gpu" in admitted(held)["message"]
+    assert "short by 2" in admitted(held)["message"]
+    assert all(not p["spec"].get("nodeName") for p in await pods(api, namespace, "app=second")), (
+        "no partial gang"
+    )
+    await assert_as_planned(api, namespace, "pg-first")
+
+    await apps.delete_namespaced_deployment("first", namespace)
+    await all_running(api, namespace, 2, "app=second")
+    await assert_as_planned(api, namespace, "pg-second")
+
+
+async def test_fragmented_capacity_holds_until_a_node_frees_up(
+    customer_api: client.ApiClient, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
+) -> None:
+    pool: TestPool = await test_pool(count=2)
+    core = client.CoreV1Api(customer_api)
+    for i, node in enumerate(pool.names):  # 4 of 8 GPUs taken on each node: 8 free in all
+        spec = {
+            **pool.pod_spec(),
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {"nvidia.com/gpu": "4"}},
+                }
+            ],
+        }
+        spec["nodeSelector"] = {**spec["nodeSelector"], "kubernetes.io/hostname": node}
+        await core.create_namespaced_pod(namespace, {"metadata": {"name": f"filler-{i}"}, "spec": spec})
+    await all_running(api, namespace, 2)
+    await podgroup(customer_api, namespace, "big", 1)
+    await client.AppsV1Api(customer_api).create_namespaced_deployment(
+        namespace, deployment("big", 1, 8, pool, "big")
+    )
+    held = await gang_condition(api, namespace, "pg-big", "Unschedulable")
+    assert "0 have room for one" in admitted(held)["message"], admitted(held)
+    await core.delete_namespaced_pod("filler-0", namespace, grace_period_seconds=0)
+    await all_running(api, namespace, 1, "app=big")
+    await assert_as_planned(api, namespace, "pg-big")
+
+
+async def test_gang_larger_than_the_cluster_is_held_with_a_reason(
+    customer_api: client.ApiClient, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
+) -> None:
+    pool: TestPool = await test_pool(count=2)
+    await podgroup(customer_api, namespace, "huge", 3)
+    await client.AppsV1Api(customer_api).create_namespaced_deployment(
+        namespace, deployment("huge", 3, 8, pool, "huge")
+    )
+    held = await gang_condition(api, namespace, "pg-huge", "Unschedulable")
+    message = admitted(held)["message"]
+    assert "3 pods × 8 nvidia.com/gpu" in message and "short by 1" in message, message
+    assert all(gated(p) for p in await pods(api, namespace, "app=huge"))
+
+
+async def test_label_only_gang_of_seed_000(cluster: Instance, api: client.ApiClient, namespace: str) -> None:
+    manifest = (EXAMPLES / "seed-001-coscheduler/labels-pause.yaml").read_text()
+    applied = cluster.kubectl("-n", namespace, "apply", "-f", "-", who="customer", input_text=manifest)
+    assert applied.returncode == 0, applied.stderr
+    await all_running(api, namespace, 2, "app=pause-labels")
+    gang = await gang_condition(api, namespace, "lbl-pause-labels", "Released")
+    assert gang["spec"]["source"] == {"kind": "Labels", "name": "pause-labels"}
+    assert "ownerReferences" not in gang["metadata"]
+    await assert_as_planned(api, namespace, "lbl-pause-labels")
+
+
+async def test_cpu_gang_lands_on_cpu_nodes_and_never_on_triage_or_cordoned(
+    customer_api: client.ApiClient, api: client.ApiClient, namespace: str
+) -> None:
+    body = deployment("cpu", 3, 0, None, "cpu")
+    body["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "2", "memory": "1Gi"}
+    }
+    await podgroup(customer_api, namespace, "cpu", 3)
+    await client.AppsV1Api(customer_api).create_namespaced_deployment(namespace, body)
+    running = await all_running(api, namespace, 3, "app=cpu")
+    nodes = {
+        n["metadata"]["name"]: n
+        for n in (await raw_json(client.CoreV1Api(api).list_node(_preload_content=False)))["items"]
+    }
+    for pod in running:
+        node = nodes[pod["spec"]["nodeName"]]
+        assert "nvidia.com/gpu" not in node["status"]["allocatable"], node["metadata"]["name"]
+        assert node["metadata"]["labels"][STATE_LABEL] == "production" and not node["spec"].get(
+            "unschedulable"
+        )
+    await assert_as_planned(api, namespace, "pg-cpu")
+
+
+async def test_bad_podgroups_are_refused_with_readable_messages(cluster: Instance, namespace: str) -> None:
+    bad = {
+        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "bad"},
+        "spec": {"minMember": 0, "minResources": {"nvidia.com/gpu": "lots"}},
+    }
+    refused = cluster.kubectl(
+        "-n", namespace, "create", "-f", "-", who="customer", input_text=json.dumps(bad), check=False
+    )
+    assert refused.returncode != 0
+    assert "spec.minMember in body should be greater than or equal to 1" in refused.stderr
+    assert 'spec.minResources.nvidia.com/gpu: Invalid value: "lots"' in refused.stderr
+    missing = yaml.safe_dump({**bad, "spec": {}})
+    refused = cluster.kubectl(
+        "-n", namespace, "create", "-f", "-", who="customer", input_text=missing, check=False
+    )
+    assert "spec.minMember: Required value" in refused.stderr
