@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -21,6 +23,7 @@ from tests.kube import api_client, eventually
 pytestmark = pytest.mark.cluster
 
 GATE = "quorum.dev/gang"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 INTERRUPTABLE = "qos.coreweave.cloud/interruptable"
 
 
@@ -180,44 +183,46 @@ async def test_interruptable_true_on_a_gang_deployment_warns_the_client(
 
 
 async def _create_gated_pod(api: client.ApiClient, namespace: str, name: str) -> None:
+    """A gang pod whose PodGroup does not exist: the webhook gates it and quorum leaves it gated."""
     await client.CoreV1Api(api).create_namespaced_pod(
         namespace,
         {
-            "metadata": {"name": name},
-            "spec": {
-                "schedulingGates": [{"name": GATE}, {"name": "example.com/other"}],
-                "containers": [container()],
-            },
+            "metadata": {"name": name, "labels": {"pod-group.scheduling.sigs.k8s.io": "not-created-yet"}},
+            "spec": {"schedulingGates": [{"name": "example.com/other"}], "containers": [container()]},
         },
     )
 
 
-def _remove_gate_patch(pod_name: str) -> list[str]:
+async def _remove_gate(
+    instance: Instance,
+    api: client.ApiClient,
+    who: str,
+    namespace: str,
+    pod: str,
+    gate: str = GATE,
+    *extra: str,
+) -> subprocess.CompletedProcess[str]:
+    found = await client.CoreV1Api(api).read_namespaced_pod(pod, namespace)
+    index = [g.name for g in found.spec.scheduling_gates].index(gate)
     patch = json.dumps(
         [
-            {"op": "test", "path": "/spec/schedulingGates/0/name", "value": GATE},
-            {"op": "remove", "path": "/spec/schedulingGates/0"},
+            {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": gate},
+            {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
         ]
     )
-    return ["patch", "pod", pod_name, "--type=json", "-p", patch]
+    return kubectl(instance, who, *extra, "-n", namespace, "patch", "pod", pod, "--type=json", "-p", patch)
 
 
 async def check_gate_protection(instance: Instance, api: client.ApiClient, namespace: str) -> None:
-    await _create_gated_pod(api, namespace, "gated")
-    denied = kubectl(instance, "customer", "-n", namespace, *_remove_gate_patch("gated"))
+    denied = await _remove_gate(instance, api, "customer", namespace, "gated")
     assert denied.returncode != 0
     assert "ValidatingAdmissionPolicy 'quorum-gate-protection'" in denied.stderr
     assert "removed only by quorum" in denied.stderr and "customer@example.com may not" in denied.stderr
     # Other gates are not quorum's business.
-    other = json.dumps([{"op": "remove", "path": "/spec/schedulingGates/1"}])
-    assert (
-        kubectl(
-            instance, "customer", "-n", namespace, "patch", "pod", "gated", "--type=json", "-p", other
-        ).returncode
-        == 0
-    )
+    other = await _remove_gate(instance, api, "customer", namespace, "gated", "example.com/other")
+    assert other.returncode == 0, other.stderr
     # quorum's operator identity may remove it.
-    allowed = kubectl(instance, "quorum-operator", "-n", namespace, *_remove_gate_patch("gated"))
+    allowed = await _remove_gate(instance, api, "quorum-operator", namespace, "gated")
     assert allowed.returncode == 0, allowed.stderr
     # So may the break-glass group (given rights on pods by RBAC).
     await client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(
@@ -230,15 +235,15 @@ async def check_gate_protection(instance: Instance, api: client.ApiClient, names
             ],
         },
     )
-    await _create_gated_pod(api, namespace, "gated2")
-    glass = kubectl(
+    glass = await _remove_gate(
         instance,
+        api,
         "admin",
+        namespace,
+        "gated2",
+        GATE,
         "--as=oncall@example.com",
         "--as-group=quorum:break-glass",
-        "-n",
-        namespace,
-        *_remove_gate_patch("gated2"),
     )
     assert glass.returncode == 0, glass.stderr
 
@@ -246,34 +251,48 @@ async def check_gate_protection(instance: Instance, api: client.ApiClient, names
 async def test_only_quorum_removes_the_quorum_gate(
     cluster: Instance, api: client.ApiClient, namespace: str
 ) -> None:
+    await _create_gated_pod(api, namespace, "gated")
+    await _create_gated_pod(api, namespace, "gated2")
     await check_gate_protection(cluster, api, namespace)
 
 
-async def test_gate_protection_holds_with_the_webhook_server_down(
+async def _namespace(core: client.CoreV1Api, name: str) -> None:
+    await core.create_namespace({"metadata": {"name": name}})
+
+    async def default_sa() -> bool:
+        try:
+            await core.read_namespaced_service_account("default", name)
+        except ApiException:
+            return False
+        return True
+
+    await eventually(default_sa, timeout=30, what=f"default ServiceAccount in {name}")
+
+
+async def test_with_the_webhook_server_down_gates_stay_protected_and_gang_pods_wait(
     start_instance: Callable[..., Instance],
 ) -> None:
+    """A named instance of its own, whose quorum-webhooks is stopped: the gate protection and the
+    backstop policy live in the apiserver and hold; the controller's retries succeed once the
+    server is back."""
     instance = start_instance("t-nowebhooks")
-    instance.stop_component("quorum-webhooks")
-    state = instance.state()
-    assert state is not None
-    assert not any(p.name == "quorum-webhooks" and is_alive(p) for p in state.processes)
     api = await api_client(instance.kubeconfig("admin"))
     async with api:
         core = client.CoreV1Api(api)
-        await core.create_namespace({"metadata": {"name": "work"}})
+        await _namespace(core, "work")
+        await _create_gated_pod(api, "work", "gated")
+        await _create_gated_pod(api, "work", "gated2")
+        instance.stop_component("quorum-webhooks")
+        state = instance.state()
+        assert state is not None
+        assert not any(p.name == "quorum-webhooks" and is_alive(p) for p in state.processes)
 
-        async def default_sa() -> bool:
-            try:
-                await core.read_namespaced_service_account("default", "work")
-            except ApiException:
-                return False
-            return True
-
-        await eventually(default_sa, timeout=30, what="default ServiceAccount")
         await check_gate_protection(instance, api, "work")
-        # The mutating webhook fails open: pods are still created, without the toleration.
-        pod = await core.read_namespaced_pod("gated", "work")
-        assert not any(t.key == "is_cpu_compute" for t in pod.spec.tolerations or [])
+        # The mutating webhook fails open: a plain pod is created, without the toleration.
+        plain = await core.create_namespaced_pod(
+            "work", {"metadata": {"name": "plain"}, "spec": {"containers": [container()]}}
+        )
+        assert not any(t.key == "is_cpu_compute" for t in plain.spec.tolerations or [])
         # Validating webhooks fail closed, but only for objects with the labels they judge.
         with pytest.raises(ApiException) as closed:
             await core.create_namespaced_pod(
@@ -284,3 +303,47 @@ async def test_gate_protection_holds_with_the_webhook_server_down(
                 },
             )
         assert "failed calling webhook" in str(closed.value.body)
+
+        # Backstop: gang pods the webhook did not see are refused, so none bypasses quorum...
+        await client.CustomObjectsApi(api).create_namespaced_custom_object(
+            "scheduling.sigs.k8s.io",
+            "v1alpha1",
+            "work",
+            "podgroups",
+            {
+                "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+                "kind": "PodGroup",
+                "metadata": {"name": "pg1"},
+                "spec": {"minMember": 2},
+            },
+        )
+        manifest = yaml.safe_load_all((EXAMPLES / "seed-001-coscheduler/podgroup-pause.yaml").read_text())
+        seed = next(d for d in manifest if d["kind"] == "Deployment")
+        await client.AppsV1Api(api).create_namespaced_deployment("work", seed)
+
+        async def refused() -> list[str] | None:
+            events = (await core.list_namespaced_event("work")).items
+            found = [
+                e.message
+                for e in events
+                if e.reason == "FailedCreate" and "quorum-gang-backstop" in e.message
+            ]
+            return found or None
+
+        messages = await eventually(refused, timeout=30, what="FailedCreate by the backstop policy")
+        assert "quorum-webhooks did not process it" in messages[0] or "is not a scheduler" in messages[0]
+        assert [p for p in (await core.list_namespaced_pod("work", label_selector="app=pause")).items] == []
+
+        # ...and once the server is back, the ReplicaSet controller's retries create them gated,
+        # and quorum releases the gang.
+        instance.start_component("quorum-webhooks")
+
+        async def running() -> bool:
+            found = (await core.list_namespaced_pod("work", label_selector="app=pause")).items
+            return len(found) == 2 and all(p.status.phase == "Running" for p in found)
+
+        await eventually(running, timeout=120, what="the seed's pods created and Running")
+        gang = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+            "quorum.dev", "v1alpha1", "work", "gangs", "pg-pg1"
+        )
+        assert len(gang["status"]["admission"]["placement"]) == 2
