@@ -22,8 +22,8 @@ from kubernetes_asyncio import client
 from quorum.core.fit import FitSettings
 from quorum.core.model import Node, add
 from quorum.core.planner import Hold, PlannerSettings, Release, plan_gangs
-from quorum.k8s import writes
-from quorum.k8s.convert import node_from_api
+from quorum.k8s import reads, writes
+from quorum.k8s.convert import node_from_api, pod_from_api
 from quorum.k8s.usage import BoundPods
 from quorum.operator.gangs import GROUP_APIS, GangView, Store, admitted_condition, assemble, phase
 
@@ -54,6 +54,8 @@ class GangLoop:
         self.reasons: dict[tuple[str, str], str] = {}  # last hold reason announced per gang
         self.told_waiting: set[str] = set()  # pods told which group they wait for
         self.last_seen: dict[tuple[str, str], float] = {}
+        self.warned_unmodeled: set[tuple[str, str]] = set()
+        self.statefulsets: dict[str, str | None] = {}  # uid -> podManagementPolicy
         self.semaphore = asyncio.Semaphore(settings.release_concurrency)
 
     def wake(self) -> None:
@@ -94,11 +96,50 @@ class GangLoop:
         for release in plan.releases:
             key = release.gang.key
             released[key] = await self.release(plannable[key], release)
-        holds = {h.gang.key: h for h in plan.holds}
+        holds = {h.gang.key: await self.explain_hold(plannable[h.gang.key], h) for h in plan.holds}
         for view in views:
             self.last_seen[view.key] = time.monotonic()
             await self.write_status(view, holds.get(view.key), released[view.key])
         await self.forget_label_gangs({v.key for v in views})
+
+    async def explain_hold(self, view: GangView, hold: Hold) -> Hold:
+        """Add what the planner cannot see: a StatefulSet whose OrderedReady policy means the gang
+        can never form (DESIGN.md: say it again in the Gang's status)."""
+        if hold.reason != "WaitingForMembers" or (view.min_member or 1) <= 1:
+            return hold
+        for pod in view.pods:
+            for owner in pod["metadata"].get("ownerReferences") or []:
+                if owner.get("kind") != "StatefulSet" or not owner.get("controller"):
+                    continue
+                if owner["uid"] not in self.statefulsets:
+                    self.statefulsets[owner["uid"]] = await reads.statefulset_pod_management(
+                        self.api, view.namespace, owner["name"]
+                    )
+                if self.statefulsets[owner["uid"]] == "OrderedReady":
+                    hint = (
+                        f"StatefulSet {owner['name']} uses podManagementPolicy OrderedReady: it creates "
+                        f"each pod only after the previous one is Ready, and quorum holds every pod until "
+                        f"the gang is whole, so the gang cannot form. Set podManagementPolicy: Parallel"
+                    )
+                    return Hold(hold.gang, hold.reason, f"{hold.message}; {hint}")
+        return hold
+
+    async def warn_unmodeled(self, view: GangView, gang: dict[str, Any]) -> None:
+        """DESIGN.md: a gang whose pods use hard constraints the planner does not model gets a
+        warning that quorum cannot guarantee its placement (once per gang)."""
+        if view.key in self.warned_unmodeled:
+            return
+        found = sorted({c for p in view.gated for c in pod_from_api(p).unmodeled})
+        if not found:
+            return
+        self.warned_unmodeled.add(view.key)
+        message = (
+            f"pods of gang {view.name} use {', '.join(found)}, which quorum's plan does not model: "
+            f"quorum cannot guarantee their placement (kube-scheduler may refuse a planned node)"
+        )
+        for obj in (gang, view.group):
+            if obj is not None:
+                await writes.post_event(self.api, obj, "UnmodeledConstraints", message, warning=True)
 
     async def ensure_gang(self, view: GangView) -> dict[str, Any]:
         existing = self.store.gangs.get(view.key)
@@ -194,6 +235,7 @@ class GangLoop:
         if view.group is None and view.waiting:
             return  # no Gang object until its group exists
         gang = await self.ensure_gang(view)
+        await self.warn_unmodeled(view, gang)
         condition = {"type": "Admitted", "status": status, "reason": reason, "message": message}
         wanted = {"phase": gang_phase, **counts, "conditions": [condition]}
         if self.written.get(view.key) == wanted:

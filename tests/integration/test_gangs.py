@@ -300,3 +300,90 @@ async def test_bad_podgroups_are_refused_with_readable_messages(cluster: Instanc
         "-n", namespace, "create", "-f", "-", who="customer", input_text=missing, check=False
     )
     assert "spec.minMember: Required value" in refused.stderr
+
+
+async def test_gang_pods_are_refused_what_would_bypass_quorum(cluster: Instance, namespace: str) -> None:
+    def create(obj: dict[str, Any]) -> str:
+        done = cluster.kubectl(
+            "-n", namespace, "create", "-f", "-", who="customer", input_text=json.dumps(obj), check=False
+        )
+        assert done.returncode != 0, f"{obj['metadata']['name']} was created"
+        return done.stderr
+
+    template_label = deployment("forged-template", 1, 0, None, "g")
+    template_label["spec"]["template"]["metadata"]["labels"]["quorum.dev/gang"] = "pg-g"
+    assert "the pod template carries quorum.dev/gang" in create(template_label)
+    forged = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "forged",
+            "labels": {"pod-group.scheduling.sigs.k8s.io": "g", "quorum.dev/gang": "pg-other"},
+        },
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+    }
+    assert "quorum.dev/gang='pg-other'" in create(forged)
+    pinned = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "pinned", "labels": {"pod-group.scheduling.sigs.k8s.io": "g"}},
+        "spec": {
+            "nodeName": "gpu-h100-001",
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    assert "sets spec.nodeName='gpu-h100-001'" in create(pinned)
+
+
+async def test_ordered_ready_statefulset_gang_is_warned_about_twice(
+    cluster: Instance, customer_api: client.ApiClient, api: client.ApiClient, namespace: str
+) -> None:
+    await podgroup(customer_api, namespace, "db", 2)
+    sts = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "db"},
+        "spec": {
+            "replicas": 2,
+            "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db", "pod-group.scheduling.sigs.k8s.io": "db"}},
+                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+            },
+        },
+    }
+    created = cluster.kubectl(
+        "-n", namespace, "create", "-f", "-", who="customer", input_text=json.dumps(sts)
+    )
+    assert "Warning:" in created.stderr and "podManagementPolicy: Parallel" in created.stderr
+    held = await gang_condition(api, namespace, "pg-db", "WaitingForMembers")
+    message = admitted(held)["message"]
+    assert message.startswith(
+        "1 of 2 members exist (minMember 2); StatefulSet db uses podManagementPolicy OrderedReady"
+    )
+
+
+async def test_unmodeled_constraints_get_a_warning_event(
+    customer_api: client.ApiClient, api: client.ApiClient, namespace: str
+) -> None:
+    body = deployment("spread", 2, 0, None, "spread")
+    body["spec"]["template"]["spec"]["affinity"] = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "spread"}}}
+            ]
+        }
+    }
+    await podgroup(customer_api, namespace, "spread", 3)  # never complete: stays gated
+    await client.AppsV1Api(customer_api).create_namespaced_deployment(namespace, body)
+
+    async def warned() -> list[dict[str, Any]] | None:
+        events = await raw_json(
+            client.CoreV1Api(api).list_namespaced_event(namespace, _preload_content=False)
+        )
+        found = [e for e in events["items"] if e["reason"] == "UnmodeledConstraints"]
+        return found or None
+
+    events = await eventually(warned, timeout=30, what="UnmodeledConstraints event")
+    assert "required pod anti-affinity" in events[0]["message"] and events[0]["type"] == "Warning"

@@ -37,6 +37,16 @@ def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
     )
     intents: list[Intent] = []
     warnings: list[str] = []
+    annotations = dig(request.object, "metadata", "annotations")
+    requested = annotations.get(REQUESTED_SCHEDULER) if isinstance(annotations, dict) else None
+    if requested is not None and not (
+        requested in settings.coscheduler_names and scheduler in (requested, settings.default_scheduler)
+    ):
+        return Decision(denied=_forged(f"annotation {REQUESTED_SCHEDULER}={requested!r}"))
+    own = labels.get(GANG_LABEL) if isinstance(labels, dict) else None
+    if own is not None and (not markers or own != markers[0].gang_name):
+        # Never overwrite (or strip) it: deny, so that the person who set it finds out.
+        return Decision(denied=_forged(f"label {GANG_LABEL}={own!r}"))
     if scheduler in settings.coscheduler_names:
         intents += [
             SetSchedulerName(settings.default_scheduler),
@@ -61,3 +71,10 @@ def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
             )
         intents += [AddSchedulingGate(GATE), SetLabel(GANG_LABEL, gang.gang_name)]
     return Decision(intents=intents, warnings=warnings)
+
+
+def _forged(what: str) -> str:
+    return (
+        f"pod sets {what}: quorum.dev/* labels and annotations are quorum's (it sets quorum.dev/gang to "
+        f"the gang that the pod's group marker names). Remove it."
+    )

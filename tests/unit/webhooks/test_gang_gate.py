@@ -151,3 +151,15 @@ def test_ordered_ready_statefulset_gang_warns() -> None:
     assert ordered_statefulset.validate(request("StatefulSet", parallel), SETTINGS).warnings == []
     plain = workload("StatefulSet", {"app": "db"}, replicas=3)
     assert ordered_statefulset.validate(request("StatefulSet", plain), SETTINGS).warnings == []
+
+
+def test_a_forged_gang_label_is_denied_not_overwritten() -> None:
+    forged = pod({"pod-group.scheduling.sigs.k8s.io": "pg1", "quorum.dev/gang": "pg-other"})
+    decision = gang_gate.mutate(request("Pod", forged), SETTINGS)
+    assert not decision.allowed and decision.denied is not None
+    assert "quorum.dev/gang='pg-other'" in decision.denied
+    lone = pod({"quorum.dev/gang": "pg-x"})
+    assert not gang_gate.mutate(request("Pod", lone), SETTINGS).allowed
+    fake_annotation = pod({"app": "x"})
+    fake_annotation["metadata"]["annotations"] = {"quorum.dev/requested-scheduler": "volcano"}
+    assert not gang_gate.mutate(request("Pod", fake_annotation), SETTINGS).allowed
