@@ -1,13 +1,14 @@
-"""`make demo`: bring up the local control plane with quorum-webhooks, and show the seeds'
-policies at work, acting as a CKS customer (cluster-admin by RBAC, not system:masters).
-
-Later issues extend this with gangs admitted whole."""
+"""`make demo`: bring up the local control plane with quorum-webhooks and quorum-operator (the
+operator with its ServiceAccount's token), and show, acting as a CKS customer (cluster-admin by
+RBAC, not system:masters), the seeds' admission policies and a gang held, then admitted whole."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
+from importlib.resources import files
 
 from quorum.devcluster.build import BuildError
 from quorum.devcluster.cluster import ClusterError, Instance
@@ -52,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
         section("Kubernetes 1.36 Workload Aware Scheduling API")
         print(instance.kubectl("api-resources", "--api-group=scheduling.k8s.io").stdout.rstrip())
         policies(instance)
+        gangs(instance)
     except (BuildError, ClusterError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -148,11 +150,9 @@ def policies(instance: Instance) -> None:
     gated = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": "gated"},
-        "spec": {
-            "schedulingGates": [{"name": "quorum.dev/gang"}],
-            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
-        },
+        # A gang pod whose PodGroup does not exist (yet): quorum's webhook gates it.
+        "metadata": {"name": "gated", "labels": {"pod-group.scheduling.sigs.k8s.io": "not-created-yet"}},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
     }
     instance.kubectl("-n", NAMESPACE, "apply", "-f", "-", input_text=json.dumps(gated))
     as_customer(
@@ -165,3 +165,53 @@ def policies(instance: Instance) -> None:
         "--type=json",
         '-p=[{"op":"remove","path":"/spec/schedulingGates"}]',
     )
+
+
+GANG_NAMESPACE = "quorum-demo-gang"
+
+
+def wait_for(instance: Instance, *args: str, until: str, seconds: int = 60) -> None:
+    for _ in range(seconds * 2):
+        if until in instance.kubectl(*args, check=False).stdout:
+            return
+        time.sleep(0.5)
+
+
+def gangs(instance: Instance) -> None:
+    """Seed 001: PodGroup pg1 wants 4 pods; the Deployment makes 2. quorum holds both at its
+    gate, and releases all 4 together once the Deployment is scaled to 4."""
+    instance.kubectl(
+        "delete", "namespace", GANG_NAMESPACE, "--ignore-not-found", "--wait", "--timeout=60s", check=False
+    )
+    instance.kubectl("create", "namespace", GANG_NAMESPACE)
+    wait_for(instance, "-n", GANG_NAMESPACE, "get", "serviceaccount", until="default", seconds=30)
+    ns = ("-n", GANG_NAMESPACE)
+    section(
+        "Seed 001: a PodGroup of minMember 4 and a Deployment of 2 replicas (schedulerName cw-coscheduler)"
+    )
+    manifest = files("quorum.devcluster").joinpath("data/seed-001-podgroup-pause.yaml").read_text()
+    as_customer(instance, *ns, "apply", "-f", "-", stdin=manifest)
+    wait_for(instance, *ns, "get", "gangs", until="WaitingForMembers")
+    section("Both pods are held at quorum's gate; the PodGroup and the Gang say why")
+    as_customer(
+        instance,
+        *ns,
+        "get",
+        "pods",
+        "-o",
+        "custom-columns=POD:.metadata.name,STATUS:.status.conditions[0].reason,"
+        "GATES:.spec.schedulingGates[*].name,GANG:.metadata.labels.quorum\\.dev/gang,"
+        "SCHEDULER:.spec.schedulerName",
+    )
+    as_customer(instance, *ns, "get", "podgroups.scheduling.sigs.k8s.io,gangs", "-o", "wide")
+    section("Scale to 4: now the gang is whole, quorum plans it node by node and releases all 4 together")
+    as_customer(instance, *ns, "scale", "deployment", "pause", "--replicas=4")
+    wait_for(instance, *ns, "get", "gangs", until="Running")
+    instance.kubectl(
+        *ns, "wait", "--for=condition=Ready", "pod", "-l", "app=pause", "--timeout=60s", check=False
+    )
+    as_customer(instance, *ns, "get", "pods", "-o", "wide")
+    as_customer(instance, *ns, "get", "podgroups.scheduling.sigs.k8s.io,gangs")
+    as_customer(instance, *ns, "get", "events", "--field-selector=reason=Released")
+    section("Clean up")
+    as_customer(instance, "delete", "namespace", GANG_NAMESPACE, NAMESPACE, "--wait=false")

@@ -81,9 +81,20 @@ async def assert_as_planned(api: client.ApiClient, namespace: str, gang_name: st
     gang = await get(api, GANGS, namespace, gang_name)
     assert gang is not None
     planned = {p["uid"]: p["node"] for p in gang["status"]["admission"]["placement"]}
+    nodes = {
+        n["metadata"]["name"]: n
+        for n in (await raw_json(client.CoreV1Api(api).list_node(_preload_content=False)))["items"]
+    }
     for pod in await pods(api, namespace, f"quorum.dev/gang={gang_name}"):
+        # kopf writes nothing: no annotations or finalizers of its own on anything it watches
+        assert not any(k.startswith("kopf.zalando.org") for k in pod["metadata"].get("annotations") or {})
+        assert not pod["metadata"].get("finalizers")
         if not gated(pod) and pod["metadata"]["uid"] in planned:
             assert pod["spec"]["nodeName"] == planned[pod["metadata"]["uid"]], pod["metadata"]["name"]
+            node = nodes[pod["spec"]["nodeName"]]  # never a triage or cordoned node
+            assert node["metadata"]["labels"][STATE_LABEL] == "production" and not node["spec"].get(
+                "unschedulable"
+            )
     await assert_no_overcommit(api)
 
 
