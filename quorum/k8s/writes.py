@@ -24,7 +24,7 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def release_patch(pod: dict[str, Any], hostname: str) -> list[dict[str, Any]] | None:
+def release_patch(pod: dict[str, Any], hostname: str | None) -> list[dict[str, Any]] | None:
     """The JSON patch that releases one pod onto a node: it applies only to this pod (uid) while
     quorum's gate is still where it was, removes that gate alone, and pins the pod with a
     nodeSelector on kubernetes.io/hostname (KEP-3838 allows adding it while the pod is gated).
@@ -41,6 +41,8 @@ def release_patch(pod: dict[str, Any], hostname: str) -> list[dict[str, Any]] | 
     ]
     selector = spec.get("nodeSelector")
     key = HOSTNAME_LABEL.replace("/", "~1")
+    if hostname is None:  # released without a plan (a pod whose group can never exist)
+        return ops
     if not selector:
         ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {HOSTNAME_LABEL: hostname}})
     elif HOSTNAME_LABEL in selector:
@@ -50,7 +52,7 @@ def release_patch(pod: dict[str, Any], hostname: str) -> list[dict[str, Any]] | 
     return ops
 
 
-async def release_pod(api: client.ApiClient, pod: dict[str, Any], hostname: str) -> bool:
+async def release_pod(api: client.ApiClient, pod: dict[str, Any], hostname: str | None) -> bool:
     """Apply the release patch; False if the pod is gone, changed or already released."""
     ops = release_patch(pod, hostname)
     if ops is None:

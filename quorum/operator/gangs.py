@@ -138,6 +138,17 @@ def assemble(store: Store, just_released: frozenset[str] = frozenset()) -> list[
     return views
 
 
+def orphans(store: Store) -> list[JSON]:
+    """Gated gang pods whose group marker is gone: the apiserver dropped spec.schedulingGroup
+    after the webhook gated the pod (the GenericWorkload feature gate is off). Their group can
+    never exist; quorum releases them rather than leave them gated with no way forward."""
+    return [
+        p
+        for p in store.pods.values()
+        if is_gated(p) and (p["metadata"].get("labels") or {}).get(GANG_LABEL) and _marker(p) is None
+    ]
+
+
 def _marker(pod: JSON) -> GangMarker | None:
     spec = pod.get("spec") or {}
     group = (spec.get("schedulingGroup") or {}).get("podGroupName")

@@ -25,7 +25,7 @@ from quorum.core.planner import Hold, PlannerSettings, Release, plan_gangs
 from quorum.k8s import reads, writes
 from quorum.k8s.convert import node_from_api, pod_from_api
 from quorum.k8s.usage import BoundPods
-from quorum.operator.gangs import GROUP_APIS, GangView, Store, admitted_condition, assemble, phase
+from quorum.operator.gangs import GROUP_APIS, GangView, Store, admitted_condition, assemble, orphans, phase
 
 log = logging.getLogger("quorum.operator")
 
@@ -86,7 +86,27 @@ class GangLoop:
             used[node] = add(used.get(node, {}), requests)
         return used
 
+    async def release_orphans(self) -> None:
+        for pod in orphans(self.store):
+            uid = pod["metadata"]["uid"]
+            if uid in self.told_waiting:
+                continue
+            self.told_waiting.add(uid)
+            if await writes.release_pod(self.api, pod, None):
+                await writes.post_event(
+                    self.api,
+                    {"apiVersion": "v1", "kind": "Pod", **pod},
+                    "GroupDropped",
+                    (
+                        "the apiserver dropped spec.schedulingGroup (is the GenericWorkload feature gate "
+                        "off?), so this pod's group can never be found: quorum released it without gang "
+                        "admission"
+                    ),
+                    warning=True,
+                )
+
     async def step(self) -> None:
+        await self.release_orphans()
         used = self.used()
         views = assemble(self.store, frozenset(self.reserved))
         nodes = [node_from_api(n) for n in self.store.nodes.values()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import subprocess
 import sys
@@ -77,8 +78,18 @@ async def test_instance_with_other_flags_then_down_leaves_no_pid(
         await core.create_namespace({"metadata": {"name": "flags"}})
         await eventually(lambda: _has_default_sa(core, "flags"), timeout=30, what="default SA")
         pod = await core.create_namespaced_pod("flags", pod_in_group("p", "missing"))
-        # GenericWorkload is off: the apiserver drops the field at create.
+        # GenericWorkload is off: the apiserver drops the field at create, after quorum's webhook
+        # gated the pod. Its group can never exist, so quorum releases it, with a warning.
         assert pod.spec.scheduling_group is None
+        assert pod.metadata.labels["quorum.dev/gang"] == "wpg-missing"
+
+        async def released() -> bool:
+            found = await core.read_namespaced_pod("p", "flags")
+            return bool(found.spec.node_name) and not found.spec.scheduling_gates
+
+        await eventually(released, timeout=30, what="the dropped-group pod released and bound")
+        events = (await core.list_namespaced_event("flags")).items
+        assert any(e.reason == "GroupDropped" and e.type == "Warning" for e in events)
 
     # Already up: a no-op that keeps the same processes.
     again = await asyncio.to_thread(
@@ -120,31 +131,32 @@ async def _has_default_sa(core: client.CoreV1Api, namespace: str) -> bool:
 
 async def test_scheduler_profile_without_gang_scheduling_binds_group_pods(
     start_instance: Callable[..., Instance],
-    api: client.ApiClient,
-    namespace: str,
 ) -> None:
-    """The shared instance runs kube-scheduler's native GangScheduling plugin: one pod of a
-    `gang minCount: 2` PodGroup is held. An instance whose scheduler profile disables the
-    plugin binds it alone. (Without the plugin a pod whose PodGroup does not exist is not
-    bound either: the 1.36 pod-group cycle fails with SchedulerError "podgroup not found".)"""
-    await _one_pod_of_a_pair(api, namespace)
-    await asyncio.sleep(3)
-    held = await client.CoreV1Api(api).read_namespaced_pod("one", namespace)
-    assert held.spec.node_name is None
+    """kube-scheduler's own gang plugin, on instances without quorum: with the default profile
+    (GangScheduling on) one pod of a `gang minCount: 2` PodGroup is held; with a profile that
+    disables the plugin it binds alone. (Without the plugin a pod whose PodGroup does not exist
+    is not bound either: the 1.36 pod-group cycle fails with SchedulerError "podgroup not found".)"""
+    for name, profiles, binds in (("t-gang", None, False), ("t-nogang", WITHOUT_GANG_SCHEDULING, True)):
+        instance = start_instance(
+            name, scheduler_profiles=profiles, install_manifests=False, webhooks=False, operator=False
+        )
+        api = await api_client(instance.kubeconfig("admin"))
+        async with api:
+            core = client.CoreV1Api(api)
+            await core.create_namespace({"metadata": {"name": "work"}})
+            await eventually(functools.partial(_has_default_sa, core, "work"), timeout=30, what="default SA")
+            await _one_pod_of_a_pair(api, "work")
 
-    instance = start_instance("t-nogang", scheduler_profiles=WITHOUT_GANG_SCHEDULING)
-    other = await api_client(instance.kubeconfig("admin"))
-    async with other:
-        other_core = client.CoreV1Api(other)
-        await other_core.create_namespace({"metadata": {"name": "nogang"}})
-        await eventually(lambda: _has_default_sa(other_core, "nogang"), timeout=30, what="default SA")
-        await _one_pod_of_a_pair(other, "nogang")
+            async def bound(core: client.CoreV1Api = core) -> str | None:
+                pod = await core.read_namespaced_pod("one", "work")
+                return str(pod.spec.node_name) if pod.spec.node_name else None
 
-        async def bound() -> str | None:
-            pod = await other_core.read_namespaced_pod("one", "nogang")
-            return str(pod.spec.node_name) if pod.spec.node_name else None
-
-        await eventually(bound, timeout=30, what="group pod bound without GangScheduling")
+            if binds:
+                await eventually(bound, timeout=30, what="group pod bound without GangScheduling")
+            else:
+                await asyncio.sleep(3)
+                assert await bound() is None, "held by the GangScheduling plugin"
+        instance.down(quiet=True)
 
 
 async def _one_pod_of_a_pair(api: client.ApiClient, namespace: str) -> None:

@@ -47,6 +47,10 @@ def _expected_on_create(obj: JSONObject, settings: WebhookSettings) -> dict[tupl
     expected: dict[tuple[str, str], object] = {}
     if markers:
         expected[("labels", GANG_LABEL)] = markers[0].gang_name
+    elif isinstance(labels, dict) and str(labels.get(GANG_LABEL, "")).startswith("wpg-"):
+        # The mutating webhook saw spec.schedulingGroup, and the apiserver dropped it afterwards
+        # (its feature gate is off): the operator releases such pods; let them be created.
+        expected[("labels", GANG_LABEL)] = labels[GANG_LABEL]
     annotations = dig(obj, "metadata", "annotations")
     requested = annotations.get(REQUESTED_SCHEDULER) if isinstance(annotations, dict) else None
     if requested in settings.coscheduler_names and spec.get("schedulerName") == settings.default_scheduler:

@@ -163,3 +163,10 @@ def test_a_forged_gang_label_is_denied_not_overwritten() -> None:
     fake_annotation = pod({"app": "x"})
     fake_annotation["metadata"]["annotations"] = {"quorum.dev/requested-scheduler": "volcano"}
     assert not gang_gate.mutate(request("Pod", fake_annotation), SETTINGS).allowed
+
+
+def test_a_gang_label_for_a_dropped_scheduling_group_is_accepted() -> None:
+    # GenericWorkload off: the apiserver drops spec.schedulingGroup after the mutating webhook.
+    dropped = pod({"quorum.dev/gang": "wpg-workers"}, schedulingGates=[{"name": "quorum.dev/gang"}])
+    assert quorum_labels.validate(request("Pod", dropped), SETTINGS).allowed
+    assert not quorum_labels.validate(request("Pod", pod({"quorum.dev/gang": "pg-x"})), SETTINGS).allowed
