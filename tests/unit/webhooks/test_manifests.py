@@ -71,3 +71,13 @@ def test_local_registration_uses_urls_and_the_ca() -> None:
             assert webhook["clientConfig"]["url"].startswith("https://127.0.0.1:9443/")
             assert "service" not in webhook["clientConfig"]
             assert webhook["clientConfig"]["caBundle"] == "UEVN"
+
+
+def test_operator_deployment_runs_as_its_service_account_hardened() -> None:
+    (deployment,) = docs("50-operator-deployment.yaml")
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "quorum-operator"
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    container = spec["containers"][0]
+    assert container["command"] == ["quorum-operator"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
