@@ -23,7 +23,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from quorum import pki
 from quorum.devcluster.build import BinaryCache, ensure_binaries
 from quorum.devcluster.config import (
     ClusterSpec,
@@ -34,6 +33,7 @@ from quorum.devcluster.config import (
     scheduler_config,
     spec_from_json,
 )
+from quorum.devcluster.identities import write_identities
 from quorum.devcluster.kubeconfig import RestClient, probe, write_kubeconfig
 from quorum.devcluster.nodes import load_pool, render_nodes, scale_pool
 from quorum.devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
@@ -48,17 +48,6 @@ CRDS = REPO_ROOT / "crds"
 WEBHOOK_CONFIGURATIONS = "30-webhook-configurations.yaml"
 OPERATOR_NAMESPACE = "quorum-system"
 OPERATOR_SERVICE_ACCOUNT = "quorum-operator"
-
-# Identities that get a client certificate: kubeconfig name -> (user, groups).
-CLIENT_IDENTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "admin": ("quorum-admin", ("system:masters",)),
-    "controller-manager": ("system:kube-controller-manager", ()),
-    "scheduler": ("system:kube-scheduler", ()),
-    # kwok plays every kubelet; without the Node authorizer that needs broad rights.
-    "kwok": ("kwok", ("system:masters",)),
-    "platform": ("quorum:node-lifecycle", ("quorum:platform",)),
-    "customer": ("customer@example.com", ("quorum:customers",)),
-}
 
 
 class ClusterError(RuntimeError):
@@ -202,7 +191,7 @@ class Instance:
         server = f"https://127.0.0.1:{ports.apiserver}"
         state = InstanceState(spec, ports, [], time.time(), server)
         self._save(state)
-        self._write_pki_and_kubeconfigs(server)
+        write_identities(self.layout, self.name, server)
         (self.layout.root / "scheduler-config.yaml").write_text(
             scheduler_config(spec, self.layout.kubeconfig("scheduler"))
         )
@@ -325,41 +314,6 @@ class Instance:
             time.sleep(0.2)
         log = self.layout.log(component)
         raise ClusterError(f"{component} {reason}; last lines of {log}:\n{tail(log, 25)}")
-
-    def _write_pki_and_kubeconfigs(self, server: str) -> None:
-        d = self.layout.pki
-        ca = pki.CertificateAuthority.create(f"quorum-dev-{self.name}-ca")
-        ca.pair.write(d, "ca")
-        ca.issue(
-            "kube-apiserver",
-            client=False,
-            server_names=(
-                "127.0.0.1",
-                "localhost",
-                "kubernetes",
-                "kubernetes.default",
-                "kubernetes.default.svc",
-                "kubernetes.default.svc.cluster.local",
-                "10.0.0.1",
-            ),
-        ).write(d, "apiserver")
-        front_proxy = pki.CertificateAuthority.create(f"quorum-dev-{self.name}-front-proxy-ca")
-        front_proxy.pair.write(d, "front-proxy-ca")
-        front_proxy.issue("front-proxy-client").write(d, "front-proxy-client")
-        sa = pki.service_account_keys()
-        (d / "sa.pub").write_bytes(sa.cert_pem)
-        (d / "sa.key").write_bytes(sa.key_pem)
-        for who, (user, groups) in CLIENT_IDENTITIES.items():
-            pair = ca.issue(user, groups)
-            pair.write(d, who)
-            write_kubeconfig(
-                self.layout.kubeconfig(who),
-                server=server,
-                ca_pem=ca.pair.cert_pem,
-                user=user,
-                cert_pem=pair.cert_pem,
-                key_pem=pair.key_pem,
-            )
 
     def _bootstrap(self, spec: ClusterSpec) -> None:
         """RBAC of the dev identities; quorum's own namespace, ServiceAccounts and RBAC; and a

@@ -135,6 +135,10 @@ async def patch_status(
     return True
 
 
+async def patch_gang_status(api: client.ApiClient, namespace: str, name: str, status: dict[str, Any]) -> bool:
+    return await patch_status(api, GANG_GROUP, GANG_VERSION, GANG_PLURAL, namespace, name, status)
+
+
 async def delete_gang(api: client.ApiClient, namespace: str, name: str) -> None:
     try:
         await client.CustomObjectsApi(api).delete_namespaced_custom_object(

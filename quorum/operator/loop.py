@@ -206,11 +206,8 @@ class GangLoop:
             for pod, node in release.placement
         ]
         # The decision first: a restarted operator continues this plan instead of making another.
-        await writes.patch_status(
+        await writes.patch_gang_status(
             self.api,
-            writes.GANG_GROUP,
-            writes.GANG_VERSION,
-            writes.GANG_PLURAL,
             view.namespace,
             view.name,
             {"admission": {"attempt": attempt, "time": writes.now(), "placement": placement}},
@@ -267,11 +264,8 @@ class GangLoop:
         else:
             condition["lastTransitionTime"] = previous["conditions"][0].get("lastTransitionTime", stamp)
         self.written[view.key] = wanted
-        await writes.patch_status(
+        await writes.patch_gang_status(
             self.api,
-            writes.GANG_GROUP,
-            writes.GANG_VERSION,
-            writes.GANG_PLURAL,
             view.namespace,
             view.name,
             wanted,

@@ -3,8 +3,11 @@ Namespace, and the pod template of a workload."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
+
+from quorum.core.gangs import GangMarker, gang_marker
 
 JSONObject = dict[str, Any]
 
@@ -66,3 +69,14 @@ def pod_shape(kind: str, obj: JSONObject | None) -> PodShape | None:
 def has_controller(obj: JSONObject) -> bool:
     owners = dig(obj, "metadata", "ownerReferences") or []
     return any(isinstance(o, dict) and o.get("controller") for o in owners)
+
+
+def gang_of(shape: PodShape, quorum_schedulers: Collection[str]) -> GangMarker | None:
+    """The gang the pod (or the pods of a template) belongs to, per DESIGN.md's table."""
+    group = dig(shape.spec, "schedulingGroup", "podGroupName")
+    return gang_marker(
+        shape.labels,
+        group if isinstance(group, str) else None,
+        shape.spec.get("schedulerName"),
+        quorum_schedulers,
+    )

@@ -29,6 +29,20 @@ WITHOUT_GANG_SCHEDULING = [
 ]
 
 
+async def quorum_dev(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run `quorum dev ...` as a person would (a separate process)."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "quorum", "dev", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=True,
+    )
+
+
 def live_processes_under(directory: Path) -> list[str]:
     """Command lines of live processes that mention an instance's directory."""
     found = []
@@ -92,30 +106,12 @@ async def test_instance_with_other_flags_then_down_leaves_no_pid(
         assert any(e.reason == "GroupDropped" and e.type == "Warning" for e in events)
 
     # Already up: a no-op that keeps the same processes.
-    again = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "quorum", "dev", "up", "--name", "t-flags"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=True,
-    )
+    again = await quorum_dev("up", "--name", "t-flags")
     assert "already up" in again.stderr
     after = instance.state()
     assert after is not None and after.processes == state.processes
 
-    down = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "quorum", "dev", "down", "--name", "t-flags"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        check=True,
-    )
+    down = await quorum_dev("down", "--name", "t-flags")
     assert "stopped 7 processes" in down.stderr
     assert not [p.name for p in state.processes if is_alive(p)]
     assert live_processes_under(instance.layout.root) == []

@@ -7,8 +7,7 @@ a controller creates reaches the controller, not the person). Settings can make 
 
 from __future__ import annotations
 
-from quorum.core.gangs import gang_marker
-from quorum.webhooks.objects import PodShape, dig, has_controller, pod_shape
+from quorum.webhooks.objects import PodShape, dig, gang_of, has_controller, pod_shape
 from quorum.webhooks.review import AdmissionRequest, Decision
 from quorum.webhooks.settings import InterruptableOnGang, WebhookSettings
 
@@ -22,13 +21,7 @@ def _parallelism(kind: str, obj: dict[str, object]) -> int:
 
 
 def _gang(shape: PodShape, settings: WebhookSettings) -> str | None:
-    group = dig(shape.spec, "schedulingGroup", "podGroupName")
-    marker = gang_marker(
-        shape.labels,
-        group if isinstance(group, str) else None,
-        shape.spec.get("schedulerName"),
-        settings.quorum_scheduler_names,
-    )
+    marker = gang_of(shape, settings.quorum_scheduler_names)
     return marker.group if marker else None
 
 

@@ -5,8 +5,7 @@ who wrote it sees it, and say to use `Parallel`."""
 
 from __future__ import annotations
 
-from quorum.core.gangs import gang_marker
-from quorum.webhooks.objects import dig, pod_shape
+from quorum.webhooks.objects import dig, gang_of, pod_shape
 from quorum.webhooks.review import AdmissionRequest, Decision
 from quorum.webhooks.settings import WebhookSettings
 
@@ -21,13 +20,7 @@ def validate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
     shape = pod_shape("StatefulSet", request.object)
     if shape is None:
         return Decision()
-    group = dig(shape.spec, "schedulingGroup", "podGroupName")
-    marker = gang_marker(
-        shape.labels,
-        group if isinstance(group, str) else None,
-        shape.spec.get("schedulerName"),
-        settings.quorum_scheduler_names,
-    )
+    marker = gang_of(shape, settings.quorum_scheduler_names)
     if marker is None:
         return Decision()
     policy = dig(request.object, "spec", "podManagementPolicy") or "OrderedReady"
