@@ -56,6 +56,7 @@ class GangLoop:
         self.last_seen: dict[tuple[str, str], float] = {}
         self.warned_unmodeled: set[tuple[str, str]] = set()
         self.statefulsets: dict[str, str | None] = {}  # uid -> podManagementPolicy
+        self.transitions: dict[tuple[tuple[str, str], str], tuple[str, str]] = {}  # -> (status, time)
         self.semaphore = asyncio.Semaphore(settings.release_concurrency)
 
     def wake(self) -> None:
@@ -194,6 +195,7 @@ class GangLoop:
             "scheduleTimeoutSeconds": view.schedule_timeout,
         }
         gang = await writes.create_gang(self.api, view.namespace, view.name, spec, owner)
+        self.written.pop(view.key, None)  # a new object: its status is still to be written
         self.store.gangs[view.key] = gang
         return gang
 
@@ -253,23 +255,27 @@ class GangLoop:
             return  # no Gang object until its group exists
         gang = await self.ensure_gang(view)
         await self.warn_unmodeled(view, gang)
-        condition = {"type": "Admitted", "status": status, "reason": reason, "message": message}
-        wanted = {"phase": gang_phase, **counts, "conditions": [condition]}
+        unschedulable = hold is not None and hold.reason == "Unschedulable"
+        conditions = [
+            {"type": "Admitted", "status": status, "reason": reason, "message": message},
+            {
+                "type": "Unschedulable",
+                "status": "True" if unschedulable else "False",
+                "reason": "Unschedulable" if unschedulable else reason,
+                "message": hold.message if hold is not None and unschedulable else "",
+            },
+        ]
+        wanted = {"phase": gang_phase, **counts, "conditions": conditions}
         if self.written.get(view.key) == wanted:
-            return
-        previous = self.written.get(view.key)
-        stamp = writes.now()
-        if previous is None or previous["conditions"][0]["status"] != status:
-            condition["lastTransitionTime"] = stamp
-        else:
-            condition["lastTransitionTime"] = previous["conditions"][0].get("lastTransitionTime", stamp)
+            return  # unchanged: no write
         self.written[view.key] = wanted
-        await writes.patch_gang_status(
-            self.api,
-            view.namespace,
-            view.name,
-            wanted,
-        )
+        stamp = writes.now()
+        for c in conditions:  # a transition time changes only when the status does
+            seen = self.transitions.get((view.key, c["type"]))
+            if seen is None or seen[0] != c["status"]:
+                self.transitions[(view.key, c["type"])] = seen = (c["status"], stamp)
+        timed = [{**c, "lastTransitionTime": self.transitions[(view.key, c["type"])][1]} for c in conditions]
+        await writes.patch_gang_status(self.api, view.namespace, view.name, {**wanted, "conditions": timed})
         if (
             view.group is not None
             and view.marker.source in GROUP_APIS
@@ -283,7 +289,7 @@ class GangLoop:
                 "succeeded": counts["succeeded"],
                 "failed": counts["failed"],
                 "observedGeneration": view.group["metadata"].get("generation"),
-                "conditions": [{**condition, "type": "QuorumAdmitted"}],
+                "conditions": [{**c, "type": "Quorum" + c["type"]} for c in timed],
             }
             if counts["released"] and not (view.group.get("status") or {}).get("scheduleStartTime"):
                 group_status["scheduleStartTime"] = stamp
