@@ -8,7 +8,7 @@ from quorum.operator.gangs import Store, admitted_condition, assemble, orphans, 
 
 
 def gang_pod(
-    name: str, uid: str, gated: bool = True, phase_: str = "Pending", **labels: str
+    name: str, uid: str, gated: bool = True, phase_: str = "Pending", labels: dict[str, str] | None = None
 ) -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [{"name": "c"}], "schedulerName": "default-scheduler"}
     if gated:
@@ -19,7 +19,11 @@ def gang_pod(
             "uid": uid,
             "namespace": "ns",
             "creationTimestamp": "2026-11-22T00:00:00Z",
-            "labels": {"quorum.dev/gang": "pg-pg1", "pod-group.scheduling.sigs.k8s.io": "pg1", **labels},
+            "labels": {
+                "quorum.dev/gang": "pg-pg1",
+                "pod-group.scheduling.sigs.k8s.io": "pg1",
+                **(labels or {}),
+            },
         },
         "spec": spec,
         "status": {"phase": phase_},
