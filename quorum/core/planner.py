@@ -15,6 +15,7 @@ mixed pods it may miss a packing, so a bounded search tries before the gang is h
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ def plan_gangs(
     free = {n.name: subtract(n.allocatable, used.get(n.name, {})) for n in nodes}
     releases: list[Release] = []
     holds: list[Hold] = []
+    cache = _Index(nodes, free, settings)
     for gang in sorted(queue, key=queue_order):
         needed = max(0, gang.min_member - gang.released)
         if gang.released + len(gang.pods) < gang.min_member:
@@ -78,33 +80,97 @@ def plan_gangs(
             continue
         if not gang.pods:
             continue
-        placement, message = _place(gang, needed, nodes, free, settings)
+        placement, message = _place(gang, needed, cache, free, settings)
         if placement is None:
             holds.append(Hold(gang, "Unschedulable", message))
             continue
         for pod, node in placement:
             free[node.name] = subtract(free[node.name], pod.requests)
+        for node in {n.name: n for _, n in placement}.values():
+            cache.touch(node)
         releases.append(Release(gang, tuple(placement)))
     return Plan(tuple(releases), tuple(holds))
 
 
-def _place(
-    gang: Gang, needed: int, nodes: Sequence[Node], free: dict[str, dict[str, int]], settings: PlannerSettings
-) -> tuple[list[tuple[Pod, Node]] | None, str]:
-    eligible: dict[tuple[object, ...], list[Node]] = {}
-    refusals: dict[tuple[object, ...], Counter[str]] = {}
-    for pod in gang.pods:
-        if pod.shape not in eligible:
+Key = tuple[int, int, int, int, str]
+
+
+@dataclass
+class _Index:
+    """For each pod shape of a planning pass: the nodes it may use (computed once and shared by
+    every gang whose pods have that shape) and, among them, the nodes with room for one more
+    such pod, kept sorted best fit first (fewest untolerated PreferNoSchedule taints, then the
+    least room left after the pod: accelerators, CPU, memory). After a gang is committed only
+    the nodes it used are re-sorted, so a pass costs about one sort per shape, not a scan of
+    every node per gang."""
+
+    nodes: Sequence[Node]
+    free: Mapping[str, Mapping[str, int]]
+    settings: PlannerSettings
+    eligible: dict[tuple[object, ...], list[Node]] = field(default_factory=dict)
+    refusals: dict[tuple[object, ...], Counter[str]] = field(default_factory=dict)
+    ordered: dict[tuple[object, ...], list[tuple[Key, Node]]] = field(default_factory=dict)
+    keys: dict[tuple[object, ...], dict[str, Key]] = field(default_factory=dict)
+    pods: dict[tuple[object, ...], Pod] = field(default_factory=dict)
+    names: dict[tuple[object, ...], set[str]] = field(default_factory=dict)  # eligible, by name
+
+    def of(self, pod: Pod) -> list[Node]:
+        shape = pod.shape
+        if shape not in self.eligible:
             ok, why = [], Counter[str]()
-            for node in nodes:
-                reason = why_not(pod, node, settings.fit)
+            for node in self.nodes:
+                reason = why_not(pod, node, self.settings.fit)
                 if reason is None:
                     ok.append(node)
                 else:
                     why[reason] += 1
-            eligible[pod.shape], refusals[pod.shape] = ok, why
+            self.eligible[shape], self.refusals[shape], self.pods[shape] = ok, why, pod
+            self.names[shape] = {n.name for n in ok}
+            keys = {n.name: k for n in ok if (k := self.key(pod, n, self.free[n.name])) is not None}
+            self.keys[shape] = keys
+            self.ordered[shape] = sorted(
+                ((k, n) for n in ok if (k := keys.get(n.name)) is not None), key=lambda item: item[0]
+            )
+        return self.eligible[shape]
+
+    def key(self, pod: Pod, node: Node, room: Mapping[str, int]) -> Key | None:
+        """Where the node stands in best-fit order for the pod; None if the pod does not fit."""
+        requests = pod.requests
+        if not all(room.get(k, 0) >= v for k, v in requests.items() if v > 0):
+            return None
+        accelerators = self.settings.accelerators
+        return (
+            prefers_not(pod, node),
+            sum(room.get(a, 0) - requests.get(a, 0) for a in accelerators),
+            room.get("cpu", 0) - requests.get("cpu", 0),
+            room.get("memory", 0) - requests.get("memory", 0),
+            node.name,
+        )
+
+    def touch(self, node: Node) -> None:
+        """The node's committed room shrank: move it in (or out of) every shape's order."""
+        for shape, keys in self.keys.items():
+            old = keys.pop(node.name, None)
+            ordered = self.ordered[shape]
+            if old is not None:
+                del ordered[bisect.bisect_left(ordered, old, key=lambda item: item[0])]
+            if node.name not in self.names[shape]:
+                continue
+            new = self.key(self.pods[shape], node, self.free[node.name])
+            if new is not None:
+                keys[node.name] = new
+                bisect.insort(ordered, (new, node), key=lambda item: item[0])
+
+
+def _place(
+    gang: Gang, needed: int, cache: _Index, free: dict[str, dict[str, int]], settings: PlannerSettings
+) -> tuple[list[tuple[Pod, Node]] | None, str]:
+    nodes = cache.nodes
+    for pod in gang.pods:
+        cache.of(pod)
+    eligible, refusals = cache.eligible, cache.refusals
     if gang.min_resources:
-        usable = {n.name: n for shape in eligible.values() for n in shape}
+        usable = {n.name: n for pod in gang.pods for n in eligible[pod.shape]}
         available: dict[str, int] = {}
         for name in usable:
             for k, v in free[name].items():
@@ -116,7 +182,7 @@ def _place(
                 for k, v in sorted(short.items())
             )
     pods = sorted(gang.pods, key=lambda p: _size(p, settings), reverse=True)
-    placement = _greedy(pods, eligible, free, settings)
+    placement = _greedy(pods, cache, free)
     if len(placement) >= needed:
         return placement, ""
     if len({p.shape for p in pods}) > 1:
@@ -144,19 +210,27 @@ def _score(pod: Pod, node: Node, room: Mapping[str, int], settings: PlannerSetti
 
 def _greedy(
     pods: Sequence[Pod],
-    eligible: Mapping[tuple[object, ...], list[Node]],
+    cache: _Index,
     free: Mapping[str, dict[str, int]],
-    settings: PlannerSettings,
 ) -> list[tuple[Pod, Node]]:
-    room = {name: dict(r) for name, r in free.items()}
-    placement = []
-    for pod in pods:
-        candidates = [n for n in eligible[pod.shape] if fits(pod.requests, room[n.name])]
-        if not candidates:
-            continue
-        best = min(candidates, key=lambda n: _score(pod, n, room[n.name], settings))
-        room[best.name] = subtract(room[best.name], pod.requests)
-        placement.append((pod, best))
+    """Best fit, a shape at a time: walk the shape's nodes in best-fit order and fill each in
+    turn. For pods that are alike this is exactly placing each pod on the tightest node that
+    takes it (a node only gets tighter as it fills)."""
+    room: dict[str, dict[str, int]] = {}  # what this gang would take, over the committed `free`
+    placement: list[tuple[Pod, Node]] = []
+    by_shape: dict[tuple[object, ...], list[Pod]] = {}
+    for pod in pods:  # pods come biggest first; shapes keep that order
+        by_shape.setdefault(pod.shape, []).append(pod)
+    for shape, waiting in by_shape.items():
+        for _, node in cache.ordered[shape]:
+            current = room.get(node.name) or free[node.name]
+            while waiting and fits(waiting[0].requests, current):
+                pod = waiting.pop(0)
+                current = subtract(current, pod.requests)
+                placement.append((pod, node))
+            room[node.name] = current
+            if not waiting:
+                break
     return placement
 
 
