@@ -13,6 +13,7 @@ import kopf
 from quorum.k8s.client import api_client
 from quorum.k8s.usage import BoundPods, watch_bound_pods
 from quorum.operator.gangs import GANG_LABEL, Store
+from quorum.operator.leader import LeaseSettings, lead
 from quorum.operator.loop import GangLoop, LoopSettings, fit_settings
 from quorum.operator.settings import OperatorSettings
 
@@ -56,7 +57,8 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     LOOP.append(loop)
     TASKS.append(asyncio.create_task(watch_bound_pods(api, bound, loop.wake), name="bound-pods"))
-    TASKS.append(asyncio.create_task(loop.run(), name="gang-loop"))
+    lease = LeaseSettings.for_duration(config.namespace, config.lease_seconds)
+    TASKS.append(asyncio.create_task(lead(api, loop.run, lease), name="leader-election"))
 
 
 @kopf.on.cleanup()

@@ -23,9 +23,18 @@ from quorum.core.fit import FitSettings
 from quorum.core.model import Node, add
 from quorum.core.planner import Hold, PlannerSettings, Release, plan_gangs
 from quorum.k8s import reads, writes
-from quorum.k8s.convert import node_from_api, pod_from_api
+from quorum.k8s.convert import node_from_api, pod_from_api, pod_requests
 from quorum.k8s.usage import BoundPods
-from quorum.operator.gangs import GROUP_APIS, GangView, Store, admitted_condition, assemble, orphans, phase
+from quorum.operator.gangs import (
+    GROUP_APIS,
+    GangView,
+    Store,
+    admitted_condition,
+    assemble,
+    is_gated,
+    orphans,
+    phase,
+)
 
 log = logging.getLogger("quorum.operator")
 
@@ -63,7 +72,10 @@ class GangLoop:
         self.dirty.set()
 
     async def run(self) -> None:
+        """Act while this replica leads: resume from what the API shows, then plan on every change
+        (and at least every `resync_seconds`)."""
         await self.bound.synced.wait()
+        self.resume()
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.dirty.wait(), self.settings.resync_seconds)
@@ -74,6 +86,27 @@ class GangLoop:
                 raise
             except Exception:
                 log.exception("scheduling pass failed; next pass in %.0fs", self.settings.resync_seconds)
+
+    def resume(self) -> None:
+        """Start leading from the API's state, not from this replica's memory: statuses are
+        written afresh, and pods released (by any leader) but not bound yet keep their nodes
+        reserved — read from the decisions recorded on the Gang objects."""
+        self.written.clear()
+        self.reasons.clear()
+        self.reserved.clear()
+        for gang in self.store.gangs.values():
+            for entry in ((gang.get("status") or {}).get("admission") or {}).get("placement") or []:
+                pod = self.store.pods.get(entry.get("uid", ""))
+                if pod is None or is_gated(pod) or entry["uid"] in self.bound.pods:
+                    continue
+                if (pod.get("spec") or {}).get("nodeName"):
+                    continue
+                self.reserved[entry["uid"]] = (entry["node"], pod_requests(pod))
+        log.info(
+            "leading: %d gangs known, %d released pods not bound yet kept reserved",
+            len(self.store.gangs),
+            len(self.reserved),
+        )
 
     # -- one pass ------------------------------------------------------------------------
 

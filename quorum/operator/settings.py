@@ -12,6 +12,10 @@ class OperatorSettings:
     """Only nodes labelled node.coreweave.cloud/reserved=<org> are used (None: any org)."""
     resync_seconds: float = 5.0
     release_concurrency: int = 32
+    namespace: str = "quorum-system"
+    """Where the leader-election Lease lives (the operator's own namespace)."""
+    lease_seconds: float = 15.0
+    """Lease duration: a new leader takes over at most this long after the old one died."""
 
     @classmethod
     def from_env(cls) -> OperatorSettings:
@@ -20,4 +24,6 @@ class OperatorSettings:
             org=env.get("QUORUM_OPERATOR_ORG") or None,
             resync_seconds=float(env.get("QUORUM_OPERATOR_RESYNC_SECONDS", "5")),
             release_concurrency=int(env.get("QUORUM_OPERATOR_RELEASE_CONCURRENCY", "32")),
+            namespace=env.get("QUORUM_OPERATOR_NAMESPACE", "quorum-system"),
+            lease_seconds=float(env.get("QUORUM_OPERATOR_LEASE_SECONDS", "15")),
         )
