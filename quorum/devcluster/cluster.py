@@ -250,12 +250,12 @@ class Instance:
             print(f"instance {self.name!r}: stopped {len(live)} processes{extra}", file=sys.stderr)
         return live
 
-    def stop_component(self, component: str) -> None:
+    def stop_component(self, component: str, grace_seconds: float = 10.0) -> None:
         """Stop one component (tests: the webhook server is down); `start_component` restarts it
         on the same port."""
         state = self.state()
         assert state is not None
-        stop([p for p in state.processes if p.name == component])
+        stop([p for p in state.processes if p.name == component], grace_seconds)
 
     def start_component(self, component: str, timeout: float = 60) -> None:
         state = self.state()

@@ -53,6 +53,7 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
             planner=fit_settings(config.org),
             resync_seconds=config.resync_seconds,
             release_concurrency=config.release_concurrency,
+            crash_after=config.test_crash_after,
         ),
     )
     LOOP.append(loop)

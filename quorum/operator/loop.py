@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -45,6 +47,7 @@ class LoopSettings:
     resync_seconds: float = 5.0  # a pass at least this often, even without events
     release_concurrency: int = 32  # pod patches in flight at once
     label_gang_retention_seconds: float = 300.0  # label-only Gang objects outlive their pods this long
+    crash_after: int = 0  # tests only: SIGKILL this process after that many pod releases
 
 
 def fit_settings(org: str | None) -> PlannerSettings:
@@ -67,6 +70,7 @@ class GangLoop:
         self.statefulsets: dict[str, str | None] = {}  # uid -> podManagementPolicy
         self.transitions: dict[tuple[tuple[str, str], str], tuple[str, str]] = {}  # -> (status, time)
         self.semaphore = asyncio.Semaphore(settings.release_concurrency)
+        self.patches = 0  # releases made by this process (for the test hook)
 
     def wake(self) -> None:
         self.dirty.set()
@@ -139,8 +143,47 @@ class GangLoop:
                     warning=True,
                 )
 
+    def crash_hook(self, released: bool) -> None:
+        """Tests only (QUORUM_OPERATOR_TEST_CRASH_AFTER=k): die by SIGKILL right after the k-th
+        pod release, to show that a restarted operator finishes the gang on its recorded plan."""
+        if released and self.settings.crash_after:
+            self.patches += 1
+            if self.patches >= self.settings.crash_after:
+                log.warning("test hook: SIGKILL after %d releases", self.patches)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+    async def continue_releases(self) -> None:
+        """Finish releases a previous leader started: a gang whose recorded decision has released
+        some pods but not all gets the rest on the nodes recorded for them (no new plan, so the
+        capacity it was promised is what it gets)."""
+        for key, gang in list(self.store.gangs.items()):
+            placement = ((gang.get("status") or {}).get("admission") or {}).get("placement") or []
+            pods = [self.store.pods.get(entry["uid"]) for entry in placement]
+            present = [(e, p) for e, p in zip(placement, pods, strict=True) if p is not None]
+            pending = [(e, p) for e, p in present if is_gated(p) and e["uid"] not in self.reserved]
+            if not pending or len(pending) == len(present):
+                continue  # nothing started, or nothing left: the planner decides as usual
+            done = 0
+            for entry, pod in pending:
+                if await writes.release_pod(self.api, pod, entry.get("hostname") or entry["node"]):
+                    self.reserved[entry["uid"]] = (entry["node"], pod_requests(pod))
+                    done += 1
+            log.info(
+                "%s/%s: finished a release begun earlier: %d more pods onto their recorded nodes",
+                key[0],
+                key[1],
+                done,
+            )
+            await writes.post_event(
+                self.api,
+                gang,
+                "Released",
+                f"finished the recorded release: {done} more pods onto their planned nodes",
+            )
+
     async def step(self) -> None:
         await self.release_orphans()
+        await self.continue_releases()
         used = self.used()
         views = assemble(self.store, frozenset(self.reserved))
         nodes = [node_from_api(n) for n in self.store.nodes.values()]
@@ -250,7 +293,9 @@ class GangLoop:
 
         async def one(pod_uid: str, node: Node) -> bool:
             async with self.semaphore:
-                return await writes.release_pod(self.api, pods[pod_uid], node.hostname)
+                ok = await writes.release_pod(self.api, pods[pod_uid], node.hostname)
+                self.crash_hook(ok)
+                return ok
 
         results = await asyncio.gather(*(one(p.uid, n) for p, n in release.placement))
         done = 0

@@ -16,6 +16,8 @@ class OperatorSettings:
     """Where the leader-election Lease lives (the operator's own namespace)."""
     lease_seconds: float = 15.0
     """Lease duration: a new leader takes over at most this long after the old one died."""
+    test_crash_after: int = 0
+    """Tests only: SIGKILL the process after this many pod releases (0: never)."""
 
     @classmethod
     def from_env(cls) -> OperatorSettings:
@@ -26,4 +28,5 @@ class OperatorSettings:
             release_concurrency=int(env.get("QUORUM_OPERATOR_RELEASE_CONCURRENCY", "32")),
             namespace=env.get("QUORUM_OPERATOR_NAMESPACE", "quorum-system"),
             lease_seconds=float(env.get("QUORUM_OPERATOR_LEASE_SECONDS", "15")),
+            test_crash_after=int(env.get("QUORUM_OPERATOR_TEST_CRASH_AFTER", "0")),
         )

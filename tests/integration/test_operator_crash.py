@@ -1,0 +1,109 @@
+"""kill -9 of the operator in the middle of a gang's release: the restarted operator finishes the
+gang on the plan it recorded; no pod is left gated and none is released twice."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from quorum.devcluster.cluster import Instance
+from quorum.devcluster.process import is_alive
+from tests.kube import api_client, assert_no_overcommit, eventually
+
+pytestmark = pytest.mark.cluster
+
+PODS = 8
+ROUNDS = 10
+
+
+async def make_gang(api: client.ApiClient, namespace: str, name: str) -> None:
+    await client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "scheduling.sigs.k8s.io",
+        "v1alpha1",
+        namespace,
+        "podgroups",
+        {
+            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": name},
+            "spec": {"minMember": PODS},
+        },
+    )
+    await client.AppsV1Api(api).create_namespaced_deployment(
+        namespace,
+        {
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": PODS,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {
+                    "metadata": {"labels": {"app": name, "pod-group.scheduling.sigs.k8s.io": name}},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "c",
+                                "image": "registry.k8s.io/pause:3.10",
+                                "resources": {"requests": {"cpu": "1"}},
+                            }
+                        ]
+                    },
+                },
+            },
+        },
+    )
+
+
+def gated(pod: Any) -> bool:
+    return any(g.name == "quorum.dev/gang" for g in pod.spec.scheduling_gates or [])
+
+
+async def test_a_killed_operator_finishes_the_gang_on_its_recorded_plan(
+    start_instance: Callable[..., Instance], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("QUORUM_OPERATOR_RELEASE_CONCURRENCY", "1")  # releases one by one: k is exact
+    monkeypatch.setenv("QUORUM_OPERATOR_LEASE_SECONDS", "3")  # a restart waits out the dead one's Lease
+    instance = start_instance("t-crash")
+    rng = random.Random(20261122)
+    api = await api_client(instance.kubeconfig("admin"))
+    async with api:
+        core = client.CoreV1Api(api)
+        await core.create_namespace({"metadata": {"name": "crash"}})
+        for round_ in range(ROUNDS):
+            k = rng.randint(1, PODS - 1)
+            monkeypatch.setenv("QUORUM_OPERATOR_TEST_CRASH_AFTER", str(k))
+            instance.stop_component("quorum-operator", grace_seconds=0)  # idle: no need to wait
+            instance.start_component("quorum-operator")
+            state = instance.state()
+            assert state is not None
+            operator = next(p for p in state.processes if p.name == "quorum-operator")
+            name = f"g{round_}"
+            await make_gang(api, "crash", name)
+
+            async def died(record: Any = operator) -> bool:
+                return not is_alive(record)
+
+            await eventually(died, timeout=60, what=f"the operator killed after {k} releases")
+            pods = (await core.list_namespaced_pod("crash", label_selector=f"app={name}")).items
+            assert sum(1 for p in pods if gated(p)) == PODS - k, "a pod was still gated at the kill"
+
+            monkeypatch.delenv("QUORUM_OPERATOR_TEST_CRASH_AFTER")
+            instance.start_component("quorum-operator")
+
+            async def all_running(name: str = name) -> list[Any] | None:
+                found = (await core.list_namespaced_pod("crash", label_selector=f"app={name}")).items
+                ok = len(found) == PODS and all(p.status.phase == "Running" and not gated(p) for p in found)
+                return found if ok else None
+
+            running = await eventually(all_running, timeout=60, what=f"gang {name} Running after the restart")
+            gang = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+                "quorum.dev", "v1alpha1", "crash", "gangs", f"pg-{name}"
+            )
+            admission = gang["status"]["admission"]
+            assert admission["attempt"] == 1, "released twice: a second decision was made"
+            planned = {e["uid"]: e["node"] for e in admission["placement"]}
+            assert {p.metadata.uid: p.spec.node_name for p in running} == planned, "not on the recorded plan"
+        await assert_no_overcommit(api)
