@@ -23,7 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.config import ClusterSpec
 from quorum.devcluster.nodes import TestPool
-from tests.kube import api_client, eventually
+from tests.kube import api_client, create_namespace, eventually
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -81,19 +81,7 @@ async def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> As
     core = client.CoreV1Api(api)
     stem = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"t-{stem}-{secrets.token_hex(3)}"
-    await core.create_namespace({"metadata": {"name": name, "labels": {"quorum.dev/test": "1"}}})
-
-    async def default_service_account() -> bool:
-        try:
-            await core.read_namespaced_service_account("default", name)
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
-        return True
-
-    # The ServiceAccount admission plugin refuses pods until the controller made this account.
-    await eventually(default_service_account, timeout=30, what=f"ServiceAccount {name}/default")
+    await create_namespace(api, name, {"quorum.dev/test": "1"})
     yield name
     await core.delete_namespace(name, propagation_policy="Background")
 

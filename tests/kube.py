@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.quantity import parse_quantity
 
@@ -116,3 +117,39 @@ async def raw_json(coro: Awaitable[Any]) -> Any:
     """Await a kubernetes-asyncio call made with `_preload_content=False`; return plain JSON."""
     response = await coro
     return await response.json()
+
+
+async def create_namespace(api: client.ApiClient, name: str, labels: dict[str, str] | None = None) -> None:
+    """Create a namespace and wait for its default ServiceAccount: the ServiceAccount admission
+    plugin refuses pods until the controller has made it."""
+    core = client.CoreV1Api(api)
+    await core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})  # type: ignore[arg-type]
+
+    async def default_service_account() -> bool:
+        try:
+            await core.read_namespaced_service_account("default", name)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    await eventually(default_service_account, timeout=30, what=f"ServiceAccount {name}/default")
+
+
+async def create_podgroup(
+    api: client.ApiClient, namespace: str, name: str, min_member: int, **spec: Any
+) -> None:
+    """A PodGroup of the seeds' group (scheduling.sigs.k8s.io/v1alpha1)."""
+    await client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "scheduling.sigs.k8s.io",
+        "v1alpha1",
+        namespace,
+        "podgroups",
+        {
+            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": name},
+            "spec": {"minMember": min_member, **spec},
+        },
+    )

@@ -8,7 +8,6 @@ benchmarks, `render_nodes()` turns it into Node objects (plain dicts, ready to P
 from __future__ import annotations
 
 import hashlib
-import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -229,8 +228,3 @@ class TestPool:
                 {"key": "is_cpu_compute", "operator": "Exists"},
             ],
         }
-
-
-def racks_of(pool: NodePool) -> int:
-    topo = sum(g.count for g in pool.groups if g.topology)
-    return math.ceil(topo / pool.topology.nodes_per_rack)

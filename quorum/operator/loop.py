@@ -322,7 +322,7 @@ class GangLoop:
         counts["gated"] -= released_now
         status, reason, message = admitted_condition(view, counts, hold, 0)
         gang_phase = phase(view, counts)
-        if view.waiting and any(p["metadata"]["uid"] not in self.told_waiting for p in view.pods):
+        if view.waiting:
             for pod in view.pods:
                 if pod["metadata"]["uid"] not in self.told_waiting:
                     self.told_waiting.add(pod["metadata"]["uid"])
@@ -351,7 +351,7 @@ class GangLoop:
         for c in conditions:  # a transition time changes only when the status does
             seen = self.transitions.get((view.key, c["type"]))
             if seen is None or seen[0] != c["status"]:
-                self.transitions[(view.key, c["type"])] = seen = (c["status"], stamp)
+                self.transitions[(view.key, c["type"])] = (c["status"], stamp)
         timed = [{**c, "lastTransitionTime": self.transitions[(view.key, c["type"])][1]} for c in conditions]
         await writes.patch_gang_status(self.api, view.namespace, view.name, {**wanted, "conditions": timed})
         if (

@@ -16,7 +16,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.nodes import STATE_LABEL, TestPool
-from tests.kube import assert_no_overcommit, eventually, raw_json
+from tests.kube import assert_no_overcommit, create_podgroup, eventually, raw_json
 
 pytestmark = pytest.mark.cluster
 
@@ -128,20 +128,6 @@ def deployment(
     }
 
 
-async def podgroup(api: client.ApiClient, namespace: str, name: str, min_member: int, **spec: Any) -> None:
-    await client.CustomObjectsApi(api).create_namespaced_custom_object(
-        *SIGS[:2],
-        namespace,
-        SIGS[2],
-        {
-            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
-            "kind": "PodGroup",
-            "metadata": {"name": name},
-            "spec": {"minMember": min_member, **spec},
-        },
-    )
-
-
 async def test_seed_001_held_at_two_of_four_then_released_whole(
     cluster: Instance, customer_api: client.ApiClient, api: client.ApiClient, namespace: str
 ) -> None:
@@ -197,10 +183,10 @@ async def test_two_gangs_that_cannot_both_fit(
 ) -> None:
     pool: TestPool = await test_pool(count=2)
     apps = client.AppsV1Api(customer_api)
-    await podgroup(customer_api, namespace, "first", 2)
+    await create_podgroup(customer_api, namespace, "first", 2)
     await apps.create_namespaced_deployment(namespace, deployment("first", 2, 8, pool, "first"))
     await all_running(api, namespace, 2, "app=first")
-    await podgroup(customer_api, namespace, "second", 2)
+    await create_podgroup(customer_api, namespace, "second", 2)
     await apps.create_namespaced_deployment(namespace, deployment("second", 2, 8, pool, "second"))
     held = await gang_condition(api, namespace, "pg-second", "Unschedulable")
     assert "2 pods × 8 nvidia.com/gpu" in admitted(held)["message"]
@@ -234,7 +220,7 @@ async def test_fragmented_capacity_holds_until_a_node_frees_up(
         spec["nodeSelector"] = {**spec["nodeSelector"], "kubernetes.io/hostname": node}
         await core.create_namespaced_pod(namespace, {"metadata": {"name": f"filler-{i}"}, "spec": spec})
     await all_running(api, namespace, 2)
-    await podgroup(customer_api, namespace, "big", 1)
+    await create_podgroup(customer_api, namespace, "big", 1)
     await client.AppsV1Api(customer_api).create_namespaced_deployment(
         namespace, deployment("big", 1, 8, pool, "big")
     )
@@ -249,7 +235,7 @@ async def test_gang_larger_than_the_cluster_is_held_with_a_reason(
     customer_api: client.ApiClient, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
 ) -> None:
     pool: TestPool = await test_pool(count=2)
-    await podgroup(customer_api, namespace, "huge", 3)
+    await create_podgroup(customer_api, namespace, "huge", 3)
     await client.AppsV1Api(customer_api).create_namespaced_deployment(
         namespace, deployment("huge", 3, 8, pool, "huge")
     )
@@ -277,7 +263,7 @@ async def test_cpu_gang_lands_on_cpu_nodes_and_never_on_triage_or_cordoned(
     body["spec"]["template"]["spec"]["containers"][0]["resources"] = {
         "requests": {"cpu": "2", "memory": "1Gi"}
     }
-    await podgroup(customer_api, namespace, "cpu", 3)
+    await create_podgroup(customer_api, namespace, "cpu", 3)
     await client.AppsV1Api(customer_api).create_namespaced_deployment(namespace, body)
     running = await all_running(api, namespace, 3, "app=cpu")
     nodes = {
@@ -349,7 +335,7 @@ async def test_gang_pods_are_refused_what_would_bypass_quorum(cluster: Instance,
 async def test_ordered_ready_statefulset_gang_is_warned_about_twice(
     cluster: Instance, customer_api: client.ApiClient, api: client.ApiClient, namespace: str
 ) -> None:
-    await podgroup(customer_api, namespace, "db", 2)
+    await create_podgroup(customer_api, namespace, "db", 2)
     sts = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
@@ -386,7 +372,7 @@ async def test_unmodeled_constraints_get_a_warning_event(
             ]
         }
     }
-    await podgroup(customer_api, namespace, "spread", 3)  # never complete: stays gated
+    await create_podgroup(customer_api, namespace, "spread", 3)  # never complete: stays gated
     await client.AppsV1Api(customer_api).create_namespaced_deployment(namespace, body)
 
     async def warned() -> list[dict[str, Any]] | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import subprocess
 import sys
@@ -12,11 +11,10 @@ from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client
-from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.devcluster.cluster import ClusterError, Instance
 from quorum.devcluster.process import is_alive
-from tests.kube import api_client, eventually
+from tests.kube import api_client, create_namespace, eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -89,8 +87,7 @@ async def test_instance_with_other_flags_then_down_leaves_no_pid(
         served = {v.group_version for g in groups.groups for v in g.versions}
         assert "scheduling.k8s.io/v1alpha2" not in served
         core = client.CoreV1Api(api)
-        await core.create_namespace({"metadata": {"name": "flags"}})
-        await eventually(lambda: _has_default_sa(core, "flags"), timeout=30, what="default SA")
+        await create_namespace(api, "flags")
         pod = await core.create_namespaced_pod("flags", pod_in_group("p", "missing"))
         # GenericWorkload is off: the apiserver drops the field at create, after quorum's webhook
         # gated the pod. Its group can never exist, so quorum releases it, with a warning.
@@ -117,14 +114,6 @@ async def test_instance_with_other_flags_then_down_leaves_no_pid(
     assert live_processes_under(instance.layout.root) == []
 
 
-async def _has_default_sa(core: client.CoreV1Api, namespace: str) -> bool:
-    try:
-        await core.read_namespaced_service_account("default", namespace)
-    except ApiException:
-        return False
-    return True
-
-
 async def test_scheduler_profile_without_gang_scheduling_binds_group_pods(
     start_instance: Callable[..., Instance],
 ) -> None:
@@ -139,8 +128,7 @@ async def test_scheduler_profile_without_gang_scheduling_binds_group_pods(
         api = await api_client(instance.kubeconfig("admin"))
         async with api:
             core = client.CoreV1Api(api)
-            await core.create_namespace({"metadata": {"name": "work"}})
-            await eventually(functools.partial(_has_default_sa, core, "work"), timeout=30, what="default SA")
+            await create_namespace(api, "work")
             await _one_pod_of_a_pair(api, "work")
 
             async def bound(core: client.CoreV1Api = core) -> str | None:

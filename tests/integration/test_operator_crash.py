@@ -12,7 +12,7 @@ from kubernetes_asyncio import client
 
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.process import is_alive
-from tests.kube import api_client, assert_no_overcommit, eventually
+from tests.kube import api_client, assert_no_overcommit, create_namespace, create_podgroup, eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -21,18 +21,7 @@ ROUNDS = 10
 
 
 async def make_gang(api: client.ApiClient, namespace: str, name: str) -> None:
-    await client.CustomObjectsApi(api).create_namespaced_custom_object(
-        "scheduling.sigs.k8s.io",
-        "v1alpha1",
-        namespace,
-        "podgroups",
-        {
-            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
-            "kind": "PodGroup",
-            "metadata": {"name": name},
-            "spec": {"minMember": PODS},
-        },
-    )
+    await create_podgroup(api, namespace, name, PODS)
     await client.AppsV1Api(api).create_namespaced_deployment(
         namespace,
         {
@@ -71,7 +60,7 @@ async def test_a_killed_operator_finishes_the_gang_on_its_recorded_plan(
     api = await api_client(instance.kubeconfig("admin"))
     async with api:
         core = client.CoreV1Api(api)
-        await core.create_namespace({"metadata": {"name": "crash"}})
+        await create_namespace(api, "crash")
         for round_ in range(ROUNDS):
             k = rng.randint(1, PODS - 1)
             monkeypatch.setenv("QUORUM_OPERATOR_TEST_CRASH_AFTER", str(k))

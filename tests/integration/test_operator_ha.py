@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 from quorum.devcluster.cluster import REPO_ROOT, Instance, free_ports
 from quorum.devcluster.kubeconfig import probe
 from quorum.devcluster.process import ProcessRecord, is_alive, spawn, stop
-from tests.kube import api_client, eventually
+from tests.kube import api_client, create_namespace, create_podgroup, eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -34,18 +34,7 @@ async def holder(api: client.ApiClient) -> str | None:
 
 async def gang_runs(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
     custom, apps = client.CustomObjectsApi(api), client.AppsV1Api(api)
-    await custom.create_namespaced_custom_object(
-        "scheduling.sigs.k8s.io",
-        "v1alpha1",
-        namespace,
-        "podgroups",
-        {
-            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
-            "kind": "PodGroup",
-            "metadata": {"name": name},
-            "spec": {"minMember": 2},
-        },
-    )
+    await create_podgroup(api, namespace, name, 2)
     await apps.create_namespaced_deployment(
         namespace,
         {
@@ -104,8 +93,7 @@ async def test_only_the_lease_holder_releases_and_the_other_takes_over(
         await eventually(second_up, timeout=30, what="the second operator up")
         api = await api_client(instance.kubeconfig("admin"))
         async with api:
-            await client.CoreV1Api(api).create_namespace({"metadata": {"name": "ha"}})
-            await asyncio.sleep(2)  # the namespace's default ServiceAccount
+            await create_namespace(api, "ha")
             lead = await eventually(lambda: holder(api), timeout=30, what="a Lease holder")
             leader, standby = (first, second) if lead.endswith(f"_{first.pid}") else (second, first)
             assert lead.endswith(f"_{leader.pid}")

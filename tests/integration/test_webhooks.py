@@ -18,7 +18,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.nodes import TestPool
 from quorum.devcluster.process import is_alive
-from tests.kube import api_client, eventually
+from tests.kube import api_client, create_namespace, create_podgroup, eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -256,19 +256,6 @@ async def test_only_quorum_removes_the_quorum_gate(
     await check_gate_protection(cluster, api, namespace)
 
 
-async def _namespace(core: client.CoreV1Api, name: str) -> None:
-    await core.create_namespace({"metadata": {"name": name}})
-
-    async def default_sa() -> bool:
-        try:
-            await core.read_namespaced_service_account("default", name)
-        except ApiException:
-            return False
-        return True
-
-    await eventually(default_sa, timeout=30, what=f"default ServiceAccount in {name}")
-
-
 async def test_with_the_webhook_server_down_gates_stay_protected_and_gang_pods_wait(
     start_instance: Callable[..., Instance],
 ) -> None:
@@ -279,7 +266,7 @@ async def test_with_the_webhook_server_down_gates_stay_protected_and_gang_pods_w
     api = await api_client(instance.kubeconfig("admin"))
     async with api:
         core = client.CoreV1Api(api)
-        await _namespace(core, "work")
+        await create_namespace(api, "work")
         await _create_gated_pod(api, "work", "gated")
         await _create_gated_pod(api, "work", "gated2")
         instance.stop_component("quorum-webhooks")
@@ -305,18 +292,7 @@ async def test_with_the_webhook_server_down_gates_stay_protected_and_gang_pods_w
         assert "failed calling webhook" in str(closed.value.body)
 
         # Backstop: gang pods the webhook did not see are refused, so none bypasses quorum...
-        await client.CustomObjectsApi(api).create_namespaced_custom_object(
-            "scheduling.sigs.k8s.io",
-            "v1alpha1",
-            "work",
-            "podgroups",
-            {
-                "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
-                "kind": "PodGroup",
-                "metadata": {"name": "pg1"},
-                "spec": {"minMember": 2},
-            },
-        )
+        await create_podgroup(api, "work", "pg1", 2)
         manifest = yaml.safe_load_all((EXAMPLES / "seed-001-coscheduler/podgroup-pause.yaml").read_text())
         seed = next(d for d in manifest if d["kind"] == "Deployment")
         await client.AppsV1Api(api).create_namespaced_deployment("work", seed)
