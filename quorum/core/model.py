@@ -145,6 +145,8 @@ class Gang:
     priority: int = 0
     created: float = 0.0
     min_resources: Resources = field(default_factory=dict)
+    # Since when the gang has been plannable but held for lack of room (None: not held).
+    held_since: float | None = None
 
     @property
     def key(self) -> tuple[str, str]:

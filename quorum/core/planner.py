@@ -11,6 +11,15 @@ Placement is best fit: each pod goes to the eligible node with the least room le
 tolerates, so that whole nodes stay free for large gangs. For pods that are all alike, this
 greedy placement is optimal (a node's room for one shape does not depend on other nodes); for
 mixed pods it may miss a packing, so a bounded search tries before the gang is held.
+
+Fairness. Backfill alone would let a stream of small gangs starve a large one: whenever a node
+frees, a small gang behind it takes the node. So once a held gang has waited
+`starvation_seconds`, the first such gang in queue order gets capacity *held* for it: the
+eligible nodes closest to free (most room for its pods now, then most room when empty) until
+they would take the whole gang. On those nodes, the gangs behind it see the room minus what the
+starving gang will need there, so backfill only uses what it cannot (CPU beside its GPUs, say);
+as the nodes drain, it fits and is released. A gang that could not fit even in an empty
+cluster holds nothing. One starving gang at a time keeps the rest of the cluster working.
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ class PlannerSettings:
     fit: FitSettings = field(default_factory=FitSettings)
     accelerators: tuple[str, ...] = ("nvidia.com/gpu", "sunk.coreweave.com/accelerator")
     search_budget: int = 20_000  # placements tried by the search for mixed gangs, per gang
+    starvation_seconds: float = 60.0  # a gang held this long gets capacity held for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +54,8 @@ class Hold:
     gang: Gang
     reason: str  # WaitingForMembers | Unschedulable
     message: str
+    held_nodes: tuple[str, ...] = ()  # capacity held for this starving gang
+    held_message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,8 +73,10 @@ def plan_gangs(
     used: Mapping[str, Resources],
     queue: Sequence[Gang],
     settings: PlannerSettings | None = None,
+    now: float = 0.0,
 ) -> Plan:
     settings = settings or PlannerSettings()
+    holding = False  # capacity is held for one starving gang at a time
     free = {n.name: subtract(n.allocatable, used.get(n.name, {})) for n in nodes}
     releases: list[Release] = []
     holds: list[Hold] = []
@@ -82,8 +96,15 @@ def plan_gangs(
             continue
         placement, message = _place(gang, needed, cache, free, settings)
         if placement is None:
-            holds.append(Hold(gang, "Unschedulable", message))
+            hold = Hold(gang, "Unschedulable", message)
+            starving = gang.held_since is not None and now - gang.held_since >= settings.starvation_seconds
+            if starving and not holding:
+                hold = _hold_capacity(hold, needed, cache, free, settings, now)
+                holding = bool(hold.held_nodes)
+            holds.append(hold)
             continue
+        if not placement:
+            continue  # admitted already; the pods beyond minMember wait for room
         for pod, node in placement:
             free[node.name] = subtract(free[node.name], pod.requests)
         for node in {n.name: n for _, n in placement}.values():
@@ -192,6 +213,47 @@ def _place(
     return None, _explain(gang, needed, pods, placement, eligible, refusals, free, len(nodes))
 
 
+def _hold_capacity(
+    hold: Hold,
+    needed: int,
+    cache: _Index,
+    free: dict[str, dict[str, int]],
+    settings: PlannerSettings,
+    now: float,
+) -> Hold:
+    """Hold the nodes closest to free for a starving gang (see the module's doc): most room for
+    its pods now (in fractions of a pod), then most room when empty. The gang's biggest pod
+    stands for all of them when its pods differ."""
+    gang = hold.gang
+    pod = max(gang.pods, key=lambda p: _size(p, settings))
+    candidates = []
+    for node in cache.eligible[pod.shape]:
+        empty = _slots(pod, node.allocatable)
+        if empty > 0:
+            candidates.append((-_share(pod, free[node.name]), -empty, node.name, node, empty))
+    if sum(c[4] for c in candidates) < needed:
+        return hold  # could not fit even in an empty cluster: holding would only waste
+    candidates.sort(key=lambda c: c[:3])
+    held: list[str] = []
+    left, free_now = needed, 0
+    for _, _, name, node, empty in candidates:
+        if left <= 0:
+            break
+        take = min(empty, left)
+        left -= take
+        free_now += min(take, _slots(pod, free[name]))
+        held.append(name)
+        free[name] = subtract(free[name], {k: v * take for k, v in pod.requests.items()})
+        cache.touch(node)
+    waited = now - (gang.held_since or now)
+    message = (
+        f"holding {len(held)} nodes for this gang after {waited:.0f}s held (starvation guard): room "
+        f"for {free_now} of its {needed} pods is free there now, the rest as running pods finish; "
+        f"gangs behind it use only what it cannot: {', '.join(held[:10])}{' …' if len(held) > 10 else ''}"
+    )
+    return Hold(gang, hold.reason, hold.message, tuple(held), message)
+
+
 def _size(pod: Pod, settings: PlannerSettings) -> tuple[int, ...]:
     r = pod.requests
     return (sum(r.get(a, 0) for a in settings.accelerators), r.get("cpu", 0), r.get("memory", 0))
@@ -268,6 +330,12 @@ def _search(
         return visit(i + 1)  # leave this pod out (gangs with more pods than needed)
 
     return list(chosen) if visit(0) else None
+
+
+def _share(pod: Pod, room: Mapping[str, int]) -> float:
+    """How many such pods the room takes, as a fraction: 0.5 is half of one pod's needs free."""
+    shares = [max(0, room.get(k, 0)) / v for k, v in pod.requests.items() if v > 0]
+    return min(shares) if shares else 1e9
 
 
 def _slots(pod: Pod, room: Mapping[str, int]) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -15,3 +17,17 @@ async def statefulset_pod_management(api: client.ApiClient, namespace: str, name
             return None
         raise
     return str(sts.spec.pod_management_policy or "OrderedReady")
+
+
+async def job(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """A Job as plain JSON; None if it is gone."""
+    try:
+        response: Any = await client.BatchV1Api(api).read_namespaced_job(
+            name, namespace, _preload_content=False
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    data: dict[str, Any] = await response.json()
+    return data

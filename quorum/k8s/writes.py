@@ -178,3 +178,35 @@ async def post_event(
         await client.CoreV1Api(api).create_namespaced_event(meta["namespace"], body)  # type: ignore[arg-type]
     except ApiException as err:
         log.warning("event %s on %s/%s not posted: %s", reason, meta["namespace"], meta["name"], err.reason)
+
+
+async def delete_pod(api: client.ApiClient, pod: dict[str, Any]) -> bool:
+    """Delete exactly this pod (uid precondition, so a pod made again under the name survives);
+    False if it is gone already."""
+    meta = pod["metadata"]
+    body = {"preconditions": {"uid": meta["uid"]}}
+    try:
+        await client.CoreV1Api(api).delete_namespaced_pod(meta["name"], meta["namespace"], body=body)  # type: ignore[arg-type]
+    except ApiException as err:
+        if err.status in (404, 409):
+            return False
+        raise
+    return True
+
+
+async def set_job_suspend(api: client.ApiClient, namespace: str, name: str, uid: str, suspend: bool) -> bool:
+    """Suspend or resume one Job (uid-tested JSON patch); False if it is gone or was replaced."""
+    ops = [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        {"op": "add", "path": "/spec/suspend", "value": suspend},  # add replaces a member that exists
+    ]
+    try:
+        await client.BatchV1Api(api).patch_namespaced_job(name, namespace, ops)
+    except ApiException as err:
+        if err.status in (404, 409, 422):
+            log.info(
+                "Job %s/%s not %s: %s", namespace, name, "suspended" if suspend else "resumed", err.reason
+            )
+            return False
+        raise
+    return True

@@ -97,7 +97,7 @@ class GangView:
             "failed": sum(1 for p in self.pods if phase_of(p) == "Failed"),
         }
 
-    def to_core(self) -> Gang:
+    def to_core(self, held_since: float | None = None) -> Gang:
         assert self.min_member is not None
         counts = self.counts()
         created = (
@@ -115,6 +115,7 @@ class GangView:
             priority=max(((p.get("spec") or {}).get("priority") or 0 for p in self.pods), default=0),
             created=created,
             min_resources=self.min_resources,
+            held_since=held_since,
         )
 
 

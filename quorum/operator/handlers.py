@@ -10,11 +10,12 @@ from typing import Any
 
 import kopf
 
+from quorum.core.lifecycle import BackoffPolicy
 from quorum.k8s.client import api_client
 from quorum.k8s.usage import BoundPods, watch_bound_pods
 from quorum.operator.gangs import GANG_LABEL, Store
 from quorum.operator.leader import LeaseSettings, lead
-from quorum.operator.loop import GangLoop, LoopSettings, fit_settings
+from quorum.operator.loop import GangLoop, LoopSettings, planner_settings
 from quorum.operator.settings import OperatorSettings
 
 log = logging.getLogger("quorum.operator")
@@ -50,10 +51,11 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         STORE,
         bound,
         LoopSettings(
-            planner=fit_settings(config.org),
+            planner=planner_settings(config.org, config.starvation_seconds),
             resync_seconds=config.resync_seconds,
             release_concurrency=config.release_concurrency,
             crash_after=config.test_crash_after,
+            backoff=BackoffPolicy(config.backoff_seconds, config.backoff_cap_seconds),
         ),
     )
     LOOP.append(loop)

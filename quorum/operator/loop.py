@@ -1,10 +1,11 @@
 """The scheduling loop: quorum's own asyncio task (not a kopf handler).
 
 Each pass takes a snapshot (gang pods, nodes and groups from the kopf watches; usage from the
-bound-pod watch; reservations of pods released but not yet bound), plans, releases what fits —
-decision recorded on the Gang object first, then one conditional patch per pod — and writes the
-status of every gang and its group when it changed. Events: one per gang when it is released,
-and one when the reason it is held changes.
+bound-pod watch; reservations of pods released but not yet bound), recovers gangs whose release
+timed out (`recovery.py`), plans the gangs not backing off, releases what fits — decision
+recorded on the Gang object first, then one conditional patch per pod — and writes the status of
+every gang and its group when it changed (`status.py`). Events: one per gang when it is
+released, and one when the reason it is held changes.
 """
 
 from __future__ import annotations
@@ -17,26 +18,19 @@ import signal
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from kubernetes_asyncio import client
 
 from quorum.core.fit import FitSettings
+from quorum.core.lifecycle import BackoffPolicy
 from quorum.core.model import Node, add
 from quorum.core.planner import Hold, PlannerSettings, Release, plan_gangs
 from quorum.k8s import reads, writes
-from quorum.k8s.convert import node_from_api, pod_from_api, pod_requests
+from quorum.k8s.convert import node_from_api, pod_requests
 from quorum.k8s.usage import BoundPods
-from quorum.operator.gangs import (
-    GROUP_APIS,
-    GangView,
-    Store,
-    admitted_condition,
-    assemble,
-    is_gated,
-    orphans,
-    phase,
-)
+from quorum.operator.gangs import GangView, Store, assemble, is_gated, orphans
+from quorum.operator.recovery import Recoverer, backoff_message, backoff_until
+from quorum.operator.status import GangRecords
 
 log = logging.getLogger("quorum.operator")
 
@@ -48,10 +42,11 @@ class LoopSettings:
     release_concurrency: int = 32  # pod patches in flight at once
     label_gang_retention_seconds: float = 300.0  # label-only Gang objects outlive their pods this long
     crash_after: int = 0  # tests only: SIGKILL this process after that many pod releases
+    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
 
-def fit_settings(org: str | None) -> PlannerSettings:
-    return PlannerSettings(fit=FitSettings(org=org))
+def planner_settings(org: str | None, starvation_seconds: float) -> PlannerSettings:
+    return PlannerSettings(fit=FitSettings(org=org), starvation_seconds=starvation_seconds)
 
 
 class GangLoop:
@@ -62,13 +57,12 @@ class GangLoop:
         self.settings = settings
         self.dirty = asyncio.Event()
         self.reserved: dict[str, tuple[str, dict[str, int]]] = {}  # uid -> (node, requests)
-        self.written: dict[tuple[str, str], dict[str, Any]] = {}  # last status written per gang
-        self.reasons: dict[tuple[str, str], str] = {}  # last hold reason announced per gang
-        self.told_waiting: set[str] = set()  # pods told which group they wait for
+        self.records = GangRecords(api, store)
+        self.recoverer = Recoverer(api, settings.backoff)
+        self.told_dropped: set[str] = set()  # pods released because their group was dropped
         self.last_seen: dict[tuple[str, str], float] = {}
-        self.warned_unmodeled: set[tuple[str, str]] = set()
         self.statefulsets: dict[str, str | None] = {}  # uid -> podManagementPolicy
-        self.transitions: dict[tuple[tuple[str, str], str], tuple[str, str]] = {}  # -> (status, time)
+        self.next_backoff_end = 0.0  # the earliest end of a backoff: a pass is due then
         self.semaphore = asyncio.Semaphore(settings.release_concurrency)
         self.patches = 0  # releases made by this process (for the test hook)
 
@@ -81,8 +75,11 @@ class GangLoop:
         await self.bound.synced.wait()
         self.resume()
         while True:
+            wait = self.settings.resync_seconds
+            if self.next_backoff_end:
+                wait = max(0.05, min(wait, self.next_backoff_end - time.time()))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.dirty.wait(), self.settings.resync_seconds)
+                await asyncio.wait_for(self.dirty.wait(), wait)
             self.dirty.clear()
             try:
                 await self.step()
@@ -95,8 +92,7 @@ class GangLoop:
         """Start leading from the API's state, not from this replica's memory: statuses are
         written afresh, and pods released (by any leader) but not bound yet keep their nodes
         reserved — read from the decisions recorded on the Gang objects."""
-        self.written.clear()
-        self.reasons.clear()
+        self.records.resume()
         self.reserved.clear()
         for gang in self.store.gangs.values():
             for entry in ((gang.get("status") or {}).get("admission") or {}).get("placement") or []:
@@ -127,9 +123,9 @@ class GangLoop:
     async def release_orphans(self) -> None:
         for pod in orphans(self.store):
             uid = pod["metadata"]["uid"]
-            if uid in self.told_waiting:
+            if uid in self.told_dropped:
                 continue
-            self.told_waiting.add(uid)
+            self.told_dropped.add(uid)
             if await writes.release_pod(self.api, pod, None):
                 await writes.post_event(
                     self.api,
@@ -184,19 +180,37 @@ class GangLoop:
     async def step(self) -> None:
         await self.release_orphans()
         await self.continue_releases()
-        used = self.used()
+        now = time.time()
         views = assemble(self.store, frozenset(self.reserved))
+        for view in views:
+            await self.recoverer.check(view, self.store.gangs.get(view.key), now)
+        used = self.used()
+        views = assemble(self.store, frozenset(self.reserved))  # recovery may have deleted pods
         nodes = [node_from_api(n) for n in self.store.nodes.values()]
-        plannable = {v.key: v for v in views if v.waiting is None and v.min_member is not None and v.gated}
-        plan = plan_gangs(nodes, used, [v.to_core() for v in plannable.values()], self.settings.planner)
+        plannable: dict[tuple[str, str], GangView] = {}
+        holds: dict[tuple[str, str], Hold] = {}
+        self.next_backoff_end = 0.0
+        for view in views:
+            if view.waiting is not None or view.min_member is None or not view.gated:
+                continue
+            until = backoff_until(self.store.gangs.get(view.key))
+            if until > now:
+                message = backoff_message(self.store.gangs.get(view.key), now)
+                holds[view.key] = Hold(view.to_core(), "Backoff", message)
+                self.next_backoff_end = min(self.next_backoff_end or until, until)
+                continue
+            plannable[view.key] = view
+        queue = [v.to_core(held_since=self.records.held_since(k)) for k, v in plannable.items()]
+        plan = plan_gangs(nodes, used, queue, self.settings.planner, now=now)
         released: Counter[tuple[str, str]] = Counter()
         for release in plan.releases:
             key = release.gang.key
             released[key] = await self.release(plannable[key], release)
-        holds = {h.gang.key: await self.explain_hold(plannable[h.gang.key], h) for h in plan.holds}
+        for hold in plan.holds:
+            holds[hold.gang.key] = await self.explain_hold(plannable[hold.gang.key], hold)
         for view in views:
             self.last_seen[view.key] = time.monotonic()
-            await self.write_status(view, holds.get(view.key), released[view.key])
+            await self.records.write(view, holds.get(view.key), released[view.key])
         await self.forget_label_gangs({v.key for v in views})
 
     async def explain_hold(self, view: GangView, hold: Hold) -> Hold:
@@ -221,62 +235,8 @@ class GangLoop:
                     return Hold(hold.gang, hold.reason, f"{hold.message}; {hint}")
         return hold
 
-    async def warn_unmodeled(self, view: GangView, gang: dict[str, Any]) -> None:
-        """DESIGN.md: a gang whose pods use hard constraints the planner does not model gets a
-        warning that quorum cannot guarantee its placement (once per gang)."""
-        if view.key in self.warned_unmodeled:
-            return
-        found = sorted({c for p in view.gated for c in pod_from_api(p).unmodeled})
-        if not found:
-            return
-        self.warned_unmodeled.add(view.key)
-        message = (
-            f"pods of gang {view.name} use {', '.join(found)}, which quorum's plan does not model: "
-            f"quorum cannot guarantee their placement (kube-scheduler may refuse a planned node)"
-        )
-        for obj in (gang, view.group):
-            if obj is not None:
-                await writes.post_event(self.api, obj, "UnmodeledConstraints", message, warning=True)
-
-    async def ensure_gang(self, view: GangView) -> dict[str, Any]:
-        existing = self.store.gangs.get(view.key)
-        owner = None
-        if view.group is not None:
-            meta = view.group["metadata"]
-            owner = {
-                "apiVersion": view.group["apiVersion"],
-                "kind": view.group["kind"],
-                "name": meta["name"],
-                "uid": meta["uid"],
-                "blockOwnerDeletion": False,
-                "controller": False,
-            }
-        if existing is not None:
-            owners = existing["metadata"].get("ownerReferences") or []
-            if owner is None or any(o.get("uid") == owner["uid"] for o in owners):
-                return existing
-            # The group was deleted and made again under the same name: a new gang.
-            await writes.delete_gang(self.api, view.namespace, view.name)
-        source: dict[str, Any] = {"kind": "Labels", "name": view.marker.group}
-        if view.group is not None:
-            source = {
-                "apiVersion": view.group["apiVersion"],
-                "kind": view.group["kind"],
-                "name": view.group["metadata"]["name"],
-                "uid": view.group["metadata"]["uid"],
-            }
-        spec = {
-            "source": source,
-            "minMember": view.min_member or 1,
-            "scheduleTimeoutSeconds": view.schedule_timeout,
-        }
-        gang = await writes.create_gang(self.api, view.namespace, view.name, spec, owner)
-        self.written.pop(view.key, None)  # a new object: its status is still to be written
-        self.store.gangs[view.key] = gang
-        return gang
-
     async def release(self, view: GangView, release: Release) -> int:
-        gang = await self.ensure_gang(view)
+        gang = await self.records.ensure_gang(view)
         pods = {p["metadata"]["uid"]: p for p in view.gated}
         attempt = int(((gang.get("status") or {}).get("admission") or {}).get("attempt") or 0) + 1
         placement = [
@@ -313,79 +273,8 @@ class GangLoop:
         for obj in (gang, view.group):
             if obj is not None:
                 await writes.post_event(self.api, obj, "Released", message)
-        self.reasons.pop(view.key, None)
+        self.records.reasons.pop(view.key, None)
         return done
-
-    async def write_status(self, view: GangView, hold: Hold | None, released_now: int) -> None:
-        counts = view.counts()
-        counts["released"] += released_now  # released in this pass: not yet seen by the watch
-        counts["gated"] -= released_now
-        status, reason, message = admitted_condition(view, counts, hold, 0)
-        gang_phase = phase(view, counts)
-        if view.waiting:
-            for pod in view.pods:
-                if pod["metadata"]["uid"] not in self.told_waiting:
-                    self.told_waiting.add(pod["metadata"]["uid"])
-                    await writes.post_event(
-                        self.api, {"apiVersion": "v1", "kind": "Pod", **pod}, "WaitingForGroup", view.waiting
-                    )
-        if view.group is None and view.waiting:
-            return  # no Gang object until its group exists
-        gang = await self.ensure_gang(view)
-        await self.warn_unmodeled(view, gang)
-        unschedulable = hold is not None and hold.reason == "Unschedulable"
-        conditions = [
-            {"type": "Admitted", "status": status, "reason": reason, "message": message},
-            {
-                "type": "Unschedulable",
-                "status": "True" if unschedulable else "False",
-                "reason": "Unschedulable" if unschedulable else reason,
-                "message": hold.message if hold is not None and unschedulable else "",
-            },
-        ]
-        wanted = {"phase": gang_phase, **counts, "conditions": conditions}
-        if self.written.get(view.key) == wanted:
-            return  # unchanged: no write
-        self.written[view.key] = wanted
-        stamp = writes.now()
-        for c in conditions:  # a transition time changes only when the status does
-            seen = self.transitions.get((view.key, c["type"]))
-            if seen is None or seen[0] != c["status"]:
-                self.transitions[(view.key, c["type"])] = (c["status"], stamp)
-        timed = [{**c, "lastTransitionTime": self.transitions[(view.key, c["type"])][1]} for c in conditions]
-        await writes.patch_gang_status(self.api, view.namespace, view.name, {**wanted, "conditions": timed})
-        if (
-            view.group is not None
-            and view.marker.source in GROUP_APIS
-            and view.group["apiVersion"].endswith("v1alpha1")
-        ):
-            api_group, version = GROUP_APIS[view.marker.source]
-            group_status = {
-                "phase": gang_phase,
-                "scheduled": counts["bound"],
-                "running": counts["running"],
-                "succeeded": counts["succeeded"],
-                "failed": counts["failed"],
-                "observedGeneration": view.group["metadata"].get("generation"),
-                "conditions": [{**c, "type": "Quorum" + c["type"]} for c in timed],
-            }
-            if counts["released"] and not (view.group.get("status") or {}).get("scheduleStartTime"):
-                group_status["scheduleStartTime"] = stamp
-            await writes.patch_status(
-                self.api,
-                api_group,
-                version,
-                "podgroups",
-                view.namespace,
-                view.group["metadata"]["name"],
-                group_status,
-            )
-        if hold is not None and self.reasons.get(view.key) != hold.reason:
-            self.reasons[view.key] = hold.reason
-            warning = hold.reason == "Unschedulable"
-            for obj in (gang, view.group):
-                if obj is not None:
-                    await writes.post_event(self.api, obj, hold.reason, hold.message, warning=warning)
 
     async def forget_label_gangs(self, live: set[tuple[str, str]]) -> None:
         """Label-only gangs have no owner: delete their Gang once no pod has been left for the
@@ -398,4 +287,4 @@ class GangLoop:
             if now - seen > self.settings.label_gang_retention_seconds:
                 await writes.delete_gang(self.api, *key)
                 self.store.gangs.pop(key, None)
-                self.written.pop(key, None)
+                self.records.forget(key)

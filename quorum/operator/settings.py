@@ -16,6 +16,12 @@ class OperatorSettings:
     """Where the leader-election Lease lives (the operator's own namespace)."""
     lease_seconds: float = 15.0
     """Lease duration: a new leader takes over at most this long after the old one died."""
+    backoff_seconds: float = 10.0
+    """Wait before a gang that was partially placed is tried again; doubles each time in a row."""
+    backoff_cap_seconds: float = 300.0
+    """The longest wait between tries, however many partial placements in a row."""
+    starvation_seconds: float = 60.0
+    """A gang held this long for lack of room gets capacity held for it (one gang at a time)."""
     test_crash_after: int = 0
     """Tests only: SIGKILL the process after this many pod releases (0: never)."""
 
@@ -28,5 +34,8 @@ class OperatorSettings:
             release_concurrency=int(env.get("QUORUM_OPERATOR_RELEASE_CONCURRENCY", "32")),
             namespace=env.get("QUORUM_OPERATOR_NAMESPACE", "quorum-system"),
             lease_seconds=float(env.get("QUORUM_OPERATOR_LEASE_SECONDS", "15")),
+            backoff_seconds=float(env.get("QUORUM_OPERATOR_BACKOFF_SECONDS", "10")),
+            backoff_cap_seconds=float(env.get("QUORUM_OPERATOR_BACKOFF_CAP_SECONDS", "300")),
+            starvation_seconds=float(env.get("QUORUM_OPERATOR_STARVATION_SECONDS", "60")),
             test_crash_after=int(env.get("QUORUM_OPERATOR_TEST_CRASH_AFTER", "0")),
         )

@@ -1,0 +1,209 @@
+"""What a person reads: the Gang object of every gang (made when first needed), its status and
+conditions, the group object's status, and Events. Written only when something changed;
+transition times move only when a condition's status does."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from quorum.core.planner import Hold
+from quorum.k8s import writes
+from quorum.k8s.convert import pod_from_api
+from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store, admitted_condition, phase, timestamp
+from quorum.operator.recovery import backoff_until, partial_condition
+
+CONDITION_TYPES = ("Admitted", "Unschedulable", "PartiallyPlaced", "Backoff", "CapacityHeld")
+
+
+class GangRecords:
+    def __init__(self, api: client.ApiClient, store: Store) -> None:
+        self.api = api
+        self.store = store
+        self.written: dict[tuple[str, str], dict[str, Any]] = {}  # last status written per gang
+        self.reasons: dict[tuple[str, str], str] = {}  # last hold reason announced per gang
+        self.told_waiting: set[str] = set()  # pods told which group they wait for
+        self.warned_unmodeled: set[tuple[str, str]] = set()
+        self.transitions: dict[tuple[tuple[str, str], str], tuple[str, str]] = {}  # -> (status, time)
+        self.capacity_held: set[tuple[str, str]] = set()
+
+    def resume(self) -> None:
+        """A new leader writes every status afresh, keeping the transition times on record."""
+        self.written.clear()
+        self.reasons.clear()
+        self.transitions.clear()
+        for key, gang in self.store.gangs.items():
+            for c in (gang.get("status") or {}).get("conditions") or []:
+                if c.get("lastTransitionTime"):
+                    self.transitions[(key, c["type"])] = (c["status"], c["lastTransitionTime"])
+
+    def held_since(self, key: tuple[str, str]) -> float | None:
+        """Since when the gang has been held for lack of room (Unschedulable True), if it is."""
+        seen = self.transitions.get((key, "Unschedulable"))
+        return timestamp(seen[1]) if seen and seen[0] == "True" else None
+
+    async def ensure_gang(self, view: GangView) -> JSON:
+        existing = self.store.gangs.get(view.key)
+        owner = None
+        if view.group is not None:
+            meta = view.group["metadata"]
+            owner = {
+                "apiVersion": view.group["apiVersion"],
+                "kind": view.group["kind"],
+                "name": meta["name"],
+                "uid": meta["uid"],
+                "blockOwnerDeletion": False,
+                "controller": False,
+            }
+        if existing is not None:
+            owners = existing["metadata"].get("ownerReferences") or []
+            if owner is None or any(o.get("uid") == owner["uid"] for o in owners):
+                return existing
+            # The group was deleted and made again under the same name: a new gang.
+            await writes.delete_gang(self.api, view.namespace, view.name)
+        source: dict[str, Any] = {"kind": "Labels", "name": view.marker.group}
+        if view.group is not None:
+            source = {
+                "apiVersion": view.group["apiVersion"],
+                "kind": view.group["kind"],
+                "name": view.group["metadata"]["name"],
+                "uid": view.group["metadata"]["uid"],
+            }
+        spec = {
+            "source": source,
+            "minMember": view.min_member or 1,
+            "scheduleTimeoutSeconds": view.schedule_timeout,
+        }
+        gang = await writes.create_gang(self.api, view.namespace, view.name, spec, owner)
+        self.written.pop(view.key, None)  # a new object: its status is still to be written
+        for condition in CONDITION_TYPES:
+            self.transitions.pop((view.key, condition), None)
+        self.store.gangs[view.key] = gang
+        return gang
+
+    async def warn_unmodeled(self, view: GangView, gang: JSON) -> None:
+        """DESIGN.md: a gang whose pods use hard constraints the planner does not model gets a
+        warning that quorum cannot guarantee its placement (once per gang)."""
+        if view.key in self.warned_unmodeled:
+            return
+        found = sorted({c for p in view.gated for c in pod_from_api(p).unmodeled})
+        if not found:
+            return
+        self.warned_unmodeled.add(view.key)
+        message = (
+            f"pods of gang {view.name} use {', '.join(found)}, which quorum's plan does not model: "
+            f"quorum cannot guarantee their placement (kube-scheduler may refuse a planned node)"
+        )
+        for obj in (gang, view.group):
+            if obj is not None:
+                await writes.post_event(self.api, obj, "UnmodeledConstraints", message, warning=True)
+
+    async def tell_waiting(self, view: GangView) -> None:
+        if not view.waiting:
+            return
+        for pod in view.pods:
+            if pod["metadata"]["uid"] not in self.told_waiting:
+                self.told_waiting.add(pod["metadata"]["uid"])
+                await writes.post_event(
+                    self.api, {"apiVersion": "v1", "kind": "Pod", **pod}, "WaitingForGroup", view.waiting
+                )
+
+    def conditions(self, view: GangView, gang: JSON, hold: Hold | None, counts: dict[str, int]) -> list[JSON]:
+        status, reason, message = admitted_condition(view, counts, hold, 0)
+        unschedulable = hold is not None and hold.reason == "Unschedulable"
+        in_backoff = backoff_until(gang) > time.time()
+        held = hold is not None and bool(hold.held_nodes)
+        return [
+            {"type": "Admitted", "status": status, "reason": reason, "message": message},
+            {
+                "type": "Unschedulable",
+                "status": "True" if unschedulable else "False",
+                "reason": "Unschedulable" if unschedulable else reason,
+                "message": hold.message if hold is not None and unschedulable else "",
+            },
+            partial_condition(gang),
+            {
+                "type": "Backoff",
+                "status": "True" if in_backoff else "False",
+                "reason": "PartialPlacement" if in_backoff else "NoBackoff",
+                "message": message if in_backoff else "",
+            },
+            {
+                "type": "CapacityHeld",
+                "status": "True" if held else "False",
+                "reason": "Starving" if held else "NotHeld",
+                "message": hold.held_message if hold is not None and held else "",
+            },
+        ]
+
+    async def write(self, view: GangView, hold: Hold | None, released_now: int) -> None:
+        counts = view.counts()
+        counts["released"] += released_now  # released in this pass: not yet seen by the watch
+        counts["gated"] -= released_now
+        gang_phase = phase(view, counts)
+        await self.tell_waiting(view)
+        if view.group is None and view.waiting:
+            return  # no Gang object until its group exists
+        gang = await self.ensure_gang(view)
+        await self.warn_unmodeled(view, gang)
+        conditions = self.conditions(view, gang, hold, counts)
+        wanted = {"phase": gang_phase, **counts, "conditions": conditions}
+        if self.written.get(view.key) == wanted:
+            return  # unchanged: no write
+        self.written[view.key] = wanted
+        stamp = writes.now()
+        for c in conditions:  # a transition time changes only when the status does
+            seen = self.transitions.get((view.key, c["type"]))
+            if seen is None or seen[0] != c["status"]:
+                self.transitions[(view.key, c["type"])] = (c["status"], stamp)
+        timed = [{**c, "lastTransitionTime": self.transitions[(view.key, c["type"])][1]} for c in conditions]
+        await writes.patch_gang_status(self.api, view.namespace, view.name, {**wanted, "conditions": timed})
+        await self.write_group(view, counts, gang_phase, timed, stamp)
+        if hold is not None and self.reasons.get(view.key) != hold.reason:
+            self.reasons[view.key] = hold.reason
+            warning = hold.reason == "Unschedulable"
+            for obj in (gang, view.group):
+                if obj is not None:
+                    await writes.post_event(self.api, obj, hold.reason, hold.message, warning=warning)
+        held = hold is not None and bool(hold.held_nodes)
+        if held != (view.key in self.capacity_held):
+            if held and hold is not None:
+                self.capacity_held.add(view.key)
+                await writes.post_event(self.api, gang, "CapacityHeld", hold.held_message)
+            else:
+                self.capacity_held.discard(view.key)
+
+    async def write_group(
+        self, view: GangView, counts: dict[str, int], gang_phase: str, timed: list[JSON], stamp: str
+    ) -> None:
+        """The status of quorum's own PodGroup kinds (v1alpha1); conditions prefixed `Quorum`."""
+        if view.group is None or view.marker.source not in GROUP_APIS:
+            return
+        if not view.group["apiVersion"].endswith("v1alpha1"):
+            return
+        api_group, version = GROUP_APIS[view.marker.source]
+        group_status = {
+            "phase": gang_phase,
+            "scheduled": counts["bound"],
+            "running": counts["running"],
+            "succeeded": counts["succeeded"],
+            "failed": counts["failed"],
+            "observedGeneration": view.group["metadata"].get("generation"),
+            "conditions": [{**c, "type": "Quorum" + c["type"]} for c in timed],
+        }
+        if counts["released"] and not (view.group.get("status") or {}).get("scheduleStartTime"):
+            group_status["scheduleStartTime"] = stamp
+        await writes.patch_status(
+            self.api,
+            api_group,
+            version,
+            "podgroups",
+            view.namespace,
+            view.group["metadata"]["name"],
+            group_status,
+        )
+
+    def forget(self, key: tuple[str, str]) -> None:
+        self.written.pop(key, None)

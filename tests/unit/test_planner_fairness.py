@@ -1,0 +1,89 @@
+"""Fairness: backfill around a gang that does not fit, and capacity held for a starving one."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quorum.core.model import resources
+from quorum.core.planner import PlannerSettings, plan_gangs
+from tests.unit.test_planner import GPU, gang, node
+
+STARVE = PlannerSettings(starvation_seconds=30)
+
+
+def busy(*names: str, gpus: int = 8) -> dict[str, dict[str, int]]:
+    return {n: resources({GPU: str(gpus), "cpu": "1", "pods": "1"}) for n in names}
+
+
+def test_small_gangs_backfill_around_a_large_one_that_waited_briefly() -> None:
+    nodes = [node(f"n{i}") for i in range(4)]
+    large = gang("large", 4, gpus=8, created=0, held_since=100.0)
+    small = gang("small", 1, gpus=8, created=1)
+    plan = plan_gangs(nodes, busy("n0", "n1", "n2"), [large, small], STARVE, now=110.0)
+    assert [r.gang.name for r in plan.releases] == ["small"]
+    (hold,) = plan.holds
+    assert hold.gang.name == "large" and not hold.held_nodes
+
+
+def test_a_starving_gang_holds_the_nodes_closest_to_free() -> None:
+    nodes = [node(f"n{i}") for i in range(6)]
+    used = busy("n0", "n1", "n2") | busy("n3", gpus=4)  # n4, n5 free; n3 half free
+    large = gang("large", 4, gpus=8, created=0, held_since=0.0)
+    small = gang("small", 1, gpus=4, created=1)
+    plan = plan_gangs(nodes, used, [large, small], STARVE, now=31.0)
+    (hold,) = [h for h in plan.holds if h.gang.name == "large"]
+    assert set(hold.held_nodes[:2]) == {"n4", "n5"}, "free nodes are held first"
+    assert len(hold.held_nodes) == 4 and "n3" in hold.held_nodes
+    assert "room for 2 of its 4 pods is free there now" in hold.held_message
+    assert not plan.releases, "the small gang may not take the half-free held node n3"
+
+
+def test_backfill_may_use_what_the_starving_gang_cannot() -> None:
+    nodes = [node("a"), node("b")]
+    large = gang("large", 2, gpus=8, created=0, held_since=0.0)
+    cpu_only = gang("cpu", 1, gpus=0, created=1)
+    plan = plan_gangs(nodes, busy("a"), [large, cpu_only], STARVE, now=60.0)
+    assert [r.gang.name for r in plan.releases] == ["cpu"], "CPU beside held GPUs is still usable"
+    assert plan.holds[0].held_nodes == ("b", "a")
+
+
+def test_only_one_gang_holds_capacity_and_a_hopeless_gang_holds_none() -> None:
+    nodes = [node(f"n{i}") for i in range(2)]
+    hopeless = gang("hopeless", 3, gpus=8, created=0, held_since=0.0)  # 3 whole nodes: never
+    first = gang("first", 2, gpus=8, created=1, held_since=0.0)
+    second = gang("second", 2, gpus=8, created=2, held_since=0.0)
+    plan = plan_gangs(nodes, busy("n0"), [hopeless, first, second], STARVE, now=100.0)
+    held = {h.gang.name: h.held_nodes for h in plan.holds}
+    assert held == {"hopeless": (), "first": ("n1", "n0"), "second": ()}
+
+
+def test_an_admitted_gang_whose_extra_pods_do_not_fit_is_neither_released_nor_held() -> None:
+    g = gang("g", 3, gpus=8, min_member=1)
+    admitted = type(g)(g.namespace, g.name, 1, g.pods[:2], members=3, released=1)
+    plan = plan_gangs([node("a")], busy("a"), [admitted])
+    assert not plan.releases and not plan.holds
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    running=st.lists(st.booleans(), min_size=4, max_size=8).filter(any),  # the large gang cannot fit
+    small=st.integers(min_value=1, max_value=6),
+    waited=st.floats(min_value=0, max_value=100),
+)
+def test_nothing_is_placed_on_the_room_held_for_a_starving_gang(
+    running: list[bool], small: int, waited: float
+) -> None:
+    """Whatever is running, the small gangs released in a pass never take GPU room the
+    starving gang was promised on its held nodes."""
+    nodes = [node(f"n{i}") for i in range(len(running))]
+    used = busy(*(f"n{i}" for i, r in enumerate(running) if r))
+    large = gang("large", len(running), gpus=8, created=0, held_since=0.0)
+    smalls = [gang(f"s{i}", 1, gpus=8, created=1 + i) for i in range(small)]
+    plan = plan_gangs(nodes, used, [large, *smalls], STARVE, now=waited)
+    hold = next(h for h in plan.holds if h.gang.name == "large")
+    if waited >= 30:
+        assert len(hold.held_nodes) == len(nodes) and not plan.releases
+    else:
+        assert not hold.held_nodes
+        assert len(plan.releases) == min(small, running.count(False))
