@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from quorum import __version__
 from quorum.devcluster import cli as dev_cli
 from quorum.devcluster import demo
+from quorum.operator import manual
 from quorum.webhooks import certs
 
 
@@ -19,6 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dev_cli.add_parser(subparsers)
     demo.add_parser(subparsers)
     certs.add_parser(subparsers)
+    manual.add_parser(subparsers)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result

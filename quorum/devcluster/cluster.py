@@ -45,6 +45,7 @@ MANIFESTS = REPO_ROOT / "manifests"
 # 127.0.0.1, and the Deployments are not applied (the processes run on this machine).
 APPLIED_MANIFESTS = ("00-namespace.yaml", "10-rbac.yaml", "40-gate-protection.yaml", "45-gang-backstop.yaml")
 CRDS = REPO_ROOT / "crds"
+STAGES = Path(__file__).resolve().parent / "data" / "stages"
 WEBHOOK_CONFIGURATIONS = "30-webhook-configurations.yaml"
 OPERATOR_NAMESPACE = "quorum-system"
 OPERATOR_SERVICE_ACCOUNT = "quorum-operator"
@@ -251,8 +252,8 @@ class Instance:
         return live
 
     def stop_component(self, component: str, grace_seconds: float = 10.0) -> None:
-        """Stop one component (tests: the webhook server is down); `start_component` restarts it
-        on the same port."""
+        """Stop one component (tests: the webhook server or the scheduler is down);
+        `start_component` restarts it on the same port."""
         state = self.state()
         assert state is not None
         stop([p for p in state.processes if p.name == component], grace_seconds)
@@ -266,6 +267,7 @@ class Instance:
         url = {
             "quorum-webhooks": f"https://127.0.0.1:{state.ports.webhooks}/readyz",
             "quorum-operator": f"http://127.0.0.1:{state.ports.operator}/healthz",
+            "kube-scheduler": f"https://127.0.0.1:{state.ports.scheduler}/healthz",
         }[component]
         self._wait(component, record, lambda: probe(url), timeout)
 
@@ -280,7 +282,7 @@ class Instance:
             state.ports,
             self.layout,
             binary,
-            sorted(binaries.stages_dir.glob("*.yaml")),
+            kwok_stages(binaries.stages_dir),
         )
         env = {
             **os.environ,
@@ -379,6 +381,12 @@ class Instance:
             f"export KUBECONFIG={self.state_root / 'kubeconfig'}\n"
             f'export PATH={bindir}:"$PATH"\n'
         )
+
+
+def kwok_stages(built: Path) -> list[Path]:
+    """kwok's own Stage files, where quorum has none of the same name (data/stages/)."""
+    ours = {p.name: p for p in STAGES.glob("*.yaml")}
+    return sorted(ours.get(p.name, p) for p in built.glob("*.yaml"))
 
 
 def node_is_ready(node: dict[str, Any]) -> bool:

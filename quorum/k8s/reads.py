@@ -31,3 +31,17 @@ async def job(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any
         raise
     data: dict[str, Any] = await response.json()
     return data
+
+
+async def gang_pods(api: client.ApiClient, namespace: str | None, gang: str | None) -> list[dict[str, Any]]:
+    """Pods carrying quorum's gang label: of one gang in one namespace, or all (plain JSON)."""
+    core = client.CoreV1Api(api)
+    selector = "quorum.dev/gang" if gang is None else f"quorum.dev/gang={gang}"
+    if namespace is None:
+        response: Any = await core.list_pod_for_all_namespaces(
+            label_selector=selector, _preload_content=False
+        )
+    else:
+        response = await core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
+    items: list[dict[str, Any]] = (await response.json())["items"]
+    return items

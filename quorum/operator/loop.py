@@ -29,7 +29,7 @@ from quorum.k8s import reads, writes
 from quorum.k8s.convert import node_from_api, pod_requests
 from quorum.k8s.usage import BoundPods
 from quorum.operator.gangs import GangView, Store, assemble, is_gated, orphans
-from quorum.operator.recovery import Recoverer, backoff_message, backoff_until
+from quorum.operator.recovery import Recoverer, backoff_message, backoff_until, recovery_of
 from quorum.operator.status import GangRecords
 
 log = logging.getLogger("quorum.operator")
@@ -184,6 +184,10 @@ class GangLoop:
         views = assemble(self.store, frozenset(self.reserved))
         for view in views:
             await self.recoverer.check(view, self.store.gangs.get(view.key), now)
+        live = {v.key for v in views}
+        for key, gang in list(self.store.gangs.items()):
+            if key not in live and recovery_of(gang).get("suspendedJobs"):
+                await self.recoverer.resume_jobs(key[0], key[1], [], gang)  # its pods are all gone
         used = self.used()
         views = assemble(self.store, frozenset(self.reserved))  # recovery may have deleted pods
         nodes = [node_from_api(n) for n in self.store.nodes.values()]

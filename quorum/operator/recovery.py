@@ -63,15 +63,20 @@ class Recoverer:
             return
         recovery = recovery_of(gang)
         if recovery.get("suspendedJobs"):
-            await self.resume_jobs(view, gang, recovery)
+            await self.resume_jobs(view.namespace, view.name, view.pods, gang)
         admission = (gang.get("status") or {}).get("admission") or {}
         if not admission:
             return
+        manual = (gang.get("status") or {}).get("manualRelease") or {}
+        if timestamp(manual.get("time")) >= timestamp(admission.get("time")):
+            return  # a person released the gang by hand after quorum's decision: theirs now
         active = view.active
         bound = sum(1 for p in active if (p.get("spec") or {}).get("nodeName"))
         if bound >= view.min_member:
             if recovery.get("failures"):
-                await self.record(view, gang, {**recovery, "failures": 0})  # bound whole: a clean slate
+                await self.record(
+                    view.namespace, view.name, gang, {**recovery, "failures": 0}
+                )  # bound whole: a clean slate
             return
         attempt = int(admission.get("attempt") or 0)
         if attempt in (recovery.get("attempt"), self.recovered.get(view.key)):
@@ -128,7 +133,8 @@ class Recoverer:
             f"{delay:.0f}s backoff ({failures} in a row)"
         )
         await self.record(
-            view,
+            view.namespace,
+            view.name,
             gang,
             {
                 "attempt": attempt,
@@ -144,27 +150,30 @@ class Recoverer:
             if obj is not None:
                 await writes.post_event(self.api, obj, "PartiallyPlaced", message, warning=True)
 
-    async def resume_jobs(self, view: GangView, gang: JSON, recovery: JSON) -> None:
+    async def resume_jobs(self, namespace: str, name: str, pods: list[JSON], gang: JSON) -> None:
+        """Resume the Jobs a recovery suspended, each once none of its pods is left. Called also
+        for gangs that have no pod at all (a suspended Job's pods are all gone)."""
+        recovery = recovery_of(gang)
         left = []
-        for name in recovery["suspendedJobs"]:
-            job = await reads.job(self.api, view.namespace, name)
+        for job_name in recovery.get("suspendedJobs") or []:
+            job = await reads.job(self.api, namespace, job_name)
             if job is None or not (job.get("spec") or {}).get("suspend"):
                 continue  # gone, or resumed by someone else
             status, uid = job.get("status") or {}, job["metadata"]["uid"]
-            left_behind = [p for p in view.pods if phase_of(p) not in ("Succeeded", "Failed")]
+            left_behind = [p for p in pods if phase_of(p) not in ("Succeeded", "Failed")]
             mine = any(o is not None and o.uid == uid for o in map(controller_of, left_behind))
             if mine or not job_may_resume(status.get("active"), status.get("terminating")):
-                left.append(name)
+                left.append(job_name)
                 continue
-            if await writes.set_job_suspend(self.api, view.namespace, name, uid, False):
+            if await writes.set_job_suspend(self.api, namespace, job_name, uid, False):
                 await writes.post_event(
-                    self.api, gang, "JobResumed", f"resumed Job {name}: none of its old pods is left"
+                    self.api, gang, "JobResumed", f"resumed Job {job_name}: none of its old pods is left"
                 )
-        if left != recovery["suspendedJobs"]:
-            await self.record(view, gang, {**recovery, "suspendedJobs": left})
+        if left != recovery.get("suspendedJobs"):
+            await self.record(namespace, name, gang, {**recovery, "suspendedJobs": left})
 
-    async def record(self, view: GangView, gang: JSON, recovery: JSON) -> None:
-        await writes.patch_gang_status(self.api, view.namespace, view.name, {"recovery": recovery})
+    async def record(self, namespace: str, name: str, gang: JSON, recovery: JSON) -> None:
+        await writes.patch_gang_status(self.api, namespace, name, {"recovery": recovery})
         # The store's copy too: the next pass must not act on what the watch has not shown yet.
         gang.setdefault("status", {})["recovery"] = recovery
 

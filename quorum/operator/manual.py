@@ -1,0 +1,114 @@
+"""`quorum release`: the escape hatch. Releases a gang's gated pods now, without a plan, as
+quorum's operator identity (impersonated), and records who did it and why on the Gang
+(`status.manualRelease`) and in a warning Event. Each release is the same conditional patch the
+operator makes (pod uid and gate tested), so racing the operator cannot release a pod twice;
+pods are not pinned to a node, kube-scheduler places them as it would any pod.
+
+`quorum release --all` releases every gated gang pod in the cluster: the step of the uninstall
+order that guarantees no pod is left gated once quorum is gone (README, "Uninstall").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+from collections import defaultdict
+from typing import Any
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from quorum.k8s import reads, writes
+from quorum.operator.gangs import GANG_LABEL, is_gated
+
+OPERATOR_USER = "system:serviceaccount:quorum-system:quorum-operator"
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "release",
+        help="release a gang's gated pods now (escape hatch), or every gated gang pod with --all",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("gang", nargs="?", help="<namespace>/<gang>, as `kubectl get gangs -A` shows it")
+    parser.add_argument("--all", action="store_true", help="every gated gang pod in every namespace")
+    parser.add_argument("--reason", required=True, help="why: recorded on the Gang and in an Event")
+    parser.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, else ~/.kube/config")
+    parser.add_argument(
+        "--as",
+        dest="as_user",
+        default=OPERATOR_USER,
+        help=f"identity to act as (impersonated; default {OPERATOR_USER}); '' to act as yourself",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if bool(args.gang) == bool(args.all):
+        print("quorum release: name one gang as <namespace>/<gang>, or pass --all")
+        return 2
+    target: tuple[str, str] | None = None
+    if args.gang:
+        namespace, _, name = args.gang.partition("/")
+        if not namespace or not name:
+            print(f"quorum release: {args.gang!r} is not <namespace>/<gang> (e.g. ml/pg-train)")
+            return 2
+        target = (namespace, name)
+    try:
+        lines = asyncio.run(_main(args.kubeconfig, args.as_user, target, args.reason))
+    except ApiException as err:
+        print(f"quorum release: the apiserver refused: {err.status} {err.reason}: {err.body!s}")
+        if err.status == 403:
+            print(
+                f"acting as {args.as_user or 'yourself'}: impersonating needs the `impersonate` verb on "
+                "serviceaccounts; or pass --as '' as a member of the break-glass group quorum:break-glass"
+            )
+        return 1
+    for line in lines:
+        print(line)
+    return 0
+
+
+async def _main(
+    kubeconfig: str | None, as_user: str, target: tuple[str, str] | None, reason: str
+) -> list[str]:
+    configuration = client.Configuration()
+    await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    async with client.ApiClient(configuration) as api:
+        if as_user:
+            api.set_default_header("Impersonate-User", as_user)
+        return await release_gangs(api, target, reason, by=getpass.getuser())
+
+
+async def release_gangs(
+    api: client.ApiClient, target: tuple[str, str] | None, reason: str, by: str
+) -> list[str]:
+    """Release the gated pods of one gang (or of all gangs); one summary line per gang."""
+    pods = await reads.gang_pods(api, *(target or (None, None)))
+    by_gang: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for pod in pods:
+        if is_gated(pod):
+            meta = pod["metadata"]
+            by_gang[(meta["namespace"], meta["labels"][GANG_LABEL])].append(pod)
+    if target is not None and target not in by_gang:
+        return [f"{target[0]}/{target[1]}: no gated pods (nothing to release)"]
+    lines = []
+    for (namespace, name), members in sorted(by_gang.items()):
+        released = [p for p in members if await writes.release_pod(api, p, None)]
+        message = (
+            f"{len(released)} of {len(members)} gated pods released by hand by {by}, without a plan: {reason}"
+        )
+        gang = await writes.get_gang(api, namespace, name)
+        if gang is not None:
+            record = {"time": writes.now(), "by": by, "reason": reason, "pods": len(released)}
+            await writes.patch_gang_status(api, namespace, name, {"manualRelease": record})
+            await writes.post_event(api, gang, "ReleasedByHand", message, warning=True)
+        else:
+            for pod in released:
+                await writes.post_event(
+                    api, {"apiVersion": "v1", "kind": "Pod", **pod}, "ReleasedByHand", message, True
+                )
+        lines.append(f"{namespace}/{name}: {message}")
+    return lines or ["no gated gang pods anywhere (nothing to release)"]
