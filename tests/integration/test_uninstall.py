@@ -71,6 +71,12 @@ async def test_the_uninstall_order_leaves_no_pod_gated_and_denies_no_pod(
 
         # 1. No new gates: the backstop's binding, then the mutating webhook.
         instance.kubectl("delete", "validatingadmissionpolicybinding", "quorum-gang-backstop")
+
+        async def backstop_dropped() -> bool:
+            probe = ("create", "--dry-run=server", "-f", str(REPO_ROOT / "hack/backstop-probe.yaml"))
+            return (await asyncio.to_thread(instance.kubectl, *probe, check=False)).returncode == 0
+
+        await eventually(backstop_dropped, timeout=30, what="the apiserver to drop the backstop binding")
         instance.kubectl("delete", "mutatingwebhookconfiguration", "quorum-webhooks")
         await apps.patch_namespaced_deployment_scale("held", "ml", {"spec": {"replicas": 3}})
 
