@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 PY = PYTHONPATH="$(CURDIR)" "$$(hack/ensure-venv)/bin/python"
 VENV_BIN = "$$(hack/ensure-venv)/bin"
 
-.PHONY: help venv build up down status demo test lint typecheck hadolint unit integration bench bench-planner bench-webhooks bench-control-plane clean
+.PHONY: help venv build up down status demo test lint typecheck hadolint unit integration bench bench-planner bench-webhooks bench-control-plane bench-e2e clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -50,14 +50,17 @@ test: lint typecheck hadolint ## everything: lint, types, Dockerfile, unit, pack
 	@$(PY) -m quorum dev build
 	@$(PY) -m pytest --durations=10 $(PYTEST_ARGS)
 
-bench: bench-planner bench-webhooks bench-control-plane ## all benchmarks (results in bench/results/)
+bench: bench-planner bench-webhooks bench-control-plane bench-e2e ## all benchmarks (results in bench/results/)
 
-bench-planner: ## the planner alone: one full pass over 1,000-10,000 nodes and 100-5,000 gangs
+bench-planner: ## the planner alone: full and incremental passes, 1,000-10,000 nodes, 100-5,000 gangs
 	@$(PY) -m tests.bench.planner
 
 bench-webhooks: ## quorum-webhooks alone under wrk (needs: apt-get install wrk)
 	@command -v wrk >/dev/null || { echo "installing wrk (Debian package)"; apt-get install -y wrk >/dev/null; }
 	@$(PY) -m tests.bench.webhooks
+
+bench-e2e: ## end to end on the local control plane: 200 GPU nodes, 200 gangs x 8 pods
+	@$(PY) -m tests.bench.end_to_end
 
 bench-control-plane: ## local control plane start-up time and memory, 22 and 1,000 nodes
 	@$(PY) -m tests.bench.control_plane

@@ -32,6 +32,8 @@ def slots(pod: Pod, room: Mapping[str, int]) -> int:
 @dataclass
 class ShapeEntry:
     pod: Pod  # a pod of the shape, standing for all
+    needs: tuple[tuple[str, int], ...]  # its positive requests
+    accelerators: int  # its accelerators, summed
     eligible: dict[str, Node]  # may use at all, by name
     refusals: Counter[str]  # why the other nodes may not be used, counted
     ordered: list[tuple[Key, Node]] = field(default_factory=list)  # with room, best fit first
@@ -39,6 +41,10 @@ class ShapeEntry:
     room: dict[str, int] = field(default_factory=dict)  # slots per eligible node
     total: int = 0  # such pods that fit in all
     per_node: Counter[int] = field(default_factory=Counter)  # nodes by their slots (> 0)
+    # Bumped when the totals or the eligible nodes change / when any eligible node's room does:
+    # a held gang whose shapes' versions are as before is held for the same reason.
+    stats_version: int = 0
+    room_version: int = 0
 
     @property
     def with_room(self) -> int:
@@ -56,6 +62,8 @@ class NodeIndex:
         self.nodes: dict[str, Node] = {}
         self.free: dict[str, dict[str, int]] = {}
         self.shapes: dict[Shape, ShapeEntry] = {}
+        # PreferNoSchedule taints not tolerated, by (tolerations, taints): nodes share taints.
+        self.prefer_cache: dict[tuple[object, object], int] = {}
 
     # -- nodes ------------------------------------------------------------------------------
 
@@ -86,6 +94,7 @@ class NodeIndex:
         for entry in self.shapes.values():
             self._forget(entry, name)
             entry.eligible.pop(name, None)
+            entry.stats_version += 1
             reason = why_not(entry.pod, old, self.fit)
             if reason is not None:
                 entry.refusals[reason] -= 1
@@ -107,7 +116,9 @@ class NodeIndex:
         shape = pod.shape
         entry = self.shapes.get(shape)
         if entry is None:
-            entry = ShapeEntry(pod, {}, Counter())
+            needs = tuple((k, v) for k, v in pod.requests.items() if v > 0)
+            accelerators = sum(pod.requests.get(a, 0) for a in self.accelerators)
+            entry = ShapeEntry(pod, needs, accelerators, {}, Counter())
             for node in self.nodes.values():
                 self._admit(entry, node, sort=False)
             entry.ordered.sort(key=lambda item: item[0])
@@ -122,20 +133,32 @@ class NodeIndex:
 
     # -- internals --------------------------------------------------------------------------
 
-    def key(self, pod: Pod, node: Node, room: Mapping[str, int]) -> Key | None:
-        """Where the node stands in best-fit order for the pod; None if the pod does not fit."""
-        requests = pod.requests
-        if not all(room.get(k, 0) >= v for k, v in requests.items() if v > 0):
-            return None
-        return (
-            prefers_not(pod, node),
-            sum(room.get(a, 0) - requests.get(a, 0) for a in self.accelerators),
+    def measure(self, entry: ShapeEntry, node: Node, room: Mapping[str, int]) -> tuple[int, Key | None]:
+        """How many of the shape's pods fit in the node's room, and where the node stands in
+        best-fit order for one of them (None if none fits). The planner's hottest function."""
+        count = 1_000_000
+        for k, v in entry.needs:
+            have = room.get(k, 0) // v
+            if have < count:
+                count = have
+                if count <= 0:
+                    return 0, None
+        pod, requests = entry.pod, entry.pod.requests
+        taints = (pod.tolerations, node.taints)
+        pref = self.prefer_cache.get(taints)
+        if pref is None:
+            pref = self.prefer_cache[taints] = prefers_not(pod, node)
+        key = (
+            pref,
+            sum(room.get(a, 0) for a in self.accelerators) - entry.accelerators,
             room.get("cpu", 0) - requests.get("cpu", 0),
             room.get("memory", 0) - requests.get("memory", 0),
             node.name,
         )
+        return count, key
 
     def _admit(self, entry: ShapeEntry, node: Node, sort: bool = True) -> None:
+        entry.stats_version += 1  # eligibility (or the count of refusals) may change
         reason = why_not(entry.pod, node, self.fit)
         if reason is not None:
             entry.refusals[reason] += 1
@@ -144,21 +167,21 @@ class NodeIndex:
         if sort:
             self._place(entry, node)
             return
-        key = self.key(entry.pod, node, self.free[node.name])
-        self._count(entry, node.name, slots(entry.pod, self.free[node.name]))
+        count, key = self.measure(entry, node, self.free[node.name])
+        self._count(entry, node.name, count)
         if key is not None:
             entry.keys[node.name] = key
             entry.ordered.append((key, node))
 
     def _place(self, entry: ShapeEntry, node: Node) -> None:
-        room = self.free[node.name]
-        self._count(entry, node.name, slots(entry.pod, room))
-        key = self.key(entry.pod, node, room)
+        count, key = self.measure(entry, node, self.free[node.name])
+        self._count(entry, node.name, count)
         if key is not None:
             entry.keys[node.name] = key
             bisect.insort(entry.ordered, (key, node), key=lambda item: item[0])
 
     def _forget(self, entry: ShapeEntry, name: str) -> None:
+        entry.room_version += 1
         old = entry.keys.pop(name, None)
         if old is not None:
             ordered = entry.ordered
@@ -168,6 +191,8 @@ class NodeIndex:
     @staticmethod
     def _count(entry: ShapeEntry, name: str, count: int) -> None:
         old = entry.room.pop(name, 0)
+        if old != count:
+            entry.stats_version += 1
         if old > 0:
             entry.total -= old
             entry.per_node[old] -= 1

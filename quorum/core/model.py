@@ -122,16 +122,17 @@ class Pod:
     # Required node affinity: a node must match every requirement of at least one term.
     affinity: tuple[tuple[Requirement, ...], ...] = ()
     unmodeled: tuple[str, ...] = ()  # hard constraints quorum does not model (for a warning)
+    # Pods of one shape fit the same nodes the same way; computed once (the planner asks often).
+    shape: tuple[object, ...] = field(init=False, repr=False, compare=False)
 
-    @property
-    def shape(self) -> tuple[object, ...]:
-        """Pods of one shape fit the same nodes the same way."""
-        return (
+    def __post_init__(self) -> None:
+        shape = (
             tuple(sorted(self.requests.items())),
             self.tolerations,
             tuple(sorted(self.node_selector.items())),
             self.affinity,
         )
+        object.__setattr__(self, "shape", shape)
 
 
 @dataclass(frozen=True, slots=True)

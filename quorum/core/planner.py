@@ -90,6 +90,8 @@ class Planner:
         self.index = NodeIndex(self.settings.fit, self.settings.accelerators)
         self.committed: set[str] = set()  # nodes whose room the last pass took (to restore)
         self.synced = False
+        # Gangs held for lack of room last pass, with the versions of their shapes then.
+        self.held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]] = {}
 
     def plan(
         self,
@@ -106,6 +108,7 @@ class Planner:
         holding = False  # capacity is held for one starving gang at a time
         releases: list[Release] = []
         holds: list[Hold] = []
+        held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]] = {}
         for gang in sorted(queue, key=queue_order):
             needed = max(0, gang.min_member - gang.released)
             if gang.released + len(gang.pods) < gang.min_member:
@@ -114,16 +117,21 @@ class Planner:
                 continue
             if not gang.pods:
                 continue
+            starving = gang.held_since is not None and now - gang.held_since >= settings.starvation_seconds
+            versions = self.versions(gang)
+            before = self.held.get(gang.key)
+            if before is not None and not starving and before[1] == versions and before[0] == gang:
+                holds.append(before[2])  # nothing it could use changed: held for the same reason
+                held[gang.key] = before
+                continue
             placement, message = _place(gang, needed, index, settings)
             if placement is None:
                 hold = Hold(gang, "Unschedulable", message)
-                starving = (
-                    gang.held_since is not None and now - gang.held_since >= settings.starvation_seconds
-                )
                 if starving and not holding:
                     hold = self.hold_capacity(hold, needed, now)
                     holding = bool(hold.held_nodes)
                 holds.append(hold)
+                held[gang.key] = (gang, versions, hold)
                 continue
             if not placement:
                 continue  # admitted already; the pods beyond minMember wait for room
@@ -135,7 +143,17 @@ class Planner:
             self.committed.update(taken)
             releases.append(Release(gang, tuple(placement)))
         index.keep_only({p.shape for g in queue for p in g.pods})
+        self.held = held
         return Plan(tuple(releases), tuple(holds))
+
+    def versions(self, gang: Gang) -> tuple[int, ...]:
+        """What a held gang's outcome depends on: for alike pods, the shape's totals (and its
+        eligible nodes); for mixed pods, the room of every eligible node of each shape."""
+        shapes = {p.shape: self.index.shape(p) for p in gang.pods}
+        if len(shapes) == 1:
+            (entry,) = shapes.values()
+            return (entry.stats_version,)
+        return tuple(v for e in shapes.values() for v in (e.stats_version, e.room_version))
 
     def sync(
         self, nodes: Mapping[str, Node], used: Mapping[str, Resources], changed: Collection[str] | None

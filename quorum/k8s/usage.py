@@ -28,6 +28,16 @@ class BoundPods:
         self.pods: dict[str, tuple[str, dict[str, int]]] = {}  # uid -> (node, requests)
         self.used: dict[str, dict[str, int]] = {}  # node -> sum of requests
         self.synced = asyncio.Event()
+        # Nodes whose usage changed since the planner last asked (None: all of them, a relist).
+        self.dirty: set[str] | None = None
+
+    def take_dirty(self) -> set[str] | None:
+        dirty, self.dirty = self.dirty, set()
+        return dirty
+
+    def _mark(self, node: str) -> None:
+        if self.dirty is not None:
+            self.dirty.add(node)
 
     def upsert(self, pod: dict[str, Any]) -> None:
         uid, node = pod["metadata"]["uid"], (pod.get("spec") or {}).get("nodeName")
@@ -37,18 +47,21 @@ class BoundPods:
         requests = pod_requests(pod)
         self.pods[uid] = (node, requests)
         self.used[node] = add(self.used.get(node, {}), requests)
+        self._mark(node)
 
     def remove(self, uid: str) -> None:
         old = self.pods.pop(uid, None)
         if old is not None:
             node, requests = old
             self.used[node] = subtract(self.used.get(node, {}), requests)
+            self._mark(node)
 
     def replace_all(self, pods: list[dict[str, Any]]) -> None:
         self.pods.clear()
         self.used.clear()
         for pod in pods:
             self.upsert(pod)
+        self.dirty = None  # a relist: the planner compares every node
 
 
 async def watch_bound_pods(api: client.ApiClient, index: BoundPods, on_change: Callable[[], None]) -> None:

@@ -46,6 +46,17 @@ def is_gated(pod: JSON) -> bool:
     return any(g.get("name") == GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
 
 
+def other_gates(pod: JSON) -> list[str]:
+    """Scheduling gates of others (Kueue's, say): while a pod has one, it is not quorum's to
+    release yet, however its gang stands — released, it could not bind, and its gang would time
+    out."""
+    return [
+        str(g.get("name"))
+        for g in (pod.get("spec") or {}).get("schedulingGates") or []
+        if g.get("name") != GATE
+    ]
+
+
 def phase_of(pod: JSON) -> str:
     return str((pod.get("status") or {}).get("phase") or "Pending")
 
@@ -85,6 +96,22 @@ class GangView:
     def gated(self) -> list[JSON]:
         return [p for p in self.active if self.is_gated(p)]
 
+    @property
+    def releasable(self) -> list[JSON]:
+        """Gated pods with no gate but quorum's: the ones the planner may place."""
+        return [p for p in self.gated if not other_gates(p)]
+
+    def blocked(self) -> str | None:
+        """What a person should know about gated pods that carry others' gates too."""
+        gates = sorted({g for p in self.gated for g in other_gates(p)})
+        count = sum(1 for p in self.gated if other_gates(p))
+        if not count:
+            return None
+        return (
+            f"{count} pods also carry other scheduling gates ({', '.join(gates)}): quorum plans them "
+            f"once those are removed"
+        )
+
     def counts(self) -> dict[str, int]:
         active = self.active
         return {
@@ -109,7 +136,7 @@ class GangView:
             namespace=self.namespace,
             name=self.name,
             min_member=1 if self.basic else self.min_member,
-            pods=tuple(pod_from_api(p) for p in self.gated),
+            pods=tuple(pod_from_api(p) for p in self.releasable),
             members=counts["members"],
             released=0 if self.basic else counts["released"],
             priority=max(((p.get("spec") or {}).get("priority") or 0 for p in self.pods), default=0),

@@ -24,7 +24,7 @@ from kubernetes_asyncio import client
 from quorum.core.fit import FitSettings
 from quorum.core.lifecycle import BackoffPolicy
 from quorum.core.model import Node, add
-from quorum.core.planner import Hold, PlannerSettings, Release, plan_gangs
+from quorum.core.planner import Hold, Planner, PlannerSettings, Release
 from quorum.k8s import reads, writes
 from quorum.k8s.convert import node_from_api, pod_requests
 from quorum.k8s.usage import BoundPods
@@ -63,6 +63,9 @@ class GangLoop:
         self.last_seen: dict[tuple[str, str], float] = {}
         self.statefulsets: dict[str, str | None] = {}  # uid -> podManagementPolicy
         self.next_backoff_end = 0.0  # the earliest end of a backoff: a pass is due then
+        self.planner = Planner(settings.planner)  # keeps its node index between passes
+        self.node_models: dict[str, tuple[str, Node]] = {}  # name -> (resourceVersion, Node)
+        self.changed_nodes: set[str] = set()
         self.semaphore = asyncio.Semaphore(settings.release_concurrency)
         self.patches = 0  # releases made by this process (for the test hook)
 
@@ -94,6 +97,7 @@ class GangLoop:
         reserved — read from the decisions recorded on the Gang objects."""
         self.records.resume()
         self.reserved.clear()
+        self.planner = Planner(self.settings.planner)  # a full first pass
         for gang in self.store.gangs.values():
             for entry in ((gang.get("status") or {}).get("admission") or {}).get("placement") or []:
                 pod = self.store.pods.get(entry.get("uid", ""))
@@ -101,7 +105,7 @@ class GangLoop:
                     continue
                 if (pod.get("spec") or {}).get("nodeName"):
                     continue
-                self.reserved[entry["uid"]] = (entry["node"], pod_requests(pod))
+                self.reserve(entry["uid"], entry["node"], pod_requests(pod))
         log.info(
             "leading: %d gangs known, %d released pods not bound yet kept reserved",
             len(self.store.gangs),
@@ -110,15 +114,39 @@ class GangLoop:
 
     # -- one pass ------------------------------------------------------------------------
 
+    def reserve(self, uid: str, node: str, requests: dict[str, int]) -> None:
+        self.reserved[uid] = (node, requests)
+        self.changed_nodes.add(node)
+
     def used(self) -> dict[str, dict[str, int]]:
         """Bound pods plus reservations. A reservation ends only when the bound-pod index shows
         that pod bound (or the pod is gone); otherwise the two watches race and over-commit."""
         for uid in [u for u in self.reserved if u in self.bound.pods or u not in self.store.pods]:
-            del self.reserved[uid]
-        used = {k: dict(v) for k, v in self.bound.used.items()}
+            self.changed_nodes.add(self.reserved.pop(uid)[0])
+        used = dict(self.bound.used)  # read only: the planner never changes what it is given
         for node, requests in self.reserved.values():
             used[node] = add(used.get(node, {}), requests)
         return used
+
+    def nodes(self) -> dict[str, Node]:
+        """The planner's Node of every node, converted again only when its object changed."""
+        models = {}
+        for name, obj in self.store.nodes.items():
+            version = obj["metadata"].get("resourceVersion", "")
+            cached = self.node_models.get(name)
+            if cached is None or cached[0] != version:
+                cached = (version, node_from_api(obj))
+                self.changed_nodes.add(name)
+            models[name] = cached
+        self.changed_nodes.update(n for n in self.node_models if n not in models)
+        self.node_models = models
+        return {name: model for name, (_, model) in models.items()}
+
+    def changed(self) -> set[str] | None:
+        """Nodes whose usage or object changed since the last pass (None: compare all)."""
+        bound = self.bound.take_dirty()
+        changed, self.changed_nodes = self.changed_nodes, set()
+        return None if bound is None else changed | bound
 
     async def release_orphans(self) -> None:
         for pod in orphans(self.store):
@@ -162,7 +190,7 @@ class GangLoop:
             done = 0
             for entry, pod in pending:
                 if await writes.release_pod(self.api, pod, entry.get("hostname") or entry["node"]):
-                    self.reserved[entry["uid"]] = (entry["node"], pod_requests(pod))
+                    self.reserve(entry["uid"], entry["node"], pod_requests(pod))
                     done += 1
             log.info(
                 "%s/%s: finished a release begun earlier: %d more pods onto their recorded nodes",
@@ -190,12 +218,16 @@ class GangLoop:
                 await self.recoverer.resume_jobs(key[0], key[1], [], gang)  # its pods are all gone
         used = self.used()
         views = assemble(self.store, frozenset(self.reserved))  # recovery may have deleted pods
-        nodes = [node_from_api(n) for n in self.store.nodes.values()]
+        nodes = self.nodes()
         plannable: dict[tuple[str, str], GangView] = {}
         holds: dict[tuple[str, str], Hold] = {}
         self.next_backoff_end = 0.0
         for view in views:
-            if view.waiting is not None or view.min_member is None or not view.gated:
+            if view.waiting is not None or view.min_member is None or not view.releasable:
+                admitted = view.min_member is not None and view.counts()["released"] >= view.min_member
+                if view.gated and view.waiting is None and not admitted:
+                    blocked = view.blocked() or ""
+                    holds[view.key] = Hold(view.to_core(), "WaitingForOtherGates", blocked)
                 continue
             until = backoff_until(self.store.gangs.get(view.key))
             if until > now:
@@ -205,7 +237,7 @@ class GangLoop:
                 continue
             plannable[view.key] = view
         queue = [v.to_core(held_since=self.records.held_since(k)) for k, v in plannable.items()]
-        plan = plan_gangs(nodes, used, queue, self.settings.planner, now=now)
+        plan = self.planner.plan(nodes, used, queue, now, changed=self.changed())
         released: Counter[tuple[str, str]] = Counter()
         for release in plan.releases:
             key = release.gang.key
@@ -218,8 +250,13 @@ class GangLoop:
         await self.forget_label_gangs({v.key for v in views})
 
     async def explain_hold(self, view: GangView, hold: Hold) -> Hold:
-        """Add what the planner cannot see: a StatefulSet whose OrderedReady policy means the gang
-        can never form (DESIGN.md: say it again in the Gang's status)."""
+        """Add what the planner cannot see: pods held by others' gates too, and a StatefulSet
+        whose OrderedReady policy means the gang can never form (DESIGN.md: say it again in the
+        Gang's status)."""
+        if blocked := view.blocked():
+            hold = Hold(
+                hold.gang, hold.reason, f"{hold.message}; {blocked}", hold.held_nodes, hold.held_message
+            )
         if hold.reason != "WaitingForMembers" or (view.min_member or 1) <= 1:
             return hold
         for pod in view.pods:
@@ -265,7 +302,7 @@ class GangLoop:
         done = 0
         for (pod, node), ok in zip(release.placement, results, strict=True):
             if ok:
-                self.reserved[pod.uid] = (node.name, dict(pod.requests))
+                self.reserve(pod.uid, node.name, dict(pod.requests))
                 done += 1
         spread = Counter(n.name for (_, n), ok in zip(release.placement, results, strict=True) if ok)
         nodes = "node" if len(spread) == 1 else "nodes"

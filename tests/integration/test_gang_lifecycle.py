@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -13,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import Instance
+from quorum.devcluster.cluster import REPO_ROOT, Instance
 from quorum.devcluster.config import ClusterSpec
 from quorum.devcluster.nodes import TestPool
 from tests.integration.test_gangs import GANGS, deployment, gated, get, pods
@@ -364,3 +366,41 @@ async def test_a_large_gang_is_admitted_under_a_stream_of_small_ones(
     assert backfilled, "small Jobs made after the large gang ran before it (backfill competed)"
     await running(api, ns, "app=large", 4)
     await assert_no_overcommit(api)
+
+
+def quorum_release(life: Instance, who: str, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "quorum", "release", *args, f"--kubeconfig={life.kubeconfig(who)}"]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=REPO_ROOT, timeout=120, check=False)
+
+
+async def test_quorum_release_lets_a_gang_go_now_and_records_who_and_why(
+    life: Instance, api: client.ApiClient, ns: str
+) -> None:
+    pool = await make_pool(life, 1)
+    await create_podgroup(api, ns, "stuck", 3)  # 2 of 3 members: held
+    await client.AppsV1Api(api).create_namespaced_deployment(ns, deployment("stuck", 2, 1, pool, "stuck"))
+    await gang_where(
+        api, ns, "pg-stuck", lambda g: condition(g, "Admitted").get("reason") == "WaitingForMembers", "held"
+    )
+
+    refused = await asyncio.to_thread(
+        quorum_release, life, "customer", f"{ns}/pg-stuck", "--reason", "x", "--as", ""
+    )
+    assert refused.returncode == 1, refused.stdout
+    assert "403" in refused.stdout and "break-glass" in refused.stdout, refused.stdout
+    assert all(gated(p) for p in await pods(api, ns, "app=stuck")), "the gate protection held"
+
+    done = await asyncio.to_thread(
+        quorum_release, life, "admin", f"{ns}/pg-stuck", "--reason", "smoke test now"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{ns}/pg-stuck: 2 of 2 gated pods released by hand" in done.stdout
+    await running(api, ns, "app=stuck", 2)
+    gang = await get(api, GANGS, ns, "pg-stuck")
+    assert gang is not None and gang["status"]["manualRelease"]["reason"] == "smoke test now"
+    events = (await raw_json(client.CoreV1Api(api).list_namespaced_event(ns, _preload_content=False)))[
+        "items"
+    ]
+    assert any(e["reason"] == "ReleasedByHand" and "smoke test now" in e["message"] for e in events)
+    again = await asyncio.to_thread(quorum_release, life, "admin", f"{ns}/pg-stuck", "--reason", "again")
+    assert "no gated pods (nothing to release)" in again.stdout

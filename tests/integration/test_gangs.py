@@ -384,3 +384,36 @@ async def test_unmodeled_constraints_get_a_warning_event(
 
     events = await eventually(warned, timeout=30, what="UnmodeledConstraints event")
     assert "required pod anti-affinity" in events[0]["message"] and events[0]["type"] == "Warning"
+
+
+async def test_pods_with_another_gate_wait_until_it_is_removed(
+    customer_api: client.ApiClient, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
+) -> None:
+    """DESIGN.md: other gates mean "not quorum's to release yet" — a pod released while another
+    gate holds it could not bind, and its gang would time out."""
+    pool: TestPool = await test_pool(count=1)
+    core = client.CoreV1Api(customer_api)
+    await create_podgroup(customer_api, namespace, "held", 2)
+    for name in ("a", "b"):
+        spec: dict[str, Any] = {
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+            **pool.pod_spec(),
+        }
+        if name == "b":
+            spec["schedulingGates"] = [{"name": "example.com/hold"}]
+        body = {
+            "metadata": {"name": name, "labels": {"pod-group.scheduling.sigs.k8s.io": "held"}},
+            "spec": spec,
+        }
+        await core.create_namespaced_pod(namespace, body)
+    gang = await gang_condition(api, namespace, "pg-held", "WaitingForOtherGates")
+    assert "1 pods also carry other scheduling gates (example.com/hold)" in admitted(gang)["message"]
+    assert all(gated(p) for p in await pods(api, namespace)), "neither pod released while b is held"
+
+    b = await core.read_namespaced_pod("b", namespace)
+    index = [g.name for g in b.spec.scheduling_gates].index("example.com/hold")
+    await core.patch_namespaced_pod(
+        "b", namespace, [{"op": "remove", "path": f"/spec/schedulingGates/{index}"}]
+    )
+    await all_running(api, namespace, 2)
+    await assert_as_planned(api, namespace, "pg-held")

@@ -103,3 +103,20 @@ def test_pods_whose_scheduling_group_was_dropped_are_orphans() -> None:
     dropped["metadata"]["labels"] = {"quorum.dev/gang": "wpg-workers"}
     assert orphans(Store(pods={"a": dropped})) == [dropped]
     assert orphans(Store(pods={"b": gang_pod("b", "b")})) == []
+
+
+def test_pods_with_others_gates_are_not_quorums_to_release_yet() -> None:
+    kueue = gang_pod("b", "b")
+    kueue["spec"]["schedulingGates"].append({"name": "kueue.x-k8s.io/admission"})
+    store = Store(
+        pods={"a": gang_pod("a", "a"), "b": kueue},
+        groups={("scheduling.sigs.k8s.io", "ns", "pg1"): podgroup(2)},
+    )
+    (view,) = assemble(store)
+    assert [p["metadata"]["name"] for p in view.releasable] == ["a"]
+    assert [p.name for p in view.to_core().pods] == ["a"], "the planner never sees pod b"
+    assert view.blocked() == (
+        "1 pods also carry other scheduling gates (kueue.x-k8s.io/admission): "
+        "quorum plans them once those are removed"
+    )
+    assert view.counts()["gated"] == 2
