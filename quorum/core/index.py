@@ -119,9 +119,31 @@ class NodeIndex:
             needs = tuple((k, v) for k, v in pod.requests.items() if v > 0)
             accelerators = sum(pod.requests.get(a, 0) for a in self.accelerators)
             entry = ShapeEntry(pod, needs, accelerators, {}, Counter())
-            for node in self.nodes.values():
-                self._admit(entry, node, sort=False)
-            entry.ordered.sort(key=lambda item: item[0])
+            # Built in one sweep (the incremental paths below keep it up to date afterwards).
+            eligible, refusals, room, ordered, keys = (
+                entry.eligible,
+                entry.refusals,
+                entry.room,
+                [],
+                entry.keys,
+            )
+            free, fit, measure = self.free, self.fit, self.measure
+            for name, node in self.nodes.items():
+                reason = why_not(pod, node, fit)
+                if reason is not None:
+                    refusals[reason] += 1
+                    continue
+                eligible[name] = node
+                count, key = measure(entry, node, free[name])
+                if count > 0:
+                    room[name] = count
+                if key is not None:
+                    keys[name] = key
+                    ordered.append((key, node))
+            ordered.sort(key=lambda item: item[0])
+            entry.ordered = ordered
+            entry.per_node = Counter(room.values())
+            entry.total = sum(room.values())
             self.shapes[shape] = entry
         return entry
 
@@ -157,21 +179,14 @@ class NodeIndex:
         )
         return count, key
 
-    def _admit(self, entry: ShapeEntry, node: Node, sort: bool = True) -> None:
+    def _admit(self, entry: ShapeEntry, node: Node) -> None:
         entry.stats_version += 1  # eligibility (or the count of refusals) may change
         reason = why_not(entry.pod, node, self.fit)
         if reason is not None:
             entry.refusals[reason] += 1
             return
         entry.eligible[node.name] = node
-        if sort:
-            self._place(entry, node)
-            return
-        count, key = self.measure(entry, node, self.free[node.name])
-        self._count(entry, node.name, count)
-        if key is not None:
-            entry.keys[node.name] = key
-            entry.ordered.append((key, node))
+        self._place(entry, node)
 
     def _place(self, entry: ShapeEntry, node: Node) -> None:
         count, key = self.measure(entry, node, self.free[node.name])

@@ -148,6 +148,14 @@ class Gang:
     min_resources: Resources = field(default_factory=dict)
     # Since when the gang has been plannable but held for lack of room (None: not held).
     held_since: float | None = None
+    # One pod of each shape among its pods, in order (computed once: the planner asks often).
+    shapes: tuple[Pod, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        firsts: dict[tuple[object, ...], Pod] = {}
+        for pod in self.pods:
+            firsts.setdefault(pod.shape, pod)
+        object.__setattr__(self, "shapes", tuple(firsts.values()))
 
     @property
     def key(self) -> tuple[str, str]:

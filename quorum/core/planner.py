@@ -34,7 +34,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from quorum.core.fit import FitSettings, prefers_not
-from quorum.core.index import NodeIndex, ShapeEntry, slots
+from quorum.core.index import NodeIndex, Shape, ShapeEntry, slots
 from quorum.core.model import Gang, Node, Pod, Resources, fits, subtract
 
 GiB = 1024**3 * 1000  # milli-bytes
@@ -109,6 +109,8 @@ class Planner:
         releases: list[Release] = []
         holds: list[Hold] = []
         held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]] = {}
+        explained: dict[tuple[object, ...], str] = {}  # gangs alike held alike share a message
+        touched: set[Shape] = set()
         for gang in sorted(queue, key=queue_order):
             needed = max(0, gang.min_member - gang.released)
             if gang.released + len(gang.pods) < gang.min_member:
@@ -118,13 +120,15 @@ class Planner:
             if not gang.pods:
                 continue
             starving = gang.held_since is not None and now - gang.held_since >= settings.starvation_seconds
-            versions = self.versions(gang)
+            entries = {pod.shape: index.shape(pod) for pod in gang.shapes}
+            touched.update(entries)
+            versions = _versions(entries)
             before = self.held.get(gang.key)
             if before is not None and not starving and before[1] == versions and before[0] == gang:
                 holds.append(before[2])  # nothing it could use changed: held for the same reason
                 held[gang.key] = before
                 continue
-            placement, message = _place(gang, needed, index, settings)
+            placement, message = _place(gang, needed, index, settings, entries, explained)
             if placement is None:
                 hold = Hold(gang, "Unschedulable", message)
                 if starving and not holding:
@@ -142,18 +146,9 @@ class Planner:
                 index.set_free(name, room)
             self.committed.update(taken)
             releases.append(Release(gang, tuple(placement)))
-        index.keep_only({p.shape for g in queue for p in g.pods})
+        index.keep_only(touched)  # shapes no gang asked for this pass are forgotten
         self.held = held
         return Plan(tuple(releases), tuple(holds))
-
-    def versions(self, gang: Gang) -> tuple[int, ...]:
-        """What a held gang's outcome depends on: for alike pods, the shape's totals (and its
-        eligible nodes); for mixed pods, the room of every eligible node of each shape."""
-        shapes = {p.shape: self.index.shape(p) for p in gang.pods}
-        if len(shapes) == 1:
-            (entry,) = shapes.values()
-            return (entry.stats_version,)
-        return tuple(v for e in shapes.values() for v in (e.stats_version, e.room_version))
 
     def sync(
         self, nodes: Mapping[str, Node], used: Mapping[str, Resources], changed: Collection[str] | None
@@ -215,9 +210,13 @@ class Planner:
 
 
 def _place(
-    gang: Gang, needed: int, index: NodeIndex, settings: PlannerSettings
+    gang: Gang,
+    needed: int,
+    index: NodeIndex,
+    settings: PlannerSettings,
+    entries: Mapping[Shape, ShapeEntry],
+    explained: dict[tuple[object, ...], str],
 ) -> tuple[list[tuple[Pod, Node]] | None, str]:
-    entries = {p.shape: index.shape(p) for p in gang.pods}
     free = index.free
     if gang.min_resources:
         usable = {name for entry in entries.values() for name in entry.eligible}
@@ -231,9 +230,14 @@ def _place(
                 f"needs {_amount(k, v)} {k}, eligible nodes have {_amount(k, available.get(k, 0))}"
                 for k, v in sorted(short.items())
             )
+    if len(entries) == 1:
+        (entry,) = entries.values()
+        if entry.total < needed:  # known from the totals: no scan, and the reason is shared
+            why = (entry.pod.shape, entry.stats_version, needed, len(gang.pods), len(index.nodes))
+            if why not in explained:
+                explained[why] = _explain(gang, needed, gang.pods, [], entries, len(index.nodes))
+            return None, explained[why]
     pods = sorted(gang.pods, key=lambda p: _size(p, settings), reverse=True)
-    if len(entries) == 1 and next(iter(entries.values())).total < needed:
-        return None, _explain(gang, needed, pods, [], entries, len(index.nodes))  # no scan needed
     placement = _greedy(pods, entries, free)
     if len(placement) >= needed:
         return placement, ""
@@ -242,6 +246,15 @@ def _place(
         if found is not None:
             return found, ""
     return None, _explain(gang, needed, pods, placement, entries, len(index.nodes))
+
+
+def _versions(entries: Mapping[Shape, ShapeEntry]) -> tuple[int, ...]:
+    """What a held gang's outcome depends on: for alike pods, the shape's totals (and its
+    eligible nodes); for mixed pods, the room of every eligible node of each shape."""
+    if len(entries) == 1:
+        (entry,) = entries.values()
+        return (entry.stats_version,)
+    return tuple(v for e in entries.values() for v in (e.stats_version, e.room_version))
 
 
 def _size(pod: Pod, settings: PlannerSettings) -> tuple[int, ...]:

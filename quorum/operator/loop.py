@@ -254,9 +254,10 @@ class GangLoop:
         whose OrderedReady policy means the gang can never form (DESIGN.md: say it again in the
         Gang's status)."""
         if blocked := view.blocked():
-            hold = Hold(
-                hold.gang, hold.reason, f"{hold.message}; {blocked}", hold.held_nodes, hold.held_message
-            )
+            # The members exist but some are held by another gate: that is what it waits for.
+            waits_for_gates = hold.reason == "WaitingForMembers" and hold.gang.members >= hold.gang.min_member
+            reason = "WaitingForOtherGates" if waits_for_gates else hold.reason
+            hold = Hold(hold.gang, reason, f"{hold.message}; {blocked}", hold.held_nodes, hold.held_message)
         if hold.reason != "WaitingForMembers" or (view.min_member or 1) <= 1:
             return hold
         for pod in view.pods:
