@@ -1,6 +1,7 @@
 """kopf, used only for watching: `on.event` handlers that keep the Store current and wake the
 scheduling loop, plus start-up and clean-up of quorum's own tasks. No on.create/update/delete,
-no timers or daemons, no posting: kopf writes nothing to any object (DESIGN.md)."""
+no timers or daemons, no posting: kopf writes nothing to any object (DESIGN.md). The handlers are
+`async`: kopf would run plain functions in a thread pool, one hop per event."""
 
 from __future__ import annotations
 
@@ -19,6 +20,21 @@ from quorum.operator.loop import GangLoop, LoopSettings, planner_settings
 from quorum.operator.settings import OperatorSettings
 
 log = logging.getLogger("quorum.operator")
+
+
+class NoDiffBase(kopf.DiffBaseStorage):
+    """quorum has only `on.event` handlers, which never look at a diff: kopf need not build a
+    diff-base of every object on every event (a deep copy of the whole pod), nor keep one."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
 
 STORE = Store()
 TASKS: list[asyncio.Task[None]] = []
@@ -41,6 +57,7 @@ def _apply(table: dict[Any, dict[str, Any]], key: Any, event: kopf.RawEvent) -> 
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.enabled = False  # no Events from kopf; quorum posts its own, per gang
+    settings.persistence.diffbase_storage = NoDiffBase()  # nothing to diff, nothing to store
     settings.watching.label_selectors["v1", "pods"] = GANG_LABEL  # gang pods only, server-side
     settings.watching.server_timeout = 300
     config = OperatorSettings.from_env()
@@ -72,30 +89,30 @@ async def stop(**_: Any) -> None:
 
 
 @kopf.on.event("v1", "pods")
-def pod_event(event: kopf.RawEvent, uid: str, **_: Any) -> None:
+async def pod_event(event: kopf.RawEvent, uid: str, **_: Any) -> None:
     _apply(STORE.pods, uid, event)
 
 
 @kopf.on.event("v1", "nodes")
-def node_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
+async def node_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
     _apply(STORE.nodes, name, event)
 
 
 @kopf.on.event("scheduling.sigs.k8s.io", "v1alpha1", "podgroups")
-def sigs_podgroup_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
+async def sigs_podgroup_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
     _apply(STORE.groups, ("scheduling.sigs.k8s.io", namespace, name), event)
 
 
 @kopf.on.event("scheduling.x-k8s.io", "v1alpha1", "podgroups")
-def x_podgroup_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
+async def x_podgroup_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
     _apply(STORE.groups, ("scheduling.x-k8s.io", namespace, name), event)
 
 
 @kopf.on.event("scheduling.k8s.io", "v1alpha2", "podgroups")
-def workload_podgroup_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
+async def workload_podgroup_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
     _apply(STORE.groups, ("scheduling.k8s.io", namespace, name), event)
 
 
 @kopf.on.event("quorum.dev", "v1alpha1", "gangs")
-def gang_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
+async def gang_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
     _apply(STORE.gangs, (namespace, name), event)

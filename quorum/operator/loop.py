@@ -17,7 +17,9 @@ import os
 import signal
 import time
 from collections import Counter
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from kubernetes_asyncio import client
 
@@ -33,6 +35,8 @@ from quorum.operator.recovery import Recoverer, backoff_message, backoff_until, 
 from quorum.operator.status import GangRecords
 
 log = logging.getLogger("quorum.operator")
+T = TypeVar("T")
+SLOW_PASS_SECONDS = 1.0  # a pass slower than this is logged with where its time went
 
 
 @dataclass(frozen=True)
@@ -40,9 +44,21 @@ class LoopSettings:
     planner: PlannerSettings = field(default_factory=PlannerSettings)
     resync_seconds: float = 5.0  # a pass at least this often, even without events
     release_concurrency: int = 32  # pod patches in flight at once
+    gang_concurrency: int = 16  # gangs whose writes (release, status) are in flight at once
     label_gang_retention_seconds: float = 300.0  # label-only Gang objects outlive their pods this long
     crash_after: int = 0  # tests only: SIGKILL this process after that many pod releases
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+
+
+async def bounded(coros: Iterable[Coroutine[Any, Any, T]], limit: int) -> list[T]:
+    """Run the coroutines at most `limit` at a time; results in order."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(coro: Coroutine[Any, Any, T]) -> T:
+        async with gate:
+            return await coro
+
+    return list(await asyncio.gather(*(one(c) for c in coros)))
 
 
 def planner_settings(org: str | None, starvation_seconds: float) -> PlannerSettings:
@@ -67,6 +83,8 @@ class GangLoop:
         self.node_models: dict[str, tuple[str, Node]] = {}  # name -> (resourceVersion, Node)
         self.changed_nodes: set[str] = set()
         self.semaphore = asyncio.Semaphore(settings.release_concurrency)
+        self.timings: dict[str, float] = {}  # where the last pass's time went
+        self.lap_started = 0.0
         self.patches = 0  # releases made by this process (for the test hook)
 
     def wake(self) -> None:
@@ -84,8 +102,12 @@ class GangLoop:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.dirty.wait(), wait)
             self.dirty.clear()
+            started = time.monotonic()
             try:
                 await self.step()
+                took = time.monotonic() - started
+                if took > SLOW_PASS_SECONDS:
+                    log.info("slow pass: %.2fs (%s)", took, self.timings)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -205,13 +227,22 @@ class GangLoop:
                 f"finished the recorded release: {done} more pods onto their planned nodes",
             )
 
+    def lap(self, what: str) -> None:
+        now = time.monotonic()
+        self.timings[what] = round(now - self.lap_started, 3)
+        self.lap_started = now
+
     async def step(self) -> None:
+        self.timings = {}
+        self.lap_started = time.monotonic()
         await self.release_orphans()
         await self.continue_releases()
         now = time.time()
         views = assemble(self.store, frozenset(self.reserved))
+        self.lap("assemble")
         for view in views:
             await self.recoverer.check(view, self.store.gangs.get(view.key), now)
+        self.lap("recover")
         live = {v.key for v in views}
         for key, gang in list(self.store.gangs.items()):
             if key not in live and recovery_of(gang).get("suspendedJobs"):
@@ -237,16 +268,25 @@ class GangLoop:
                 continue
             plannable[view.key] = view
         queue = [v.to_core(held_since=self.records.held_since(k)) for k, v in plannable.items()]
+        self.lap("snapshot")
         plan = self.planner.plan(nodes, used, queue, now, changed=self.changed())
-        released: Counter[tuple[str, str]] = Counter()
-        for release in plan.releases:
-            key = release.gang.key
-            released[key] = await self.release(plannable[key], release)
+        self.lap("plan")
+        # Gangs are independent of each other: their writes go concurrently (bounded), so a pass
+        # costs a few round trips, not a few per gang.
+        done = await bounded(
+            (self.release(plannable[r.gang.key], r) for r in plan.releases), self.settings.gang_concurrency
+        )
+        released = Counter({r.gang.key: n for r, n in zip(plan.releases, done, strict=True)})
+        self.lap(f"release {len(plan.releases)} gangs")
         for hold in plan.holds:
             holds[hold.gang.key] = await self.explain_hold(plannable[hold.gang.key], hold)
         for view in views:
             self.last_seen[view.key] = time.monotonic()
-            await self.records.write(view, holds.get(view.key), released[view.key])
+        await bounded(
+            (self.records.write(v, holds.get(v.key), released[v.key]) for v in views),
+            self.settings.gang_concurrency,
+        )
+        self.lap(f"status of {len(views)} gangs")
         await self.forget_label_gangs({v.key for v in views})
 
     async def explain_hold(self, view: GangView, hold: Hold) -> Hold:

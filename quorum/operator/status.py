@@ -15,6 +15,9 @@ from quorum.k8s.convert import pod_from_api
 from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store, admitted_condition, phase, timestamp
 from quorum.operator.recovery import backoff_until, partial_condition
 
+# A status whose phase and condition reasons are as last written, but whose counters moved
+# (pods of a forming gang arriving one by one), is written at most this often.
+COUNTERS_INTERVAL = 2.0
 CONDITION_TYPES = ("Admitted", "Unschedulable", "PartiallyPlaced", "Backoff", "CapacityHeld")
 
 
@@ -28,10 +31,12 @@ class GangRecords:
         self.warned_unmodeled: set[tuple[str, str]] = set()
         self.transitions: dict[tuple[tuple[str, str], str], tuple[str, str]] = {}  # -> (status, time)
         self.capacity_held: set[tuple[str, str]] = set()
+        self.significant: dict[tuple[str, str], tuple[object, float]] = {}  # -> (phase+reasons, when)
 
     def resume(self) -> None:
         """A new leader writes every status afresh, keeping the transition times on record."""
         self.written.clear()
+        self.significant.clear()
         self.reasons.clear()
         self.transitions.clear()
         for key, gang in self.store.gangs.items():
@@ -77,7 +82,7 @@ class GangRecords:
             "scheduleTimeoutSeconds": view.schedule_timeout,
         }
         gang = await writes.create_gang(self.api, view.namespace, view.name, spec, owner)
-        self.written.pop(view.key, None)  # a new object: its status is still to be written
+        self.forget(view.key)  # a new object: its status is still to be written
         for condition in CONDITION_TYPES:
             self.transitions.pop((view.key, condition), None)
         self.store.gangs[view.key] = gang
@@ -152,6 +157,11 @@ class GangRecords:
         wanted = {"phase": gang_phase, **counts, "conditions": conditions}
         if self.written.get(view.key) == wanted:
             return  # unchanged: no write
+        significant = (gang_phase, tuple((c["type"], c["status"], c["reason"]) for c in conditions))
+        last = self.significant.get(view.key)
+        if last is not None and last[0] == significant and time.monotonic() - last[1] < COUNTERS_INTERVAL:
+            return  # only counters and numbers moved, and were written just now: a later pass writes
+        self.significant[view.key] = (significant, time.monotonic())
         self.written[view.key] = wanted
         stamp = writes.now()
         for c in conditions:  # a transition time changes only when the status does
@@ -207,3 +217,4 @@ class GangRecords:
 
     def forget(self, key: tuple[str, str]) -> None:
         self.written.pop(key, None)
+        self.significant.pop(key, None)

@@ -29,10 +29,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from kubernetes_asyncio import client, watch
+from kubernetes_asyncio import client
 
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.config import ClusterSpec
+from quorum.k8s.usage import RawWatch
 from tests.kube import api_client, assert_no_overcommit, create_namespace, create_podgroup
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
@@ -82,7 +83,7 @@ class PodTimes:
     async def follow(self, api: client.ApiClient, done: asyncio.Event) -> None:
         core = client.CoreV1Api(api)
         while not done.is_set():
-            stream = watch.Watch().stream(core.list_namespaced_pod, NAMESPACE, timeout_seconds=60)
+            stream = RawWatch().stream(core.list_namespaced_pod, NAMESPACE, timeout_seconds=60)
             async with stream as events:
                 async for event in events:
                     raw = event["raw_object"]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
 from quorum.core.model import milli
 from quorum.k8s.convert import node_from_api, pod_from_api, pod_requests
-from quorum.k8s.writes import release_patch
+from quorum.k8s.writes import discard, release_patch
 
 
 def api_pod(**spec: Any) -> dict[str, Any]:
@@ -100,3 +103,26 @@ def test_release_patch_adds_a_key_to_an_existing_selector_or_tests_the_users_own
     }
     assert release_patch(api_pod(), "h") is None, "no gate: nothing to release"
     assert len(release_patch(pod, None) or []) == 3, "no plan: the gate only"
+
+
+async def test_a_write_whose_answer_is_not_parsed_still_raises_on_an_error_status() -> None:
+    """`discard` skips the model of a write's answer; a refused write must still raise (a mock
+    answer: a real apiserver's 409 comes only in a race)."""
+
+    class Answer:
+        def __init__(self, status: int) -> None:
+            self.status, self.reason = status, "Conflict"
+
+        async def read(self) -> bytes:
+            return b'{"reason": "Conflict"}'
+
+        def release(self) -> None:
+            return None
+
+    async def answer(status: int) -> Answer:
+        return Answer(status)
+
+    await discard(answer(200))
+    with pytest.raises(ApiException) as caught:
+        await discard(answer(409))
+    assert caught.value.status == 409 and "Conflict" in str(caught.value.body)
