@@ -57,6 +57,7 @@ class Recoverer:
         self.backoff = backoff
         # The decision recovered per gang, also before the watch shows our own status write.
         self.recovered: dict[tuple[str, str], int] = {}
+        self.stuck: set[str] = set()  # pods of running gangs already replaced or reported
 
     async def check(self, view: GangView, gang: JSON | None, now: float) -> None:
         if gang is None or view.min_member is None or view.basic:
@@ -72,16 +73,18 @@ class Recoverer:
             return  # a person released the gang by hand after quorum's decision: theirs now
         active = view.active
         bound = sum(1 for p in active if (p.get("spec") or {}).get("nodeName"))
+        unbound = [p for p in active if not view.is_gated(p) and not (p.get("spec") or {}).get("nodeName")]
         if bound >= view.min_member:
             if recovery.get("failures"):
                 await self.record(
                     view.namespace, view.name, gang, {**recovery, "failures": 0}
                 )  # bound whole: a clean slate
+            if unbound and now - timestamp(admission.get("time")) > view.schedule_timeout:
+                await self.replace_stuck(view, gang, unbound)
             return
         attempt = int(admission.get("attempt") or 0)
         if attempt in (recovery.get("attempt"), self.recovered.get(view.key)):
             return
-        unbound = [p for p in active if not view.is_gated(p) and not (p.get("spec") or {}).get("nodeName")]
         if is_partially_placed(
             released_at=timestamp(admission.get("time")),
             timeout_seconds=view.schedule_timeout,
@@ -149,6 +152,32 @@ class Recoverer:
         for obj in (gang, view.group):
             if obj is not None:
                 await writes.post_event(self.api, obj, "PartiallyPlaced", message, warning=True)
+
+    async def replace_stuck(self, view: GangView, gang: JSON, unbound: list[JSON]) -> None:
+        """A running gang's pod beyond minMember (or a replacement) released but never bound —
+        its planned node was taken: the gang is whole without it, so only that pod is made again
+        (ReplicaSet, StatefulSet) or reported (anything else), once."""
+        for pod in unbound:
+            uid = pod["metadata"]["uid"]
+            if uid in self.stuck:
+                continue
+            self.stuck.add(uid)
+            owner, name = controller_of(pod), pod["metadata"]["name"]
+            if owner is not None and owner.kind in ("ReplicaSet", "StatefulSet"):
+                await writes.delete_pod(self.api, pod)
+                message = (
+                    f"pod {name} was released {view.schedule_timeout}s ago and never bound (its planned node "
+                    f"was taken): deleted it for its {owner.kind} to make again; the rest of the gang runs on"
+                )
+                await writes.post_event(self.api, gang, "StuckPodReplaced", message)
+            else:
+                message = (
+                    f"pod {name} was released {view.schedule_timeout}s ago and never bound (its planned node "
+                    f"was taken); quorum does not delete pods of {owner.kind if owner else 'no owner'}: "
+                    f"delete it yourself to retry"
+                )
+                await writes.post_event(self.api, gang, "StuckPod", message, warning=True)
+            log.warning("%s/%s: %s", view.namespace, view.name, message)
 
     async def resume_jobs(self, namespace: str, name: str, pods: list[JSON], gang: JSON) -> None:
         """Resume the Jobs a recovery suspended, each once none of its pods is left. Called also

@@ -15,9 +15,6 @@ from quorum.k8s.convert import pod_from_api
 from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store, admitted_condition, phase, timestamp
 from quorum.operator.recovery import backoff_until, partial_condition
 
-# A status whose phase and condition reasons are as last written, but whose counters moved
-# (pods of a forming gang arriving one by one), is written at most this often.
-COUNTERS_INTERVAL = 2.0
 CONDITION_TYPES = ("Admitted", "Unschedulable", "PartiallyPlaced", "Backoff", "CapacityHeld")
 
 
@@ -31,12 +28,10 @@ class GangRecords:
         self.warned_unmodeled: set[tuple[str, str]] = set()
         self.transitions: dict[tuple[tuple[str, str], str], tuple[str, str]] = {}  # -> (status, time)
         self.capacity_held: set[tuple[str, str]] = set()
-        self.significant: dict[tuple[str, str], tuple[object, float]] = {}  # -> (phase+reasons, when)
 
     def resume(self) -> None:
         """A new leader writes every status afresh, keeping the transition times on record."""
         self.written.clear()
-        self.significant.clear()
         self.reasons.clear()
         self.transitions.clear()
         for key, gang in self.store.gangs.items():
@@ -157,11 +152,6 @@ class GangRecords:
         wanted = {"phase": gang_phase, **counts, "conditions": conditions}
         if self.written.get(view.key) == wanted:
             return  # unchanged: no write
-        significant = (gang_phase, tuple((c["type"], c["status"], c["reason"]) for c in conditions))
-        last = self.significant.get(view.key)
-        if last is not None and last[0] == significant and time.monotonic() - last[1] < COUNTERS_INTERVAL:
-            return  # only counters and numbers moved, and were written just now: a later pass writes
-        self.significant[view.key] = (significant, time.monotonic())
         self.written[view.key] = wanted
         stamp = writes.now()
         for c in conditions:  # a transition time changes only when the status does
@@ -217,4 +207,3 @@ class GangRecords:
 
     def forget(self, key: tuple[str, str]) -> None:
         self.written.pop(key, None)
-        self.significant.pop(key, None)

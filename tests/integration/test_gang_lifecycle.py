@@ -404,3 +404,30 @@ async def test_quorum_release_lets_a_gang_go_now_and_records_who_and_why(
     assert any(e["reason"] == "ReleasedByHand" and "smoke test now" in e["message"] for e in events)
     again = await asyncio.to_thread(quorum_release, life, "admin", f"{ns}/pg-stuck", "--reason", "again")
     assert "no gated pods (nothing to release)" in again.stdout
+
+
+async def test_a_running_gangs_pod_that_lost_its_node_is_made_again_alone(
+    life: Instance, api: client.ApiClient, ns: str
+) -> None:
+    """minMember 1 of 2: both pods are released together, one planned node is taken; the gang is
+    whole without that pod, so only it is deleted and made again, onto a free node."""
+    pool = await make_pool(life, 3)
+    await create_podgroup(api, ns, "el", 1, scheduleTimeoutSeconds=5)
+    life.stop_component("kube-scheduler")
+    try:
+        await client.AppsV1Api(api).create_namespaced_deployment(ns, deployment("el", 2, 8, pool, "el"))
+        taken = await released_then_stray(api, life, ns, "pg-el", pool)
+    finally:
+        await asyncio.to_thread(life.start_component, "kube-scheduler")
+    first = {p["metadata"]["uid"]: p for p in await pods(api, ns, "app=el")}
+    placed = await running(api, ns, "app=el", 2)
+    assert taken not in {p["spec"]["nodeName"] for p in placed}
+    survivors = [p for p in placed if p["metadata"]["uid"] in first]
+    assert len(survivors) == 1, "the pod that bound was not disturbed; the stuck one was made again"
+    gang = await get(api, GANGS, ns, "pg-el")
+    assert condition(gang, "PartiallyPlaced").get("status") == "False", "the gang itself was never partial"
+    events = (await raw_json(client.CoreV1Api(api).list_namespaced_event(ns, _preload_content=False)))[
+        "items"
+    ]
+    assert any(e["reason"] == "StuckPodReplaced" for e in events)
+    await assert_no_overcommit(api)
