@@ -9,7 +9,7 @@ import secrets
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any
 
 import pytest
@@ -107,12 +107,21 @@ async def running(api: client.ApiClient, ns: str, selector: str, count: int) -> 
 
 
 async def released_then_stray(
-    api: client.ApiClient, life: Instance, ns: str, gang: str, pool: TestPool
+    api: client.ApiClient, life: Instance, ns: str, gang: str, pool: TestPool, create: Awaitable[object]
 ) -> str:
-    """With kube-scheduler stopped, wait for quorum to release the gang, then put a pod that
-    nobody planned (nodeName set, 8 GPUs) on one of the planned nodes and start the scheduler
-    again: it starts from a fresh list that has the stray pod, so one planned pod can never
-    bind. Returns the node taken."""
+    """With kube-scheduler stopped, create the workload (`create`), wait for quorum to release
+    the gang, then put a pod that nobody planned (nodeName set, 8 GPUs) on one of the planned
+    nodes and start the scheduler again: it starts from a fresh list that has the stray pod, so
+    one planned pod can never bind. Returns the node taken."""
+    life.stop_component("kube-scheduler")
+    try:
+        await create
+        return await put_stray(api, ns, gang, pool)
+    finally:
+        await asyncio.to_thread(life.start_component, "kube-scheduler")
+
+
+async def put_stray(api: client.ApiClient, ns: str, gang: str, pool: TestPool) -> str:
     admitted = await gang_where(api, ns, gang, lambda g: (g.get("status") or {}).get("admission"), "released")
     taken = admitted["status"]["admission"]["placement"][0]["node"]
     stray = {
@@ -144,12 +153,9 @@ async def test_a_stray_pod_on_a_planned_node_times_out_the_gang_and_its_pods_are
 ) -> None:
     pool = await make_pool(life, 3)
     await create_podgroup(api, ns, "dep", 2, scheduleTimeoutSeconds=5)
-    life.stop_component("kube-scheduler")
-    try:
-        await client.AppsV1Api(api).create_namespaced_deployment(ns, deployment("dep", 2, 8, pool, "dep"))
-        taken = await released_then_stray(api, life, ns, "pg-dep", pool)
-    finally:
-        await asyncio.to_thread(life.start_component, "kube-scheduler")
+    apps = client.AppsV1Api(api)
+    create = apps.create_namespaced_deployment(ns, deployment("dep", 2, 8, pool, "dep"))
+    taken = await released_then_stray(api, life, ns, "pg-dep", pool, create)
     first = {p["metadata"]["uid"] for p in await pods(api, ns, "app=dep")}
 
     partial = await gang_where(
@@ -227,12 +233,9 @@ async def test_a_partially_placed_job_is_suspended_then_resumed_without_counting
     pool = await make_pool(life, 3)
     batch = client.BatchV1Api(api)
     await create_podgroup(api, ns, "train", 2, scheduleTimeoutSeconds=5)
-    life.stop_component("kube-scheduler")
-    try:
-        await batch.create_namespaced_job(ns, job("train", pool, 2))
-        await released_then_stray(api, life, ns, "pg-train", pool)
-    finally:
-        await asyncio.to_thread(life.start_component, "kube-scheduler")
+    await released_then_stray(
+        api, life, ns, "pg-train", pool, batch.create_namespaced_job(ns, job("train", pool, 2))
+    )
 
     partial = await gang_where(
         api,
@@ -413,12 +416,9 @@ async def test_a_running_gangs_pod_that_lost_its_node_is_made_again_alone(
     whole without that pod, so only it is deleted and made again, onto a free node."""
     pool = await make_pool(life, 3)
     await create_podgroup(api, ns, "el", 1, scheduleTimeoutSeconds=5)
-    life.stop_component("kube-scheduler")
-    try:
-        await client.AppsV1Api(api).create_namespaced_deployment(ns, deployment("el", 2, 8, pool, "el"))
-        taken = await released_then_stray(api, life, ns, "pg-el", pool)
-    finally:
-        await asyncio.to_thread(life.start_component, "kube-scheduler")
+    apps = client.AppsV1Api(api)
+    create = apps.create_namespaced_deployment(ns, deployment("el", 2, 8, pool, "el"))
+    taken = await released_then_stray(api, life, ns, "pg-el", pool, create)
     first = {p["metadata"]["uid"]: p for p in await pods(api, ns, "app=el")}
     placed = await running(api, ns, "app=el", 2)
     assert taken not in {p["spec"]["nodeName"] for p in placed}
