@@ -247,6 +247,8 @@ class GangLoop:
         for key, gang in list(self.store.gangs.items()):
             if key not in live and recovery_of(gang).get("suspendedJobs"):
                 await self.recoverer.resume_jobs(key[0], key[1], [], gang)  # its pods are all gone
+            if key not in live and recovery_of(gang).get("failures"):
+                await self.records.write_recovering(key, gang)
         used = self.used()
         views = assemble(self.store, frozenset(self.reserved))  # recovery may have deleted pods
         nodes = self.nodes()

@@ -13,7 +13,7 @@ from quorum.core.planner import Hold
 from quorum.k8s import writes
 from quorum.k8s.convert import pod_from_api
 from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store, admitted_condition, phase, timestamp
-from quorum.operator.recovery import backoff_until, partial_condition
+from quorum.operator.recovery import backoff_message, backoff_until, partial_condition, recovery_of
 
 CONDITION_TYPES = ("Admitted", "Unschedulable", "PartiallyPlaced", "Backoff", "CapacityHeld")
 
@@ -154,11 +154,7 @@ class GangRecords:
             return  # unchanged: no write
         self.written[view.key] = wanted
         stamp = writes.now()
-        for c in conditions:  # a transition time changes only when the status does
-            seen = self.transitions.get((view.key, c["type"]))
-            if seen is None or seen[0] != c["status"]:
-                self.transitions[(view.key, c["type"])] = (c["status"], stamp)
-        timed = [{**c, "lastTransitionTime": self.transitions[(view.key, c["type"])][1]} for c in conditions]
+        timed = self.timed(view.key, conditions, stamp)
         await writes.patch_gang_status(self.api, view.namespace, view.name, {**wanted, "conditions": timed})
         await self.write_group(view, counts, gang_phase, timed, stamp)
         if hold is not None and self.reasons.get(view.key) != hold.reason:
@@ -174,6 +170,42 @@ class GangRecords:
                 await writes.post_event(self.api, gang, "CapacityHeld", hold.held_message)
             else:
                 self.capacity_held.discard(view.key)
+
+    def timed(self, key: tuple[str, str], conditions: list[JSON], stamp: str) -> list[JSON]:
+        """The conditions with their transition times: a time changes only when the status does."""
+        for c in conditions:
+            seen = self.transitions.get((key, c["type"]))
+            if seen is None or seen[0] != c["status"]:
+                self.transitions[(key, c["type"])] = (c["status"], stamp)
+        return [{**c, "lastTransitionTime": self.transitions[(key, c["type"])][1]} for c in conditions]
+
+    async def write_recovering(self, key: tuple[str, str], gang: JSON) -> None:
+        """The status of a gang in recovery that has no pod at the moment (its Job suspended,
+        its pods deleted and not made again yet): what happened and when it is tried again."""
+        recovery = recovery_of(gang)
+        in_backoff = backoff_until(gang) > time.time()
+        message = recovery.get("message", "")
+        if recovery.get("suspendedJobs"):
+            message += f"; waiting for the pods of Job {', '.join(recovery['suspendedJobs'])} to go"
+        conditions = [
+            {"type": "Admitted", "status": "False", "reason": "Recovering", "message": message},
+            {"type": "Unschedulable", "status": "False", "reason": "Recovering", "message": ""},
+            partial_condition(gang),
+            {
+                "type": "Backoff",
+                "status": "True" if in_backoff else "False",
+                "reason": "PartialPlacement" if in_backoff else "NoBackoff",
+                "message": backoff_message(gang, time.time()) if in_backoff else "",
+            },
+            {"type": "CapacityHeld", "status": "False", "reason": "NotHeld", "message": ""},
+        ]
+        counts = dict.fromkeys(("members", "gated", "released", "bound", "running"), 0)
+        wanted = {"phase": "Pending", **counts, "conditions": conditions}
+        if self.written.get(key) == wanted:
+            return
+        self.written[key] = wanted
+        timed = self.timed(key, conditions, writes.now())
+        await writes.patch_gang_status(self.api, key[0], key[1], {**wanted, "conditions": timed})
 
     async def write_group(
         self, view: GangView, counts: dict[str, int], gang_phase: str, timed: list[JSON], stamp: str

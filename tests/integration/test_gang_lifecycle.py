@@ -237,14 +237,12 @@ async def test_a_partially_placed_job_is_suspended_then_resumed_without_counting
         api, life, ns, "pg-train", pool, batch.create_namespaced_job(ns, job("train", pool, 2))
     )
 
-    partial = await gang_where(
-        api,
-        ns,
-        "pg-train",
-        lambda g: condition(g, "PartiallyPlaced").get("status") == "True",
-        "PartiallyPlaced",
+    # While the Job is suspended the gang has no pod; its status says what happened (the
+    # recovery record stays after the gang is whole again, the condition does not).
+    recovering = await gang_where(
+        api, ns, "pg-train", lambda g: (g["status"].get("recovery") or {}).get("attempt") == 1, "recovered"
     )
-    assert "suspended Job train until its pods are gone" in partial["status"]["recovery"]["message"]
+    assert "suspended Job train until its pods are gone" in recovering["status"]["recovery"]["message"]
 
     async def resumed_and_admitted() -> bool:
         gang = await get(api, GANGS, ns, "pg-train")
@@ -257,6 +255,11 @@ async def test_a_partially_placed_job_is_suspended_then_resumed_without_counting
     assert not (await batch.read_namespaced_job("train", ns)).spec.suspend
     gang = await get(api, GANGS, ns, "pg-train")
     assert gang is not None and gang["status"]["recovery"]["suspendedJobs"] == []
+    events = (await raw_json(client.CoreV1Api(api).list_namespaced_event(ns, _preload_content=False)))[
+        "items"
+    ]
+    reasons = {e["reason"] for e in events if e["involvedObject"]["kind"] == "Gang"}
+    assert {"PartiallyPlaced", "JobResumed"} <= reasons, reasons
     await assert_no_overcommit(api)
 
 
