@@ -15,12 +15,20 @@ import bisect
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from quorum.core.fit import FitSettings, prefers_not, why_not
 from quorum.core.model import Node, Pod
 
 Shape = tuple[object, ...]
 Key = tuple[int, int, int, int, str]
+
+
+class NodesOfShape(Protocol):
+    """What placement reads of a shape's nodes: all of the index's, or one domain's."""
+
+    ordered: list[tuple[Key, Node]]
+    eligible: dict[str, Node]
 
 
 def slots(pod: Pod, room: Mapping[str, int]) -> int:

@@ -148,6 +148,8 @@ class Gang:
     min_resources: Resources = field(default_factory=dict)
     # Since when the gang has been plannable but held for lack of room (None: not held).
     held_since: float | None = None
+    # All pods in one domain of this node label (a rack, a block, a zone), or anywhere.
+    topology_key: str | None = None
     # One pod of each shape among its pods, in order (computed once: the planner asks often).
     shapes: tuple[Pod, ...] = field(init=False, repr=False, compare=False)
 

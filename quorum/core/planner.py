@@ -34,8 +34,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from quorum.core.fit import FitSettings, prefers_not
-from quorum.core.index import NodeIndex, Shape, ShapeEntry, slots
+from quorum.core.index import NodeIndex, NodesOfShape, Shape, ShapeEntry, slots
 from quorum.core.model import Gang, Node, Pod, Resources, fits, subtract
+from quorum.core.topology import domains_of, explain_domains, least_waste_first
 
 GiB = 1024**3 * 1000  # milli-bytes
 
@@ -181,13 +182,18 @@ class Planner:
         pod stands for all of them when its pods differ."""
         gang, index = hold.gang, self.index
         pod = max(gang.pods, key=lambda p: _size(p, self.settings))
-        candidates = []
+        by_domain: dict[str | None, list[tuple[float, int, str, int]]] = {}
         for node in index.shape(pod).eligible.values():
             empty = slots(pod, node.allocatable)
-            if empty > 0:
-                candidates.append((-_share(pod, index.free[node.name]), -empty, node.name, empty))
-        if sum(c[3] for c in candidates) < needed:
+            domain = node.labels.get(gang.topology_key) if gang.topology_key else None
+            if empty > 0 and (domain is not None or not gang.topology_key):
+                candidate = (-_share(pod, index.free[node.name]), -empty, node.name, empty)
+                by_domain.setdefault(domain, []).append(candidate)
+        # With a topology constraint, the domain that could take the gang and is closest to free.
+        possible = [(domain, c) for domain, c in by_domain.items() if sum(x[3] for x in c) >= needed]
+        if not possible:
             return hold  # could not fit even in an empty cluster: holding would only waste
+        _, candidates = min(possible, key=lambda dc: (sum(x[0] for x in dc[1]), str(dc[0])))
         candidates.sort()
         held: list[str] = []
         left, free_now = needed, 0
@@ -230,6 +236,8 @@ def _place(
                 f"needs {_amount(k, v)} {k}, eligible nodes have {_amount(k, available.get(k, 0))}"
                 for k, v in sorted(short.items())
             )
+    if gang.topology_key:
+        return _place_in_one_domain(gang, needed, gang.topology_key, entries, free, settings)
     if len(entries) == 1:
         (entry,) = entries.values()
         if entry.total < needed:  # known from the totals: no scan, and the reason is shared
@@ -248,9 +256,35 @@ def _place(
     return None, _explain(gang, needed, pods, placement, entries, len(index.nodes))
 
 
+def _place_in_one_domain(
+    gang: Gang,
+    needed: int,
+    key: str,
+    entries: Mapping[Shape, ShapeEntry],
+    free: Mapping[str, dict[str, int]],
+    settings: PlannerSettings,
+) -> tuple[list[tuple[Pod, Node]] | None, str]:
+    """All of the gang in one domain of `key`: the fitting domain with the least free capacity."""
+    pods = sorted(gang.pods, key=lambda p: _size(p, settings), reverse=True)
+    biggest = pods[0].shape
+    domains, unlabeled = domains_of(entries, key)
+    for domain in least_waste_first(domains, biggest):
+        if len(entries) == 1 and domain.capacity(biggest) < needed:
+            continue  # known from the totals
+        placement = _greedy(pods, domain.shapes, free)
+        if len(placement) >= needed:
+            return placement, ""
+        if len(entries) > 1 and len(domain.shapes) == len(entries):
+            found = _search(pods, needed, domain.shapes, free, settings)
+            if found is not None:
+                return found, ""
+    return None, explain_domains(key, needed, domains, biggest, unlabeled)
+
+
 def _versions(entries: Mapping[Shape, ShapeEntry]) -> tuple[int, ...]:
-    """What a held gang's outcome depends on: for alike pods, the shape's totals (and its
-    eligible nodes); for mixed pods, the room of every eligible node of each shape."""
+    """What a held gang's outcome depends on: for alike pods, the shape's room per node (with a
+    topology constraint too: a domain's totals are its nodes'); for mixed pods, the room of
+    every eligible node of each shape."""
     if len(entries) == 1:
         (entry,) = entries.values()
         return (entry.stats_version,)
@@ -280,7 +314,7 @@ def _score(pod: Pod, node: Node, room: Mapping[str, int], settings: PlannerSetti
 
 
 def _greedy(
-    pods: Sequence[Pod], entries: Mapping[tuple[object, ...], ShapeEntry], free: Mapping[str, dict[str, int]]
+    pods: Sequence[Pod], entries: Mapping[Shape, NodesOfShape], free: Mapping[str, dict[str, int]]
 ) -> list[tuple[Pod, Node]]:
     """Best fit, a shape at a time: walk the shape's nodes in best-fit order and fill each in
     turn. For pods that are alike this is exactly placing each pod on the tightest node that
@@ -306,7 +340,7 @@ def _greedy(
 def _search(
     pods: Sequence[Pod],
     needed: int,
-    entries: Mapping[tuple[object, ...], ShapeEntry],
+    entries: Mapping[Shape, NodesOfShape],
     free: Mapping[str, dict[str, int]],
     settings: PlannerSettings,
 ) -> list[tuple[Pod, Node]] | None:

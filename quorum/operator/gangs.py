@@ -17,6 +17,7 @@ from quorum.k8s.convert import pod_from_api
 
 GANG_LABEL = "quorum.dev/gang"
 GATE = "quorum.dev/gang"
+TOPOLOGY_ANNOTATION = "quorum.dev/topology-key"
 JSON = dict[str, Any]
 
 GROUP_APIS: dict[GangSource, tuple[str, str]] = {
@@ -73,6 +74,7 @@ class GangView:
     basic: bool = False  # a Kubernetes 1.36 PodGroup with the `basic` policy: pods go one by one
     min_resources: dict[str, int] = field(default_factory=dict)
     schedule_timeout: int = 60
+    topology_key: str | None = None  # all pods in one domain of this node label
     # Pods quorum released whose update the watch has not delivered yet: no longer gated.
     just_released: frozenset[str] = frozenset()
 
@@ -143,6 +145,7 @@ class GangView:
             created=created,
             min_resources=self.min_resources,
             held_since=held_since,
+            topology_key=self.topology_key,
         )
 
 
@@ -209,6 +212,7 @@ def _attach_group(view: GangView, store: Store) -> None:
         return
     view.group = group
     spec = group.get("spec") or {}
+    view.topology_key = topology_key(group)
     if marker.source is GangSource.WORKLOAD_POD_GROUP:
         policy = spec.get("schedulingPolicy") or {}
         if "gang" in policy:
@@ -219,6 +223,18 @@ def _attach_group(view: GangView, store: Store) -> None:
     view.min_member = int(spec.get("minMember") or 1)
     view.min_resources = resources(spec.get("minResources"))
     view.schedule_timeout = int(spec.get("scheduleTimeoutSeconds") or 60)
+
+
+def topology_key(group: JSON) -> str | None:
+    """The node label all of the gang must share a value of: Kubernetes 1.36's
+    `spec.schedulingConstraints.topology[].key` (at most one), or on the other PodGroups the
+    annotation `quorum.dev/topology-key`."""
+    constraints = ((group.get("spec") or {}).get("schedulingConstraints") or {}).get("topology") or []
+    for constraint in constraints:
+        if constraint.get("key"):
+            return str(constraint["key"])
+    value = ((group.get("metadata") or {}).get("annotations") or {}).get(TOPOLOGY_ANNOTATION)
+    return str(value) if value else None
 
 
 # -- status ----------------------------------------------------------------------------------

@@ -71,11 +71,13 @@ class GangRecords:
                 "name": view.group["metadata"]["name"],
                 "uid": view.group["metadata"]["uid"],
             }
-        spec = {
+        spec: dict[str, Any] = {
             "source": source,
             "minMember": view.min_member or 1,
             "scheduleTimeoutSeconds": view.schedule_timeout,
         }
+        if view.topology_key:
+            spec["topologyKey"] = view.topology_key
         gang = await writes.create_gang(self.api, view.namespace, view.name, spec, owner)
         self.forget(view.key)  # a new object: its status is still to be written
         for condition in CONDITION_TYPES:

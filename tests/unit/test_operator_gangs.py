@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quorum.operator.gangs import Store, admitted_condition, assemble, orphans, phase
+from quorum.operator.gangs import Store, admitted_condition, assemble, orphans, phase, topology_key
 
 
 def gang_pod(
@@ -120,3 +120,14 @@ def test_pods_with_others_gates_are_not_quorums_to_release_yet() -> None:
         "quorum plans them once those are removed"
     )
     assert view.counts()["gated"] == 2
+
+
+def test_the_topology_key_comes_from_the_group() -> None:
+    annotated = podgroup(2)
+    annotated["metadata"]["annotations"] = {"quorum.dev/topology-key": "network.topology.kubernetes.io/rack"}
+    store = Store(pods={"a": gang_pod("a", "a")}, groups={("scheduling.sigs.k8s.io", "ns", "pg1"): annotated})
+    (view,) = assemble(store)
+    assert view.to_core().topology_key == "network.topology.kubernetes.io/rack"
+    was = {"spec": {"schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/zone"}]}}}
+    assert topology_key(was) == "topology.kubernetes.io/zone"
+    assert topology_key(podgroup(2)) is None

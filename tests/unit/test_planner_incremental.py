@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from quorum.core.model import Gang, Pod, add, resources, subtract
 from quorum.core.planner import Plan, Planner, PlannerSettings, plan_gangs
 from tests.unit.test_planner import GPU, node
+from tests.unit.test_planner_topology import RACK, racked
 
 SETTINGS = PlannerSettings(starvation_seconds=50)
 
@@ -26,7 +27,17 @@ def make_gang(i: int, size: int, gpus: int, mixed: bool, held_since: float | Non
     for j in range(size):
         want = gpus if not (mixed and j % 2) else max(1, gpus // 2)
         pods.append(Pod(f"g{i}p{j}", f"g{i}p{j}", resources({GPU: str(want), "cpu": "1", "pods": "1"})))
-    return Gang("ns", f"g{i}", size, tuple(pods), members=size, created=float(i), held_since=held_since)
+    topology = RACK if i % 5 == 4 else None  # some gangs must fit in one rack
+    return Gang(
+        "ns",
+        f"g{i}",
+        size,
+        tuple(pods),
+        members=size,
+        created=float(i),
+        held_since=held_since,
+        topology_key=topology,
+    )
 
 
 operations = st.lists(
@@ -52,12 +63,12 @@ operations = st.lists(
 def test_incremental_passes_decide_what_a_fresh_pass_decides(
     gpus: list[int], busy: list[int], ops: list[tuple[object, ...]]
 ) -> None:
-    all_nodes = {f"n{k}": node(f"n{k}", gpus=gpus[k]) for k in range(6)}
+    all_nodes = {f"n{k}": racked(f"n{k}", "ab"[k // 3], gpus=gpus[k]) for k in range(6)}
     nodes = dict(all_nodes)
     used: dict[str, dict[str, int]] = {
         f"n{k}": resources({GPU: str(min(busy[k], gpus[k])), "pods": "1"}) for k in range(6)
     }
-    queue = [make_gang(i, 2 + i % 3, 1 + 3 * (i % 3), i % 4 == 3, 0.0 if i % 2 else None) for i in range(5)]
+    queue = [make_gang(i, 2 + i % 3, 1 + 3 * (i % 3), i % 4 == 3, 0.0 if i % 2 else None) for i in range(6)]
     planner, now, arrived = Planner(SETTINGS), 0.0, 100
     last = planner.plan(nodes, used, queue, now)
     assert outcome(last) == outcome(plan_gangs(list(nodes.values()), used, queue, SETTINGS, now))

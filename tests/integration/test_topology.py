@@ -1,0 +1,95 @@
+"""Topology on the real control plane: a seed PodGroup with `quorum.dev/topology-key` lands in
+one rack — the one that fits with the least room left — or is held with the reason per rack."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from quorum.devcluster.cluster import Instance
+from quorum.devcluster.nodes import TestPool
+from tests.integration.test_gangs import (
+    GANGS,
+    admitted,
+    all_running,
+    assert_as_planned,
+    deployment,
+    gang_condition,
+    get,
+)
+from tests.kube import api_client
+
+pytestmark = pytest.mark.cluster
+
+RACK = "network.topology.kubernetes.io/rack"
+
+
+async def racks(cluster: Instance, pool: TestPool, sizes: dict[str, int]) -> None:
+    """Label the pool's nodes into racks, as the platform identity (it owns node labels)."""
+    platform = await api_client(cluster.kubeconfig("platform"))
+    async with platform:
+        names = iter(pool.names)
+        for rack, count in sizes.items():
+            for _ in range(count):
+                body = {"metadata": {"labels": {RACK: f"{pool.name}-{rack}"}}}
+                await client.CoreV1Api(platform).patch_node(next(names), body)
+
+
+async def rack_podgroup(api: client.ApiClient, namespace: str, name: str, min_member: int) -> None:
+    await client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "scheduling.sigs.k8s.io",
+        "v1alpha1",
+        namespace,
+        "podgroups",
+        {
+            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": name, "annotations": {"quorum.dev/topology-key": RACK}},
+            "spec": {"minMember": min_member},
+        },
+    )
+
+
+async def test_a_rack_gang_lands_in_the_rack_that_fits_with_the_least_room(
+    cluster: Instance,
+    customer_api: client.ApiClient,
+    api: client.ApiClient,
+    namespace: str,
+    test_pool: Callable[..., Any],
+) -> None:
+    pool: TestPool = await test_pool(count=10)
+    await racks(cluster, pool, {"r1": 4, "r2": 6})
+    await rack_podgroup(customer_api, namespace, "train", 4)
+    await client.AppsV1Api(customer_api).create_namespaced_deployment(
+        namespace, deployment("train", 4, 8, pool, "train")
+    )
+    running = await all_running(api, namespace, 4, "app=train")
+    nodes = {p["spec"]["nodeName"] for p in running}
+    labels = {(await client.CoreV1Api(api).read_node(n)).metadata.labels[RACK] for n in nodes}
+    assert labels == {f"{pool.name}-r1"}, "the 4-node rack, so the 6-node rack stays whole"
+    gang = await get(api, GANGS, namespace, "pg-train")
+    assert gang is not None and gang["spec"]["topologyKey"] == RACK
+    await assert_as_planned(api, namespace, "pg-train")
+
+
+async def test_a_gang_that_fits_only_across_racks_is_held_with_the_reason_per_rack(
+    cluster: Instance,
+    customer_api: client.ApiClient,
+    api: client.ApiClient,
+    namespace: str,
+    test_pool: Callable[..., Any],
+) -> None:
+    pool: TestPool = await test_pool(count=6)
+    await racks(cluster, pool, {"r1": 3, "r2": 3})
+    await rack_podgroup(customer_api, namespace, "wide", 4)
+    await client.AppsV1Api(customer_api).create_namespaced_deployment(
+        namespace, deployment("wide", 4, 8, pool, "wide")
+    )
+    held = await gang_condition(api, namespace, "pg-wide", "Unschedulable")
+    message = admitted(held)["message"]
+    assert message.startswith(f"needs 4 pods in one rack (node label {RACK}); none has room: "), message
+    assert f"rack {pool.name}-r1: 3 of 3 nodes have room (3 pods)" in message
+    assert f"rack {pool.name}-r2: 3 of 3 nodes have room (3 pods)" in message
