@@ -45,3 +45,12 @@ async def gang_pods(api: client.ApiClient, namespace: str | None, gang: str | No
         response = await core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
     items: list[dict[str, Any]] = (await response.json())["items"]
     return items
+
+
+async def serves(api: client.ApiClient, group: str, version: str) -> bool:
+    """Whether the apiserver serves `group/version` (discovery)."""
+    try:
+        groups = await client.ApisApi(api).get_api_versions()
+    except ApiException:
+        return False
+    return any(g.name == group and any(v.version == version for v in g.versions) for g in groups.groups)

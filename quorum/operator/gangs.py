@@ -35,6 +35,8 @@ class Store:
     nodes: dict[str, JSON] = field(default_factory=dict)  # name -> node
     groups: dict[tuple[str, str, str], JSON] = field(default_factory=dict)  # (api group, ns, name)
     gangs: dict[tuple[str, str], JSON] = field(default_factory=dict)  # (ns, name) -> Gang object
+    # Whether the cluster serves Kubernetes 1.36's PodGroup (scheduling.k8s.io/v1alpha2).
+    workload_api: bool = True
 
 
 def timestamp(value: str | None) -> float:
@@ -161,23 +163,42 @@ def assemble(store: Store, just_released: frozenset[str] = frozenset()) -> list[
     for (namespace, name), pods in sorted(by_gang.items()):
         pods.sort(key=lambda p: p["metadata"]["name"])
         marker = _marker(pods[0])
-        if marker is None:
-            continue
+        if marker is None or (marker.source is GangSource.WORKLOAD_POD_GROUP and not store.workload_api):
+            continue  # released as orphans
         view = GangView(namespace, name, marker, pods, just_released=just_released)
         _attach_group(view, store)
         views.append(view)
     return views
 
 
-def orphans(store: Store) -> list[JSON]:
-    """Gated gang pods whose group marker is gone: the apiserver dropped spec.schedulingGroup
-    after the webhook gated the pod (the GenericWorkload feature gate is off). Their group can
-    never exist; quorum releases them rather than leave them gated with no way forward."""
-    return [
-        p
-        for p in store.pods.values()
-        if is_gated(p) and (p["metadata"].get("labels") or {}).get(GANG_LABEL) and _marker(p) is None
-    ]
+GROUP_DROPPED = (
+    "GroupDropped",
+    "the apiserver dropped spec.schedulingGroup (is the GenericWorkload feature gate off?), so this "
+    "pod's group can never be found: quorum released it without gang admission",
+)
+GROUP_NOT_SERVED = (
+    "GroupNotServed",
+    "this cluster does not serve scheduling.k8s.io/v1alpha2, so the PodGroup this pod names can never "
+    "exist: quorum released it without gang admission (serve the API with "
+    "--runtime-config=scheduling.k8s.io/v1alpha2=true to have it held as a gang)",
+)
+
+
+def orphans(store: Store) -> list[tuple[JSON, tuple[str, str]]]:
+    """Gated gang pods whose group can never exist, with why (an Event's reason and message):
+    the apiserver dropped spec.schedulingGroup after the webhook gated the pod (the
+    GenericWorkload feature gate is off), or the cluster does not serve the PodGroup API it
+    names. quorum releases them rather than leave them gated with no way forward."""
+    found = []
+    for pod in store.pods.values():
+        if not is_gated(pod) or not (pod["metadata"].get("labels") or {}).get(GANG_LABEL):
+            continue
+        marker = _marker(pod)
+        if marker is None:
+            found.append((pod, GROUP_DROPPED))
+        elif marker.source is GangSource.WORKLOAD_POD_GROUP and not store.workload_api:
+            found.append((pod, GROUP_NOT_SERVED))
+    return found
 
 
 def _marker(pod: JSON) -> GangMarker | None:

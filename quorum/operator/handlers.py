@@ -12,6 +12,7 @@ from typing import Any
 import kopf
 
 from quorum.core.lifecycle import BackoffPolicy
+from quorum.k8s import reads
 from quorum.k8s.client import api_client
 from quorum.k8s.usage import BoundPods, watch_bound_pods
 from quorum.operator.gangs import GANG_LABEL, Store
@@ -62,6 +63,12 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 300
     config = OperatorSettings.from_env()
     api = await api_client()
+    STORE.workload_api = await reads.serves(api, "scheduling.k8s.io", "v1alpha2")
+    if not STORE.workload_api:
+        log.warning(
+            "scheduling.k8s.io/v1alpha2 is not served: Kubernetes 1.36 PodGroups are not watched, and pods "
+            "that name one (spec.schedulingGroup) are released without gang admission, with a warning Event"
+        )
     bound = BoundPods()
     loop = GangLoop(
         api,

@@ -171,22 +171,14 @@ class GangLoop:
         return None if bound is None else changed | bound
 
     async def release_orphans(self) -> None:
-        for pod in orphans(self.store):
+        for pod, (reason, message) in orphans(self.store):
             uid = pod["metadata"]["uid"]
             if uid in self.told_dropped:
                 continue
             self.told_dropped.add(uid)
             if await writes.release_pod(self.api, pod, None):
                 await writes.post_event(
-                    self.api,
-                    {"apiVersion": "v1", "kind": "Pod", **pod},
-                    "GroupDropped",
-                    (
-                        "the apiserver dropped spec.schedulingGroup (is the GenericWorkload feature gate "
-                        "off?), so this pod's group can never be found: quorum released it without gang "
-                        "admission"
-                    ),
-                    warning=True,
+                    self.api, {"apiVersion": "v1", "kind": "Pod", **pod}, reason, message, warning=True
                 )
 
     def crash_hook(self, released: bool) -> None:

@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 
 from quorum.devcluster.cluster import ClusterError, Instance
 from quorum.devcluster.process import is_alive
-from tests.kube import api_client, create_namespace, eventually
+from tests.kube import api_client, create_namespace, create_podgroup, eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -101,6 +101,23 @@ async def test_instance_with_other_flags_then_down_leaves_no_pid(
         await eventually(released, timeout=30, what="the dropped-group pod released and bound")
         events = (await core.list_namespaced_event("flags")).items
         assert any(e.reason == "GroupDropped" and e.type == "Warning" for e in events)
+
+        # The seeds' PodGroups are served as usual without the Workload API.
+        await create_podgroup(api, "flags", "seed", 2)
+        for name in ("s0", "s1"):
+            body = {
+                "metadata": {"name": name, "labels": {"pod-group.scheduling.sigs.k8s.io": "seed"}},
+                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+            }
+            await core.create_namespaced_pod("flags", body)
+
+        async def seed_admitted() -> bool:
+            pods = [p for p in (await core.list_namespaced_pod("flags")).items if p.metadata.name != "p"]
+            return len(pods) == 2 and all(p.spec.node_name for p in pods)
+
+        await eventually(seed_admitted, timeout=30, what="the seed PodGroup's gang admitted")
+    log = instance.layout.log("quorum-operator").read_text()
+    assert log.count("scheduling.k8s.io/v1alpha2 is not served") == 1, "said once, at start"
 
     # Already up: a no-op that keeps the same processes.
     again = await quorum_dev("up", "--name", "t-flags")

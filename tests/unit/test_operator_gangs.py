@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from quorum.operator.gangs import Store, admitted_condition, assemble, orphans, phase, topology_key
+from quorum.operator.gangs import (
+    GROUP_DROPPED,
+    GROUP_NOT_SERVED,
+    Store,
+    admitted_condition,
+    assemble,
+    orphans,
+    phase,
+    topology_key,
+)
 
 
 def gang_pod(
@@ -101,8 +110,20 @@ def test_label_only_gang_reads_min_available_and_refuses_nonsense() -> None:
 def test_pods_whose_scheduling_group_was_dropped_are_orphans() -> None:
     dropped = gang_pod("a", "a")
     dropped["metadata"]["labels"] = {"quorum.dev/gang": "wpg-workers"}
-    assert orphans(Store(pods={"a": dropped})) == [dropped]
+    assert orphans(Store(pods={"a": dropped})) == [(dropped, GROUP_DROPPED)]
     assert orphans(Store(pods={"b": gang_pod("b", "b")})) == []
+
+
+def test_pods_that_name_a_workload_podgroup_the_cluster_does_not_serve_are_orphans() -> None:
+    member = gang_pod("a", "a")
+    member["metadata"]["labels"] = {"quorum.dev/gang": "wpg-workers"}
+    member["spec"]["schedulingGroup"] = {"podGroupName": "workers"}
+    served = Store(pods={"a": member})
+    assert orphans(served) == [] and [v.name for v in assemble(served)] == ["wpg-workers"]
+    not_served = Store(pods={"a": member}, workload_api=False)
+    assert orphans(not_served) == [(member, GROUP_NOT_SERVED)] and assemble(not_served) == []
+    reason, message = GROUP_NOT_SERVED
+    assert reason == "GroupNotServed" and "--runtime-config=scheduling.k8s.io/v1alpha2=true" in message
 
 
 def test_pods_with_others_gates_are_not_quorums_to_release_yet() -> None:
