@@ -155,6 +155,48 @@ async def patch_status(
     return True
 
 
+async def apply_status(
+    api: client.ApiClient,
+    group: str,
+    version: str,
+    kind: str,
+    plural: str,
+    namespace: str,
+    name: str,
+    status: dict[str, Any],
+) -> bool:
+    """Server-side apply of the status fields quorum owns, as field manager `quorum-operator`:
+    on an object that is not quorum's (a Kubernetes 1.36 PodGroup) this sets quorum's condition
+    types and leaves the others' (kube-scheduler's `PodGroupScheduled`) as they are — the
+    conditions list is a map keyed by type. False if the object is gone."""
+    body = {
+        "apiVersion": f"{group}/{version}",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace},
+        "status": status,
+    }
+    try:
+        await discard(
+            client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+                group,
+                version,
+                namespace,
+                plural,
+                name,
+                body,
+                field_manager=COMPONENT,
+                force=True,
+                _content_type="application/apply-patch+yaml",  # type: ignore[call-arg]  # JSON is YAML
+                _preload_content=False,
+            )
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
 async def patch_gang_status(api: client.ApiClient, namespace: str, name: str, status: dict[str, Any]) -> bool:
     return await patch_status(api, GANG_GROUP, GANG_VERSION, GANG_PLURAL, namespace, name, status)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from quorum.core.gangs import GangSource
 from quorum.core.planner import Hold
 from quorum.k8s import writes
 from quorum.k8s.convert import pod_from_api
@@ -212,12 +213,30 @@ class GangRecords:
     async def write_group(
         self, view: GangView, counts: dict[str, int], gang_phase: str, timed: list[JSON], stamp: str
     ) -> None:
-        """The status of quorum's own PodGroup kinds (v1alpha1); conditions prefixed `Quorum`."""
+        """The group object's status. quorum's own PodGroup kinds (v1alpha1): phase, counters and
+        conditions prefixed `Quorum`. A Kubernetes 1.36 PodGroup is kube-scheduler's too: only
+        quorum's conditions, by server-side apply, so its `PodGroupScheduled` stays."""
         if view.group is None or view.marker.source not in GROUP_APIS:
+            return
+        api_group, version = GROUP_APIS[view.marker.source]
+        name = view.group["metadata"]["name"]
+        conditions = [{**c, "type": "Quorum" + c["type"], "reason": c["reason"] or "None"} for c in timed]
+        if view.marker.source is GangSource.WORKLOAD_POD_GROUP:
+            generation = view.group["metadata"].get("generation")
+            owned = [{**c, "observedGeneration": generation} if generation else c for c in conditions]
+            await writes.apply_status(
+                self.api,
+                api_group,
+                version,
+                "PodGroup",
+                "podgroups",
+                view.namespace,
+                name,
+                {"conditions": owned},
+            )
             return
         if not view.group["apiVersion"].endswith("v1alpha1"):
             return
-        api_group, version = GROUP_APIS[view.marker.source]
         group_status = {
             "phase": gang_phase,
             "scheduled": counts["bound"],
@@ -225,18 +244,12 @@ class GangRecords:
             "succeeded": counts["succeeded"],
             "failed": counts["failed"],
             "observedGeneration": view.group["metadata"].get("generation"),
-            "conditions": [{**c, "type": "Quorum" + c["type"]} for c in timed],
+            "conditions": conditions,
         }
         if counts["released"] and not (view.group.get("status") or {}).get("scheduleStartTime"):
             group_status["scheduleStartTime"] = stamp
         await writes.patch_status(
-            self.api,
-            api_group,
-            version,
-            "podgroups",
-            view.namespace,
-            view.group["metadata"]["name"],
-            group_status,
+            self.api, api_group, version, "podgroups", view.namespace, name, group_status
         )
 
     def forget(self, key: tuple[str, str]) -> None:

@@ -1,0 +1,155 @@
+"""Kubernetes 1.36 Workload Aware Scheduling on the real control plane (the scheduler's own
+GangScheduling plugin on, as in the default instance): a Workload's PodGroup held until minCount
+pods exist and fit, then released together; quorum's conditions beside the scheduler's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from quorum.devcluster.nodes import TestPool
+from tests.integration.test_gangs import GANGS, admitted, assert_as_planned, gated, get, pods
+from tests.kube import assert_no_overcommit, eventually
+
+pytestmark = pytest.mark.cluster
+
+WAS = ("scheduling.k8s.io", "v1alpha2")
+
+
+async def create(api: client.ApiClient, namespace: str, plural: str, body: dict[str, Any]) -> None:
+    await client.CustomObjectsApi(api).create_namespaced_custom_object(*WAS, namespace, plural, body)
+
+
+def workload(name: str, templates: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "Workload",
+        "metadata": {"name": name},
+        "spec": {"podGroupTemplates": templates},
+    }
+
+
+def podgroup(name: str, policy: dict[str, Any], template: tuple[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulingPolicy": policy}
+    if template is not None:
+        spec["podGroupTemplateRef"] = {
+            "workload": {"workloadName": template[0], "podGroupTemplateName": template[1]}
+        }
+    return {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def member(name: str, group: str, pool: TestPool, gpus: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"app": group}},
+        "spec": {
+            "schedulingGroup": {"podGroupName": group},
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {},
+                }
+            ],
+            **pool.pod_spec(),
+        },
+    }
+
+
+async def test_a_workload_podgroup_of_min_count_4_is_held_then_released_together(
+    customer_api: client.ApiClient, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
+) -> None:
+    pool: TestPool = await test_pool(count=4)
+    gang = {"gang": {"minCount": 4}}
+    await create(
+        customer_api,
+        namespace,
+        "workloads",
+        workload("train", [{"name": "workers", "schedulingPolicy": gang}]),
+    )
+    await create(customer_api, namespace, "podgroups", podgroup("train-workers", gang, ("train", "workers")))
+    core = client.CoreV1Api(customer_api)
+    for i in range(3):
+        await core.create_namespaced_pod(namespace, member(f"w{i}", "train-workers", pool, 8))
+
+    async def three_of_four() -> dict[str, Any] | None:
+        gang = await get(api, GANGS, namespace, "wpg-train-workers")
+        return gang if admitted(gang).get("message") == "3 of 4 members exist (minMember 4)" else None
+
+    held = await eventually(three_of_four, timeout=30, what="3 of 4 members held")
+    assert admitted(held)["reason"] == "WaitingForMembers"
+    assert all(gated(p) and not p["spec"].get("nodeName") for p in await pods(api, namespace))
+
+    await core.create_namespaced_pod(namespace, member("w3", "train-workers", pool, 8))
+
+    async def all_bound() -> list[dict[str, Any]] | None:
+        found = await pods(api, namespace)
+        return found if len(found) == 4 and all(p["spec"].get("nodeName") for p in found) else None
+
+    await eventually(all_bound, timeout=60, what="the 4 workers bound")
+    gang_obj = await get(api, GANGS, namespace, "wpg-train-workers")
+    assert gang_obj is not None and gang_obj["status"]["admission"]["attempt"] == 1
+    assert len(gang_obj["status"]["admission"]["placement"]) == 4, "one decision for the whole gang"
+    await assert_as_planned(api, namespace, "wpg-train-workers")
+
+    async def both_conditions() -> dict[str, Any] | None:
+        group = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+            *WAS, namespace, "podgroups", "train-workers"
+        )
+        types = {c["type"]: c for c in (group.get("status") or {}).get("conditions") or []}
+        ours = types.get("QuorumAdmitted", {}).get("status") == "True"
+        return types if ours and "PodGroupScheduled" in types else None
+
+    types = await eventually(both_conditions, timeout=30, what="QuorumAdmitted beside PodGroupScheduled")
+    assert types["PodGroupScheduled"]["status"] == "True", "the scheduler's condition is kept"
+    await assert_no_overcommit(api)
+
+
+async def test_basic_policy_pods_go_at_once_and_a_late_podgroup_frees_its_waiting_pods(
+    customer_api: client.ApiClient, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
+) -> None:
+    """A Workload with two templates: one driver with `basic`, workers with `gang minCount 2`.
+    The workers' PodGroup is created after its pods: they wait, told which PodGroup, then go."""
+    pool: TestPool = await test_pool(count=2)
+    workers = {"gang": {"minCount": 2}}
+    templates = [
+        {"name": "driver", "schedulingPolicy": {"basic": {}}},
+        {"name": "workers", "schedulingPolicy": workers},
+    ]
+    await create(customer_api, namespace, "workloads", workload("job", templates))
+    await create(
+        customer_api, namespace, "podgroups", podgroup("job-driver", {"basic": {}}, ("job", "driver"))
+    )
+    core = client.CoreV1Api(customer_api)
+    await core.create_namespaced_pod(namespace, member("driver", "job-driver", pool, 0))
+    for i in range(2):
+        await core.create_namespaced_pod(namespace, member(f"w{i}", "job-workers", pool, 8))
+
+    async def driver_bound() -> bool:
+        return bool((await core.read_namespaced_pod("driver", namespace)).spec.node_name)
+
+    await eventually(driver_bound, timeout=30, what="the basic-policy driver released at once")
+
+    async def told_which_group() -> bool:
+        events = (await core.list_namespaced_event(namespace)).items
+        waiting = [e for e in events if e.reason == "WaitingForGroup" and e.involved_object.name == "w0"]
+        return bool(waiting) and "PodGroup job-workers (scheduling.k8s.io)" in waiting[0].message
+
+    await eventually(told_which_group, timeout=30, what="an Event naming the missing PodGroup")
+    assert all(gated(p) for p in await pods(api, namespace, "app=job-workers"))
+
+    await create(customer_api, namespace, "podgroups", podgroup("job-workers", workers, ("job", "workers")))
+
+    async def workers_bound() -> bool:
+        found = await pods(api, namespace, "app=job-workers")
+        return len(found) == 2 and all(p["spec"].get("nodeName") for p in found)
+
+    await eventually(workers_bound, timeout=60, what="the workers released once their PodGroup exists")
+    await assert_as_planned(api, namespace, "wpg-job-workers")
