@@ -143,12 +143,21 @@ class GangView:
             pods=tuple(pod_from_api(p) for p in self.releasable),
             members=counts["members"],
             released=0 if self.basic else counts["released"],
-            priority=max(((p.get("spec") or {}).get("priority") or 0 for p in self.pods), default=0),
+            priority=self.priority(),
             created=created,
             min_resources=self.min_resources,
             held_since=held_since,
             topology_key=self.topology_key,
+            disruption_mode=((self.group or {}).get("spec") or {}).get("disruptionMode"),
         )
+
+    def priority(self) -> int:
+        """A Kubernetes 1.36 PodGroup's own `priority` when it has one; otherwise the highest of
+        its pods' (admission resolved their priorityClassName)."""
+        own = ((self.group or {}).get("spec") or {}).get("priority")
+        if isinstance(own, int):
+            return own
+        return max(((p.get("spec") or {}).get("priority") or 0 for p in self.pods), default=0)
 
 
 def assemble(store: Store, just_released: frozenset[str] = frozenset()) -> list[GangView]:

@@ -152,3 +152,26 @@ def test_the_topology_key_comes_from_the_group() -> None:
     was = {"spec": {"schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/zone"}]}}}
     assert topology_key(was) == "topology.kubernetes.io/zone"
     assert topology_key(podgroup(2)) is None
+
+
+def test_a_workload_podgroups_priority_and_disruption_mode_go_to_the_gang() -> None:
+    member = gang_pod("a", "a")
+    member["metadata"]["labels"] = {"quorum.dev/gang": "wpg-w"}
+    member["spec"]["schedulingGroup"] = {"podGroupName": "w"}
+    member["spec"]["priority"] = 5
+    group: dict[str, Any] = {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": "w", "namespace": "ns", "uid": "u"},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minCount": 1}},
+            "priority": 100,
+            "disruptionMode": "PodGroup",
+        },
+    }
+    store = Store(pods={"a": member}, groups={("scheduling.k8s.io", "ns", "w"): group})
+    (view,) = assemble(store)
+    gang = view.to_core()
+    assert gang.priority == 100 and gang.disruption_mode == "PodGroup"
+    del group["spec"]["priority"]
+    assert assemble(store)[0].to_core().priority == 5, "else the pods' own"
