@@ -10,13 +10,31 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
+from quorum.devcluster.cluster import Instance
 from quorum.devcluster.nodes import TestPool
 from tests.integration.test_gangs import GANGS, admitted, assert_as_planned, gated, get, pods
-from tests.kube import assert_no_overcommit, eventually
+from tests.integration.test_instances import WITHOUT_GANG_SCHEDULING
+from tests.integration.test_topology import RACK, racks
+from tests.kube import api_client, assert_no_overcommit, create_namespace, eventually
 
 pytestmark = pytest.mark.cluster
 
 WAS = ("scheduling.k8s.io", "v1alpha2")
+
+
+class NoPool:
+    """Pods that may go to any production node of an instance of their own."""
+
+    @staticmethod
+    def pod_spec() -> dict[str, Any]:
+        return {}
+
+
+NO_POOL: Any = NoPool()
+
+
+async def gang_reason(api: client.ApiClient, namespace: str, name: str, reason: str) -> bool:
+    return admitted(await get(api, GANGS, namespace, name)).get("reason") == reason
 
 
 async def create(api: client.ApiClient, namespace: str, plural: str, body: dict[str, Any]) -> None:
@@ -153,3 +171,67 @@ async def test_basic_policy_pods_go_at_once_and_a_late_podgroup_frees_its_waitin
 
     await eventually(workers_bound, timeout=60, what="the workers released once their PodGroup exists")
     await assert_as_planned(api, namespace, "wpg-job-workers")
+
+
+async def test_a_workload_topology_constraint_puts_the_gang_in_one_rack(
+    cluster: Instance,
+    customer_api: client.ApiClient,
+    api: client.ApiClient,
+    namespace: str,
+    test_pool: Callable[..., Any],
+) -> None:
+    pool: TestPool = await test_pool(count=10)
+    await racks(cluster, pool, {"r1": 6, "r2": 4})
+    policy = {"gang": {"minCount": 4}}
+    constraints = {"topology": [{"key": RACK}]}
+    template = {"name": "workers", "schedulingPolicy": policy, "schedulingConstraints": constraints}
+    await create(customer_api, namespace, "workloads", workload("ring", [template]))
+    group = podgroup("ring-workers", policy, ("ring", "workers"))
+    group["spec"]["schedulingConstraints"] = constraints
+    await create(customer_api, namespace, "podgroups", group)
+    stored = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+        *WAS, namespace, "podgroups", "ring-workers"
+    )
+    assert stored["spec"].get("schedulingConstraints") == constraints, (
+        "TopologyAwareWorkloadScheduling keeps it"
+    )
+    core = client.CoreV1Api(customer_api)
+    for i in range(4):
+        await core.create_namespaced_pod(namespace, member(f"w{i}", "ring-workers", pool, 8))
+
+    async def all_bound() -> list[dict[str, Any]] | None:
+        found = await pods(api, namespace)
+        return found if len(found) == 4 and all(p["spec"].get("nodeName") for p in found) else None
+
+    bound = await eventually(all_bound, timeout=60, what="the ring bound")
+    labels = {(await core.read_node(p["spec"]["nodeName"])).metadata.labels[RACK] for p in bound}
+    assert labels == {f"{pool.name}-r2"}, "the 4-node rack: least waste"
+    await assert_as_planned(api, namespace, "wpg-ring-workers")
+
+
+async def test_without_the_schedulers_gang_plugin_quorum_still_releases_whole_gangs(
+    start_instance: Callable[..., Instance],
+) -> None:
+    """kube-scheduler with a profile that disables GangScheduling: quorum alone keeps the gang
+    whole — nothing binds while 2 of 3 members exist, then all 3 bind to their planned nodes."""
+    instance = start_instance("t-nogang-q", scheduler_profiles=WITHOUT_GANG_SCHEDULING)
+    admin = await api_client(instance.kubeconfig("admin"))
+    async with admin:
+        await create_namespace(admin, "ng")
+        await create(admin, "ng", "podgroups", podgroup("trio", {"gang": {"minCount": 3}}))
+        core = client.CoreV1Api(admin)
+        pool = NO_POOL
+        for i in range(2):
+            await core.create_namespaced_pod("ng", member(f"p{i}", "trio", pool, 1))
+        await eventually(
+            lambda: gang_reason(admin, "ng", "wpg-trio", "WaitingForMembers"), timeout=30, what="2 of 3 held"
+        )
+        assert not any(p["spec"].get("nodeName") for p in await pods(admin, "ng")), "nothing binds early"
+        await core.create_namespaced_pod("ng", member("p2", "trio", pool, 1))
+
+        async def all_bound() -> bool:
+            found = await pods(admin, "ng")
+            return len(found) == 3 and all(p["spec"].get("nodeName") for p in found)
+
+        await eventually(all_bound, timeout=60, what="the trio bound")
+        await assert_as_planned(admin, "ng", "wpg-trio")
