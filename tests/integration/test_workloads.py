@@ -12,7 +12,7 @@ from kubernetes_asyncio import client
 
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.nodes import TestPool
-from tests.integration.test_gangs import GANGS, admitted, assert_as_planned, gated, get, pods
+from tests.integration.test_gangs import EXAMPLES, GANGS, admitted, assert_as_planned, gated, get, pods
 from tests.integration.test_instances import WITHOUT_GANG_SCHEDULING
 from tests.integration.test_topology import RACK, racks
 from tests.kube import api_client, assert_no_overcommit, create_namespace, eventually
@@ -235,3 +235,30 @@ async def test_without_the_schedulers_gang_plugin_quorum_still_releases_whole_ga
 
         await eventually(all_bound, timeout=60, what="the trio bound")
         await assert_as_planned(admin, "ng", "wpg-trio")
+
+
+@pytest.mark.parametrize("example", ["gang", "topology", "preemption"])
+async def test_the_seed_004_examples_run(
+    cluster: Instance, api: client.ApiClient, namespace: str, example: str
+) -> None:
+    """examples/seed-004-workload-aware/*.yaml exactly, applied by a customer with kubectl."""
+    manifest = (EXAMPLES / "seed-004-workload-aware" / f"{example}.yaml").read_text()
+    applied = cluster.kubectl("-n", namespace, "apply", "-f", "-", who="customer", input_text=manifest)
+    assert applied.returncode == 0, applied.stderr
+    size = {"gang": 4, "topology": 4, "preemption": 2}[example]
+
+    async def all_running() -> list[dict[str, Any]] | None:
+        found = await pods(api, namespace)
+        ok = len(found) == size and all(p["status"].get("phase") == "Running" for p in found)
+        return found if ok else None
+
+    running = await eventually(all_running, timeout=60, what=f"the {example} example running")
+    group = {"gang": "trainer-workers", "topology": "ring-workers", "preemption": "urgent-workers"}[example]
+    await assert_as_planned(api, namespace, f"wpg-{group}")
+    if example == "topology":
+        core = client.CoreV1Api(api)
+        found = {(await core.read_node(p["spec"]["nodeName"])).metadata.labels[RACK] for p in running}
+        assert len(found) == 1, f"one rack, not {found}"
+    if example == "preemption":
+        gang = await get(api, GANGS, namespace, f"wpg-{group}")
+        assert gang is not None and all(p["spec"]["priority"] == 100000 for p in running)
