@@ -11,7 +11,7 @@ import time
 from importlib.resources import files
 
 from quorum.devcluster.build import BuildError
-from quorum.devcluster.cluster import ClusterError, Instance
+from quorum.devcluster.cluster import REPO_ROOT, ClusterError, Instance
 
 NODE_COLUMNS = ",".join(
     (
@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         print(instance.kubectl("api-resources", "--api-group=scheduling.k8s.io").stdout.rstrip())
         policies(instance)
         gangs(instance)
+        workloads(instance)
     except (BuildError, ClusterError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -213,5 +214,79 @@ def gangs(instance: Instance) -> None:
     as_customer(instance, *ns, "get", "pods", "-o", "wide")
     as_customer(instance, *ns, "get", "podgroups.scheduling.sigs.k8s.io,gangs")
     as_customer(instance, *ns, "get", "events", "--field-selector=reason=Released")
+
+
+WAS_NAMESPACE = "quorum-demo-workloads"
+RACK = "network.topology.kubernetes.io/rack"
+TOO_WIDE = """
+apiVersion: scheduling.k8s.io/v1alpha2
+kind: PodGroup
+metadata: {name: wide}
+spec:
+  schedulingPolicy: {gang: {minCount: 5}}
+  schedulingConstraints: {topology: [{key: network.topology.kubernetes.io/rack}]}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: wide}
+spec:
+  completionMode: Indexed
+  completions: 5
+  parallelism: 5
+  template:
+    metadata: {annotations: {pod-complete.stage.kwok.x-k8s.io/delay: 600s}}
+    spec:
+      schedulingGroup: {podGroupName: wide}
+      restartPolicy: Never
+      containers: [{name: c, image: registry.k8s.io/pause:3.10, resources: {limits: {nvidia.com/gpu: "8"}}}]
+"""
+
+
+def workloads(instance: Instance) -> None:
+    """Seed 004: a Kubernetes 1.36 Workload whose gang must sit in one rack; then a gang that
+    fits the cluster but no single rack, held with the reason per rack."""
+    instance.kubectl(
+        "delete", "namespace", WAS_NAMESPACE, "--ignore-not-found", "--wait", "--timeout=60s", check=False
+    )
+    instance.kubectl("create", "namespace", WAS_NAMESPACE)
+    wait_for(instance, "-n", WAS_NAMESPACE, "get", "serviceaccount", until="default", seconds=30)
+    ns = ("-n", WAS_NAMESPACE)
+    section(
+        "Seed 004: a Workload + PodGroup (gang minCount 4, topology: one rack) + an Indexed Job of 4 x 8 GPUs"
+    )
+    manifest = (REPO_ROOT / "examples/seed-004-workload-aware/topology.yaml").read_text()
+    as_customer(instance, *ns, "apply", "-f", "-", stdin=manifest)
+    wait_for(instance, *ns, "get", "gangs", until="Running")
+    section("All 4 in one rack: the one that fits with the least room left, so emptier racks stay whole")
+    pods = json.loads(instance.kubectl(*ns, "get", "pods", "-o", "json").stdout)["items"]
+    nodes = json.loads(instance.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    racks = {n["metadata"]["name"]: n["metadata"]["labels"].get(RACK, "-") for n in nodes}
+    print("  POD                NODE               RACK")
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        node = pod["spec"].get("nodeName") or "-"
+        print(f"  {pod['metadata']['name']:<18} {node:<18} {racks.get(node, '-')}")
+    as_customer(instance, *ns, "get", "gangs", "-o", "wide")
+    section("The PodGroup carries quorum's conditions beside kube-scheduler's own")
+    as_customer(
+        instance,
+        *ns,
+        "get",
+        "podgroups.scheduling.k8s.io",
+        "ring-workers",
+        "-o",
+        "jsonpath={range .status.conditions[*]}{.type}={.status} ({.reason}){'\\n'}{end}",
+    )
+    section("A gang of 5 whole nodes in one rack: the cluster has room, but no rack of 4 can take it")
+    as_customer(instance, *ns, "apply", "-f", "-", stdin=TOO_WIDE)
+    wait_for(instance, *ns, "get", "gangs", until="Unschedulable")
+    as_customer(
+        instance,
+        *ns,
+        "get",
+        "gang",
+        "wpg-wide",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type=='Admitted')].message}{'\\n'}",
+    )
     section("Clean up")
-    as_customer(instance, "delete", "namespace", GANG_NAMESPACE, NAMESPACE, "--wait=false")
+    as_customer(instance, "delete", "namespace", GANG_NAMESPACE, NAMESPACE, WAS_NAMESPACE, "--wait=false")
