@@ -133,10 +133,10 @@ async def test_a_workload_podgroup_of_min_count_4_is_held_then_released_together
 async def test_basic_policy_pods_go_at_once_and_a_late_podgroup_frees_its_waiting_pods(
     customer_api: client.ApiClient, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
 ) -> None:
-    """A Workload with two templates: one driver with `basic`, workers with `gang minCount 2`.
+    """A Workload with two templates: one driver with `basic`, workers with `gang minCount 4`.
     The workers' PodGroup is created after its pods: they wait, told which PodGroup, then go."""
-    pool: TestPool = await test_pool(count=2)
-    workers = {"gang": {"minCount": 2}}
+    pool: TestPool = await test_pool(count=4)
+    workers = {"gang": {"minCount": 4}}
     templates = [
         {"name": "driver", "schedulingPolicy": {"basic": {}}},
         {"name": "workers", "schedulingPolicy": workers},
@@ -147,7 +147,7 @@ async def test_basic_policy_pods_go_at_once_and_a_late_podgroup_frees_its_waitin
     )
     core = client.CoreV1Api(customer_api)
     await core.create_namespaced_pod(namespace, member("driver", "job-driver", pool, 0))
-    for i in range(2):
+    for i in range(4):
         await core.create_namespaced_pod(namespace, member(f"w{i}", "job-workers", pool, 8))
 
     async def driver_bound() -> bool:
@@ -167,7 +167,7 @@ async def test_basic_policy_pods_go_at_once_and_a_late_podgroup_frees_its_waitin
 
     async def workers_bound() -> bool:
         found = await pods(api, namespace, "app=job-workers")
-        return len(found) == 2 and all(p["spec"].get("nodeName") for p in found)
+        return len(found) == 4 and all(p["spec"].get("nodeName") for p in found)
 
     await eventually(workers_bound, timeout=60, what="the workers released once their PodGroup exists")
     await assert_as_planned(api, namespace, "wpg-job-workers")
