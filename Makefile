@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 PY = PYTHONPATH="$(CURDIR)" "$$(hack/ensure-venv)/bin/python"
 VENV_BIN = "$$(hack/ensure-venv)/bin"
 
-.PHONY: help venv build up down status demo test lint typecheck hadolint unit integration bench bench-planner bench-webhooks bench-control-plane bench-e2e clean
+.PHONY: help venv build up down status demo jobset-demo test lint typecheck hadolint unit integration bench bench-planner bench-webhooks bench-control-plane bench-e2e clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -30,6 +30,9 @@ status: ## show local instances
 
 demo: ## bring up the control plane and show what quorum sees
 	@$(PY) -m quorum demo
+
+jobset-demo: ## seed 004's JobSet example: build JobSet, run it on instance `jobset` (not in `make test`)
+	@$(PY) -m quorum jobset-demo
 
 lint: ## ruff
 	@$(VENV_BIN)/ruff check . && $(VENV_BIN)/ruff format --check .

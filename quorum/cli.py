@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from quorum import __version__
 from quorum.devcluster import cli as dev_cli
-from quorum.devcluster import demo
+from quorum.devcluster import demo, jobset
 from quorum.operator import manual
 from quorum.webhooks import certs
 
@@ -19,6 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     subparsers = parser.add_subparsers(dest="command", required=True)
     dev_cli.add_parser(subparsers)
     demo.add_parser(subparsers)
+    jobset.add_parser(subparsers)
     certs.add_parser(subparsers)
     manual.add_parser(subparsers)
     args = parser.parse_args(argv)

@@ -57,12 +57,26 @@ def admitted(gang: dict[str, Any] | None) -> dict[str, Any]:
     return next((c for c in conditions if c["type"] == "Admitted"), {})
 
 
-async def gang_condition(api: client.ApiClient, namespace: str, name: str, reason: str) -> dict[str, Any]:
+async def gang_condition(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    reason: str,
+    message: str | None = None,
+    containing: str = "",
+) -> dict[str, Any]:
+    """The Gang once its Admitted condition has `reason` (and `message`, or a message
+    `containing` a text, if given: counters move as pods arrive and nodes get Ready, so a test
+    that checks numbers waits for them)."""
+
     async def probe() -> dict[str, Any] | None:
         gang = await get(api, GANGS, namespace, name)
-        return gang if admitted(gang).get("reason") == reason else None
+        condition = admitted(gang)
+        text = condition.get("message") or ""
+        ok = condition.get("reason") == reason and message in (None, text) and containing in text
+        return gang if ok else None
 
-    return await eventually(probe, timeout=45, what=f"gang {name} {reason}")
+    return await eventually(probe, timeout=45, what=f"gang {name} {reason} {message or ''}")
 
 
 async def all_running(
@@ -145,8 +159,9 @@ async def test_seed_001_held_at_two_of_four_then_released_whole(
         assert pod["spec"]["schedulerName"] == "default-scheduler"
         assert pod["metadata"]["annotations"]["quorum.dev/requested-scheduler"] == "cw-coscheduler"
         assert not pod["spec"].get("nodeName")
-    gang = await gang_condition(api, namespace, "pg-pg1", "WaitingForMembers")
-    assert admitted(gang)["message"] == "2 of 4 members exist (minMember 4)"
+    gang = await gang_condition(
+        api, namespace, "pg-pg1", "WaitingForMembers", "2 of 4 members exist (minMember 4)"
+    )
     assert gang["status"]["phase"] == "Pending" and gang["status"]["members"] == 2
     assert gang["metadata"]["ownerReferences"][0]["kind"] == "PodGroup"
     group = await get(api, SIGS, namespace, "pg1")
@@ -188,7 +203,7 @@ async def test_two_gangs_that_cannot_both_fit(
     await all_running(api, namespace, 2, "app=first")
     await create_podgroup(customer_api, namespace, "second", 2)
     await apps.create_namespaced_deployment(namespace, deployment("second", 2, 8, pool, "second"))
-    held = await gang_condition(api, namespace, "pg-second", "Unschedulable")
+    held = await gang_condition(api, namespace, "pg-second", "Unschedulable", containing="short by 2")
     assert "2 pods × 8 nvidia.com/gpu" in admitted(held)["message"]
     assert "short by 2" in admitted(held)["message"]
     assert all(not p["spec"].get("nodeName") for p in await pods(api, namespace, "app=second")), (
@@ -224,7 +239,7 @@ async def test_fragmented_capacity_holds_until_a_node_frees_up(
     await client.AppsV1Api(customer_api).create_namespaced_deployment(
         namespace, deployment("big", 1, 8, pool, "big")
     )
-    held = await gang_condition(api, namespace, "pg-big", "Unschedulable")
+    held = await gang_condition(api, namespace, "pg-big", "Unschedulable", containing="0 have room for one")
     assert "0 have room for one" in admitted(held)["message"], admitted(held)
     await core.delete_namespaced_pod("filler-0", namespace, grace_period_seconds=0)
     await all_running(api, namespace, 1, "app=big")
@@ -239,7 +254,7 @@ async def test_gang_larger_than_the_cluster_is_held_with_a_reason(
     await client.AppsV1Api(customer_api).create_namespaced_deployment(
         namespace, deployment("huge", 3, 8, pool, "huge")
     )
-    held = await gang_condition(api, namespace, "pg-huge", "Unschedulable")
+    held = await gang_condition(api, namespace, "pg-huge", "Unschedulable", containing="short by 1")
     message = admitted(held)["message"]
     assert "3 pods × 8 nvidia.com/gpu" in message and "short by 1" in message, message
     assert all(gated(p) for p in await pods(api, namespace, "app=huge"))
@@ -354,7 +369,7 @@ async def test_ordered_ready_statefulset_gang_is_warned_about_twice(
         "-n", namespace, "create", "-f", "-", who="customer", input_text=json.dumps(sts)
     )
     assert "Warning:" in created.stderr and "podManagementPolicy: Parallel" in created.stderr
-    held = await gang_condition(api, namespace, "pg-db", "WaitingForMembers")
+    held = await gang_condition(api, namespace, "pg-db", "WaitingForMembers", containing="OrderedReady")
     message = admitted(held)["message"]
     assert message.startswith(
         "1 of 2 members exist (minMember 2); StatefulSet db uses podManagementPolicy OrderedReady"

@@ -88,7 +88,7 @@ async def test_a_gang_that_fits_only_across_racks_is_held_with_the_reason_per_ra
     await client.AppsV1Api(customer_api).create_namespaced_deployment(
         namespace, deployment("wide", 4, 8, pool, "wide")
     )
-    held = await gang_condition(api, namespace, "pg-wide", "Unschedulable")
+    held = await gang_condition(api, namespace, "pg-wide", "Unschedulable", containing="r2: 3 of 3")
     message = admitted(held)["message"]
     assert message.startswith(f"needs 4 pods in one rack (node label {RACK}); none has room: "), message
     assert f"rack {pool.name}-r1: 3 of 3 nodes have room (3 pods)" in message
