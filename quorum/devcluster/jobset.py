@@ -93,7 +93,14 @@ def start_jobset(instance: Instance, binary: Path, source: Path) -> tuple[Proces
     }
     (root / "config.yaml").write_text(yaml.safe_dump(config))
     instance.kubectl("apply", "--server-side", "-f", str(source / "config/components/crd/bases"))
-    instance.kubectl("wait", "--for=condition=Established", "crd/jobsets.jobset.x-k8s.io", "--timeout=60s")
+    established = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+    for _ in range(120):
+        if (
+            instance.kubectl("get", "crd/jobsets.jobset.x-k8s.io", "-o", established, check=False).stdout
+            == "True"
+        ):
+            break
+        time.sleep(0.5)
     manifest = (source / "config/components/webhook/manifests.yaml").read_text()
     configs = local_webhook_configurations(manifest, f"https://127.0.0.1:{webhook_port}", ca.pair.cert_pem)
     for doc in configs:
