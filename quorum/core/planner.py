@@ -33,12 +33,11 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from quorum.core.explain import amount, explain
 from quorum.core.fit import FitSettings, prefers_not
 from quorum.core.index import NodeIndex, NodesOfShape, Shape, ShapeEntry, slots
 from quorum.core.model import Gang, Node, Pod, Resources, fits, subtract
 from quorum.core.topology import domains_of, explain_domains, least_waste_first
-
-GiB = 1024**3 * 1000  # milli-bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +232,7 @@ def _place(
         short = {k: v for k, v in gang.min_resources.items() if available.get(k, 0) < v}
         if short:
             return None, "minResources not free: " + "; ".join(
-                f"needs {_amount(k, v)} {k}, eligible nodes have {_amount(k, available.get(k, 0))}"
+                f"needs {amount(k, v)} {k}, eligible nodes have {amount(k, available.get(k, 0))}"
                 for k, v in sorted(short.items())
             )
     if gang.topology_key:
@@ -243,7 +242,7 @@ def _place(
         if entry.total < needed:  # known from the totals: no scan, and the reason is shared
             why = (entry.pod.shape, entry.stats_version, needed, len(gang.pods), len(index.nodes))
             if why not in explained:
-                explained[why] = _explain(gang, needed, gang.pods, [], entries, len(index.nodes))
+                explained[why] = explain(gang, needed, gang.pods, [], entries, len(index.nodes))
             return None, explained[why]
     pods = sorted(gang.pods, key=lambda p: _size(p, settings), reverse=True)
     placement = _greedy(pods, entries, free)
@@ -253,7 +252,7 @@ def _place(
         found = _search(pods, needed, entries, free, settings)
         if found is not None:
             return found, ""
-    return None, _explain(gang, needed, pods, placement, entries, len(index.nodes))
+    return None, explain(gang, needed, pods, placement, entries, len(index.nodes))
 
 
 def _place_in_one_domain(
@@ -373,45 +372,3 @@ def _search(
         return visit(i + 1)  # leave this pod out (gangs with more pods than needed)
 
     return list(chosen) if visit(0) else None
-
-
-def _explain(
-    gang: Gang,
-    needed: int,
-    pods: Sequence[Pod],
-    placement: Sequence[tuple[Pod, Node]],
-    entries: Mapping[tuple[object, ...], ShapeEntry],
-    node_count: int,
-) -> str:
-    """Why the gang does not fit, in numbers a person can act on (from the index's totals)."""
-    placed = {p.uid for p, _ in placement}
-    pod = next(p for p in pods if p.uid not in placed)
-    same = sum(1 for p in pods if p.shape == pod.shape)
-    entry = entries[pod.shape]
-    parts = [f"needs {needed} pods placed together; {same} pods × {describe(pod.requests)}"]
-    note = f"{len(entry.eligible)} of {node_count} nodes eligible"
-    if entry.refusals:
-        by_count = sorted(entry.refusals.items(), key=lambda item: (-item[1], item[0]))
-        note += " (" + ", ".join(f"{n} {r}" for r, n in by_count) + ")"
-    parts.append(note)
-    with_room, per_node = entry.with_room, entry.most_on_one
-    verb = "has" if with_room == 1 else "have"
-    parts.append(f"{with_room} {verb} room for one" + (f" (up to {per_node} each)" if per_node > 1 else ""))
-    if entry.total < same:
-        parts.append(f"{entry.total} such pods fit in all: short by {same - entry.total}")
-    else:
-        parts.append(f"only {len(placement)} of the gang's pods fit together")
-    return "; ".join(parts)
-
-
-def _amount(resource: str, milli_units: int) -> str:
-    if resource == "memory" or resource.endswith("storage"):
-        return f"{milli_units / GiB:g}Gi"
-    value = milli_units / 1000
-    return f"{value:g}" if value >= 1 or value == 0 else f"{milli_units}m"
-
-
-def describe(requests: Resources) -> str:
-    """ "8 nvidia.com/gpu, 16 cpu, 64Gi memory" (the pod count is left out)."""
-    order = sorted((k for k in requests if k != "pods"), key=lambda k: (k in ("cpu", "memory"), k))
-    return ", ".join(f"{_amount(k, requests[k])} {k}" for k in order if requests[k] > 0) or "no resources"

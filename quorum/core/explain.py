@@ -1,0 +1,52 @@
+"""Why a gang does not fit, in numbers a person can act on; how resources are written."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from quorum.core.index import ShapeEntry
+from quorum.core.model import Gang, Node, Pod, Resources
+
+GiB = 1024**3 * 1000  # milli-bytes
+
+
+def explain(
+    gang: Gang,
+    needed: int,
+    pods: Sequence[Pod],
+    placement: Sequence[tuple[Pod, Node]],
+    entries: Mapping[tuple[object, ...], ShapeEntry],
+    node_count: int,
+) -> str:
+    """Why the gang does not fit, in numbers a person can act on (from the index's totals)."""
+    placed = {p.uid for p, _ in placement}
+    pod = next(p for p in pods if p.uid not in placed)
+    same = sum(1 for p in pods if p.shape == pod.shape)
+    entry = entries[pod.shape]
+    parts = [f"needs {needed} pods placed together; {same} pods × {describe(pod.requests)}"]
+    note = f"{len(entry.eligible)} of {node_count} nodes eligible"
+    if entry.refusals:
+        by_count = sorted(entry.refusals.items(), key=lambda item: (-item[1], item[0]))
+        note += " (" + ", ".join(f"{n} {r}" for r, n in by_count) + ")"
+    parts.append(note)
+    with_room, per_node = entry.with_room, entry.most_on_one
+    verb = "has" if with_room == 1 else "have"
+    parts.append(f"{with_room} {verb} room for one" + (f" (up to {per_node} each)" if per_node > 1 else ""))
+    if entry.total < same:
+        parts.append(f"{entry.total} such pods fit in all: short by {same - entry.total}")
+    else:
+        parts.append(f"only {len(placement)} of the gang's pods fit together")
+    return "; ".join(parts)
+
+
+def amount(resource: str, milli_units: int) -> str:
+    if resource == "memory" or resource.endswith("storage"):
+        return f"{milli_units / GiB:g}Gi"
+    value = milli_units / 1000
+    return f"{value:g}" if value >= 1 or value == 0 else f"{milli_units}m"
+
+
+def describe(requests: Resources) -> str:
+    """ "8 nvidia.com/gpu, 16 cpu, 64Gi memory" (the pod count is left out)."""
+    order = sorted((k for k in requests if k != "pods"), key=lambda k: (k in ("cpu", "memory"), k))
+    return ", ".join(f"{amount(k, requests[k])} {k}" for k in order if requests[k] > 0) or "no resources"
