@@ -33,6 +33,17 @@ async def discard(call: Awaitable[Any]) -> None:
         raise error
 
 
+async def unless_gone(call: Awaitable[Any]) -> bool:
+    """Make a write whose answer is not needed; False if the object is gone (404)."""
+    try:
+        await discard(call)
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -135,24 +146,18 @@ async def patch_status(
     status: dict[str, Any],
 ) -> bool:
     """Merge-patch the status of a custom object; False if it is gone."""
-    try:
-        await discard(
-            client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-                group,
-                version,
-                namespace,
-                plural,
-                name,
-                {"status": status},
-                _content_type=MERGE,  # type: ignore[call-arg]  # accepted; a dict body would go as JSON patch
-                _preload_content=False,
-            )
+    return await unless_gone(
+        client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            {"status": status},
+            _content_type=MERGE,  # type: ignore[call-arg]  # accepted; a dict body would go as JSON patch
+            _preload_content=False,
         )
-    except ApiException as err:
-        if err.status == 404:
-            return False
-        raise
-    return True
+    )
 
 
 async def apply_status(
@@ -175,26 +180,20 @@ async def apply_status(
         "metadata": {"name": name, "namespace": namespace},
         "status": status,
     }
-    try:
-        await discard(
-            client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
-                group,
-                version,
-                namespace,
-                plural,
-                name,
-                body,
-                field_manager=COMPONENT,
-                force=True,
-                _content_type="application/apply-patch+yaml",  # type: ignore[call-arg]  # JSON is YAML
-                _preload_content=False,
-            )
+    return await unless_gone(
+        client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+            group,
+            version,
+            namespace,
+            plural,
+            name,
+            body,
+            field_manager=COMPONENT,
+            force=True,
+            _content_type="application/apply-patch+yaml",  # type: ignore[call-arg]  # JSON is YAML
+            _preload_content=False,
         )
-    except ApiException as err:
-        if err.status == 404:
-            return False
-        raise
-    return True
+    )
 
 
 async def patch_gang_status(api: client.ApiClient, namespace: str, name: str, status: dict[str, Any]) -> bool:
