@@ -241,8 +241,12 @@ class GangLoop:
                 await self.recoverer.resume_jobs(key[0], key[1], [], gang)  # its pods are all gone
             if key not in live and recovery_of(gang).get("failures"):
                 await self.records.write_recovering(key, gang)
+        # From here to the plan, no await: the usage snapshot (`used`) and the nodes it changed
+        # (`changed()`) must be taken together, or a node that changes in between is synced into
+        # the planner's index with stale usage and never again. Views again: `used()` ended the
+        # reservations of pods now bound or gone.
         used = self.used()
-        views = assemble(self.store, frozenset(self.reserved))  # recovery may have deleted pods
+        views = assemble(self.store, frozenset(self.reserved))
         nodes = self.nodes()
         plannable: dict[tuple[str, str], GangView] = {}
         holds: dict[tuple[str, str], Hold] = {}
