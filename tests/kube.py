@@ -138,7 +138,12 @@ async def create_namespace(api: client.ApiClient, name: str, labels: dict[str, s
 
 
 async def create_podgroup(
-    api: client.ApiClient, namespace: str, name: str, min_member: int, **spec: Any
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    min_member: int,
+    annotations: dict[str, str] | None = None,
+    **spec: Any,
 ) -> None:
     """A PodGroup of the seeds' group (scheduling.sigs.k8s.io/v1alpha1)."""
     await client.CustomObjectsApi(api).create_namespaced_custom_object(
@@ -149,7 +154,7 @@ async def create_podgroup(
         {
             "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
             "kind": "PodGroup",
-            "metadata": {"name": name},
+            "metadata": {"name": name, "annotations": annotations or {}},
             "spec": {"minMember": min_member, **spec},
         },
     )

@@ -75,15 +75,19 @@ def as_customer(instance: Instance, *args: str, stdin: str | None = None) -> Non
     print("\n".join("  " + line for line in text.splitlines()), flush=True)
 
 
+def fresh_namespace(instance: Instance, name: str) -> None:
+    """The namespace made anew (an earlier run's is deleted first), with its default
+    ServiceAccount: the ServiceAccount admission plugin refuses pods until it exists."""
+    instance.kubectl(
+        "delete", "namespace", name, "--ignore-not-found", "--wait", "--timeout=60s", check=False
+    )
+    instance.kubectl("create", "namespace", name)
+    wait_for(instance, "-n", name, "get", "serviceaccount", until="default", seconds=30)
+
+
 def policies(instance: Instance) -> None:
     """Seed 002 (CKS workload scheduling policies), through the real apiserver and webhooks."""
-    instance.kubectl(
-        "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait", "--timeout=60s", check=False
-    )
-    instance.kubectl("create", "namespace", NAMESPACE)
-    for _ in range(100):  # the ServiceAccount admission plugin needs the namespace's default SA
-        if instance.kubectl("-n", NAMESPACE, "get", "serviceaccount", "default", check=False).returncode == 0:
-            break
+    fresh_namespace(instance, NAMESPACE)
     section("CPU pods get the is_cpu_compute toleration and run on CPU nodes (seed 002)")
     as_customer(instance, "-n", NAMESPACE, "run", "cpu-job", "--image=registry.k8s.io/pause:3.10")
     as_customer(
@@ -181,11 +185,7 @@ def wait_for(instance: Instance, *args: str, until: str, seconds: int = 60) -> N
 def gangs(instance: Instance) -> None:
     """Seed 001: PodGroup pg1 wants 4 pods; the Deployment makes 2. quorum holds both at its
     gate, and releases all 4 together once the Deployment is scaled to 4."""
-    instance.kubectl(
-        "delete", "namespace", GANG_NAMESPACE, "--ignore-not-found", "--wait", "--timeout=60s", check=False
-    )
-    instance.kubectl("create", "namespace", GANG_NAMESPACE)
-    wait_for(instance, "-n", GANG_NAMESPACE, "get", "serviceaccount", until="default", seconds=30)
+    fresh_namespace(instance, GANG_NAMESPACE)
     ns = ("-n", GANG_NAMESPACE)
     section(
         "Seed 001: a PodGroup of minMember 4 and a Deployment of 2 replicas (schedulerName cw-coscheduler)"
@@ -245,11 +245,7 @@ spec:
 def workloads(instance: Instance) -> None:
     """Seed 004: a Kubernetes 1.36 Workload whose gang must sit in one rack; then a gang that
     fits the cluster but no single rack, held with the reason per rack."""
-    instance.kubectl(
-        "delete", "namespace", WAS_NAMESPACE, "--ignore-not-found", "--wait", "--timeout=60s", check=False
-    )
-    instance.kubectl("create", "namespace", WAS_NAMESPACE)
-    wait_for(instance, "-n", WAS_NAMESPACE, "get", "serviceaccount", until="default", seconds=30)
+    fresh_namespace(instance, WAS_NAMESPACE)
     ns = ("-n", WAS_NAMESPACE)
     section(
         "Seed 004: a Workload + PodGroup (gang minCount 4, topology: one rack) + an Indexed Job of 4 x 8 GPUs"

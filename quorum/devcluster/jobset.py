@@ -22,6 +22,7 @@ import yaml
 
 from quorum.devcluster.build import BinaryCache, BuildError, check_go
 from quorum.devcluster.cluster import REPO_ROOT, ClusterError, Instance, free_ports
+from quorum.devcluster.demo import fresh_namespace
 from quorum.devcluster.kubeconfig import probe
 from quorum.devcluster.process import ProcessRecord, spawn, stop
 from quorum.devcluster.webhooks import local_webhook_configurations
@@ -129,9 +130,7 @@ def run(args: argparse.Namespace) -> int:
         binary, source = build(instance.binaries)
         instance.up()
         record, webhooks = start_jobset(instance, binary, source)
-        instance.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait", "--timeout=60s")
-        instance.kubectl("create", "namespace", NAMESPACE)
-        time.sleep(2)  # the namespace's default ServiceAccount
+        fresh_namespace(instance, NAMESPACE)
         print(f"\n$ kubectl -n {NAMESPACE} apply -f {EXAMPLE.relative_to(REPO_ROOT)}", flush=True)
         print(instance.kubectl("-n", NAMESPACE, "apply", "-f", str(EXAMPLE), who="customer").stdout.rstrip())
         deadline = time.monotonic() + 90

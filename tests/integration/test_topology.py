@@ -20,7 +20,7 @@ from tests.integration.test_gangs import (
     gang_condition,
     get,
 )
-from tests.kube import api_client
+from tests.kube import api_client, create_podgroup
 
 pytestmark = pytest.mark.cluster
 
@@ -38,19 +38,14 @@ async def racks(cluster: Instance, pool: TestPool, sizes: dict[str, int]) -> Non
                 await client.CoreV1Api(platform).patch_node(next(names), body)
 
 
-async def rack_podgroup(api: client.ApiClient, namespace: str, name: str, min_member: int) -> None:
-    await client.CustomObjectsApi(api).create_namespaced_custom_object(
-        "scheduling.sigs.k8s.io",
-        "v1alpha1",
-        namespace,
-        "podgroups",
-        {
-            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
-            "kind": "PodGroup",
-            "metadata": {"name": name, "annotations": {"quorum.dev/topology-key": RACK}},
-            "spec": {"minMember": min_member},
-        },
-    )
+async def rack_gang(
+    cluster: Instance, api: client.ApiClient, namespace: str, pool: TestPool, sizes: dict[str, int], name: str
+) -> None:
+    """The pool's nodes in racks, and a seed PodGroup of 4 whole-node pods (a Deployment) that
+    must sit in one rack (`quorum.dev/topology-key`)."""
+    await racks(cluster, pool, sizes)
+    await create_podgroup(api, namespace, name, 4, annotations={"quorum.dev/topology-key": RACK})
+    await client.AppsV1Api(api).create_namespaced_deployment(namespace, deployment(name, 4, 8, pool, name))
 
 
 async def test_a_rack_gang_lands_in_the_rack_that_fits_with_the_least_room(
@@ -61,11 +56,7 @@ async def test_a_rack_gang_lands_in_the_rack_that_fits_with_the_least_room(
     test_pool: Callable[..., Any],
 ) -> None:
     pool: TestPool = await test_pool(count=10)
-    await racks(cluster, pool, {"r1": 4, "r2": 6})
-    await rack_podgroup(customer_api, namespace, "train", 4)
-    await client.AppsV1Api(customer_api).create_namespaced_deployment(
-        namespace, deployment("train", 4, 8, pool, "train")
-    )
+    await rack_gang(cluster, customer_api, namespace, pool, {"r1": 4, "r2": 6}, "train")
     running = await all_running(api, namespace, 4, "app=train")
     nodes = {p["spec"]["nodeName"] for p in running}
     labels = {(await client.CoreV1Api(api).read_node(n)).metadata.labels[RACK] for n in nodes}
@@ -83,11 +74,7 @@ async def test_a_gang_that_fits_only_across_racks_is_held_with_the_reason_per_ra
     test_pool: Callable[..., Any],
 ) -> None:
     pool: TestPool = await test_pool(count=6)
-    await racks(cluster, pool, {"r1": 3, "r2": 3})
-    await rack_podgroup(customer_api, namespace, "wide", 4)
-    await client.AppsV1Api(customer_api).create_namespaced_deployment(
-        namespace, deployment("wide", 4, 8, pool, "wide")
-    )
+    await rack_gang(cluster, customer_api, namespace, pool, {"r1": 3, "r2": 3}, "wide")
     held = await gang_condition(api, namespace, "pg-wide", "Unschedulable", containing="r2: 3 of 3")
     message = admitted(held)["message"]
     assert message.startswith(f"needs 4 pods in one rack (node label {RACK}); none has room: "), message
