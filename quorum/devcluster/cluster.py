@@ -258,6 +258,15 @@ class Instance:
         assert state is not None
         stop([p for p in state.processes if p.name == component], grace_seconds)
 
+    def adopt(self, record: ProcessRecord) -> None:
+        """Record a process started beside the instance (e.g. a second scheduler), so that
+        `down()` stops it with the rest."""
+        state = self.state()
+        assert state is not None
+        self._save(
+            InstanceState(state.spec, state.ports, [*state.processes, record], state.started_at, state.server)
+        )
+
     def start_component(self, component: str, timeout: float = 60) -> None:
         state = self.state()
         assert state is not None
@@ -384,9 +393,9 @@ class Instance:
 
 
 def kwok_stages(built: Path) -> list[Path]:
-    """kwok's own Stage files, where quorum has none of the same name (data/stages/)."""
+    """quorum's Stage files (data/stages/), and kwok's own where quorum has none of the name."""
     ours = {p.name: p for p in STAGES.glob("*.yaml")}
-    return sorted(ours.get(p.name, p) for p in built.glob("*.yaml"))
+    return sorted([*ours.values(), *(p for p in built.glob("*.yaml") if p.name not in ours)])
 
 
 def node_is_ready(node: dict[str, Any]) -> bool:

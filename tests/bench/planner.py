@@ -30,7 +30,7 @@ from quorum.devcluster.nodes import load_pool, render_nodes, scale_pool
 from quorum.k8s.convert import node_from_api
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
-CASES = ((1_000, 100), (1_000, 1_000), (5_000, 1_000), (10_000, 5_000))
+CASES = ((100, 100), (1_000, 100), (1_000, 1_000), (5_000, 1_000), (10_000, 1_000), (10_000, 5_000))
 
 
 def nodes_of(size: int) -> list[Any]:

@@ -1,0 +1,200 @@
+"""The peer to compare with: scheduler-plugins' Coscheduling, run as a second scheduler named
+`cw-coscheduler` (CoreWeave's CoScheduler, seed 001, is this plugin).
+
+scheduler-plugins has no Kubernetes 1.36 release; v0.34.7 is its newest release the Go proxy
+serves. A kube-scheduler of 1.34 is two minor versions behind a 1.36 apiserver, outside the
+supported skew, so we build the plugin against the same k8s.io/kubernetes 1.36 as the rest of
+the control plane: a small build module (like the one for Kubernetes itself) that requires
+scheduler-plugins and k8s.io/kubernetes and replaces every staging module with its v0.36.x
+release, and a main package that registers only the Coscheduling plugin (the upstream main
+registers fourteen plugins, whose dependencies we do not need). Its PodGroup CRD
+(`scheduling.x-k8s.io/v1alpha1`) comes from the same module. Not part of `make test`: only the
+benchmarks use it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from quorum.devcluster.build import (
+    BinaryCache,
+    BuildError,
+    check_go,
+    exclusive_lock,
+    kubernetes_build_module,
+    staging_modules_of,
+)
+from quorum.devcluster.cluster import ClusterError, Instance, free_ports
+from quorum.devcluster.kubeconfig import probe
+from quorum.devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
+
+SCHEDULER_PLUGINS_VERSION = "v0.34.7"  # newest release served on 2026-11-23 (no v0.35/v0.36)
+# scheduler-plugins v0.34.7 asks for controller-runtime v0.22, which does not compile against
+# client-go v0.36; v0.24 is controller-runtime's release for Kubernetes 1.36.
+CONTROLLER_RUNTIME_VERSION = "v0.24.1"
+SCHEDULER_NAME = "cw-coscheduler"
+PLUGIN = "Coscheduling"
+CRD_PATH = "manifests/coscheduling/crd.yaml"
+# Seed 001's PodGroup example sets scheduleTimeoutSeconds: 60, scheduler-plugins' default.
+PERMIT_WAITING_SECONDS = 60
+
+MAIN_GO = """// cw-coscheduler: kube-scheduler with scheduler-plugins' Coscheduling plugin only.
+package main
+
+import (
+\t"os"
+
+\t"k8s.io/component-base/cli"
+\t_ "k8s.io/component-base/metrics/prometheus/clientgo"
+\t"k8s.io/kubernetes/cmd/kube-scheduler/app"
+
+\t_ "sigs.k8s.io/scheduler-plugins/apis/config/scheme"
+\t"sigs.k8s.io/scheduler-plugins/pkg/coscheduling"
+)
+
+func main() {
+\tcommand := app.NewSchedulerCommand(app.WithPlugin(coscheduling.Name, coscheduling.New))
+\tos.Exit(cli.Run(command))
+}
+"""
+
+
+@dataclass(frozen=True)
+class CoschedulerBuild:
+    binary: Path
+    crd: Path
+
+
+def build_module(cache: BinaryCache, staging_modules: list[str]) -> str:
+    """go.mod of the build module: Kubernetes' build module plus scheduler-plugins."""
+    base = kubernetes_build_module(cache.pins, staging_modules)
+    base = base.replace(
+        "module quorum.dev/devcluster/build/kubernetes", "module quorum.dev/build/cw-coscheduler"
+    )
+    return base.replace(
+        f"require k8s.io/kubernetes {cache.pins.kubernetes}",
+        f"require (\n\tk8s.io/kubernetes {cache.pins.kubernetes}\n"
+        f"\tsigs.k8s.io/controller-runtime {CONTROLLER_RUNTIME_VERSION}\n"
+        f"\tsigs.k8s.io/scheduler-plugins {SCHEDULER_PLUGINS_VERSION}\n)",
+    )
+
+
+def ensure_coscheduler(cache: BinaryCache, quiet: bool = False) -> CoschedulerBuild:
+    """Build (once, cached beside the other binaries) and return the binary and its CRD."""
+    out = cache.root / "scheduler-plugins" / f"{SCHEDULER_PLUGINS_VERSION}_{cache.pins.cache_key}"
+    done = CoschedulerBuild(out / SCHEDULER_NAME, out / "crd.yaml")
+    if done.binary.exists() and done.crd.exists():
+        return done
+    go = check_go()
+    env = {**os.environ, "GOFLAGS": "-buildvcs=false -mod=mod"}
+    work = cache.root / "build" / f"scheduler-plugins-{SCHEDULER_PLUGINS_VERSION}"
+    log = work / "build.log"
+
+    def go_run(*args: str) -> str:
+        with log.open("a") as handle:
+            handle.write(f"\n$ go {' '.join(args)}\n")
+            handle.flush()
+            proc = subprocess.run(
+                [go, *args], cwd=work, env=env, stdout=subprocess.PIPE, stderr=handle, text=True
+            )
+        if proc.returncode != 0:
+            last = "\n".join(log.read_text().splitlines()[-25:])
+            raise BuildError(
+                f"`go {' '.join(args)}` failed (exit {proc.returncode}); last lines of {log}:\n{last}"
+            )
+        return proc.stdout
+
+    with exclusive_lock(cache.root / "scheduler-plugins" / "build.lock"):
+        if done.binary.exists() and done.crd.exists():
+            return done
+        work.mkdir(parents=True, exist_ok=True)
+        if not quiet:
+            print(
+                f"building scheduler-plugins {SCHEDULER_PLUGINS_VERSION} against Kubernetes "
+                f"{cache.pins.kubernetes} (first time: a few minutes; log: {log}) ...",
+                file=sys.stderr,
+                flush=True,
+            )
+        (work / "go.mod").write_text("module quorum.dev/build/probe\n\ngo 1.26\n")
+        info = json.loads(go_run("mod", "download", "-json", f"k8s.io/kubernetes@{cache.pins.kubernetes}"))
+        staging = staging_modules_of(Path(info["GoMod"]).read_text())
+        (work / "go.mod").write_text(build_module(cache, staging))
+        (work / "main.go").write_text(MAIN_GO)
+        go_run("mod", "tidy")
+        out.mkdir(parents=True, exist_ok=True)
+        go_run("build", "-ldflags", "-s -w", "-o", str(done.binary.with_suffix(".partial")), ".")
+        module = json.loads(go_run("list", "-m", "-json", "sigs.k8s.io/scheduler-plugins"))
+        (done.crd).write_text((Path(module["Dir"]) / CRD_PATH).read_text())
+        done.binary.with_suffix(".partial").rename(done.binary)
+    return done
+
+
+def scheduler_config(kubeconfig: Path, qps: float, burst: int, permit_seconds: int) -> dict[str, Any]:
+    """A profile named cw-coscheduler with Coscheduling at every extension point it has and as
+    the queue sort (scheduler-plugins' manifests/coscheduling/scheduler-config.yaml)."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": qps, "burst": burst},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [
+            {
+                "schedulerName": SCHEDULER_NAME,
+                "plugins": {
+                    "multiPoint": {"enabled": [{"name": PLUGIN}]},
+                    "queueSort": {"enabled": [{"name": PLUGIN}], "disabled": [{"name": "*"}]},
+                },
+                "pluginConfig": [{"name": PLUGIN, "args": {"permitWaitingTimeSeconds": permit_seconds}}],
+            }
+        ],
+    }
+
+
+def start_coscheduler(
+    instance: Instance,
+    built: CoschedulerBuild,
+    permit_seconds: int = PERMIT_WAITING_SECONDS,
+    verbosity: int = 2,
+) -> ProcessRecord:
+    """Install the CRD and run cw-coscheduler beside kube-scheduler, with the instance's client
+    QPS/burst and feature gates. It reads PodGroups, so it runs as the admin."""
+    state = instance.state()
+    if state is None:
+        raise ClusterError(f"instance {instance.name!r} is not up")
+    instance.kubectl("apply", "--server-side", "-f", str(built.crd))
+    instance.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(built.crd))
+    root = instance.layout.root / SCHEDULER_NAME
+    root.mkdir(parents=True, exist_ok=True)
+    kubeconfig = instance.kubeconfig("admin")
+    config = scheduler_config(kubeconfig, state.spec.client_qps, state.spec.client_burst, permit_seconds)
+    (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    (port,) = free_ports(1)
+    argv = [
+        str(built.binary),
+        f"--config={root / 'config.yaml'}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        "--bind-address=127.0.0.1",
+        f"--secure-port={port}",
+        f"--feature-gates={state.spec.feature_gates_flag()}",
+        f"--v={verbosity}",
+    ]
+    log = instance.layout.log(SCHEDULER_NAME)
+    record = spawn(SCHEDULER_NAME, argv, log, root, dict(os.environ))
+    deadline = time.monotonic() + 60
+    while not probe(f"https://127.0.0.1:{port}/healthz"):
+        if not is_alive(record) or time.monotonic() > deadline:
+            stop([record])
+            raise ClusterError(f"{SCHEDULER_NAME} did not get healthy; last lines of {log}:\n{tail(log, 25)}")
+        time.sleep(0.2)
+    instance.adopt(record)
+    return record

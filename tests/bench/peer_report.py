@@ -1,0 +1,73 @@
+"""The peer benchmark's results as Markdown tables: one per scenario, a column per scheduler and
+the ratio quorum / scheduler-plugins within the same run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+ROWS: dict[str, list[tuple[str, str]]] = {
+    "throughput": [
+        ("pods_bound_per_second", "pods bound per second"),
+        ("seconds_to_all_bound", "first pod created -> all bound (s)"),
+        ("apiserver_requests", "apiserver requests"),
+        ("apiserver_requests_per_pod", "apiserver requests per pod"),
+    ],
+    "contention": [
+        ("gangs_partially_placed", "gangs ever partially placed"),
+        ("gpu_seconds_held_partially", "GPU-seconds held partially"),
+        ("deadlocks", "deadlocks (60 s partial, no bind)"),
+        ("longest_stall_while_partial", "longest stall while partial (s)"),
+        ("seconds_to_finish_all_gangs", "time to finish all gangs (s)"),
+        ("gpu_utilisation", "GPU utilisation"),
+        ("pods_that_waited_at_permit", "pods that waited at Permit"),
+        ("apiserver_requests", "apiserver requests"),
+    ],
+    "large-gang": [
+        ("last_created_to_all_bound_seconds", "last gang pod created -> all bound (s)"),
+        ("seconds_to_all_bound", "first pod created -> all bound (s)"),
+        ("apiserver_requests", "apiserver requests"),
+    ],
+}
+TITLES = {
+    "throughput": "Throughput",
+    "contention": "Contention (demand 1.5x the GPUs, interleaved arrival)",
+    "large-gang": "Large gang beside CPU churn",
+}
+HEADERS = {"quorum": "quorum", "coscheduling": "scheduler-plugins", "default": "kube-scheduler alone"}
+
+
+def cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}" if abs(value) < 1 else f"{value:,.1f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def ratio(ours: Any, theirs: Any) -> str:
+    if not isinstance(ours, int | float) or not isinstance(theirs, int | float) or not theirs:
+        return "-"
+    return f"{ours / theirs:.2f}"
+
+
+def markdown(data: dict[str, Any]) -> str:
+    lines = [f"# quorum beside its peers, {data['date']}{' (quick sizes)' if data.get('quick') else ''}", ""]
+    for name, scenario in data["scenarios"].items():
+        runs = {r["mode"]: r for r in scenario["runs"]}
+        modes = [m for m in HEADERS if m in runs]
+        lines += [
+            f"## {TITLES.get(name, name)}",
+            "",
+            f"{scenario['gpu_nodes']} GPU nodes x 8 GPUs, {scenario['gangs']} gangs, "
+            f"{scenario['pods']} pods.",
+            "",
+            "| | " + " | ".join(HEADERS[m] for m in modes) + " | quorum / scheduler-plugins |",
+            "|---|" + "---:|" * (len(modes) + 1),
+        ]
+        rows = [*ROWS.get(name, []), ("finished", "all pods done within the deadline")]
+        for key, label in rows:
+            values = [runs[m].get(key) for m in modes]
+            both = runs.get("quorum", {}).get(key), runs.get("coscheduling", {}).get(key)
+            lines.append(f"| {label} | " + " | ".join(cell(v) for v in values) + f" | {ratio(*both)} |")
+        lines.append("")
+    return "\n".join(lines)

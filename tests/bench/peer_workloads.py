@@ -1,0 +1,124 @@
+"""The workloads of the peer benchmark (`make bench-peers`), as plain data: node pools, gangs,
+pods and the order they are created in. The same objects go to every scheduler under test; only
+`schedulerName` differs (kube-scheduler alone has no gangs and schedules every pod itself).
+
+Pods are bare (no controller), 1 GPU each, labelled with scheduler-plugins' current group label
+`scheduling.x-k8s.io/pod-group` (a form quorum also reads), and run for a fixed simulated time:
+kwok completes them after the delay their annotation gives (data/stages/pod-complete-bare.yaml).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from quorum.devcluster.nodes import load_pool
+
+GROUP = "scheduling.x-k8s.io"
+GROUP_LABEL = f"{GROUP}/pod-group"
+RUN_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
+GANG_SIZES = (2, 4, 8, 16, 32, 64)
+CPU_TOLERATION = {"key": "is_cpu_compute", "operator": "Exists", "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class GangSpec:
+    name: str
+    size: int  # pods, minMember = size, 1 GPU each
+
+
+def write_pool(path: Path, gpu_nodes: int, cpu_nodes: int) -> Path:
+    """The default CKS-like pool with exactly this many production GPU and CPU nodes (no triage
+    or cordoned nodes: every scheduler gets the same usable capacity)."""
+    pool = load_pool()
+    counts = {"gpu": gpu_nodes, "cpu": cpu_nodes}
+    groups = [g.model_copy(update={"count": counts[g.name]}) for g in pool.groups if g.name in counts]
+    pool = pool.model_copy(update={"groups": groups})
+    path.write_text(yaml.safe_dump(pool.model_dump(by_alias=True, exclude_defaults=True)))
+    return path
+
+
+def uniform_gangs(count: int, size: int) -> list[GangSpec]:
+    return [GangSpec(f"g{i:03d}", size) for i in range(count)]
+
+
+def mixed_gangs(total_pods: int, seed: int = 7) -> list[GangSpec]:
+    """Gangs of 2 to 64 pods (sizes drawn with a fixed seed) whose pods add up to `total_pods`
+    exactly (the last gang takes what is left, at least 2)."""
+    rng = random.Random(seed)
+    gangs: list[GangSpec] = []
+    left = total_pods
+    while left > 0:
+        size = rng.choice([s for s in GANG_SIZES if s <= left] or [left])
+        if 0 < left - size < 2:
+            size = left
+        gangs.append(GangSpec(f"g{len(gangs):03d}", size))
+        left -= size
+    return gangs
+
+
+def interleaved(gangs: list[GangSpec]) -> list[tuple[GangSpec, int]]:
+    """Creation order in which all gangs grow at once: pod 0 of every gang, then pod 1 of every
+    gang that has one, ... (the arrival that makes per-pod schedulers deadlock)."""
+    order = []
+    for index in range(max((g.size for g in gangs), default=0)):
+        order += [(g, index) for g in gangs if index < g.size]
+    return order
+
+
+def in_sequence(gangs: list[GangSpec]) -> list[tuple[GangSpec, int]]:
+    return [(g, i) for g in gangs for i in range(g.size)]
+
+
+def podgroup(gang: GangSpec, timeout_seconds: int) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": gang.name},
+        "spec": {"minMember": gang.size, "scheduleTimeoutSeconds": timeout_seconds},
+    }
+
+
+def gang_pod(gang: GangSpec, index: int, scheduler: str, run_seconds: int) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"{gang.name}-{index}",
+            "labels": {GROUP_LABEL: gang.name},
+            "annotations": {RUN_FOR: f"{run_seconds}s"},
+        },
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [
+                {
+                    "name": "train",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {
+                        "limits": {"nvidia.com/gpu": "1"},
+                        "requests": {"cpu": "1", "memory": "8Gi"},
+                    },
+                }
+            ],
+        },
+    }
+
+
+def cpu_pod(index: int, run_seconds: int) -> dict[str, Any]:
+    """A small CPU-only pod (the churn beside a large gang); it tolerates the CPU nodes itself,
+    as quorum's webhook would make it, so that every scheduler sees the same pod."""
+    return {
+        "metadata": {"name": f"cpu-{index:04d}", "annotations": {RUN_FOR: f"{run_seconds}s"}},
+        "spec": {
+            "tolerations": [CPU_TOLERATION],
+            "containers": [
+                {
+                    "name": "work",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                }
+            ],
+        },
+    }

@@ -1,0 +1,351 @@
+"""quorum beside scheduler-plugins coscheduling and kube-scheduler alone, on the same control
+plane and the same workloads (issue 7). `make bench-peers`.
+
+Each scenario runs three ways, each on a freshly started instance with the same node pool and
+the same client QPS/burst for the schedulers and the controller-manager:
+
+- `quorum`: quorum-webhooks and quorum-operator + kube-scheduler (pods ask for cw-coscheduler;
+  the webhook gates them and hands them to the default scheduler);
+- `coscheduling`: no quorum; scheduler-plugins' Coscheduling runs as a second scheduler named
+  cw-coscheduler (quorum.devcluster.coscheduler) with its own PodGroup CRD;
+- `default`: no quorum, no gangs: kube-scheduler schedules every pod as it comes (the speed
+  baseline; gang figures are shown for it only to say what no gang semantics costs).
+
+Scenarios (tests/bench/peer_workloads.py builds the objects):
+1. throughput: 500 GPU nodes x 8; 400 gangs x 8 pods x 1 GPU, created as fast as the apiserver
+   takes them (64 in flight). Pods bound per second, time to all bound, apiserver requests.
+2. contention: 100 GPU nodes (800 GPUs); gangs of 2 to 64 pods whose pods add up to 1.5x the
+   GPUs, created interleaved, each pod running 20 s. Gangs ever partially placed, GPU-seconds held
+   partially, deadlocks, time to finish all gangs, GPU utilisation (tests/bench/gang_metrics.py).
+3. large gang: 100 GPU nodes + 8 CPU nodes; 200 CPU-only pods churn (10 a second, 4 s each) while
+   one 512-pod gang (64 whole nodes) is created: last pod created -> all 512 bound.
+Scenario 4, the planner alone at 100 to 10,000 nodes, is `make bench-planner`.
+
+Every run is bounded (deadlines below); each figure comes from one run on this machine, and
+comparisons are ratios within that run. Writes bench/results/<date>.json and <date>.md.
+
+    make bench-peers                      # everything (about 30 minutes on 2 cores)
+    python -m tests.bench.peers --scenario contention --mode quorum --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from quorum.devcluster.cluster import Instance
+from quorum.devcluster.config import ClusterSpec
+from quorum.devcluster.coscheduler import (
+    PERMIT_WAITING_SECONDS,
+    SCHEDULER_NAME,
+    ensure_coscheduler,
+    start_coscheduler,
+)
+from quorum.k8s.usage import RawWatch
+from tests.bench import peer_report
+from tests.bench.gang_metrics import PodRecord, gang_report, permit_waits
+from tests.bench.peer_workloads import (
+    GROUP,
+    GangSpec,
+    cpu_pod,
+    gang_pod,
+    in_sequence,
+    interleaved,
+    mixed_gangs,
+    podgroup,
+    uniform_gangs,
+    write_pool,
+)
+from tests.kube import api_client, assert_no_overcommit, create_namespace
+
+RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+MODES = ("quorum", "coscheduling", "default")
+SCENARIOS = ("throughput", "contention", "large-gang")
+QPS, BURST, IN_FLIGHT = 500.0, 1000, 64
+NAMESPACE = "bench"
+OPERATOR = "system:serviceaccount:quorum-system:quorum-operator"
+AUDIT_POLICY = (
+    "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n"
+)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    gpu_nodes: int
+    cpu_nodes: int
+    gangs: list[GangSpec]
+    interleave: bool
+    run_seconds: int
+    deadline: float
+    wait_for: str  # "bound" or "finished"
+    churn: int = 0  # CPU-only pods created beside the gangs (large gang)
+
+
+def scenarios(quick: bool) -> dict[str, Scenario]:
+    """Full sizes as issue 7 gives them; --quick: a few minutes in all, for a smoke run."""
+    k = 4 if quick else 1
+    return {
+        "throughput": Scenario(
+            "throughput", 500 // k, 8, uniform_gangs(400 // k, 8), False, 3600, 600, "bound"
+        ),
+        "contention": Scenario("contention", 100 // k, 8, mixed_gangs(1200 // k), True, 20, 900, "finished"),
+        "large-gang": Scenario(
+            "large-gang", 100 // k, 8, uniform_gangs(1, 512 // k), False, 3600, 300, "bound", 200 // k
+        ),
+    }
+
+
+@dataclass
+class Observed:
+    """What one run saw, in wall-clock seconds (time.time(), the clock of klog's lines too)."""
+
+    created: dict[str, float] = field(default_factory=dict)
+    bound: dict[str, float] = field(default_factory=dict)
+    finished: dict[str, float] = field(default_factory=dict)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def see(self, pod: dict[str, Any], watched: set[str], wait_for: str) -> None:
+        name, now = pod["metadata"]["name"], time.time()
+        if (pod.get("spec") or {}).get("nodeName"):
+            self.bound.setdefault(name, now)
+        if (pod.get("status") or {}).get("phase") == "Succeeded":
+            self.finished.setdefault(name, now)
+        seen = self.bound if wait_for == "bound" else self.finished
+        if watched <= seen.keys():
+            self.done.set()
+
+
+async def follow(api: client.ApiClient, seen: Observed, watched: set[str], wait_for: str) -> None:
+    core = client.CoreV1Api(api)
+    while not seen.done.is_set():
+        stream = RawWatch().stream(core.list_namespaced_pod, NAMESPACE, timeout_seconds=60)
+        async with stream as events:
+            async for event in events:
+                seen.see(event["raw_object"], watched, wait_for)
+                if seen.done.is_set():
+                    return
+
+
+def start_instance(mode: str, scenario: Scenario, tmp: Path) -> tuple[Instance, Path]:
+    """A fresh instance for one run; its audit log path."""
+    pool = write_pool(tmp / "pool.yaml", scenario.gpu_nodes, scenario.cpu_nodes)
+    (tmp / "audit-policy.yaml").write_text(AUDIT_POLICY)
+    audit = tmp / "audit.log"
+    with_quorum = mode == "quorum"
+    spec = ClusterSpec(
+        name=f"bench-{mode}",
+        pool_file=pool,
+        client_qps=QPS,
+        client_burst=BURST,
+        install_manifests=with_quorum,
+        webhooks=with_quorum,
+        operator=with_quorum,
+        extra_args={
+            "kube-apiserver": (
+                f"--audit-policy-file={tmp / 'audit-policy.yaml'}",
+                f"--audit-log-path={audit}",
+                "--audit-log-mode=batch",
+                "--audit-log-batch-max-wait=1s",
+            )
+        },
+    )
+    instance = Instance(spec.name)
+    instance.down(quiet=True)
+    instance.up(spec, log=lambda _: None)
+    if not with_quorum:  # the same PodGroup objects everywhere: scheduler-plugins' CRD
+        built = ensure_coscheduler(instance.binaries)
+        if mode == "coscheduling":
+            # v=3: its Permit rejections are logged at 3 (needed for the time pods wait there).
+            start_coscheduler(instance, built, verbosity=3 if scenario.name == "contention" else 0)
+        else:
+            instance.kubectl("apply", "--server-side", "-f", str(built.crd))
+            instance.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(built.crd))
+    return instance, audit
+
+
+async def run_workload(instance: Instance, mode: str, scenario: Scenario) -> tuple[Observed, float, float]:
+    """Create the scenario's objects and wait until its pods are bound (or finished); what was
+    seen, and the window (first create, end)."""
+    scheduler = "default-scheduler" if mode == "default" else SCHEDULER_NAME
+    order = interleaved(scenario.gangs) if scenario.interleave else in_sequence(scenario.gangs)
+    gang_pods = [gang_pod(g, i, scheduler, scenario.run_seconds) for g, i in order]
+    watched = {p["metadata"]["name"] for p in gang_pods}
+    seen = Observed()
+    api = await api_client(instance.kubeconfig("admin"))
+    async with api:
+        await create_namespace(api, NAMESPACE)
+        custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+        for gang in scenario.gangs:
+            body = podgroup(gang, PERMIT_WAITING_SECONDS)
+            await custom.create_namespaced_custom_object(GROUP, "v1alpha1", NAMESPACE, "podgroups", body)
+        follower = asyncio.create_task(follow(api, seen, watched, scenario.wait_for))
+        await asyncio.sleep(1)  # the watch is open
+        gate = asyncio.Semaphore(IN_FLIGHT)
+
+        async def create(pod: dict[str, Any]) -> None:
+            async with gate:
+                await core.create_namespaced_pod(NAMESPACE, pod)
+                seen.created[pod["metadata"]["name"]] = time.time()
+
+        async def churn() -> None:  # 10 CPU-only pods a second, each running 4 s
+            for i in range(scenario.churn):
+                await create(cpu_pod(i, 4))
+                await asyncio.sleep(0.1)
+
+        start = time.time()
+        churning = asyncio.create_task(churn())
+        if scenario.churn:
+            await asyncio.sleep(5)  # the gang arrives into a cluster that is already churning
+        await asyncio.gather(*(create(p) for p in gang_pods))
+        try:
+            await asyncio.wait_for(seen.done.wait(), scenario.deadline)
+        except TimeoutError:
+            print(f"  {mode}/{scenario.name}: not done within {scenario.deadline:.0f} s", file=sys.stderr)
+        end = time.time()
+        follower.cancel()
+        await churning
+        await assert_no_overcommit(api)
+    return seen, start, end
+
+
+def count_requests(audit_log: Path, start: float, end: float) -> Counter[str]:
+    """Requests the apiserver served in [start, end], by who made them."""
+    counts: Counter[str] = Counter()
+    for line in audit_log.read_text().splitlines():
+        event = json.loads(line)
+        when = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+        if not start <= when <= end:
+            continue
+        user, agent = event.get("user", {}).get("username", ""), event.get("userAgent", "")
+        if user == OPERATOR:
+            who = "quorum-operator"
+        elif agent.startswith("OpenAPI-Generator"):
+            who = "benchmark client"
+        elif user.startswith("system:serviceaccount:kube-system:"):
+            who = "kube-controller-manager"
+        else:
+            who = agent.split("/", 1)[0] or user
+        counts[who] += 1
+    return counts
+
+
+def measure(mode: str, scenario: Scenario, quick: bool) -> dict[str, Any]:
+    print(f"{scenario.name} / {mode}: starting a fresh instance ...", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory(prefix="quorum-peers-") as tmp:
+        instance, audit = start_instance(mode, scenario, Path(tmp))
+        try:
+            seen, start, end = asyncio.run(run_workload(instance, mode, scenario))
+            time.sleep(2)  # the audit log is written in batches
+            requests = count_requests(audit, start, end)
+            log = instance.layout.log(SCHEDULER_NAME)
+            waits = (
+                permit_waits(
+                    log.read_text().splitlines(),
+                    {f"{NAMESPACE}/{k}": v for k, v in seen.bound.items()},
+                    PERMIT_WAITING_SECONDS,
+                    datetime.now(UTC).year,
+                )
+                if log.exists()
+                else {}
+            )
+        finally:
+            instance.down(quiet=True)
+    return summarise(mode, scenario, seen, start, end, requests, waits)
+
+
+def summarise(
+    mode: str,
+    scenario: Scenario,
+    seen: Observed,
+    start: float,
+    end: float,
+    requests: Counter[str],
+    waits: dict[str, list[tuple[float, float]]],
+) -> dict[str, Any]:
+    names = [f"{g.name}-{i}" for g, i in in_sequence(scenario.gangs)]
+    bound = [seen.bound[n] for n in names if n in seen.bound]
+    total = sum(requests.values())
+    result: dict[str, Any] = {
+        "mode": mode,
+        "pods": len(names),
+        "pods_bound": len(bound),
+        "finished": len(bound) == len(names)
+        and (scenario.wait_for == "bound" or all(n in seen.finished for n in names)),
+        "apiserver_requests": total,
+        "apiserver_requests_per_pod": round(total / len(names), 2),
+        "requests_by_client": dict(requests.most_common()),
+    }
+    if bound:
+        last_created = max(seen.created[n] for n in names if n in seen.created)
+        result["seconds_to_all_bound"] = round(max(bound) - start, 2)
+        result["pods_bound_per_second"] = round(len(bound) / (max(bound) - start), 1)
+        result["last_created_to_all_bound_seconds"] = round(max(bound) - last_created, 2)
+    if scenario.wait_for == "finished":
+        done = [seen.finished[n] for n in names if n in seen.finished]
+        finish = max(done) if len(done) == len(names) else end
+        pods = [
+            PodRecord(
+                name.rsplit("-", 1)[0],
+                1,
+                seen.bound.get(name),
+                seen.finished.get(name),
+                tuple(waits.get(f"{NAMESPACE}/{name}", ())),
+            )
+            for name in names
+        ]
+        report = gang_report(
+            pods, {g.name: g.size for g in scenario.gangs}, scenario.gpu_nodes * 8, start, finish
+        )
+        result |= {k: v for k, v in asdict(report).items() if k != "episodes"}
+        result["seconds_to_finish_all_gangs"] = round(finish - start, 1)
+        result["pods_that_waited_at_permit"] = sum(1 for w in waits.values() if w)
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenario", action="append", choices=SCENARIOS)
+    parser.add_argument("--mode", action="append", choices=MODES)
+    parser.add_argument("--quick", action="store_true", help="a quarter of the sizes (a smoke run)")
+    args = parser.parse_args()
+    chosen = scenarios(args.quick)
+    results: dict[str, Any] = {}
+    for name in args.scenario or SCENARIOS:
+        scenario = chosen[name]
+        runs = [measure(mode, scenario, args.quick) for mode in args.mode or MODES]
+        results[name] = {
+            "gpu_nodes": scenario.gpu_nodes,
+            "gangs": len(scenario.gangs),
+            "pods": sum(g.size for g in scenario.gangs),
+            "runs": runs,
+        }
+        print(json.dumps(results[name], indent=2), flush=True)
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    suffix = "-quick" if args.quick else ""
+    data = {"date": stamp, "quick": args.quick, "qps": QPS, "burst": BURST, "scenarios": results}
+    out = RESULTS / f"{stamp}{suffix}.json"
+    out.write_text(json.dumps(data, indent=2) + "\n")
+    table = peer_report.markdown(data)
+    out.with_suffix(".md").write_text(table)
+    print(table)
+    print(f"written to {out} and {out.with_suffix('.md')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
