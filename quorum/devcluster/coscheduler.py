@@ -1,21 +1,31 @@
 """The peer to compare with: scheduler-plugins' Coscheduling, run as a second scheduler named
 `cw-coscheduler` (CoreWeave's CoScheduler, seed 001, is this plugin).
 
-scheduler-plugins has no Kubernetes 1.36 release; v0.34.7 is its newest release the Go proxy
-serves. A kube-scheduler of 1.34 is two minor versions behind a 1.36 apiserver, outside the
-supported skew, so we build the plugin against the same k8s.io/kubernetes 1.36 as the rest of
-the control plane: a small build module (like the one for Kubernetes itself) that requires
-scheduler-plugins and k8s.io/kubernetes and replaces every staging module with its v0.36.x
-release, and a main package that registers only the Coscheduling plugin (the upstream main
-registers fourteen plugins, whose dependencies we do not need). Its PodGroup CRD
-(`scheduling.x-k8s.io/v1alpha1`) comes from the same module. Not part of `make test`: only the
-benchmarks use it.
+scheduler-plugins has no Kubernetes 1.36 release; v0.34.7 is the newest release the Go proxy
+serves (no v0.35/v0.36, and no commit lookups). Built as released, it is a kube-scheduler 1.34:
+two minor versions behind a 1.36 apiserver, outside the supported skew (one). Against 1.35 or
+1.36 it does not compile, because Kubernetes 1.35 moved the framework's interfaces (Handle,
+PermitPlugin, SharedLister, ...) from k8s.io/kubernetes/pkg/scheduler/framework to the staging
+module k8s.io/kube-scheduler/framework. So the build:
+
+- copies the released module, and in the Coscheduling plugin's Go files (tests aside) renames
+  `framework.X` to `fwk.X` for every X that now lives only in the staging package (the plugin
+  already imports it as `fwk`); nothing else changes (`port_moved_framework_names`);
+- builds it in a small module that requires k8s.io/kubernetes 1.36 with every staging module
+  replaced by its v0.36.x release (as for Kubernetes itself), controller-runtime v0.24 (the
+  v0.22 it asks for does not compile against client-go v0.36), and the copy;
+- has a main package that registers only Coscheduling (upstream's registers fourteen plugins).
+
+Its PodGroup CRD (`scheduling.x-k8s.io/v1alpha1`) comes from the same module. Not part of
+`make test`: only the benchmarks use it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 import time
@@ -46,6 +56,10 @@ PLUGIN = "Coscheduling"
 CRD_PATH = "manifests/coscheduling/crd.yaml"
 # Seed 001's PodGroup example sets scheduleTimeoutSeconds: 60, scheduler-plugins' default.
 PERMIT_WAITING_SECONDS = 60
+
+PLUGIN_DIR = "pkg/coscheduling"
+OLD_FRAMEWORK = "k8s.io/kubernetes/pkg/scheduler/framework"
+STAGING_FRAMEWORK = "k8s.io/kube-scheduler/framework"
 
 MAIN_GO = """// cw-coscheduler: kube-scheduler with scheduler-plugins' Coscheduling plugin only.
 package main
@@ -85,7 +99,48 @@ def build_module(cache: BinaryCache, staging_modules: list[str]) -> str:
         f"require (\n\tk8s.io/kubernetes {cache.pins.kubernetes}\n"
         f"\tsigs.k8s.io/controller-runtime {CONTROLLER_RUNTIME_VERSION}\n"
         f"\tsigs.k8s.io/scheduler-plugins {SCHEDULER_PLUGINS_VERSION}\n)",
+    ).replace("replace (\n", "replace (\n\tsigs.k8s.io/scheduler-plugins => ./scheduler-plugins\n", 1)
+
+
+def exported_names(go_sources: list[str]) -> set[str]:
+    """Exported top-level names (types, funcs, consts, vars) declared in these Go files."""
+    names: set[str] = set()
+    for text in go_sources:
+        names |= set(re.findall(r"^(?:type|func|const|var) ([A-Z]\w*)", text, re.M))
+        names |= set(re.findall(r"^\t([A-Z]\w*)\b[^(\n]*$", text, re.M))  # in const/var/type blocks
+    return names
+
+
+def port_moved_framework_names(source: str, moved: set[str]) -> str:
+    """`framework.X` -> `fwk.X` for the names that moved to the staging framework package, and
+    the old import dropped when nothing uses it any more."""
+    ported = re.sub(r"\bframework\.([A-Z]\w*)", lambda m: f"fwk.{m[1]}" if m[1] in moved else m[0], source)
+    if not re.search(r"\bframework\.", ported):
+        ported = re.sub(rf'^\s*"{re.escape(OLD_FRAMEWORK)}"\n', "", ported, flags=re.M)
+    return ported
+
+
+def go_files(directory: Path) -> list[Path]:
+    return [p for p in sorted(directory.rglob("*.go")) if not p.name.endswith("_test.go")]
+
+
+def port_plugin(module: Path, kubernetes: Path, kube_scheduler: Path, into: Path) -> None:
+    """Copy the scheduler-plugins module to `into` and port its Coscheduling plugin."""
+    shutil.rmtree(into, ignore_errors=True)
+    shutil.copytree(module, into)
+    into.chmod(0o755)
+    for path in into.rglob("*"):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    staging = exported_names([p.read_text() for p in go_files(kube_scheduler / "framework")])
+    remaining = exported_names(
+        [
+            p.read_text()
+            for p in (kubernetes / "pkg/scheduler/framework").glob("*.go")
+            if "_test" not in p.name
+        ]
     )
+    for path in go_files(into / PLUGIN_DIR):
+        path.write_text(port_moved_framework_names(path.read_text(), staging - remaining))
 
 
 def ensure_coscheduler(cache: BinaryCache, quiet: bool = False) -> CoschedulerBuild:
@@ -127,13 +182,24 @@ def ensure_coscheduler(cache: BinaryCache, quiet: bool = False) -> CoschedulerBu
         (work / "go.mod").write_text("module quorum.dev/build/probe\n\ngo 1.26\n")
         info = json.loads(go_run("mod", "download", "-json", f"k8s.io/kubernetes@{cache.pins.kubernetes}"))
         staging = staging_modules_of(Path(info["GoMod"]).read_text())
+        kube_scheduler = json.loads(
+            go_run("mod", "download", "-json", f"k8s.io/kube-scheduler@{cache.pins.staging}")
+        )
+        released = json.loads(
+            go_run("mod", "download", "-json", f"sigs.k8s.io/scheduler-plugins@{SCHEDULER_PLUGINS_VERSION}")
+        )
+        port_plugin(
+            Path(released["Dir"]),
+            Path(info["Dir"]),
+            Path(kube_scheduler["Dir"]),
+            work / "scheduler-plugins",
+        )
         (work / "go.mod").write_text(build_module(cache, staging))
         (work / "main.go").write_text(MAIN_GO)
         go_run("mod", "tidy")
         out.mkdir(parents=True, exist_ok=True)
         go_run("build", "-ldflags", "-s -w", "-o", str(done.binary.with_suffix(".partial")), ".")
-        module = json.loads(go_run("list", "-m", "-json", "sigs.k8s.io/scheduler-plugins"))
-        (done.crd).write_text((Path(module["Dir"]) / CRD_PATH).read_text())
+        done.crd.write_text((Path(released["Dir"]) / CRD_PATH).read_text())
         done.binary.with_suffix(".partial").rename(done.binary)
     return done
 

@@ -8,6 +8,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quorum.devcluster.cluster import STAGES, kwok_stages
 from quorum.devcluster.config import (
     COMPONENTS,
     ClusterSpec,
@@ -115,3 +116,12 @@ def test_extra_args_go_last_to_their_component_only() -> None:
 )
 def test_spec_survives_state_json(spec: ClusterSpec) -> None:
     assert spec_from_json(spec.to_json()) == spec
+
+
+def test_kwok_gets_quorums_stages_and_its_own_where_quorum_has_none(tmp_path: Path) -> None:
+    for name in ("pod-ready.yaml", "pod-complete.yaml"):
+        (tmp_path / name).write_text("kind: Stage\n")
+    stages = kwok_stages(tmp_path)
+    assert tmp_path / "pod-ready.yaml" in stages
+    assert STAGES / "pod-complete.yaml" in stages and tmp_path / "pod-complete.yaml" not in stages
+    assert STAGES / "pod-complete-bare.yaml" in stages  # bare pods that run for a set time
