@@ -11,6 +11,7 @@ ROWS: dict[str, list[tuple[str, str]]] = {
         ("seconds_to_all_bound", "first pod created -> all bound (s)"),
         ("apiserver_requests", "apiserver requests"),
         ("apiserver_requests_per_pod", "apiserver requests per pod"),
+        ("cpu_seconds", "CPU seconds, all processes"),
     ],
     "contention": [
         ("gangs_partially_placed", "gangs ever partially placed"),
@@ -21,11 +22,13 @@ ROWS: dict[str, list[tuple[str, str]]] = {
         ("gpu_utilisation", "GPU utilisation"),
         ("pods_that_waited_at_permit", "pods that waited at Permit"),
         ("apiserver_requests", "apiserver requests"),
+        ("cpu_seconds", "CPU seconds, all processes"),
     ],
     "large-gang": [
         ("last_created_to_all_bound_seconds", "last gang pod created -> all bound (s)"),
         ("seconds_to_all_bound", "first pod created -> all bound (s)"),
         ("apiserver_requests", "apiserver requests"),
+        ("cpu_seconds", "CPU seconds, all processes"),
     ],
 }
 TITLES = {
@@ -39,13 +42,16 @@ HEADERS = {"quorum": "quorum", "coscheduling": "scheduler-plugins", "default": "
 def cell(value: Any) -> str:
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, float):
         return f"{value:,.3f}" if abs(value) < 1 else f"{value:,.1f}"
     return f"{value:,}" if isinstance(value, int) else str(value)
 
 
 def ratio(ours: Any, theirs: Any) -> str:
-    if not isinstance(ours, int | float) or not isinstance(theirs, int | float) or not theirs:
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (ours, theirs))
+    if not numbers or not theirs:
         return "-"
     return f"{ours / theirs:.2f}"
 

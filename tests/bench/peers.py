@@ -32,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -42,7 +44,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.config import ClusterSpec
@@ -115,6 +119,7 @@ class Observed:
     bound: dict[str, float] = field(default_factory=dict)
     finished: dict[str, float] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    watch_restarts: int = 0
 
     def see(self, pod: dict[str, Any], watched: set[str], wait_for: str) -> None:
         name, now = pod["metadata"]["name"], time.time()
@@ -128,14 +133,23 @@ class Observed:
 
 
 async def follow(api: client.ApiClient, seen: Observed, watched: set[str], wait_for: str) -> None:
+    """Watch the benchmark's pods until `seen` is done. A watch that breaks (an ERROR event, a
+    dropped connection under load) starts again: its first events list every pod as it is."""
     core = client.CoreV1Api(api)
     while not seen.done.is_set():
-        stream = RawWatch().stream(core.list_namespaced_pod, NAMESPACE, timeout_seconds=60)
-        async with stream as events:
-            async for event in events:
-                seen.see(event["raw_object"], watched, wait_for)
-                if seen.done.is_set():
-                    return
+        try:
+            stream = RawWatch().stream(core.list_namespaced_pod, NAMESPACE, timeout_seconds=60)
+            async with stream as events:
+                async for event in events:
+                    if event["type"] == "ERROR":
+                        raise ApiException(reason=str(event["raw_object"]))
+                    seen.see(event["raw_object"], watched, wait_for)
+                    if seen.done.is_set():
+                        return
+        except (ApiException, aiohttp.ClientError, TimeoutError) as err:
+            seen.watch_restarts += 1
+            print(f"  pod watch broke ({err!r:.200}); watching again", file=sys.stderr, flush=True)
+            await asyncio.sleep(0.2)
 
 
 def start_instance(mode: str, scenario: Scenario, tmp: Path) -> tuple[Instance, Path]:
@@ -209,15 +223,33 @@ async def run_workload(instance: Instance, mode: str, scenario: Scenario) -> tup
         if scenario.churn:
             await asyncio.sleep(5)  # the gang arrives into a cluster that is already churning
         await asyncio.gather(*(create(p) for p in gang_pods))
-        try:
-            await asyncio.wait_for(seen.done.wait(), scenario.deadline)
-        except TimeoutError:
+        waiting = asyncio.create_task(seen.done.wait())
+        await asyncio.wait([waiting, follower], timeout=scenario.deadline, return_when="FIRST_COMPLETED")
+        if follower.done() and not seen.done.is_set():
+            follower.result()  # the watch failed for good: say why
+        if not seen.done.is_set():
             print(f"  {mode}/{scenario.name}: not done within {scenario.deadline:.0f} s", file=sys.stderr)
         end = time.time()
-        follower.cancel()
+        for task in (waiting, follower):
+            task.cancel()
         await churning
         await assert_no_overcommit(api)
     return seen, start, end
+
+
+def cpu_seconds(instance: Instance) -> dict[str, float]:
+    """CPU time (user + system) each of the instance's processes has used so far."""
+    state = instance.state()
+    assert state is not None
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for record in state.processes:
+        with contextlib.suppress(OSError):
+            text = Path(f"/proc/{record.pid}/stat").read_text()
+            fields = text[text.rindex(")") + 2 :].split()
+            used[record.name] = (int(fields[11]) + int(fields[12])) / tick
+    used["benchmark client"] = sum(os.times()[:2])
+    return used
 
 
 def count_requests(audit_log: Path, start: float, end: float) -> Counter[str]:
@@ -246,7 +278,10 @@ def measure(mode: str, scenario: Scenario, quick: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="quorum-peers-") as tmp:
         instance, audit = start_instance(mode, scenario, Path(tmp))
         try:
+            before = cpu_seconds(instance)
             seen, start, end = asyncio.run(run_workload(instance, mode, scenario))
+            after = cpu_seconds(instance)
+            cpu = {k: round(after[k] - before.get(k, 0.0), 1) for k in after}
             time.sleep(2)  # the audit log is written in batches
             requests = count_requests(audit, start, end)
             log = instance.layout.log(SCHEDULER_NAME)
@@ -262,7 +297,10 @@ def measure(mode: str, scenario: Scenario, quick: bool) -> dict[str, Any]:
             )
         finally:
             instance.down(quiet=True)
-    return summarise(mode, scenario, seen, start, end, requests, waits)
+    result = summarise(mode, scenario, seen, start, end, requests, waits)
+    result["cpu_seconds"] = round(sum(cpu.values()), 1)
+    result["cpu_seconds_by_process"] = dict(sorted(cpu.items(), key=lambda kv: -kv[1]))
+    return result
 
 
 def summarise(
@@ -286,6 +324,7 @@ def summarise(
         "apiserver_requests": total,
         "apiserver_requests_per_pod": round(total / len(names), 2),
         "requests_by_client": dict(requests.most_common()),
+        "pod_watch_restarts": seen.watch_restarts,
     }
     if bound:
         last_created = max(seen.created[n] for n in names if n in seen.created)
