@@ -14,6 +14,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.quantity import parse_quantity
+from quorum.k8s.client import without_per_request_env_lookups
 
 T = TypeVar("T")
 
@@ -21,7 +22,7 @@ T = TypeVar("T")
 async def api_client(kubeconfig: Path) -> client.ApiClient:
     configuration = client.Configuration()
     await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-    return client.ApiClient(configuration)
+    return without_per_request_env_lookups(configuration)
 
 
 async def eventually(

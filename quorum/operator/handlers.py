@@ -78,6 +78,7 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
             planner=planner_settings(config.org, config.starvation_seconds),
             resync_seconds=config.resync_seconds,
             release_concurrency=config.release_concurrency,
+            gang_concurrency=config.gang_concurrency,
             crash_after=config.test_crash_after,
             backoff=BackoffPolicy(config.backoff_seconds, config.backoff_cap_seconds),
         ),

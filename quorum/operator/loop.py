@@ -43,8 +43,8 @@ SLOW_PASS_SECONDS = 1.0  # a pass slower than this is logged with where its time
 class LoopSettings:
     planner: PlannerSettings = field(default_factory=PlannerSettings)
     resync_seconds: float = 5.0  # a pass at least this often, even without events
-    release_concurrency: int = 32  # pod patches in flight at once
-    gang_concurrency: int = 16  # gangs whose writes (release, status) are in flight at once
+    release_concurrency: int = 128  # pod patches in flight at once
+    gang_concurrency: int = 64  # gangs whose writes (release, status) are in flight at once
     label_gang_retention_seconds: float = 300.0  # label-only Gang objects outlive their pods this long
     crash_after: int = 0  # tests only: SIGKILL this process after that many pod releases
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
@@ -350,9 +350,9 @@ class GangLoop:
             + ", ".join(f"{n} ×{c}" for n, c in sorted(spread.items()))
         )
         log.info("%s/%s: %s", view.namespace, view.name, message)
-        for obj in (gang, view.group):
-            if obj is not None:
-                await writes.post_event(self.api, obj, "Released", message)
+        await asyncio.gather(
+            *(writes.post_event(self.api, obj, "Released", message) for obj in (gang, view.group) if obj)
+        )
         self.records.reasons.pop(view.key, None)
         return done
 

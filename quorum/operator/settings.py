@@ -11,7 +11,10 @@ class OperatorSettings:
     org: str | None = None
     """Only nodes labelled node.coreweave.cloud/reserved=<org> are used (None: any org)."""
     resync_seconds: float = 5.0
-    release_concurrency: int = 32
+    release_concurrency: int = 128
+    """Pod release patches in flight at once (the apiserver's default limit is 400 mutating)."""
+    gang_concurrency: int = 64
+    """Gangs whose writes (release, status, Events) are in flight at once."""
     namespace: str = "quorum-system"
     """Where the leader-election Lease lives (the operator's own namespace)."""
     lease_seconds: float = 15.0
@@ -31,7 +34,8 @@ class OperatorSettings:
         return cls(
             org=env.get("QUORUM_OPERATOR_ORG") or None,
             resync_seconds=float(env.get("QUORUM_OPERATOR_RESYNC_SECONDS", "5")),
-            release_concurrency=int(env.get("QUORUM_OPERATOR_RELEASE_CONCURRENCY", "32")),
+            release_concurrency=int(env.get("QUORUM_OPERATOR_RELEASE_CONCURRENCY", "128")),
+            gang_concurrency=int(env.get("QUORUM_OPERATOR_GANG_CONCURRENCY", "64")),
             namespace=env.get("QUORUM_OPERATOR_NAMESPACE", "quorum-system"),
             lease_seconds=float(env.get("QUORUM_OPERATOR_LEASE_SECONDS", "15")),
             backoff_seconds=float(env.get("QUORUM_OPERATOR_BACKOFF_SECONDS", "10")),

@@ -4,6 +4,7 @@ transition times move only when a condition's status does."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -158,14 +159,20 @@ class GangRecords:
         self.written[view.key] = wanted
         stamp = writes.now()
         timed = self.timed(view.key, conditions, stamp)
-        await writes.patch_gang_status(self.api, view.namespace, view.name, {**wanted, "conditions": timed})
-        await self.write_group(view, counts, gang_phase, timed, stamp)
+        # The Gang's status, its group's and the Events are independent: one round trip, not four.
+        writing = [
+            writes.patch_gang_status(self.api, view.namespace, view.name, {**wanted, "conditions": timed}),
+            self.write_group(view, counts, gang_phase, timed, stamp),
+        ]
         if hold is not None and self.reasons.get(view.key) != hold.reason:
             self.reasons[view.key] = hold.reason
             warning = hold.reason == "Unschedulable"
-            for obj in (gang, view.group):
-                if obj is not None:
-                    await writes.post_event(self.api, obj, hold.reason, hold.message, warning=warning)
+            writing += [
+                writes.post_event(self.api, obj, hold.reason, hold.message, warning=warning)
+                for obj in (gang, view.group)
+                if obj is not None
+            ]
+        await asyncio.gather(*writing)
         held = hold is not None and bool(hold.held_nodes)
         if held != (view.key in self.capacity_held):
             if held and hold is not None:

@@ -11,7 +11,9 @@ assumed on a node that no other pod could use. Definitions, as issue 7 gives the
 - *GPU-seconds held partially*: the GPUs its pods hold, integrated over those episodes;
 - a *deadlock*: `window` (60 s) or more in which some gang is partially placed and no pod of any
   gang is bound;
-- *GPU utilisation*: GPU-seconds of bound pods over total GPUs x the time to finish all gangs.
+- *GPU utilisation*: GPU-seconds of bound pods over total GPUs x the time to finish all gangs;
+- the *longest gap between binds*, from the start to the last bind: how long the scheduler sat
+  with pods pending and bound none (a stall that is no deadlock, as nothing is held meanwhile).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class GangReport:
     gpu_seconds_held_partially: float
     deadlocks: int
     longest_stall_while_partial: float
+    longest_gap_between_binds: float
     gpu_utilisation: float
     episodes: list[Episode] = field(default_factory=list)
 
@@ -112,6 +115,11 @@ def stalls(partial: Sequence[Interval], binds: Sequence[float]) -> list[float]:
     return out
 
 
+def longest_gap(start: float, binds: Sequence[float]) -> float:
+    """The longest time from `start`, or from one bind, to the next bind."""
+    return max((b - a for a, b in itertools.pairwise([start, *sorted(binds)])), default=0.0)
+
+
 def utilisation(pods: Iterable[PodRecord], total_gpus: int, start: float, end: float) -> float:
     if end <= start or total_gpus <= 0:
         return 0.0
@@ -140,6 +148,7 @@ def gang_report(
         gpu_seconds_held_partially=round(sum(e.gpu_seconds for e in episodes), 1),
         deadlocks=sum(1 for g in gaps if g >= window),
         longest_stall_while_partial=round(max(gaps, default=0.0), 1),
+        longest_gap_between_binds=round(longest_gap(start, binds), 1),
         gpu_utilisation=round(utilisation(pods, total_gpus, start, end), 3),
         episodes=episodes,
     )

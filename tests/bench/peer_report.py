@@ -18,6 +18,7 @@ ROWS: dict[str, list[tuple[str, str]]] = {
         ("gpu_seconds_held_partially", "GPU-seconds held partially"),
         ("deadlocks", "deadlocks (60 s partial, no bind)"),
         ("longest_stall_while_partial", "longest stall while partial (s)"),
+        ("longest_gap_between_binds", "longest gap between binds (s)"),
         ("seconds_to_finish_all_gangs", "time to finish all gangs (s)"),
         ("gpu_utilisation", "GPU utilisation"),
         ("pods_that_waited_at_permit", "pods that waited at Permit"),

@@ -55,6 +55,12 @@ def test_a_bind_breaks_a_stall() -> None:
     assert stalls([(0.0, 10.0), (5.0, 20.0)], []) == [20.0]
 
 
+def test_longest_gap_between_binds_counts_from_the_start() -> None:
+    pods = [PodRecord("a", 1, bound=t) for t in (30.0, 31.0, 331.0)]
+    assert gang_report(pods, {"a": 1}, total_gpus=3, start=10.0, end=400.0).longest_gap_between_binds == 300
+    assert gang_report([], {}, total_gpus=3, start=10.0, end=400.0).longest_gap_between_binds == 0
+
+
 def test_utilisation_counts_bound_gpu_seconds_only() -> None:
     pods = [PodRecord("a", 4, bound=0.0, finished=50.0), PodRecord("a", 4, waits=((0.0, 100.0),))]
     assert gang_report(pods, {"a": 2}, total_gpus=8, start=0.0, end=100.0).gpu_utilisation == 0.25
