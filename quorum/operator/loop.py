@@ -46,6 +46,10 @@ class LoopSettings:
     release_concurrency: int = 128  # pod patches in flight at once
     gang_concurrency: int = 64  # gangs whose writes (release, status) are in flight at once
     label_gang_retention_seconds: float = 300.0  # label-only Gang objects outlive their pods this long
+    # A gang still short of members is written (Gang object, status, Events) only once it has
+    # waited this long: a gang whose pods arrive together is released before anyone needs to
+    # read why it waits, and its writes would cost the apiserver for nothing.
+    forming_grace_seconds: float = 2.0
     crash_after: int = 0  # tests only: SIGKILL this process after that many pod releases
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
@@ -79,6 +83,8 @@ class GangLoop:
         self.last_seen: dict[tuple[str, str], float] = {}
         self.statefulsets: dict[str, str | None] = {}  # uid -> podManagementPolicy
         self.next_backoff_end = 0.0  # the earliest end of a backoff: a pass is due then
+        self.first_seen: dict[tuple[str, str], float] = {}  # gang -> when a pass first saw it
+        self.next_forming_due = 0.0  # when a forming gang's grace ends: a pass is due then
         self.planner = Planner(settings.planner)  # keeps its node index between passes
         self.node_models: dict[str, tuple[str, Node]] = {}  # name -> (resourceVersion, Node)
         self.changed_nodes: set[str] = set()
@@ -97,8 +103,9 @@ class GangLoop:
         self.resume()
         while True:
             wait = self.settings.resync_seconds
-            if self.next_backoff_end:
-                wait = max(0.05, min(wait, self.next_backoff_end - time.time()))
+            for due in (self.next_backoff_end, self.next_forming_due):
+                if due:
+                    wait = max(0.05, min(wait, due - time.time()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.dirty.wait(), wait)
             self.dirty.clear()
@@ -280,12 +287,31 @@ class GangLoop:
             holds[hold.gang.key] = await self.explain_hold(plannable[hold.gang.key], hold)
         for view in views:
             self.last_seen[view.key] = time.monotonic()
+        forming = self.forming({v.key for v in views}, holds, now)
         await bounded(
-            (self.records.write(v, holds.get(v.key), released[v.key]) for v in views),
+            (self.records.write(v, holds.get(v.key), released[v.key]) for v in views if v.key not in forming),
             self.settings.gang_concurrency,
         )
         self.lap(f"status of {len(views)} gangs")
         await self.forget_label_gangs({v.key for v in views})
+
+    def forming(
+        self, live: set[tuple[str, str]], holds: dict[tuple[str, str], Hold], now: float
+    ) -> set[tuple[str, str]]:
+        """Gangs short of members, first seen less than the grace ago, with nothing written yet:
+        their writes wait (a pass is due when the first grace ends)."""
+        self.first_seen = {k: self.first_seen.get(k, now) for k in live}
+        grace = self.settings.forming_grace_seconds
+        forming = {
+            key
+            for key in live
+            if (hold := holds.get(key)) is not None
+            and hold.reason == "WaitingForMembers"
+            and key not in self.store.gangs
+            and now - self.first_seen[key] < grace
+        }
+        self.next_forming_due = min((self.first_seen[k] + grace for k in forming), default=0.0)
+        return forming
 
     async def explain_hold(self, view: GangView, hold: Hold) -> Hold:
         """Add what the planner cannot see: pods held by others' gates too, and a StatefulSet

@@ -252,9 +252,11 @@ def cpu_seconds(instance: Instance) -> dict[str, float]:
     return used
 
 
-def count_requests(audit_log: Path, start: float, end: float) -> Counter[str]:
-    """Requests the apiserver served in [start, end], by who made them."""
+def count_requests(audit_log: Path, start: float, end: float) -> tuple[Counter[str], Counter[str]]:
+    """Requests the apiserver served in [start, end], by who made them; and quorum-operator's
+    by verb and resource."""
     counts: Counter[str] = Counter()
+    operator: Counter[str] = Counter()
     for line in audit_log.read_text().splitlines():
         event = json.loads(line)
         when = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
@@ -263,6 +265,9 @@ def count_requests(audit_log: Path, start: float, end: float) -> Counter[str]:
         user, agent = event.get("user", {}).get("username", ""), event.get("userAgent", "")
         if user == OPERATOR:
             who = "quorum-operator"
+            ref = event.get("objectRef") or {}
+            sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+            operator[f"{event['verb']} {ref.get('resource', '?')}{sub}"] += 1
         elif agent.startswith("OpenAPI-Generator"):
             who = "benchmark client"
         elif user.startswith("system:serviceaccount:kube-system:"):
@@ -270,7 +275,7 @@ def count_requests(audit_log: Path, start: float, end: float) -> Counter[str]:
         else:
             who = agent.split("/", 1)[0] or user
         counts[who] += 1
-    return counts
+    return counts, operator
 
 
 def measure(mode: str, scenario: Scenario, quick: bool) -> dict[str, Any]:
@@ -283,7 +288,7 @@ def measure(mode: str, scenario: Scenario, quick: bool) -> dict[str, Any]:
             after = cpu_seconds(instance)
             cpu = {k: round(after[k] - before.get(k, 0.0), 1) for k in after}
             time.sleep(2)  # the audit log is written in batches
-            requests = count_requests(audit, start, end)
+            requests, operator_requests = count_requests(audit, start, end)
             log = instance.layout.log(SCHEDULER_NAME)
             waits = (
                 permit_waits(
@@ -298,6 +303,8 @@ def measure(mode: str, scenario: Scenario, quick: bool) -> dict[str, Any]:
         finally:
             instance.down(quiet=True)
     result = summarise(mode, scenario, seen, start, end, requests, waits)
+    if operator_requests:
+        result["operator_requests"] = dict(operator_requests.most_common())
     result["cpu_seconds"] = round(sum(cpu.values()), 1)
     result["cpu_seconds_by_process"] = dict(sorted(cpu.items(), key=lambda kv: -kv[1]))
     return result
