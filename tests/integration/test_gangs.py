@@ -5,6 +5,8 @@ Scenarios whose outcome depends on capacity use their own node pool."""
 from __future__ import annotations
 
 import json
+import ssl
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -432,3 +434,40 @@ async def test_pods_with_another_gate_wait_until_it_is_removed(
     )
     await all_running(api, namespace, 2)
     await assert_as_planned(api, namespace, "pg-held")
+
+
+def webhook_calls(cluster: Instance, webhook: str) -> int:
+    """AdmissionReviews quorum-webhooks has answered on `webhook`, from its /metrics."""
+    state = cluster.state()
+    assert state is not None
+    context = ssl.create_default_context(cafile=str(cluster.layout.root / "webhooks-pki" / "ca.crt"))
+    url = f"https://127.0.0.1:{state.ports.webhooks}/metrics"
+    with urllib.request.urlopen(url, context=context, timeout=5) as response:
+        text = response.read().decode()
+    prefix = f'quorum_webhook_requests_total{{webhook="{webhook}",'
+    return sum(int(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(prefix))
+
+
+async def test_a_gang_pod_is_validated_at_creation_only_when_it_carries_more_than_quorum_sets(
+    cluster: Instance, namespace: str
+) -> None:
+    """The gangs webhook's CEL condition lets a gang pod whose quorum.dev/* keys are exactly what
+    the mutating webhook set be created without a second call; anything else still goes there."""
+
+    def pod(name: str, labels: dict[str, str]) -> str:
+        obj = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {"pod-group.scheduling.sigs.k8s.io": "calls", **labels}},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+        }
+        done = cluster.kubectl(
+            "-n", namespace, "create", "-f", "-", who="customer", input_text=json.dumps(obj), check=False
+        )
+        return done.stderr
+
+    before = webhook_calls(cluster, "validate-gangs")
+    assert pod("plain", {}) == ""
+    assert webhook_calls(cluster, "validate-gangs") == before, "an ordinary gang pod: one webhook call"
+    assert "quorum.dev/extra" in pod("extra", {"quorum.dev/extra": "x"})
+    assert webhook_calls(cluster, "validate-gangs") == before + 1, "an unknown quorum.dev key is checked"
