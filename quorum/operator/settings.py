@@ -15,6 +15,8 @@ class OperatorSettings:
     """Pod release patches in flight at once (the apiserver's default limit is 400 mutating)."""
     gang_concurrency: int = 64
     """Gangs whose writes (release, status, Events) are in flight at once."""
+    forming_grace_seconds: float = 2.0
+    """A gang short of members is written (Gang object, status, Events) only after this long."""
     namespace: str = "quorum-system"
     """Where the leader-election Lease lives (the operator's own namespace)."""
     lease_seconds: float = 15.0
@@ -36,6 +38,7 @@ class OperatorSettings:
             resync_seconds=float(env.get("QUORUM_OPERATOR_RESYNC_SECONDS", "5")),
             release_concurrency=int(env.get("QUORUM_OPERATOR_RELEASE_CONCURRENCY", "128")),
             gang_concurrency=int(env.get("QUORUM_OPERATOR_GANG_CONCURRENCY", "64")),
+            forming_grace_seconds=float(env.get("QUORUM_OPERATOR_FORMING_GRACE_SECONDS", "2")),
             namespace=env.get("QUORUM_OPERATOR_NAMESPACE", "quorum-system"),
             lease_seconds=float(env.get("QUORUM_OPERATOR_LEASE_SECONDS", "15")),
             backoff_seconds=float(env.get("QUORUM_OPERATOR_BACKOFF_SECONDS", "10")),

@@ -63,11 +63,17 @@ async def test_the_uninstall_order_leaves_no_pod_gated_and_denies_no_pod(
         }
         await apps.create_namespaced_deployment("ml", workload("lone", 1, lone))
 
-        async def three_gated() -> list[str] | None:
+        async def three_gated_and_recorded() -> list[str] | None:
             found = await gated_anywhere(api)
-            return found if len(found) == 3 else None
+            gangs = await client.CustomObjectsApi(api).list_namespaced_custom_object(
+                "quorum.dev", "v1alpha1", "ml", "gangs"
+            )
+            names = {g["metadata"]["name"] for g in gangs["items"]}
+            # The operator writes a gang short of members only after its forming grace: the
+            # hand release records itself on the Gang, so wait until both are written.
+            return found if len(found) == 3 and names >= {"pg-held", "lbl-lone"} else None
 
-        await eventually(three_gated, timeout=60, what="3 pods held at the gate")
+        await eventually(three_gated_and_recorded, timeout=60, what="3 gated pods, 2 Gangs written")
 
         # 1. No new gates: the backstop's binding, then the mutating webhook.
         instance.kubectl("delete", "validatingadmissionpolicybinding", "quorum-gang-backstop")

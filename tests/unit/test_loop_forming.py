@@ -4,11 +4,14 @@ before its release; one that keeps waiting is written once the grace is over."""
 
 from __future__ import annotations
 
+import pytest
+
 from quorum.core.model import Gang
 from quorum.core.planner import Hold
 from quorum.k8s.usage import BoundPods
 from quorum.operator.gangs import Store
 from quorum.operator.loop import GangLoop, LoopSettings
+from quorum.operator.settings import OperatorSettings
 
 A, B, C = ("ns", "a"), ("ns", "b"), ("ns", "c")
 
@@ -44,3 +47,14 @@ def test_gangs_that_are_gone_are_forgotten() -> None:
     gangs.forming(set(), {}, now=101.0)
     assert gangs.first_seen == {}
     assert gangs.forming({A}, holds, now=105.0) == {A}  # back again: a new grace
+
+
+def test_operator_settings_read_the_forming_grace_and_concurrency_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("QUORUM_OPERATOR_FORMING_GRACE_SECONDS", "0.5")
+    monkeypatch.setenv("QUORUM_OPERATOR_GANG_CONCURRENCY", "8")
+    settings = OperatorSettings.from_env()
+    assert (settings.forming_grace_seconds, settings.gang_concurrency) == (0.5, 8)
+    monkeypatch.delenv("QUORUM_OPERATOR_FORMING_GRACE_SECONDS")
+    assert OperatorSettings.from_env().forming_grace_seconds == 2.0
