@@ -88,16 +88,20 @@ async def namespace(api: client.ApiClient, request: pytest.FixtureRequest) -> As
 
 @pytest.fixture
 async def test_pool(cluster: Instance, request: pytest.FixtureRequest) -> AsyncIterator[Callable[..., Any]]:
-    """`pool = await test_pool(count=4, capacity={...})`: nodes only this test's pods use."""
+    """`pool = await test_pool(count=4, capacity={...}, racks={"r1": 2, "r2": 2})`: nodes only
+    this test's pods use."""
     platform = await api_client(cluster.kubeconfig("platform"))
     core = client.CoreV1Api(platform)
     pools: list[TestPool] = []
 
     async def make(
-        count: int, capacity: dict[str, str] | None = None, labels: dict[str, str] | None = None
+        count: int,
+        capacity: dict[str, str] | None = None,
+        labels: dict[str, str] | None = None,
+        racks: dict[str, int] | None = None,
     ) -> TestPool:
         name = f"tp-{secrets.token_hex(3)}"
-        pool = TestPool(name, count, capacity, labels)
+        pool = TestPool(name, count, capacity, labels, racks)
         pools.append(pool)
         for node in pool.nodes:
             await core.create_node(node)

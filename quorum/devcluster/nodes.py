@@ -191,7 +191,10 @@ class TestPool:
         count: int,
         capacity: dict[str, str] | None = None,
         labels: dict[str, str] | None = None,
+        racks: dict[str, int] | None = None,
     ) -> None:
+        """`racks={"r1": 4, "r2": 6}`: the first 4 nodes carry RACK_LABEL `<name>-r1`, the next 6
+        `<name>-r2`, from their creation on (so no watcher ever sees them without it)."""
         self.name = name
         self.capacity = capacity or {
             "cpu": "32",
@@ -199,11 +202,18 @@ class TestPool:
             "nvidia.com/gpu": "8",
             "pods": "110",
         }
+        in_order = [rack for rack, size in (racks or {}).items() for _ in range(size)]
+        rack_of = {i: {RACK_LABEL: f"{name}-{rack}"} for i, rack in enumerate(in_order)}
         self.nodes = [
             make_node(
                 f"{name}-{i:02d}",
                 capacity=self.capacity,
-                labels={TEST_POOL_KEY: name, STATE_LABEL: "production", **(labels or {})},
+                labels={
+                    TEST_POOL_KEY: name,
+                    STATE_LABEL: "production",
+                    **(labels or {}),
+                    **rack_of.get(i, {}),
+                },
                 taints=[{"key": TEST_POOL_KEY, "value": name, "effect": "NoSchedule"}],
             )
             for i in range(count)

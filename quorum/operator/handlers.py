@@ -80,6 +80,7 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
             release_concurrency=config.release_concurrency,
             gang_concurrency=config.gang_concurrency,
             forming_grace_seconds=config.forming_grace_seconds,
+            status_interval_seconds=config.status_interval_seconds,
             crash_after=config.test_crash_after,
             backoff=BackoffPolicy(config.backoff_seconds, config.backoff_cap_seconds),
         ),

@@ -50,6 +50,7 @@ class LoopSettings:
     # waited this long: a gang whose pods arrive together is released before anyone needs to
     # read why it waits, and its writes would cost the apiserver for nothing.
     forming_grace_seconds: float = 2.0
+    status_interval_seconds: float = 1.0  # one gang's status is written at most this often
     crash_after: int = 0  # tests only: SIGKILL this process after that many pod releases
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
@@ -77,7 +78,7 @@ class GangLoop:
         self.settings = settings
         self.dirty = asyncio.Event()
         self.reserved: dict[str, tuple[str, dict[str, int]]] = {}  # uid -> (node, requests)
-        self.records = GangRecords(api, store)
+        self.records = GangRecords(api, store, settings.status_interval_seconds)
         self.recoverer = Recoverer(api, settings.backoff)
         self.told_dropped: set[str] = set()  # pods released because their group was dropped
         self.last_seen: dict[tuple[str, str], float] = {}
@@ -106,6 +107,8 @@ class GangLoop:
             for due in (self.next_backoff_end, self.next_forming_due):
                 if due:
                     wait = max(0.05, min(wait, due - time.time()))
+            if due := self.records.pacing.next_due:  # a gang's status write was deferred
+                wait = max(0.05, min(wait, due - time.monotonic()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.dirty.wait(), wait)
             self.dirty.clear()
@@ -288,6 +291,7 @@ class GangLoop:
         for view in views:
             self.last_seen[view.key] = time.monotonic()
         forming = self.forming({v.key for v in views}, holds, now)
+        self.records.pacing.start_pass()
         await bounded(
             (self.records.write(v, holds.get(v.key), released[v.key]) for v in views if v.key not in forming),
             self.settings.gang_concurrency,

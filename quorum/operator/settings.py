@@ -17,6 +17,8 @@ class OperatorSettings:
     """Gangs whose writes (release, status, Events) are in flight at once."""
     forming_grace_seconds: float = 2.0
     """A gang short of members is written (Gang object, status, Events) only after this long."""
+    status_interval_seconds: float = 1.0
+    """One gang's status (and its group's) is written at most this often: the last state then."""
     namespace: str = "quorum-system"
     """Where the leader-election Lease lives (the operator's own namespace)."""
     lease_seconds: float = 15.0
@@ -39,6 +41,7 @@ class OperatorSettings:
             release_concurrency=int(env.get("QUORUM_OPERATOR_RELEASE_CONCURRENCY", "128")),
             gang_concurrency=int(env.get("QUORUM_OPERATOR_GANG_CONCURRENCY", "64")),
             forming_grace_seconds=float(env.get("QUORUM_OPERATOR_FORMING_GRACE_SECONDS", "2")),
+            status_interval_seconds=float(env.get("QUORUM_OPERATOR_STATUS_INTERVAL_SECONDS", "1")),
             namespace=env.get("QUORUM_OPERATOR_NAMESPACE", "quorum-system"),
             lease_seconds=float(env.get("QUORUM_OPERATOR_LEASE_SECONDS", "15")),
             backoff_seconds=float(env.get("QUORUM_OPERATOR_BACKOFF_SECONDS", "10")),

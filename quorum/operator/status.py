@@ -1,11 +1,15 @@
 """What a person reads: the Gang object of every gang (made when first needed), its status and
-conditions, the group object's status, and Events. Written only when something changed;
-transition times move only when a condition's status does."""
+conditions, the group object's status, and Events. Written only when something changed, and
+for one gang at most once per interval (its last state then; like the Job controller's status
+batching): a gang's pods bind and start within a second of its release, and writing each
+step would cost the apiserver a write and every watcher an event for a state nobody reads.
+Transition times move only when a condition's status does, and say when it did."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -20,11 +24,37 @@ from quorum.operator.recovery import backoff_message, backoff_until, partial_con
 CONDITION_TYPES = ("Admitted", "Unschedulable", "PartiallyPlaced", "Backoff", "CapacityHeld")
 
 
+@dataclass
+class StatusPacing:
+    """When each gang's status may be written: at most once per `interval` seconds (monotonic)."""
+
+    interval: float
+    written_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    next_due: float = 0.0  # the earliest deferred write since `start_pass` (0: none)
+
+    def start_pass(self) -> None:
+        self.next_due = 0.0
+
+    def may_write(self, key: tuple[str, str], now: float) -> bool:
+        """True (and the write counted) if the gang's last write is an interval ago; else the
+        write is deferred and `next_due` says when a pass should write it."""
+        due = self.written_at.get(key, now - self.interval) + self.interval
+        if now < due:
+            self.next_due = min(self.next_due or due, due)
+            return False
+        self.written_at[key] = now
+        return True
+
+    def forget(self, key: tuple[str, str]) -> None:
+        self.written_at.pop(key, None)
+
+
 class GangRecords:
-    def __init__(self, api: client.ApiClient, store: Store) -> None:
+    def __init__(self, api: client.ApiClient, store: Store, interval: float = 1.0) -> None:
         self.api = api
         self.store = store
         self.written: dict[tuple[str, str], dict[str, Any]] = {}  # last status written per gang
+        self.pacing = StatusPacing(interval)
         self.reasons: dict[tuple[str, str], str] = {}  # last hold reason announced per gang
         self.told_waiting: set[str] = set()  # pods told which group they wait for
         self.warned_unmodeled: set[tuple[str, str]] = set()
@@ -34,6 +64,7 @@ class GangRecords:
     def resume(self) -> None:
         """A new leader writes every status afresh, keeping the transition times on record."""
         self.written.clear()
+        self.pacing.written_at.clear()
         self.reasons.clear()
         self.transitions.clear()
         for key, gang in self.store.gangs.items():
@@ -156,9 +187,11 @@ class GangRecords:
         wanted = {"phase": gang_phase, **counts, "conditions": conditions}
         if self.written.get(view.key) == wanted:
             return  # unchanged: no write
-        self.written[view.key] = wanted
         stamp = writes.now()
-        timed = self.timed(view.key, conditions, stamp)
+        timed = self.timed(view.key, conditions, stamp)  # the transition's own time, even if deferred
+        if not self.pacing.may_write(view.key, time.monotonic()):
+            return  # a pass at `pacing.next_due` writes it, with the state then
+        self.written[view.key] = wanted
         # The Gang's status, its group's and the Events are independent: one round trip, not four.
         writing = [
             writes.patch_gang_status(self.api, view.namespace, view.name, {**wanted, "conditions": timed}),
@@ -261,3 +294,4 @@ class GangRecords:
 
     def forget(self, key: tuple[str, str]) -> None:
         self.written.pop(key, None)
+        self.pacing.forget(key)

@@ -172,6 +172,8 @@ def start_instance(mode: str, scenario: Scenario, tmp: Path) -> tuple[Instance, 
                 f"--audit-log-path={audit}",
                 "--audit-log-mode=batch",
                 "--audit-log-batch-max-wait=1s",
+                # QUORUM_BENCH_PROFILING=1: /debug/pprof on the apiserver, to see where its CPU goes.
+                *(("--profiling=true",) if os.environ.get("QUORUM_BENCH_PROFILING") == "1" else ()),
             )
         },
     )
@@ -382,7 +384,8 @@ def main() -> int:
         print(json.dumps(results[name], indent=2), flush=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    suffix = "-quick" if args.quick else ""
+    # A run of some scenarios or ways does not overwrite the day's full comparison.
+    suffix = ("-quick" if args.quick else "") + ("-partial" if args.scenario or args.mode else "")
     data = {"date": stamp, "quick": args.quick, "qps": QPS, "burst": BURST, "scenarios": results}
     out = RESULTS / f"{stamp}{suffix}.json"
     out.write_text(json.dumps(data, indent=2) + "\n")

@@ -10,7 +10,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from quorum.devcluster.cluster import Instance
-from quorum.devcluster.nodes import TestPool
+from quorum.devcluster.nodes import RACK_LABEL, TestPool
 from tests.integration.test_gangs import (
     GANGS,
     admitted,
@@ -20,30 +20,18 @@ from tests.integration.test_gangs import (
     gang_condition,
     get,
 )
-from tests.kube import api_client, create_podgroup
+from tests.kube import create_podgroup
 
 pytestmark = pytest.mark.cluster
 
-RACK = "network.topology.kubernetes.io/rack"
+# Racks are labelled at the nodes' creation, the rack expected to win created first: the
+# operator's view of nodes is eventually consistent, and a rack it has not fully seen looks smaller.
+RACK = RACK_LABEL
 
 
-async def racks(cluster: Instance, pool: TestPool, sizes: dict[str, int]) -> None:
-    """Label the pool's nodes into racks, as the platform identity (it owns node labels)."""
-    platform = await api_client(cluster.kubeconfig("platform"))
-    async with platform:
-        names = iter(pool.names)
-        for rack, count in sizes.items():
-            for _ in range(count):
-                body = {"metadata": {"labels": {RACK: f"{pool.name}-{rack}"}}}
-                await client.CoreV1Api(platform).patch_node(next(names), body)
-
-
-async def rack_gang(
-    cluster: Instance, api: client.ApiClient, namespace: str, pool: TestPool, sizes: dict[str, int], name: str
-) -> None:
-    """The pool's nodes in racks, and a seed PodGroup of 4 whole-node pods (a Deployment) that
-    must sit in one rack (`quorum.dev/topology-key`)."""
-    await racks(cluster, pool, sizes)
+async def rack_gang(api: client.ApiClient, namespace: str, pool: TestPool, name: str) -> None:
+    """A seed PodGroup of 4 whole-node pods (a Deployment) that must sit in one rack
+    (`quorum.dev/topology-key`)."""
     await create_podgroup(api, namespace, name, 4, annotations={"quorum.dev/topology-key": RACK})
     await client.AppsV1Api(api).create_namespaced_deployment(namespace, deployment(name, 4, 8, pool, name))
 
@@ -55,8 +43,8 @@ async def test_a_rack_gang_lands_in_the_rack_that_fits_with_the_least_room(
     namespace: str,
     test_pool: Callable[..., Any],
 ) -> None:
-    pool: TestPool = await test_pool(count=10)
-    await rack_gang(cluster, customer_api, namespace, pool, {"r1": 4, "r2": 6}, "train")
+    pool: TestPool = await test_pool(count=10, racks={"r1": 4, "r2": 6})
+    await rack_gang(customer_api, namespace, pool, "train")
     running = await all_running(api, namespace, 4, "app=train")
     nodes = {p["spec"]["nodeName"] for p in running}
     labels = {(await client.CoreV1Api(api).read_node(n)).metadata.labels[RACK] for n in nodes}
@@ -73,8 +61,8 @@ async def test_a_gang_that_fits_only_across_racks_is_held_with_the_reason_per_ra
     namespace: str,
     test_pool: Callable[..., Any],
 ) -> None:
-    pool: TestPool = await test_pool(count=6)
-    await rack_gang(cluster, customer_api, namespace, pool, {"r1": 3, "r2": 3}, "wide")
+    pool: TestPool = await test_pool(count=6, racks={"r1": 3, "r2": 3})
+    await rack_gang(customer_api, namespace, pool, "wide")
     held = await gang_condition(api, namespace, "pg-wide", "Unschedulable", containing="r2: 3 of 3")
     message = admitted(held)["message"]
     assert message.startswith(f"needs 4 pods in one rack (node label {RACK}); none has room: "), message

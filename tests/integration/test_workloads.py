@@ -14,7 +14,7 @@ from quorum.devcluster.cluster import Instance
 from quorum.devcluster.nodes import TestPool
 from tests.integration.test_gangs import EXAMPLES, GANGS, admitted, assert_as_planned, gated, get, pods
 from tests.integration.test_instances import WITHOUT_GANG_SCHEDULING
-from tests.integration.test_topology import RACK, racks
+from tests.integration.test_topology import RACK
 from tests.kube import api_client, assert_no_overcommit, create_namespace, eventually
 
 pytestmark = pytest.mark.cluster
@@ -180,8 +180,7 @@ async def test_a_workload_topology_constraint_puts_the_gang_in_one_rack(
     namespace: str,
     test_pool: Callable[..., Any],
 ) -> None:
-    pool: TestPool = await test_pool(count=10)
-    await racks(cluster, pool, {"r1": 6, "r2": 4})
+    pool: TestPool = await test_pool(count=10, racks={"r2": 4, "r1": 6})
     policy = {"gang": {"minCount": 4}}
     constraints = {"topology": [{"key": RACK}]}
     template = {"name": "workers", "schedulingPolicy": policy, "schedulingConstraints": constraints}

@@ -49,12 +49,14 @@ def test_gangs_that_are_gone_are_forgotten() -> None:
     assert gangs.forming({A}, holds, now=105.0) == {A}  # back again: a new grace
 
 
-def test_operator_settings_read_the_forming_grace_and_concurrency_from_the_environment(
+def test_operator_settings_read_the_forming_grace_pacing_and_concurrency_from_the_environment(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("QUORUM_OPERATOR_FORMING_GRACE_SECONDS", "0.5")
     monkeypatch.setenv("QUORUM_OPERATOR_GANG_CONCURRENCY", "8")
+    monkeypatch.setenv("QUORUM_OPERATOR_STATUS_INTERVAL_SECONDS", "0.25")
     settings = OperatorSettings.from_env()
     assert (settings.forming_grace_seconds, settings.gang_concurrency) == (0.5, 8)
+    assert settings.status_interval_seconds == 0.25
     monkeypatch.delenv("QUORUM_OPERATOR_FORMING_GRACE_SECONDS")
     assert OperatorSettings.from_env().forming_grace_seconds == 2.0

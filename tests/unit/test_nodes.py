@@ -135,3 +135,10 @@ def test_test_pool_is_labelled_tainted_and_selected() -> None:
         assert node["metadata"]["labels"][key] == value
         taint = node["spec"]["taints"][0]
         assert any(t["key"] == taint["key"] and t.get("value") == taint["value"] for t in spec["tolerations"])
+
+
+def test_a_test_pool_labels_its_racks_in_order_from_creation() -> None:
+    pool = TestPool("tp-x", 5, racks={"r2": 2, "r1": 3})
+    racks = [n["metadata"]["labels"].get(RACK_LABEL) for n in pool.nodes]
+    assert racks == ["tp-x-r2", "tp-x-r2", "tp-x-r1", "tp-x-r1", "tp-x-r1"]
+    assert all(RACK_LABEL not in n["metadata"]["labels"] for n in TestPool("tp-y", 2).nodes)
