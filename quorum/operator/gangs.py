@@ -39,6 +39,29 @@ class Store:
     workload_api: bool = True
 
 
+@dataclass
+class GangPods:
+    """The Store's gang pods (those with the quorum.dev/gang label), as an index of the
+    operator's pod watch (`quorum/k8s/podwatch.py`), which sees every pod."""
+
+    store: Store
+
+    def upsert(self, pod: JSON) -> None:
+        uid = pod["metadata"]["uid"]
+        if GANG_LABEL in (pod["metadata"].get("labels") or {}):
+            self.store.pods[uid] = pod
+        else:
+            self.store.pods.pop(uid, None)
+
+    def remove(self, uid: str) -> None:
+        self.store.pods.pop(uid, None)
+
+    def replace_all(self, pods: list[JSON]) -> None:
+        self.store.pods.clear()
+        for pod in pods:
+            self.upsert(pod)
+
+
 def timestamp(value: str | None) -> float:
     if not value:
         return 0.0

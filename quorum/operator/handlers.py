@@ -1,5 +1,6 @@
 """kopf, used only for watching: `on.event` handlers that keep the Store current and wake the
-scheduling loop, plus start-up and clean-up of quorum's own tasks. No on.create/update/delete,
+scheduling loop, plus start-up and clean-up of quorum's own tasks. Pods are not among them: they
+come through quorum's own watch (`quorum/k8s/podwatch.py` says why). No on.create/update/delete,
 no timers or daemons, no posting: kopf writes nothing to any object (DESIGN.md). The handlers are
 `async`: kopf would run plain functions in a thread pool, one hop per event."""
 
@@ -14,8 +15,9 @@ import kopf
 from quorum.core.lifecycle import BackoffPolicy
 from quorum.k8s import reads
 from quorum.k8s.client import api_client
-from quorum.k8s.usage import BoundPods, watch_bound_pods
-from quorum.operator.gangs import GANG_LABEL, Store
+from quorum.k8s.podwatch import watch_pods
+from quorum.k8s.usage import BoundPods
+from quorum.operator.gangs import GangPods, Store
 from quorum.operator.leader import LeaseSettings, lead
 from quorum.operator.loop import GangLoop, LoopSettings, planner_settings
 from quorum.operator.settings import OperatorSettings
@@ -83,7 +85,6 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.enabled = False  # no Events from kopf; quorum posts its own, per gang
     settings.persistence.diffbase_storage = NoDiffBase()  # nothing to diff, nothing to store
     settings.persistence.progress_storage = NoProgress()
-    settings.watching.label_selectors["v1", "pods"] = GANG_LABEL  # gang pods only, server-side
     settings.watching.server_timeout = 300
     config = OperatorSettings.from_env()
     api = await api_client()
@@ -110,7 +111,9 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         ),
     )
     LOOP.append(loop)
-    TASKS.append(asyncio.create_task(watch_bound_pods(api, bound, loop.wake), name="bound-pods"))
+    # Pods come through quorum's own watch, not kopf's (quorum/k8s/podwatch.py says why).
+    pods = watch_pods(api, [GangPods(STORE), bound], bound.synced, loop.wake)
+    TASKS.append(asyncio.create_task(pods, name="pods"))
     lease = LeaseSettings.for_duration(config.namespace, config.lease_seconds)
     TASKS.append(asyncio.create_task(lead(api, loop.run, lease), name="leader-election"))
 
@@ -120,11 +123,6 @@ async def stop(**_: Any) -> None:
     for task in TASKS:
         task.cancel()
     await asyncio.gather(*TASKS, return_exceptions=True)
-
-
-@kopf.on.event("v1", "pods")
-async def pod_event(event: kopf.RawEvent, uid: str, **_: Any) -> None:
-    _apply(STORE.pods, uid, event)
 
 
 @kopf.on.event("v1", "nodes")

@@ -1,7 +1,7 @@
 """The scheduling loop: quorum's own asyncio task (not a kopf handler).
 
-Each pass takes a snapshot (gang pods, nodes and groups from the kopf watches; usage from the
-bound-pod watch; reservations of pods released but not yet bound), recovers gangs whose release
+Each pass takes a snapshot (nodes and groups from the kopf watches; gang pods and the usage of
+bound pods from the pod watch; reservations of pods released but not yet bound), recovers gangs whose release
 timed out (`recovery.py`), plans the gangs not backing off, releases what fits — decision
 recorded on the Gang object first, then one conditional patch per pod — and writes the status of
 every gang and its group when it changed (`status.py`). Events: one per gang when it is
@@ -152,7 +152,8 @@ class GangLoop:
 
     def used(self) -> dict[str, dict[str, int]]:
         """Bound pods plus reservations. A reservation ends only when the bound-pod index shows
-        that pod bound (or the pod is gone); otherwise the two watches race and over-commit."""
+        that pod bound (or the pod is gone): the pod's release patch is seen before its binding, and
+        in between its capacity would be counted nowhere."""
         for uid in [u for u in self.reserved if u in self.bound.pods or u not in self.store.pods]:
             self.changed_nodes.add(self.reserved.pop(uid)[0])
         used = dict(self.bound.used)  # read only: the planner never changes what it is given

@@ -256,6 +256,43 @@ async def test_only_quorum_removes_the_quorum_gate(
     await check_gate_protection(cluster, api, namespace)
 
 
+async def check_backstop_rules(api: client.ApiClient, namespace: str) -> None:
+    """Each rule of the backstop policy, and the pods it lets through, by server-side dry runs
+    while the mutating webhook is down (its matchConditions repeat the rules, negated)."""
+    gate = [{"name": GATE}]
+    group = {"pod-group.scheduling.sigs.k8s.io": "pg"}
+    cases: list[tuple[dict[str, Any], dict[str, Any], str | None]] = [
+        # (labels, spec beyond the container, what the denial says, or None: allowed)
+        ({}, {}, None),
+        (group, {}, "quorum-webhooks did not process it"),
+        ({"scheduling.x-k8s.io/pod-group": "pg"}, {"schedulerName": "default-scheduler"}, "did not process"),
+        (group, {"schedulerName": "my-scheduler"}, None),
+        (group | {GATE: "pg-pg"}, {"schedulingGates": gate}, None),
+        ({}, {"schedulingGates": gate}, "a pod carries it only as a member of a gang"),
+        ({}, {"schedulerName": "cw-coscheduler"}, "is not a scheduler in this cluster"),
+        (
+            {GATE: "pg-pg"} | group,
+            {"schedulingGates": gate, "schedulerName": "coscheduler"},
+            "is not a scheduler",
+        ),
+    ]
+    core = client.CoreV1Api(api)
+    for i, (labels, spec, denial) in enumerate(cases):
+        body = {
+            "metadata": {"name": f"probe-{i}", "labels": labels},
+            "spec": {**spec, "containers": [container()]},
+        }
+        if denial is None:
+            await core.create_namespaced_pod(namespace, body, dry_run="All")
+            continue
+        with pytest.raises(ApiException) as denied:
+            await core.create_namespaced_pod(namespace, body, dry_run="All")
+        assert "quorum-gang-backstop" in str(denied.value.body) and denial in str(denied.value.body), (
+            labels,
+            spec,
+        )
+
+
 async def test_with_the_webhook_server_down_gates_stay_protected_and_gang_pods_wait(
     start_instance: Callable[..., Instance],
 ) -> None:
@@ -291,6 +328,7 @@ async def test_with_the_webhook_server_down_gates_stay_protected_and_gang_pods_w
             )
         assert "failed calling webhook" in str(closed.value.body)
 
+        await check_backstop_rules(api, "work")
         # Backstop: gang pods the webhook did not see are refused, so none bypasses quorum...
         await create_podgroup(api, "work", "pg1", 2)
         manifest = yaml.safe_load_all((EXAMPLES / "seed-001-coscheduler/podgroup-pause.yaml").read_text())

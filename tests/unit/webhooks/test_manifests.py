@@ -63,6 +63,19 @@ def test_gate_protection_matches_pods_exactly() -> None:
     ]
 
 
+def test_gate_protection_lets_quorum_through_in_its_match_conditions() -> None:
+    """No parameter object (a missing one would deny every pod update), and the operator's own
+    releases are settled by the match conditions alone (the validation is reached only by a
+    removal nobody may make)."""
+    policy, binding = docs("40-gate-protection.yaml")
+    assert policy["kind"] == "ValidatingAdmissionPolicy"
+    assert "paramKind" not in policy["spec"] and "paramRef" not in binding["spec"]
+    conditions = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
+    assert "system:serviceaccount:quorum-system:quorum-operator" in conditions
+    assert "quorum:break-glass" in conditions
+    assert [v["expression"] for v in policy["spec"]["validations"]] == ["false"]
+
+
 def test_local_registration_uses_urls_and_the_ca() -> None:
     configs = local_webhook_configurations(
         (MANIFESTS / "30-webhook-configurations.yaml").read_text(), "https://127.0.0.1:9443", b"PEM"

@@ -1,0 +1,58 @@
+"""The indexes fed by the operator's one pod watch: the Store's gang pods and bound pods' usage."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quorum.k8s.usage import BoundPods
+from quorum.operator.gangs import JSON, GangPods, Store
+
+
+def pod(uid: str, *, gang: str | None = None, node: str | None = None, phase: str = "Pending") -> JSON:
+    labels = {"quorum.dev/gang": gang} if gang else {"app": "web"}
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+    if node:
+        spec["nodeName"] = node
+    return {"metadata": {"uid": uid, "labels": labels}, "spec": spec, "status": {"phase": phase}}
+
+
+def test_gang_pods_keeps_only_gang_pods() -> None:
+    store = Store()
+    index = GangPods(store)
+    index.upsert(pod("a", gang="g"))
+    index.upsert(pod("b"))
+    assert set(store.pods) == {"a"}
+    index.upsert(pod("a", gang="g", node="n1"))
+    assert store.pods["a"]["spec"]["nodeName"] == "n1"
+    index.remove("a")
+    assert store.pods == {}
+
+
+def test_gang_pods_relist_replaces_everything() -> None:
+    store = Store()
+    index = GangPods(store)
+    index.upsert(pod("gone", gang="g"))
+    index.replace_all([pod("a", gang="g"), pod("b")])
+    assert set(store.pods) == {"a"}
+
+
+def test_bound_pods_counts_bound_non_terminal_pods() -> None:
+    bound = BoundPods()
+    bound.upsert(pod("a", gang="g"))  # gated or pending: uses nothing yet
+    assert bound.used == {}
+    bound.upsert(pod("a", gang="g", node="n1"))
+    bound.upsert(pod("b", node="n1", phase="Running"))
+    assert bound.used["n1"]["cpu"] == 2000
+    bound.upsert(pod("b", node="n1", phase="Succeeded"))
+    assert bound.used["n1"]["cpu"] == 1000 and "b" not in bound.pods
+
+
+def test_a_running_pods_status_change_leaves_its_node_clean() -> None:
+    bound = BoundPods()
+    bound.upsert(pod("a", node="n1"))
+    bound.take_dirty()
+    bound.take_dirty()
+    bound.upsert(pod("a", node="n1", phase="Running"))
+    assert bound.take_dirty() == set()
+    bound.remove("a")
+    assert bound.take_dirty() == {"n1"}
