@@ -55,6 +55,16 @@ WEBHOOKS: tuple[Webhook, ...] = (
         (cpu_toleration.mutate, gang_gate.mutate),
         OnError.ALLOW,
     ),
+    # Pods' labels and quorum keys in one webhook: one matchConditions evaluation (one conversion
+    # of the pod by the apiserver) per pod create and update, not one per policy.
+    Webhook(
+        "validate-pods",
+        "/validate/pods",
+        False,
+        frozenset({"Pod"}),
+        (reserved_labels.validate, quorum_labels.validate),
+        OnError.DENY,
+    ),
     Webhook(
         "validate-reserved-labels",
         "/validate/reserved-labels",

@@ -466,8 +466,8 @@ async def test_a_gang_pod_is_validated_at_creation_only_when_it_carries_more_tha
         )
         return done.stderr
 
-    before = webhook_calls(cluster, "validate-gangs")
+    before = webhook_calls(cluster, "validate-pods")
     assert pod("plain", {}) == ""
-    assert webhook_calls(cluster, "validate-gangs") == before, "an ordinary gang pod: one webhook call"
+    assert webhook_calls(cluster, "validate-pods") == before, "an ordinary gang pod: one webhook call"
     assert "quorum.dev/extra" in pod("extra", {"quorum.dev/extra": "x"})
-    assert webhook_calls(cluster, "validate-gangs") == before + 1, "an unknown quorum.dev key is checked"
+    assert webhook_calls(cluster, "validate-pods") == before + 1, "an unknown quorum.dev key is checked"
