@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+import orjson
 from kubernetes_asyncio import client, watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -23,10 +24,26 @@ log = logging.getLogger("quorum.k8s.podwatch")
 
 class RawWatch(watch.Watch):
     """A watch whose events carry plain JSON only: the stock one also turns every object into
-    a model (V1Pod), which costs more than everything quorum does with the event."""
+    a model (V1Pod), which costs more than everything quorum does with the event. Objects are
+    parsed with orjson: parsing was a quarter of the operator's CPU with the standard library's
+    json (py-spy, throughput benchmark)."""
 
     def get_return_type(self, func: object) -> str:
         return ""
+
+    def unmarshal_event(self, data: str | bytes, response_type: str | None) -> Any:
+        try:
+            event = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return data
+        if not isinstance(event, dict):
+            return data
+        obj = event.get("object")
+        if event.get("type") in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict):
+            event["raw_object"] = obj
+            self.resource_version = (obj.get("metadata") or {}).get("resourceVersion", self.resource_version)
+            return event
+        return super().unmarshal_event(data, response_type)  # errors, bookmarks: the stock way
 
 
 class PodIndex(Protocol):

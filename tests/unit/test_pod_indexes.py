@@ -1,9 +1,15 @@
-"""The indexes fed by the operator's one pod watch: the Store's gang pods and bound pods' usage."""
+"""The operator's one pod watch: its event parsing, and the indexes it feeds (the Store's gang
+pods, bound pods' usage)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from quorum.k8s.podwatch import RawWatch
 from quorum.k8s.usage import BoundPods
 from quorum.operator.gangs import JSON, GangPods, Store
 
@@ -56,3 +62,20 @@ def test_a_running_pods_status_change_leaves_its_node_clean() -> None:
     assert bound.take_dirty() == set()
     bound.remove("a")
     assert bound.take_dirty() == {"n1"}
+
+
+async def test_watch_events_are_plain_json_with_their_resource_version() -> None:
+    watch = RawWatch()
+    obj = pod("a", gang="g") | {"kind": "Pod"}
+    obj["metadata"]["resourceVersion"] = "42"
+    event = watch.unmarshal_event(json.dumps({"type": "MODIFIED", "object": obj}), "")
+    assert event["raw_object"] == obj and event["type"] == "MODIFIED"
+    assert watch.resource_version == "42"
+    bookmark = {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "50"}}}
+    assert watch.unmarshal_event(json.dumps(bookmark), "")["type"] == "BOOKMARK"
+    assert watch.resource_version == "50"
+    assert watch.unmarshal_event("not json", "") == "not json"
+    gone = {"type": "ERROR", "object": {"code": 410, "reason": "Expired", "message": "too old"}}
+    with pytest.raises(ApiException) as expired:
+        watch.unmarshal_event(json.dumps(gone), "")
+    assert expired.value.status == 410
