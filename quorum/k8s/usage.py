@@ -1,6 +1,6 @@
 """What every bound, non-terminal pod uses, per node: the planner's view of occupied capacity.
 
-Fed by the operator's pod watch (`quorum/k8s/podwatch.py`) with every pod; only bound pods that
+Fed by the operator's pod watch (`quorum/k8s/watch.py`) with every pod; only bound pods that
 are neither Succeeded nor Failed count, and only what the planner needs is kept: for each pod
 uid, its node and effective requests; for each node, the sum.
 """
@@ -42,6 +42,9 @@ class BoundPods:
         self.pods[uid] = (node, requests)
         self.used[node] = add(self.used.get(node, {}), requests)
         self._mark(node)
+
+    def delete(self, pod: dict[str, Any]) -> None:
+        self.remove(pod["metadata"]["uid"])
 
     def remove(self, uid: str) -> None:
         old = self.pods.pop(uid, None)

@@ -4,6 +4,7 @@ gang, its group object, its minMember, its counters and its status. Pure functio
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections import defaultdict
 from collections.abc import Mapping
@@ -37,12 +38,13 @@ class Store:
     gangs: dict[tuple[str, str], JSON] = field(default_factory=dict)  # (ns, name) -> Gang object
     # Whether the cluster serves Kubernetes 1.36's PodGroup (scheduling.k8s.io/v1alpha2).
     workload_api: bool = True
+    nodes_synced: asyncio.Event = field(default_factory=asyncio.Event)  # the node watch has listed
 
 
 @dataclass
 class GangPods:
     """The Store's gang pods (those with the quorum.dev/gang label), as an index of the
-    operator's pod watch (`quorum/k8s/podwatch.py`), which sees every pod."""
+    operator's pod watch (`quorum/k8s/watch.py`), which sees every pod."""
 
     store: Store
 
@@ -53,13 +55,31 @@ class GangPods:
         else:
             self.store.pods.pop(uid, None)
 
-    def remove(self, uid: str) -> None:
-        self.store.pods.pop(uid, None)
+    def delete(self, pod: JSON) -> None:
+        self.store.pods.pop(pod["metadata"]["uid"], None)
 
     def replace_all(self, pods: list[JSON]) -> None:
         self.store.pods.clear()
         for pod in pods:
             self.upsert(pod)
+
+
+@dataclass
+class StoreNodes:
+    """The Store's nodes, as the index of the operator's node watch (`quorum/k8s/watch.py`)."""
+
+    store: Store
+
+    def upsert(self, node: JSON) -> None:
+        self.store.nodes[node["metadata"]["name"]] = node
+
+    def delete(self, node: JSON) -> None:
+        self.store.nodes.pop(node["metadata"]["name"], None)
+
+    def replace_all(self, nodes: list[JSON]) -> None:
+        self.store.nodes.clear()
+        for node in nodes:
+            self.upsert(node)
 
 
 def timestamp(value: str | None) -> float:

@@ -1,8 +1,9 @@
 """kopf, used only for watching: `on.event` handlers that keep the Store current and wake the
-scheduling loop, plus start-up and clean-up of quorum's own tasks. Pods are not among them: they
-come through quorum's own watch (`quorum/k8s/podwatch.py` says why). No on.create/update/delete,
-no timers or daemons, no posting: kopf writes nothing to any object (DESIGN.md). The handlers are
-`async`: kopf would run plain functions in a thread pool, one hop per event."""
+scheduling loop, plus start-up and clean-up of quorum's own tasks. Pods and nodes are not among
+them: they come through quorum's own watches (`quorum/k8s/watch.py` says why). No
+on.create/update/delete, no timers or daemons, no posting: kopf writes nothing to any object
+(DESIGN.md). The handlers are `async`: kopf would run plain functions in a thread pool, one hop
+per event."""
 
 from __future__ import annotations
 
@@ -11,13 +12,14 @@ import logging
 from typing import Any
 
 import kopf
+from kubernetes_asyncio import client
 
 from quorum.core.lifecycle import BackoffPolicy
 from quorum.k8s import reads
 from quorum.k8s.client import api_client
-from quorum.k8s.podwatch import watch_pods
 from quorum.k8s.usage import BoundPods
-from quorum.operator.gangs import GangPods, Store
+from quorum.k8s.watch import watch_objects
+from quorum.operator.gangs import GangPods, Store, StoreNodes
 from quorum.operator.leader import LeaseSettings, lead
 from quorum.operator.loop import GangLoop, LoopSettings, planner_settings
 from quorum.operator.settings import OperatorSettings
@@ -111,9 +113,12 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         ),
     )
     LOOP.append(loop)
-    # Pods come through quorum's own watch, not kopf's (quorum/k8s/podwatch.py says why).
-    pods = watch_pods(api, [GangPods(STORE), bound], bound.synced, loop.wake)
+    # Pods and nodes come through quorum's own watches, not kopf's (quorum/k8s/watch.py says why).
+    core = client.CoreV1Api(api)
+    pods = watch_objects(core.list_pod_for_all_namespaces, [GangPods(STORE), bound], bound.synced, loop.wake)
+    nodes = watch_objects(core.list_node, [StoreNodes(STORE)], STORE.nodes_synced, loop.wake)
     TASKS.append(asyncio.create_task(pods, name="pods"))
+    TASKS.append(asyncio.create_task(nodes, name="nodes"))
     lease = LeaseSettings.for_duration(config.namespace, config.lease_seconds)
     TASKS.append(asyncio.create_task(lead(api, loop.run, lease), name="leader-election"))
 
@@ -123,11 +128,6 @@ async def stop(**_: Any) -> None:
     for task in TASKS:
         task.cancel()
     await asyncio.gather(*TASKS, return_exceptions=True)
-
-
-@kopf.on.event("v1", "nodes")
-async def node_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
-    _apply(STORE.nodes, name, event)
 
 
 @kopf.on.event("scheduling.sigs.k8s.io", "v1alpha1", "podgroups")

@@ -1,11 +1,11 @@
 """The scheduling loop: quorum's own asyncio task (not a kopf handler).
 
-Each pass takes a snapshot (nodes and groups from the kopf watches; gang pods and the usage of
-bound pods from the pod watch; reservations of pods released but not yet bound), recovers gangs whose release
-timed out (`recovery.py`), plans the gangs not backing off, releases what fits — decision
-recorded on the Gang object first, then one conditional patch per pod — and writes the status of
-every gang and its group when it changed (`status.py`). Events: one per gang when it is
-released, and one when the reason it is held changes.
+Each pass takes a snapshot (groups from the kopf watches; gang pods, the usage of bound pods
+and nodes from quorum's own watches; reservations of pods released but not yet bound),
+recovers gangs whose release timed out (`recovery.py`), plans the gangs not backing off,
+releases what fits — decision recorded on the Gang object first, then one conditional patch per
+pod — and writes the status of every gang and its group when it changed (`status.py`).
+Events: one per gang when it is released, and one when the reason it is held changes.
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ class GangLoop:
         """Act while this replica leads: resume from what the API shows, then plan on every change
         (and at least every `resync_seconds`)."""
         await self.bound.synced.wait()
+        await self.store.nodes_synced.wait()
         self.resume()
         while True:
             wait = self.settings.resync_seconds

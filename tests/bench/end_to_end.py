@@ -35,7 +35,7 @@ from kubernetes_asyncio import client
 
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.config import ClusterSpec
-from quorum.k8s.podwatch import RawWatch
+from quorum.k8s.watch import RawWatch
 from tests.kube import api_client, assert_no_overcommit, create_namespace, create_podgroup, eventually
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"

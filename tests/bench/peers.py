@@ -56,7 +56,7 @@ from quorum.devcluster.coscheduler import (
     ensure_coscheduler,
     start_coscheduler,
 )
-from quorum.k8s.podwatch import RawWatch
+from quorum.k8s.watch import RawWatch
 from tests.bench import peer_report
 from tests.bench.gang_metrics import PodRecord, gang_report, permit_waits
 from tests.bench.peer_workloads import (

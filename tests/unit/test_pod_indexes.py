@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.k8s.podwatch import RawWatch
 from quorum.k8s.usage import BoundPods
-from quorum.operator.gangs import JSON, GangPods, Store
+from quorum.k8s.watch import RawWatch
+from quorum.operator.gangs import JSON, GangPods, Store, StoreNodes
 
 
 def pod(uid: str, *, gang: str | None = None, node: str | None = None, phase: str = "Pending") -> JSON:
@@ -30,7 +30,7 @@ def test_gang_pods_keeps_only_gang_pods() -> None:
     assert set(store.pods) == {"a"}
     index.upsert(pod("a", gang="g", node="n1"))
     assert store.pods["a"]["spec"]["nodeName"] == "n1"
-    index.remove("a")
+    index.delete(pod("a", gang="g"))
     assert store.pods == {}
 
 
@@ -79,3 +79,14 @@ async def test_watch_events_are_plain_json_with_their_resource_version() -> None
     with pytest.raises(ApiException) as expired:
         watch.unmarshal_event(json.dumps(gone), "")
     assert expired.value.status == 410
+
+
+def test_store_nodes_by_name() -> None:
+    store = Store()
+    index = StoreNodes(store)
+    node = {"metadata": {"name": "n1", "uid": "u1"}, "status": {}}
+    index.upsert(node)
+    index.replace_all([node, {"metadata": {"name": "n2", "uid": "u2"}}])
+    assert set(store.nodes) == {"n1", "n2"}
+    index.delete(node)
+    assert set(store.nodes) == {"n2"}

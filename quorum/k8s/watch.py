@@ -1,25 +1,28 @@
-"""The operator's one watch of pods: a kubernetes-asyncio list+watch of every pod, each event
-handed to the indexes that want it (the gang pods of the Store, the usage of bound pods).
+"""quorum's own list+watch of pods and nodes (kubernetes-asyncio, plain JSON): each event is
+handed to the indexes that want it (the gang pods of the Store and the usage of bound pods; the
+Store's nodes).
 
-One watch, not kopf's of gang pods plus one of bound pods: a gang pod's binding and status
+Pods: one watch, not kopf's of gang pods plus one of bound pods: a gang pod's binding and status
 changes came twice (the apiserver sent them twice, the operator parsed them twice), and kopf's
 per-event processing was two fifths of the operator's CPU in the throughput benchmark
 (docs/benchmarks.md). A label selector cannot say "gang pods or bound pods", so the watch takes
-every pod and the indexes keep what they need.
+every pod and the indexes keep what they need. Nodes: the same kind of watch, so that a node's
+change reaches the planner as fast as a pod's (behind kopf's slower processing, a node that had
+just become Ready could be missed by the plan of a gang whose pods came right after it).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 import orjson
-from kubernetes_asyncio import client, watch
+from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
-log = logging.getLogger("quorum.k8s.podwatch")
+log = logging.getLogger("quorum.k8s.watch")
 
 
 class RawWatch(watch.Watch):
@@ -46,30 +49,31 @@ class RawWatch(watch.Watch):
         return super().unmarshal_event(data, response_type)  # errors, bookmarks: the stock way
 
 
-class PodIndex(Protocol):
-    """What the watch feeds: every pod it sees (an index keeps those it wants), removals by uid,
-    and the whole listing after a (re)list."""
+class Index(Protocol):
+    """What a watch feeds: every object it sees (an index keeps those it wants), deletions, and
+    the whole listing after a (re)list."""
 
-    def upsert(self, pod: dict[str, Any]) -> None: ...
+    def upsert(self, obj: dict[str, Any]) -> None: ...
 
-    def remove(self, uid: str) -> None: ...
+    def delete(self, obj: dict[str, Any]) -> None: ...
 
-    def replace_all(self, pods: list[dict[str, Any]]) -> None: ...
+    def replace_all(self, objs: list[dict[str, Any]]) -> None: ...
 
 
-async def watch_pods(
-    api: client.ApiClient,
-    indexes: Sequence[PodIndex],
+async def watch_objects(
+    list_call: Callable[..., Awaitable[Any]],
+    indexes: Sequence[Index],
     synced: asyncio.Event,
     on_change: Callable[[], None],
 ) -> None:
-    """Keep `indexes` current until cancelled; set `synced` after the first listing; relist when
-    the watch expires (410 Gone)."""
-    core = client.CoreV1Api(api)
+    """Keep `indexes` current with the objects `list_call` (a kubernetes-asyncio list of a
+    cluster-wide resource) lists, until cancelled; set `synced` after the first listing; relist
+    when the watch expires (410 Gone)."""
+    what = getattr(list_call, "__name__", "objects")
     backoff = 0.5
     while True:
         try:
-            response: Any = await core.list_pod_for_all_namespaces(_preload_content=False)
+            response: Any = await list_call(_preload_content=False)
             listing = await response.json()
             for index in indexes:
                 index.replace_all(listing["items"])
@@ -79,10 +83,7 @@ async def watch_pods(
             backoff = 0.5
             while True:
                 stream = RawWatch().stream(
-                    core.list_pod_for_all_namespaces,
-                    resource_version=version,
-                    timeout_seconds=300,
-                    allow_watch_bookmarks=True,
+                    list_call, resource_version=version, timeout_seconds=300, allow_watch_bookmarks=True
                 )
                 async with stream as events:
                     async for event in events:
@@ -92,21 +93,17 @@ async def watch_pods(
                         version = raw["metadata"].get("resourceVersion", version)
                         if event["type"] == "BOOKMARK":
                             continue
-                        if event["type"] == "DELETED":
-                            for index in indexes:
-                                index.remove(raw["metadata"]["uid"])
-                        else:
-                            for index in indexes:
-                                index.upsert(raw)
+                        for index in indexes:
+                            (index.delete if event["type"] == "DELETED" else index.upsert)(raw)
                         on_change()
         except asyncio.CancelledError:
             raise
         except ApiException as err:
             if err.status != 410:
-                log.warning("pod watch failed (%s); retrying in %.1fs", err.reason, backoff)
+                log.warning("%s watch failed (%s); retrying in %.1fs", what, err.reason, backoff)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 30)
         except Exception:
-            log.exception("pod watch failed; retrying in %.1fs", backoff)
+            log.exception("%s watch failed; retrying in %.1fs", what, backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, 30)
