@@ -23,7 +23,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.config import ClusterSpec
 from quorum.devcluster.nodes import TestPool
-from tests.kube import api_client, create_namespace, eventually
+from tests.kube import api_client, create_namespace, create_pool_nodes
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -103,18 +103,7 @@ async def test_pool(cluster: Instance, request: pytest.FixtureRequest) -> AsyncI
         name = f"tp-{secrets.token_hex(3)}"
         pool = TestPool(name, count, capacity, labels, racks)
         pools.append(pool)
-        for node in pool.nodes:
-            await core.create_node(node)
-
-        async def all_ready() -> bool:
-            ready = 0
-            for node_name in pool.names:
-                node = await core.read_node(node_name)
-                conditions = node.status.conditions or []
-                ready += any(c.type == "Ready" and c.status == "True" for c in conditions)
-            return ready == count
-
-        await eventually(all_ready, timeout=60, what=f"nodes of pool {name} Ready")
+        await create_pool_nodes(platform, pool)
         return pool
 
     async with platform:

@@ -14,6 +14,8 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.quantity import parse_quantity
+from quorum.devcluster.cluster import node_is_ready
+from quorum.devcluster.nodes import TestPool
 from quorum.k8s.client import without_per_request_env_lookups
 
 T = TypeVar("T")
@@ -120,11 +122,24 @@ async def raw_json(coro: Awaitable[Any]) -> Any:
     return await response.json()
 
 
+async def create_pool_nodes(api: client.ApiClient, pool: TestPool) -> None:
+    """Register the pool's nodes (as the platform) and wait until a scheduler can use them."""
+    core = client.CoreV1Api(api)
+    for node in pool.nodes:
+        await core.create_node(node)
+
+    async def all_ready() -> bool:
+        nodes = [api.sanitize_for_serialization(await core.read_node(name)) for name in pool.names]
+        return all(node_is_ready(node) for node in nodes)
+
+    await eventually(all_ready, timeout=60, what=f"nodes of pool {pool.name} Ready and untainted")
+
+
 async def create_namespace(api: client.ApiClient, name: str, labels: dict[str, str] | None = None) -> None:
     """Create a namespace and wait for its default ServiceAccount: the ServiceAccount admission
     plugin refuses pods until the controller has made it."""
     core = client.CoreV1Api(api)
-    await core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})  # type: ignore[arg-type]
+    await core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})
 
     async def default_service_account() -> bool:
         try:

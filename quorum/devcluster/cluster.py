@@ -398,6 +398,15 @@ def kwok_stages(built: Path) -> list[Path]:
     return sorted([*ours.values(), *(p for p in built.glob("*.yaml") if p.name not in ours)])
 
 
+# Taints the node lifecycle controller keeps on a node until it has seen the node Ready; it
+# lifts them a moment (longer under load) after kwok reports Ready.
+CONDITION_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
+
+
 def node_is_ready(node: dict[str, Any]) -> bool:
+    """Ready, and no longer tainted not-ready: until then no scheduler and no plan uses it."""
     conditions = node.get("status", {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    taints = node.get("spec", {}).get("taints") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions) and not any(
+        t.get("key") in CONDITION_TAINTS for t in taints
+    )

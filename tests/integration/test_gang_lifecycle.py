@@ -24,6 +24,7 @@ from tests.kube import (
     assert_no_overcommit,
     create_namespace,
     create_podgroup,
+    create_pool_nodes,
     eventually,
     raw_json,
 )
@@ -66,18 +67,7 @@ async def make_pool(life: Instance, count: int) -> TestPool:
     pool = TestPool(f"tp-{secrets.token_hex(3)}", count)
     platform = await api_client(life.kubeconfig("platform"))
     async with platform:
-        core = client.CoreV1Api(platform)
-        for node in pool.nodes:
-            await core.create_node(node)
-
-        async def ready() -> bool:
-            nodes = [await core.read_node(n) for n in pool.names]
-            return all(
-                any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
-                for n in nodes
-            )
-
-        await eventually(ready, timeout=60, what=f"pool {pool.name} Ready")
+        await create_pool_nodes(platform, pool)
     return pool
 
 
