@@ -356,12 +356,8 @@ class GangLoop:
             for pod, node in release.placement
         ]
         # The decision first: a restarted operator continues this plan instead of making another.
-        await writes.patch_gang_status(
-            self.api,
-            view.namespace,
-            view.name,
-            {"admission": {"attempt": attempt, "time": writes.now(), "placement": placement}},
-        )
+        admission = {"attempt": attempt, "time": writes.now(), "placement": placement}
+        recorded = await self.records.record_release(view, gang, admission, len(placement))
 
         async def one(pod_uid: str, node: Node) -> bool:
             async with self.semaphore:
@@ -369,7 +365,11 @@ class GangLoop:
                 self.crash_hook(ok)
                 return ok
 
-        results = await asyncio.gather(*(one(p.uid, n) for p, n in release.placement))
+        # The group's status (it says the gang is being scheduled) beside the pods' releases.
+        _, results = await asyncio.gather(
+            self.records.write_group_released(view, recorded),
+            asyncio.gather(*(one(p.uid, n) for p, n in release.placement)),
+        )
         done = 0
         for (pod, node), ok in zip(release.placement, results, strict=True):
             if ok:

@@ -45,8 +45,24 @@ class StatusPacing:
         self.written_at[key] = now
         return True
 
+    def mark_written(self, key: tuple[str, str], now: float) -> None:
+        """A write that is never deferred (a release's decision) starts the interval too."""
+        self.written_at[key] = now
+
     def forget(self, key: tuple[str, str]) -> None:
         self.written_at.pop(key, None)
+
+
+@dataclass(frozen=True)
+class GangStatus:
+    """What a gang's status says: its counters, phase, and the body written (without times)."""
+
+    counts: dict[str, int]
+    phase: str
+    wanted: JSON
+
+
+Recorded = tuple[GangStatus, list[JSON], str]  # a status written: with its conditions' times, when
 
 
 class GangRecords:
@@ -173,22 +189,46 @@ class GangRecords:
             },
         ]
 
-    async def write(self, view: GangView, hold: Hold | None, released_now: int) -> None:
+    def compose(self, view: GangView, gang: JSON, hold: Hold | None, released_now: int) -> GangStatus:
         counts = view.counts()
         counts["released"] += released_now  # released in this pass: not yet seen by the watch
         counts["gated"] -= released_now
         gang_phase = phase(view, counts)
+        conditions = self.conditions(view, gang, hold, counts)
+        return GangStatus(counts, gang_phase, {"phase": gang_phase, **counts, "conditions": conditions})
+
+    async def record_release(self, view: GangView, gang: JSON, admission: JSON, planned: int) -> Recorded:
+        """The decision (`status.admission`, what a restarted operator continues) in one write
+        with the status the gang has once its `planned` pods are released; what was written, for
+        `write_group_released`. The pass's `write` then finds nothing new to write unless a
+        release failed."""
+        status = self.compose(view, gang, None, planned)
+        stamp = writes.now()
+        timed = self.timed(view.key, status.wanted["conditions"], stamp)
+        self.pacing.mark_written(view.key, time.monotonic())
+        body = {**status.wanted, "conditions": timed, "admission": admission}
+        await writes.patch_gang_status(self.api, view.namespace, view.name, body)
+        self.written[view.key] = status.wanted
+        return status, timed, stamp
+
+    async def write_group_released(self, view: GangView, recorded: Recorded) -> None:
+        """The group's status as `record_release` wrote the Gang's (beside the pods' releases)."""
+        status, timed, stamp = recorded
+        await self.write_group(view, status.counts, status.phase, timed, stamp)
+
+    async def write(self, view: GangView, hold: Hold | None, released_now: int) -> None:
         await self.tell_waiting(view)
         if view.group is None and view.waiting:
             return  # no Gang object until its group exists
         gang = await self.ensure_gang(view)
         await self.warn_unmodeled(view, gang)
-        conditions = self.conditions(view, gang, hold, counts)
-        wanted = {"phase": gang_phase, **counts, "conditions": conditions}
+        status = self.compose(view, gang, hold, released_now)
+        counts, gang_phase, wanted = status.counts, status.phase, status.wanted
         if self.written.get(view.key) == wanted:
             return  # unchanged: no write
         stamp = writes.now()
-        timed = self.timed(view.key, conditions, stamp)  # the transition's own time, even if deferred
+        # The transition's own time, even if the write is deferred.
+        timed = self.timed(view.key, wanted["conditions"], stamp)
         if not self.pacing.may_write(view.key, time.monotonic()):
             return  # a pass at `pacing.next_due` writes it, with the state then
         self.written[view.key] = wanted
