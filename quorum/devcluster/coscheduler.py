@@ -61,31 +61,23 @@ PLUGIN_DIR = "pkg/coscheduling"
 OLD_FRAMEWORK = "k8s.io/kubernetes/pkg/scheduler/framework"
 STAGING_FRAMEWORK = "k8s.io/kube-scheduler/framework"
 
-MAIN_GO = """// cw-coscheduler: kube-scheduler with scheduler-plugins' Coscheduling plugin only.
-package main
-
-import (
-\t"os"
-
-\t"k8s.io/component-base/cli"
-\t_ "k8s.io/component-base/metrics/prometheus/clientgo"
-\t"k8s.io/kubernetes/cmd/kube-scheduler/app"
-
-\t_ "sigs.k8s.io/scheduler-plugins/apis/config/scheme"
-\t"sigs.k8s.io/scheduler-plugins/pkg/coscheduling"
-)
-
-func main() {
-\tcommand := app.NewSchedulerCommand(app.WithPlugin(coscheduling.Name, coscheduling.New))
-\tos.Exit(cli.Run(command))
-}
-"""
+# scheduler-plugins' PodGroup controller, as its chart runs it beside the scheduler: it writes
+# the PodGroups' status (phase, running, succeeded, ...). Upstream's main also starts the
+# ElasticQuota controller (whose CRD this comparison does not install) and drops its --qps and
+# --burst (it builds the manager from a fresh config); this one runs the PodGroup controller
+# alone, with the client QPS/burst it is given.
+CONTROLLER_NAME = "cw-coscheduler-controller"
+SOURCES = Path(__file__).parent / "data" / "cw-coscheduler"  # the two main packages (Go)
 
 
 @dataclass(frozen=True)
 class CoschedulerBuild:
     binary: Path
     crd: Path
+    controller: Path
+
+    def exists(self) -> bool:
+        return all(p.exists() for p in (self.binary, self.crd, self.controller))
 
 
 def build_module(cache: BinaryCache, staging_modules: list[str]) -> str:
@@ -146,8 +138,8 @@ def port_plugin(module: Path, kubernetes: Path, kube_scheduler: Path, into: Path
 def ensure_coscheduler(cache: BinaryCache, quiet: bool = False) -> CoschedulerBuild:
     """Build (once, cached beside the other binaries) and return the binary and its CRD."""
     out = cache.root / "scheduler-plugins" / f"{SCHEDULER_PLUGINS_VERSION}_{cache.pins.cache_key}"
-    done = CoschedulerBuild(out / SCHEDULER_NAME, out / "crd.yaml")
-    if done.binary.exists() and done.crd.exists():
+    done = CoschedulerBuild(out / SCHEDULER_NAME, out / "crd.yaml", out / CONTROLLER_NAME)
+    if done.exists():
         return done
     go = check_go()
     env = {**os.environ, "GOFLAGS": "-buildvcs=false -mod=mod"}
@@ -169,7 +161,7 @@ def ensure_coscheduler(cache: BinaryCache, quiet: bool = False) -> CoschedulerBu
         return proc.stdout
 
     with exclusive_lock(cache.root / "scheduler-plugins" / "build.lock"):
-        if done.binary.exists() and done.crd.exists():
+        if done.exists():
             return done
         work.mkdir(parents=True, exist_ok=True)
         if not quiet:
@@ -195,11 +187,15 @@ def ensure_coscheduler(cache: BinaryCache, quiet: bool = False) -> CoschedulerBu
             work / "scheduler-plugins",
         )
         (work / "go.mod").write_text(build_module(cache, staging))
-        (work / "main.go").write_text(MAIN_GO)
+        (work / "main.go").write_text((SOURCES / "scheduler.go").read_text())
+        (work / "controller").mkdir(exist_ok=True)
+        (work / "controller" / "main.go").write_text((SOURCES / "controller.go").read_text())
         go_run("mod", "tidy")
         out.mkdir(parents=True, exist_ok=True)
-        go_run("build", "-ldflags", "-s -w", "-o", str(done.binary.with_suffix(".partial")), ".")
+        for binary, package in ((done.controller, "./controller"), (done.binary, ".")):
+            go_run("build", "-ldflags", "-s -w", "-o", str(binary.with_suffix(".partial")), package)
         done.crd.write_text((Path(released["Dir"]) / CRD_PATH).read_text())
+        done.controller.with_suffix(".partial").rename(done.controller)
         done.binary.with_suffix(".partial").rename(done.binary)
     return done
 
@@ -254,13 +250,40 @@ def start_coscheduler(
         f"--feature-gates={state.spec.feature_gates_flag()}",
         f"--v={verbosity}",
     ]
-    log = instance.layout.log(SCHEDULER_NAME)
-    record = spawn(SCHEDULER_NAME, argv, log, root, dict(os.environ))
+    return run_until_healthy(instance, SCHEDULER_NAME, argv, root, f"https://127.0.0.1:{port}/healthz")
+
+
+def start_podgroup_controller(instance: Instance, built: CoschedulerBuild, workers: int = 1) -> ProcessRecord:
+    """Run scheduler-plugins' PodGroup controller as its chart does (one worker by default), with
+    the instance's client QPS/burst, as the admin."""
+    state = instance.state()
+    if state is None:
+        raise ClusterError(f"instance {instance.name!r} is not up")
+    root = instance.layout.root / CONTROLLER_NAME
+    root.mkdir(parents=True, exist_ok=True)
+    (port,) = free_ports(1)
+    argv = [
+        str(built.controller),
+        f"--kubeconfig={instance.kubeconfig('admin')}",
+        f"--qps={state.spec.client_qps}",
+        f"--burst={state.spec.client_burst}",
+        f"--workers={workers}",
+        f"--health-probe-bind-address=127.0.0.1:{port}",
+    ]
+    return run_until_healthy(instance, CONTROLLER_NAME, argv, root, f"http://127.0.0.1:{port}/healthz")
+
+
+def run_until_healthy(
+    instance: Instance, name: str, argv: list[str], root: Path, health: str
+) -> ProcessRecord:
+    """Start a process of the instance and wait (up to a minute) until its health URL answers."""
+    log = instance.layout.log(name)
+    record = spawn(name, argv, log, root, dict(os.environ))
     deadline = time.monotonic() + 60
-    while not probe(f"https://127.0.0.1:{port}/healthz"):
+    while not probe(health):
         if not is_alive(record) or time.monotonic() > deadline:
             stop([record])
-            raise ClusterError(f"{SCHEDULER_NAME} did not get healthy; last lines of {log}:\n{tail(log, 25)}")
+            raise ClusterError(f"{name} did not get healthy; last lines of {log}:\n{tail(log, 25)}")
         time.sleep(0.2)
     instance.adopt(record)
     return record

@@ -55,6 +55,7 @@ from quorum.devcluster.coscheduler import (
     SCHEDULER_NAME,
     ensure_coscheduler,
     start_coscheduler,
+    start_podgroup_controller,
 )
 from quorum.k8s.watch import RawWatch
 from tests.bench import peer_report
@@ -185,6 +186,7 @@ def start_instance(mode: str, scenario: Scenario, tmp: Path) -> tuple[Instance, 
         if mode == "coscheduling":
             # v=3: its Permit rejections are logged at 3 (needed for the time pods wait there).
             start_coscheduler(instance, built, verbosity=3 if scenario.name == "contention" else 0)
+            start_podgroup_controller(instance, built)  # as scheduler-plugins' chart runs it
         else:
             instance.kubectl("apply", "--server-side", "-f", str(built.crd))
             instance.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(built.crd))
