@@ -39,7 +39,10 @@ def why_not(pod: Pod, node: Node, settings: FitSettings) -> str | None:
     for key, value in pod.node_selector.items():
         if node.labels.get(key) != value:
             return f"nodeSelector {key}"
-    if pod.affinity and not any(all(r.matches(node.labels) for r in term) for term in pod.affinity):
+    # Terms are ORed, their requirements ANDed; an empty term selects no node (as in Kubernetes).
+    if pod.affinity and not any(
+        term and all(r.matches_node(node.name, node.labels) for r in term) for term in pod.affinity
+    ):
         return "node affinity"
     return None
 

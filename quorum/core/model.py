@@ -73,11 +73,17 @@ class Toleration:
 
 @dataclass(frozen=True, slots=True)
 class Requirement:
-    """One matchExpression of required node affinity."""
+    """One requirement of a required node affinity term: a matchExpression (on the node's
+    labels) or, with `field`, a matchField (on `metadata.name`, the only node field Kubernetes
+    supports there)."""
 
     key: str
     operator: str  # In, NotIn, Exists, DoesNotExist, Gt, Lt
     values: tuple[str, ...] = ()
+    field: bool = False
+
+    def matches_node(self, name: str, labels: Mapping[str, str]) -> bool:
+        return self.matches({self.key: name} if self.field else labels)
 
     def matches(self, labels: Mapping[str, str]) -> bool:
         value = labels.get(self.key)
@@ -102,7 +108,6 @@ class Requirement:
 @dataclass(frozen=True, slots=True)
 class Node:
     name: str
-    hostname: str  # the kubernetes.io/hostname label's value, what quorum pins pods by
     labels: Mapping[str, str]
     allocatable: Resources
     taints: tuple[Taint, ...] = ()

@@ -7,7 +7,6 @@ from typing import Any
 
 from quorum.core.model import Node, Pod, Requirement, Taint, Toleration, add, resources
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"
 JSON = dict[str, Any]
 
 
@@ -59,11 +58,7 @@ def _affinity(spec: JSON) -> tuple[tuple[Requirement, ...], ...]:
             for e in term.get("matchExpressions") or []
         )
         fields = tuple(
-            Requirement(
-                HOSTNAME_LABEL if f["key"] == "metadata.name" else f["key"],
-                f["operator"],
-                tuple(f.get("values") or ()),
-            )
+            Requirement(f["key"], f["operator"], tuple(f.get("values") or ()), field=True)
             for f in term.get("matchFields") or []
         )
         out.append(reqs + fields)
@@ -118,7 +113,6 @@ def node_from_api(node: JSON) -> Node:
     conditions = status.get("conditions") or []
     return Node(
         name=meta["name"],
-        hostname=labels.get(HOSTNAME_LABEL, meta["name"]),
         labels=labels,
         allocatable=resources(status.get("allocatable")),
         taints=tuple(Taint(t["key"], t["effect"], t.get("value") or "") for t in spec.get("taints") or []),

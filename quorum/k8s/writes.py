@@ -11,8 +11,6 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.k8s.convert import HOSTNAME_LABEL
-
 log = logging.getLogger("quorum.k8s.writes")
 
 GATE = "quorum.dev/gang"
@@ -48,11 +46,13 @@ def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def release_patch(pod: dict[str, Any], hostname: str | None) -> list[dict[str, Any]] | None:
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def release_patch(pod: dict[str, Any], node: str | None) -> list[dict[str, Any]] | None:
     """The JSON patch that releases one pod onto a node: it applies only to this pod (uid) while
-    quorum's gate is still where it was, removes that gate alone, and pins the pod with a
-    nodeSelector on kubernetes.io/hostname (KEP-3838 allows adding it while the pod is gated).
-    None when the gate is gone already."""
+    quorum's gate is still where it was, removes that gate alone, and pins the pod to the node
+    by name (`pin_to_node`). None when the gate is gone already."""
     spec = pod.get("spec") or {}
     gates = [g.get("name") for g in spec.get("schedulingGates") or []]
     if GATE not in gates:
@@ -63,22 +63,42 @@ def release_patch(pod: dict[str, Any], hostname: str | None) -> list[dict[str, A
         {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": GATE},
         {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
     ]
-    selector = spec.get("nodeSelector")
-    key = HOSTNAME_LABEL.replace("/", "~1")
-    if hostname is None:  # released without a plan (a pod whose group can never exist)
+    if node is None:  # released without a plan (a pod whose group can never exist)
         return ops
-    if not selector:
-        ops.append({"op": "add", "path": "/spec/nodeSelector", "value": {HOSTNAME_LABEL: hostname}})
-    elif HOSTNAME_LABEL in selector:
-        ops.append({"op": "test", "path": f"/spec/nodeSelector/{key}", "value": hostname})
-    else:
-        ops.append({"op": "add", "path": f"/spec/nodeSelector/{key}", "value": hostname})
+    return ops + pin_to_node(spec, node)
+
+
+def pin_to_node(spec: dict[str, Any], node: str) -> list[dict[str, Any]]:
+    """Required node affinity on the node's name (`matchFields` metadata.name In [node]), as the
+    DaemonSet controller pins its pods: kube-scheduler's NodeAffinity PreFilter then evaluates
+    that one node instead of filtering every node of the cluster for each pod. While the pod is
+    gated, KEP-3838 lets required node affinity be set when there is none, and lets each of its
+    existing terms gain requirements (terms are ORed: each one gets the pin); a term with no
+    requirement at all matches no node and may not gain one, so it stays as it is."""
+    pin: dict[str, Any] = {"key": "metadata.name", "operator": "In", "values": [node]}
+    affinity = spec.get("affinity") or {}
+    node_affinity = affinity.get("nodeAffinity") or {}
+    terms = (node_affinity.get(REQUIRED) or {}).get("nodeSelectorTerms") or []
+    pinned = {"nodeSelectorTerms": [{"matchFields": [pin]}]}
+    if not terms:
+        if not affinity:
+            return [{"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {REQUIRED: pinned}}}]
+        if not node_affinity:
+            return [{"op": "add", "path": "/spec/affinity/nodeAffinity", "value": {REQUIRED: pinned}}]
+        return [{"op": "add", "path": f"/spec/affinity/nodeAffinity/{REQUIRED}", "value": pinned}]
+    base = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"
+    ops: list[dict[str, Any]] = []
+    for i, term in enumerate(terms):
+        if term.get("matchFields"):
+            ops.append({"op": "add", "path": f"{base}/{i}/matchFields/-", "value": pin})
+        elif term.get("matchExpressions"):
+            ops.append({"op": "add", "path": f"{base}/{i}/matchFields", "value": [pin]})
     return ops
 
 
-async def release_pod(api: client.ApiClient, pod: dict[str, Any], hostname: str | None) -> bool:
+async def release_pod(api: client.ApiClient, pod: dict[str, Any], node: str | None) -> bool:
     """Apply the release patch; False if the pod is gone, changed or already released."""
-    ops = release_patch(pod, hostname)
+    ops = release_patch(pod, node)
     if ops is None:
         return False
     meta = pod["metadata"]

@@ -215,7 +215,7 @@ class GangLoop:
                 continue  # nothing started, or nothing left: the planner decides as usual
             done = 0
             for entry, pod in pending:
-                if await writes.release_pod(self.api, pod, entry.get("hostname") or entry["node"]):
+                if await writes.release_pod(self.api, pod, entry["node"]):
                     self.reserve(entry["uid"], entry["node"], pod_requests(pod))
                     done += 1
             log.info(
@@ -351,17 +351,14 @@ class GangLoop:
         gang = await self.records.ensure_gang(view)
         pods = {p["metadata"]["uid"]: p for p in view.gated}
         attempt = int(((gang.get("status") or {}).get("admission") or {}).get("attempt") or 0) + 1
-        placement = [
-            {"pod": pod.name, "uid": pod.uid, "node": node.name, "hostname": node.hostname}
-            for pod, node in release.placement
-        ]
+        placement = [{"pod": pod.name, "uid": pod.uid, "node": node.name} for pod, node in release.placement]
         # The decision first: a restarted operator continues this plan instead of making another.
         admission = {"attempt": attempt, "time": writes.now(), "placement": placement}
         recorded = await self.records.record_release(view, gang, admission, len(placement))
 
         async def one(pod_uid: str, node: Node) -> bool:
             async with self.semaphore:
-                ok = await writes.release_pod(self.api, pods[pod_uid], node.hostname)
+                ok = await writes.release_pod(self.api, pods[pod_uid], node.name)
                 self.crash_hook(ok)
                 return ok
 

@@ -17,7 +17,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.devcluster.cluster import Instance
-from quorum.devcluster.nodes import STATE_LABEL, TestPool
+from quorum.devcluster.nodes import STATE_LABEL, TEST_POOL_KEY, TestPool
 from tests.kube import assert_no_overcommit, create_podgroup, eventually, raw_json
 
 pytestmark = pytest.mark.cluster
@@ -216,6 +216,32 @@ async def test_two_gangs_that_cannot_both_fit(
     await apps.delete_namespaced_deployment("first", namespace)
     await all_running(api, namespace, 2, "app=second")
     await assert_as_planned(api, namespace, "pg-second")
+
+
+async def test_pods_with_their_own_node_affinity_are_pinned_within_it(
+    customer_api: client.ApiClient, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
+) -> None:
+    """The release pins a pod by node name in each of its own required node affinity terms: the
+    apiserver accepts these additions on a gated pod (KEP-3838), kube-scheduler binds as planned."""
+    pool: TestPool = await test_pool(count=3)
+    terms = [
+        {"matchExpressions": [{"key": TEST_POOL_KEY, "operator": "In", "values": [pool.name]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": pool.names[2:]}]},
+    ]
+    required = "requiredDuringSchedulingIgnoredDuringExecution"
+    manifest = deployment("own", 2, 8, pool, "own")
+    manifest["spec"]["template"]["spec"]["affinity"] = {
+        "nodeAffinity": {required: {"nodeSelectorTerms": terms}}
+    }
+    await create_podgroup(customer_api, namespace, "own", 2)
+    await client.AppsV1Api(customer_api).create_namespaced_deployment(namespace, manifest)
+    running = await all_running(api, namespace, 2, "app=own")
+    await assert_as_planned(api, namespace, "pg-own")
+    for pod in running:
+        node = pod["spec"]["nodeName"]
+        pin = {"key": "metadata.name", "operator": "In", "values": [node]}
+        got = pod["spec"]["affinity"]["nodeAffinity"][required]["nodeSelectorTerms"]
+        assert got == [{**terms[0], "matchFields": [pin]}, {"matchFields": [*terms[1]["matchFields"], pin]}]
 
 
 async def test_fragmented_capacity_holds_until_a_node_frees_up(

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.core.model import milli
+from quorum.core.fit import FitSettings, why_not
+from quorum.core.model import Node, milli
 from quorum.k8s.convert import node_from_api, pod_from_api, pod_requests
 from quorum.k8s.writes import discard, release_patch
 
@@ -58,7 +62,7 @@ def test_pod_model_keeps_constraints_and_notes_unmodeled_ones() -> None:
     assert pod.unmodeled == ("required pod anti-affinity", "topology spread constraints")
 
 
-def test_node_model_pins_by_the_hostname_label() -> None:
+def test_node_model_keeps_taints_allocatable_and_state() -> None:
     node = node_from_api(
         {
             "metadata": {"name": "node-1", "labels": {"kubernetes.io/hostname": "host-1"}},
@@ -72,37 +76,66 @@ def test_node_model_pins_by_the_hostname_label() -> None:
             },
         }
     )
-    assert node.hostname == "host-1" and node.unschedulable and node.ready
+    assert node.name == "node-1" and node.unschedulable and node.ready
+    assert node.labels["kubernetes.io/hostname"] == "host-1"
     assert node.allocatable["nvidia.com/gpu"] == 8000
+    assert node.taints[0].effect == "PreferNoSchedule"
 
 
-def test_release_patch_tests_uid_and_gate_and_adds_the_whole_selector() -> None:
+PIN = {"key": "metadata.name", "operator": "In", "values": ["node-1"]}
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def test_release_patch_tests_uid_and_gate_and_pins_by_node_name() -> None:
     pod = api_pod(schedulingGates=[{"name": "example.com/other"}, {"name": "quorum.dev/gang"}])
-    assert release_patch(pod, "host-1") == [
+    assert release_patch(pod, "node-1") == [
         {"op": "test", "path": "/metadata/uid", "value": "u1"},
         {"op": "test", "path": "/spec/schedulingGates/1/name", "value": "quorum.dev/gang"},
         {"op": "remove", "path": "/spec/schedulingGates/1"},
-        {"op": "add", "path": "/spec/nodeSelector", "value": {"kubernetes.io/hostname": "host-1"}},
+        {
+            "op": "add",
+            "path": "/spec/affinity",
+            "value": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchFields": [PIN]}]}}},
+        },
     ]
-
-
-def test_release_patch_adds_a_key_to_an_existing_selector_or_tests_the_users_own() -> None:
-    pod = api_pod(schedulingGates=[{"name": "quorum.dev/gang"}], nodeSelector={"pool": "a"})
-    assert (release_patch(pod, "h") or [])[-1] == {
-        "op": "add",
-        "path": "/spec/nodeSelector/kubernetes.io~1hostname",
-        "value": "h",
-    }
-    pinned = api_pod(
-        schedulingGates=[{"name": "quorum.dev/gang"}], nodeSelector={"kubernetes.io/hostname": "h"}
-    )
-    assert (release_patch(pinned, "h") or [])[-1] == {
-        "op": "test",
-        "path": "/spec/nodeSelector/kubernetes.io~1hostname",
-        "value": "h",
-    }
-    assert release_patch(api_pod(), "h") is None, "no gate: nothing to release"
+    assert release_patch(api_pod(), "node-1") is None, "no gate: nothing to release"
     assert len(release_patch(pod, None) or []) == 3, "no plan: the gate only"
+
+
+def test_release_patch_sets_node_affinity_at_the_first_level_missing() -> None:
+    gate = [{"name": "quorum.dev/gang"}]
+    anti = api_pod(schedulingGates=gate, affinity={"podAntiAffinity": {"x": 1}})
+    assert (release_patch(anti, "node-1") or [])[-1] == {
+        "op": "add",
+        "path": "/spec/affinity/nodeAffinity",
+        "value": {REQUIRED: {"nodeSelectorTerms": [{"matchFields": [PIN]}]}},
+    }
+    preferred = api_pod(
+        schedulingGates=gate,
+        affinity={"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+    )
+    assert (release_patch(preferred, "node-1") or [])[-1] == {
+        "op": "add",
+        "path": f"/spec/affinity/nodeAffinity/{REQUIRED}",
+        "value": {"nodeSelectorTerms": [{"matchFields": [PIN]}]},
+    }
+
+
+def test_release_patch_adds_the_pin_to_every_term_a_user_wrote() -> None:
+    terms = [
+        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
+        {"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["bad"]}]},
+        {},  # matches no node, and may not gain a requirement
+    ]
+    pod = api_pod(
+        schedulingGates=[{"name": "quorum.dev/gang"}],
+        affinity={"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": terms}}},
+    )
+    base = f"/spec/affinity/nodeAffinity/{REQUIRED}/nodeSelectorTerms"
+    assert (release_patch(pod, "node-1") or [])[3:] == [
+        {"op": "add", "path": f"{base}/0/matchFields", "value": [PIN]},
+        {"op": "add", "path": f"{base}/1/matchFields/-", "value": PIN},
+    ]
 
 
 async def test_a_write_whose_answer_is_not_parsed_still_raises_on_an_error_status() -> None:
@@ -126,3 +159,86 @@ async def test_a_write_whose_answer_is_not_parsed_still_raises_on_an_error_statu
     with pytest.raises(ApiException) as caught:
         await discard(answer(409))
     assert caught.value.status == 409 and "Conflict" in str(caught.value.body)
+
+
+def apply_json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """RFC 6902 add, remove and test (what the release patch uses), on a copy."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
+        target = doc
+        for token in parents:
+            target = target[int(token)] if isinstance(target, list) else target[token]
+        if op["op"] == "test":
+            assert (target[int(last)] if isinstance(target, list) else target[last]) == op["value"]
+        elif op["op"] == "remove":
+            del target[int(last) if isinstance(target, list) else last]
+        elif isinstance(target, list):
+            target.insert(len(target) if last == "-" else int(last), copy.deepcopy(op["value"]))
+        else:
+            target[last] = copy.deepcopy(op["value"])
+    return doc
+
+
+NAMES = ["n0", "n1", "n2", "n3"]
+requirements = st.fixed_dictionaries(
+    {
+        "key": st.sampled_from(["zone", "rack"]),
+        "operator": st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist"]),
+        "values": st.lists(st.sampled_from(["a", "b"]), max_size=2),
+    }
+)
+name_fields = st.fixed_dictionaries(
+    {
+        "key": st.just("metadata.name"),
+        "operator": st.sampled_from(["In", "NotIn"]),
+        "values": st.lists(st.sampled_from(NAMES), min_size=1, max_size=1),  # the API's rule
+    }
+)
+terms = st.lists(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "matchExpressions": st.lists(requirements, max_size=2),
+            "matchFields": st.lists(name_fields, max_size=2),
+        },
+    ),
+    max_size=3,
+)
+affinities: st.SearchStrategy[dict[str, Any] | None] = st.one_of(
+    st.none(),
+    st.just({"podAntiAffinity": {}}),
+    terms.map(lambda t: {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": t}}}),
+)
+nodes = st.lists(
+    st.tuples(
+        st.sampled_from(NAMES),
+        st.dictionaries(st.sampled_from(["zone", "rack"]), st.sampled_from(["a", "b"])),
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@given(affinities, nodes, st.sampled_from(NAMES))
+def test_a_pinned_pod_fits_only_its_node_and_only_where_it_fitted_before(
+    affinity: dict[str, Any] | None, cluster: list[tuple[str, dict[str, str]]], target: str
+) -> None:
+    extra = {"affinity": affinity} if affinity is not None else {}
+    before = api_pod(schedulingGates=[{"name": "quorum.dev/gang"}], **extra)
+    after = apply_json_patch(before, release_patch(before, target) or [])
+    settings = FitSettings(require_production=False)
+    for name, labels in cluster:
+        node = Node(name=name, labels=labels, allocatable={}, ready=True)
+        fitted = why_not(pod_from_api(before), node, settings) is None
+        fits = why_not(pod_from_api(after), node, settings) is None
+        assert fits == (fitted and name == target), (name, labels, after["spec"].get("affinity"))
+    # KEP-3838: existing terms only gain requirements, and an empty term none.
+    old = ((affinity or {}).get("nodeAffinity") or {}).get(REQUIRED, {}).get("nodeSelectorTerms") or []
+    new = after["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
+    assert not old or len(new) == len(old)
+    for was, now in zip(old, new, strict=False):
+        for key in ("matchExpressions", "matchFields"):
+            assert now.get(key, [])[: len(was.get(key, []))] == was.get(key, [])
+        if not was.get("matchExpressions") and not was.get("matchFields"):
+            assert now == was

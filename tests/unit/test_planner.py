@@ -20,7 +20,7 @@ def node(name: str, gpus: int = 8, cpu: int = 128, state: str = "production", **
     if gpus:
         alloc[GPU] = str(gpus)
     labels = {"kubernetes.io/hostname": name, "node.coreweave.cloud/state": state}
-    return Node(name=name, hostname=name, labels=labels, allocatable=resources(alloc), **kw)  # type: ignore[arg-type]
+    return Node(name=name, labels=labels, allocatable=resources(alloc), **kw)  # type: ignore[arg-type]
 
 
 def pod(uid: str, gpus: int = 1, cpu: str = "1", **kw: object) -> Pod:
