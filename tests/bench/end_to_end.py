@@ -21,6 +21,7 @@ Bounded: 1,600 pods, 300 s. Writes bench/results/<date>-end-to-end.json.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import statistics
 import sys
@@ -35,7 +36,7 @@ from kubernetes_asyncio import client
 
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.config import ClusterSpec
-from quorum.k8s.watch import RawWatch
+from quorum.k8s.watch import watch_objects
 from tests.kube import api_client, assert_no_overcommit, create_namespace, create_podgroup, eventually
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
@@ -85,23 +86,30 @@ class PodTimes:
         self.bound: dict[str, float] = {}
         self.done = asyncio.Event()
 
+    def upsert(self, raw: dict[str, Any]) -> None:
+        """One version of a pod, from the watch (`watch_objects` index)."""
+        name, now = raw["metadata"]["name"], time.monotonic()
+        spec = raw.get("spec") or {}
+        gated = any(g["name"] == "quorum.dev/gang" for g in spec.get("schedulingGates") or [])
+        if not gated and name not in self.ungated:
+            self.ungated[name] = now
+        if spec.get("nodeName") and name not in self.bound:
+            self.bound[name] = now
+        if len(self.bound) == self.pods:
+            self.done.set()
+
+    def delete(self, raw: dict[str, Any]) -> None:
+        pass
+
+    def replace_all(self, pods: list[dict[str, Any]]) -> None:
+        for pod in pods:
+            self.upsert(pod)
+
     async def follow(self, api: client.ApiClient) -> None:
-        core = client.CoreV1Api(api)
-        while not self.done.is_set():
-            stream = RawWatch().stream(core.list_namespaced_pod, self.namespace, timeout_seconds=60)
-            async with stream as events:
-                async for event in events:
-                    raw = event["raw_object"]
-                    name, now = raw["metadata"]["name"], time.monotonic()
-                    spec = raw.get("spec") or {}
-                    gated = any(g["name"] == "quorum.dev/gang" for g in spec.get("schedulingGates") or [])
-                    if not gated and name not in self.ungated:
-                        self.ungated[name] = now
-                    if spec.get("nodeName") and name not in self.bound:
-                        self.bound[name] = now
-                    if len(self.bound) == self.pods:
-                        self.done.set()
-                        return
+        """Watch the namespace's pods until cancelled; a closed watch goes on from the last
+        resourceVersion (quorum's own list+watch, `quorum/k8s/watch.py`)."""
+        listing = functools.partial(client.CoreV1Api(api).list_namespaced_pod, self.namespace)
+        await watch_objects(listing, [self], asyncio.Event(), lambda: None)
 
 
 def percentile(values: list[float], p: float) -> float:
