@@ -3,6 +3,7 @@ the ratio quorum / scheduler-plugins within the same run."""
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 ROWS: dict[str, list[tuple[str, str]]] = {
@@ -77,4 +78,30 @@ def markdown(data: dict[str, Any]) -> str:
             both = runs.get("quorum", {}).get(key), runs.get("coscheduling", {}).get(key)
             lines.append(f"| {label} | " + " | ".join(cell(v) for v in values) + f" | {ratio(*both)} |")
         lines.append("")
+        lines += rounds_table(scenario.get("rounds") or [])
     return "\n".join(lines)
+
+
+def rounds_table(rounds: list[list[dict[str, Any]]]) -> list[str]:
+    """Pods bound per second in every round (the table above is the first), and the median of
+    the ratios, each taken within its round."""
+    if len(rounds) < 2:
+        return []
+    modes = [m for m in HEADERS if any(r["mode"] == m for r in rounds[0])]
+    lines = [
+        f"{len(rounds)} rounds, the ways one after another in each: pods bound per second.",
+        "",
+        "| round | " + " | ".join(HEADERS[m] for m in modes) + " | quorum / scheduler-plugins |",
+        "|---|" + "---:|" * (len(modes) + 1),
+    ]
+    ratios = []
+    for number, runs in enumerate(rounds, 1):
+        speed = {r["mode"]: r.get("pods_bound_per_second") for r in runs}
+        within = ratio(speed.get("quorum"), speed.get("coscheduling"))
+        if within != "-":
+            ratios.append(float(within))
+        lines.append(f"| {number} | " + " | ".join(cell(speed.get(m)) for m in modes) + f" | {within} |")
+    if ratios:
+        median = statistics.median(ratios)
+        lines.append("| median | " + " | ".join("" for _ in modes) + f" | {median:.2f} |")
+    return [*lines, ""]

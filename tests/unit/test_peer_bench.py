@@ -4,6 +4,7 @@ configuration, and the Markdown report."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -90,6 +91,21 @@ def test_report_puts_schedulers_side_by_side_with_the_ratio() -> None:
     text = markdown(data)
     assert "| quorum | scheduler-plugins | kube-scheduler alone |" in text
     assert "| pods bound per second | 150.0 | 100.0 | 300.0 | 1.50 |" in text
+
+
+def test_report_of_rounds_gives_each_ratio_within_its_round_and_their_median() -> None:
+    def round_of(quorum: float, coscheduling: float) -> list[dict[str, Any]]:
+        return [
+            {"mode": "quorum", "pods_bound_per_second": quorum, "finished": True},
+            {"mode": "coscheduling", "pods_bound_per_second": coscheduling, "finished": True},
+        ]
+
+    rounds = [round_of(100.0, 200.0), round_of(90.0, 100.0), round_of(120.0, 160.0)]
+    scenario = {"gpu_nodes": 5, "gangs": 1, "pods": 8, "runs": rounds[0], "rounds": rounds}
+    text = markdown({"date": "d", "scenarios": {"throughput": scenario}})
+    assert "| 2 | 90.0 | 100.0 | 0.90 |" in text
+    assert "| median |  |  | 0.75 |" in text
+    assert "| pods bound per second | 100.0 | 200.0 | 0.50 |" in text, "the main table: round 1"
 
 
 PLUGIN_SOURCE = """import (
