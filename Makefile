@@ -65,7 +65,7 @@ bench-webhooks: ## quorum-webhooks alone under wrk (needs: apt-get install wrk)
 bench-e2e: ## end to end on the local control plane: 200 GPU nodes, 200 gangs x 8 pods
 	@$(PY) -m tests.bench.end_to_end
 
-bench-peers: ## quorum vs scheduler-plugins coscheduling vs kube-scheduler: throughput, contention, large gang (~30 min)
+bench-peers: ## quorum vs scheduler-plugins coscheduling vs kube-scheduler: throughput, contention, large gang (~15 min)
 	@$(PY) -m tests.bench.peers
 
 bench-control-plane: ## local control plane start-up time and memory, 22 and 1,000 nodes
