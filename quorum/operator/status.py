@@ -8,6 +8,7 @@ Transition times move only when a condition's status does, and say when it did."
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from quorum.k8s.convert import pod_from_api
 from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store, admitted_condition, phase, timestamp
 from quorum.operator.recovery import backoff_message, backoff_until, partial_condition, recovery_of
 
+log = logging.getLogger("quorum.operator")
 CONDITION_TYPES = ("Admitted", "Unschedulable", "PartiallyPlaced", "Backoff", "CapacityHeld")
 
 
@@ -212,9 +214,15 @@ class GangRecords:
         return status, timed, stamp
 
     async def write_group_released(self, view: GangView, recorded: Recorded) -> None:
-        """The group's status as `record_release` wrote the Gang's (beside the pods' releases)."""
+        """The group's status as `record_release` wrote the Gang's (beside the pods' releases).
+        It never fails the release: if the write fails, the pass's `write` writes both again."""
         status, timed, stamp = recorded
-        await self.write_group(view, status.counts, status.phase, timed, stamp)
+        try:
+            await self.write_group(view, status.counts, status.phase, timed, stamp)
+        except Exception:
+            log.warning("status of the group of gang %s/%s not written", *view.key, exc_info=True)
+            self.written.pop(view.key, None)
+            self.pacing.forget(view.key)
 
     async def write(self, view: GangView, hold: Hold | None, released_now: int) -> None:
         await self.tell_waiting(view)

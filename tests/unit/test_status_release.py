@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.k8s import writes
 from quorum.operator.gangs import Store, assemble
@@ -76,3 +77,26 @@ async def test_a_failed_release_is_corrected_by_the_next_write(
     assert len(gang_writes) == 2
     assert (gang_writes[-1]["released"], gang_writes[-1]["gated"]) == (1, 1)
     assert "admission" not in gang_writes[-1], "the decision is not written again"
+
+
+async def test_a_failed_group_write_does_not_fail_the_release_and_is_written_again(
+    written: list[tuple[str, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failures = [ApiException(status=500, reason="etcd timeout")]
+
+    async def group_status(api: object, group: str, version: str, plural: str, *rest: Any) -> bool:
+        if failures:
+            raise failures.pop()
+        written.append((plural, rest[-1]))
+        return True
+
+    monkeypatch.setattr(writes, "patch_status", group_status)
+    store = released_store()
+    (view,) = assemble(store)
+    records = GangRecords(api=None, store=store)  # type: ignore[arg-type]
+    recorded = await records.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
+    await records.write_group_released(view, recorded)  # raises nothing
+    await records.write(view, None, 2)  # the pass's write: the group's status, and the Gang's again
+
+    assert [what for what, _ in written] == ["gang", "gang", "podgroups"]
+    assert written[-1][1]["phase"] == "Scheduling"
