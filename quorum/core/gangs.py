@@ -1,4 +1,5 @@
-"""Which pods are gang members, of which group, and what their gang is called (DESIGN.md).
+"""Which pods are gang members, of which group, and what their gang is called
+(docs/architecture.md, "What a gang pod is").
 
 | the pod carries                                              | gang name |
 |--------------------------------------------------------------|-----------|

@@ -249,7 +249,7 @@ def component_args(
             "-m",
             "quorum.operator.main",
             f"--kubeconfig={layout.kubeconfig('quorum-operator')}",
-            f"--liveness=http://127.0.0.1:{ports.operator}/healthz",
+            f"--health-address=127.0.0.1:{ports.operator}",
             *spec.extra_args.get(component, ()),
         ]
     else:

@@ -1,4 +1,4 @@
-"""The identities of a local cluster, as in a real CKS cluster (DESIGN.md): the admin, the
+"""The identities of a local cluster, as in a real CKS cluster (docs/architecture.md): the admin, the
 control-plane components, kwok, the platform identity that owns the *.coreweave.cloud node
 labels, and a customer who is cluster-admin by RBAC but not system:masters. Each gets a client
 certificate signed by the instance's CA and a self-contained kubeconfig."""

@@ -18,7 +18,8 @@ KWOK_VERSION = "v0.8.0"
 # kwok v0.8 and k8s.io/kubernetes v1.36 both declare `go 1.26.0`.
 MIN_GO_VERSION = (1, 26, 0)
 
-# Feature gates that apiserver, controller-manager and scheduler all get (DESIGN.md).
+# Feature gates that apiserver, controller-manager and scheduler all get, the same on all three
+# (docs/architecture.md, "The local control plane").
 DEFAULT_FEATURE_GATES: dict[str, bool] = {
     "GenericWorkload": True,
     "GangScheduling": True,

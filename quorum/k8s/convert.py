@@ -66,8 +66,8 @@ def _affinity(spec: JSON) -> tuple[tuple[Requirement, ...], ...]:
 
 
 def unmodeled_constraints(spec: JSON) -> tuple[str, ...]:
-    """Hard constraints the planner does not model (DESIGN.md): a warning says quorum cannot
-    guarantee the placement of such a gang."""
+    """Hard constraints the planner does not model: a warning says quorum cannot guarantee the
+    placement of such a gang (docs/architecture.md, "Rules every part keeps")."""
     found = []
     affinity = spec.get("affinity") or {}
     if (affinity.get("podAntiAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution"):

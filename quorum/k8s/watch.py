@@ -60,30 +60,67 @@ class Index(Protocol):
     def replace_all(self, objs: list[dict[str, Any]]) -> None: ...
 
 
+def apply(indexes: Sequence[Index], kind: str, obj: dict[str, Any], what: str) -> None:
+    """Hand one event to every index. An object an index cannot take (fed garbage) is logged and
+    skipped: it must not stop the watch for every other object."""
+    for index in indexes:
+        try:
+            (index.delete if kind == "DELETED" else index.upsert)(obj)
+        except Exception:
+            name = (obj.get("metadata") or {}).get("name")
+            log.warning(
+                "%s watch: %s %s not taken by %s", what, kind, name, type(index).__name__, exc_info=True
+            )
+
+
+LIST_TIMEOUT_SECONDS = 120  # a list that takes longer is cut off and made again
+WATCH_SECONDS = 300  # the apiserver ends each watch after this; the client gives it 30 s more
+
+
 async def watch_objects(
     list_call: Callable[..., Awaitable[Any]],
     indexes: Sequence[Index],
     synced: asyncio.Event,
     on_change: Callable[[], None],
+    what: str = "",
 ) -> None:
     """Keep `indexes` current with the objects `list_call` (a kubernetes-asyncio list of a
     cluster-wide resource) lists, until cancelled; set `synced` after the first listing; relist
-    when the watch expires (410 Gone)."""
-    what = getattr(list_call, "__name__", "objects")
+    when the watch expires (410 Gone). A resource the apiserver does not serve (404: its CRD is
+    not installed) lists as empty, counts as synced, and is listed again every 30 s. Every
+    request has a time limit: a hung apiserver connection is dropped and made again, never
+    waited on forever."""
+    what = what or getattr(list_call, "__name__", "objects")
     backoff = 0.5
     while True:
         try:
-            response: Any = await list_call(_preload_content=False)
+            try:
+                response: Any = await list_call(_preload_content=False, _request_timeout=LIST_TIMEOUT_SECONDS)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
+                for index in indexes:
+                    index.replace_all([])
+                synced.set()
+                on_change()
+                await asyncio.sleep(30)
+                continue
             listing = await response.json()
             for index in indexes:
-                index.replace_all(listing["items"])
+                index.replace_all([])
+            for obj in listing["items"]:
+                apply(indexes, "ADDED", obj, what)
             synced.set()
             on_change()
             version = listing["metadata"]["resourceVersion"]
             backoff = 0.5
             while True:
                 stream = RawWatch().stream(
-                    list_call, resource_version=version, timeout_seconds=300, allow_watch_bookmarks=True
+                    list_call,
+                    resource_version=version,
+                    timeout_seconds=WATCH_SECONDS,
+                    allow_watch_bookmarks=True,
+                    _request_timeout=WATCH_SECONDS + 30,
                 )
                 async with stream as events:
                     async for event in events:
@@ -93,8 +130,7 @@ async def watch_objects(
                         version = raw["metadata"].get("resourceVersion", version)
                         if event["type"] == "BOOKMARK":
                             continue
-                        for index in indexes:
-                            (index.delete if event["type"] == "DELETED" else index.upsert)(raw)
+                        apply(indexes, event["type"], raw, what)
                         on_change()
         except asyncio.CancelledError:
             raise

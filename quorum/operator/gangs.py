@@ -5,16 +5,15 @@ gang, its group object, its minMember, its counters and its status. Pure functio
 from __future__ import annotations
 
 import asyncio
-import datetime
 from collections import defaultdict
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from quorum.core.gangs import GangMarker, GangSource, gang_marker
 from quorum.core.model import Gang, resources
-from quorum.core.planner import Hold
+from quorum.core.quantity import QuantityError
 from quorum.k8s.convert import pod_from_api
+from quorum.operator.conditions import timestamp
 
 GANG_LABEL = "quorum.dev/gang"
 GATE = "quorum.dev/gang"
@@ -38,7 +37,14 @@ class Store:
     gangs: dict[tuple[str, str], JSON] = field(default_factory=dict)  # (ns, name) -> Gang object
     # Whether the cluster serves Kubernetes 1.36's PodGroup (scheduling.k8s.io/v1alpha2).
     workload_api: bool = True
-    nodes_synced: asyncio.Event = field(default_factory=asyncio.Event)  # the node watch has listed
+    # Watched kind -> set once its first listing is in: the loop plans only when all are.
+    synced: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    def sync_event(self, kind: str) -> asyncio.Event:
+        return self.synced.setdefault(kind, asyncio.Event())
+
+    def not_synced(self) -> list[str]:
+        return sorted(kind for kind, event in self.synced.items() if not event.is_set())
 
 
 @dataclass
@@ -82,10 +88,45 @@ class StoreNodes:
             self.upsert(node)
 
 
-def timestamp(value: str | None) -> float:
-    if not value:
-        return 0.0
-    return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+@dataclass
+class StoreGroups:
+    """The Store's group objects of one API group (a PodGroup kind), fed by its watch."""
+
+    store: Store
+    api_group: str
+
+    def key(self, obj: JSON) -> tuple[str, str, str]:
+        return (self.api_group, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+
+    def upsert(self, obj: JSON) -> None:
+        self.store.groups[self.key(obj)] = obj
+
+    def delete(self, obj: JSON) -> None:
+        self.store.groups.pop(self.key(obj), None)
+
+    def replace_all(self, objs: list[JSON]) -> None:
+        for key in [k for k in self.store.groups if k[0] == self.api_group]:
+            del self.store.groups[key]
+        for obj in objs:
+            self.upsert(obj)
+
+
+@dataclass
+class StoreGangs:
+    """The Store's Gang objects, fed by their watch."""
+
+    store: Store
+
+    def upsert(self, obj: JSON) -> None:
+        self.store.gangs[(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])] = obj
+
+    def delete(self, obj: JSON) -> None:
+        self.store.gangs.pop((obj["metadata"].get("namespace", ""), obj["metadata"]["name"]), None)
+
+    def replace_all(self, objs: list[JSON]) -> None:
+        self.store.gangs.clear()
+        for obj in objs:
+            self.upsert(obj)
 
 
 def is_gated(pod: JSON) -> bool:
@@ -122,6 +163,7 @@ class GangView:
     topology_key: str | None = None  # all pods in one domain of this node label
     # Pods quorum released whose update the watch has not delivered yet: no longer gated.
     just_released: frozenset[str] = frozenset()
+    failure: str | None = None  # reading the gang failed unexpectedly (reported, retried)
 
     def is_gated(self, pod: JSON) -> bool:
         return is_gated(pod) and pod["metadata"]["uid"] not in self.just_released
@@ -218,7 +260,10 @@ def assemble(store: Store, just_released: frozenset[str] = frozenset()) -> list[
         if marker is None or (marker.source is GangSource.WORKLOAD_POD_GROUP and not store.workload_api):
             continue  # released as orphans
         view = GangView(namespace, name, marker, pods, just_released=just_released)
-        _attach_group(view, store)
+        try:
+            _attach_group(view, store)
+        except Exception as err:  # a shape of input nobody foresaw: this gang's failure only
+            view.failure = f"reading its group failed: {type(err).__name__}: {err}"
         views.append(view)
     return views
 
@@ -260,7 +305,37 @@ def _marker(pod: JSON) -> GangMarker | None:
     return gang_marker((pod["metadata"].get("labels") or {}), group, spec.get("schedulerName"))
 
 
+class InvalidGroup(ValueError):
+    """A group object (or label) a tenant wrote that quorum cannot use: the message says what
+    is wrong and how to fix it."""
+
+
+INT32_MAX = 2**31 - 1
+
+
+def whole_number(value: object, what: str, default: int, least: int = 1) -> int:
+    """A count from a group object: an int (or a string of one) from `least` to 2^31-1 (what
+    the Gang's schema holds)."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise InvalidGroup(f"{what} must be a whole number from {least} to {INT32_MAX}; found {value!r}")
+    try:
+        if isinstance(value, str) and len(value) > 20:  # int() of a huge string costs time
+            raise ValueError
+        number = int(value)
+    except ValueError:
+        raise InvalidGroup(
+            f"{what} must be a whole number from {least} to {INT32_MAX}; found {value!r}"
+        ) from None
+    if not least <= number <= INT32_MAX:
+        raise InvalidGroup(f"{what} must be a whole number from {least} to {INT32_MAX}; found {number}")
+    return number
+
+
 def _attach_group(view: GangView, store: Store) -> None:
+    """The group's object and what it says; a group that is malformed leaves the gang waiting
+    with a sentence that says what to fix (never an exception for the pass)."""
     marker = view.marker
     if marker.source is GangSource.LABELS:
         values = {
@@ -269,13 +344,11 @@ def _attach_group(view: GangView, store: Store) -> None:
         }
         try:
             (value,) = values
-            view.min_member = int(str(value))
-            if view.min_member < 1:
-                raise ValueError
+            view.min_member = whole_number(value, "", 0)
         except (ValueError, TypeError):
             view.waiting = (
                 f"label pod-group.scheduling.sigs.k8s.io/min-available must be one whole number >= 1 "
-                f"on every pod of the group; found {sorted(str(v) for v in values)}"
+                f"on every pod of the group; found {sorted(str(v) for v in values)[:5]}"
             )
         return
     api_group, _ = GROUP_APIS[marker.source]
@@ -284,58 +357,51 @@ def _attach_group(view: GangView, store: Store) -> None:
         view.waiting = f"waiting for {marker.describe()} to exist in namespace {view.namespace}"
         return
     view.group = group
+    try:
+        _read_group(view, group)
+    except (InvalidGroup, QuantityError) as err:
+        view.waiting = f"{marker.describe()} is invalid: {err}; fix it to have the gang planned"
+
+
+def _read_group(view: GangView, group: JSON) -> None:
     spec = group.get("spec") or {}
+    if not isinstance(spec, dict):
+        raise InvalidGroup(f"spec must be an object; found {type(spec).__name__}")
     view.topology_key = topology_key(group)
-    if marker.source is GangSource.WORKLOAD_POD_GROUP:
+    if view.marker.source is GangSource.WORKLOAD_POD_GROUP:
         policy = spec.get("schedulingPolicy") or {}
-        if "gang" in policy:
-            view.min_member = int((policy.get("gang") or {}).get("minCount") or 1)
+        if isinstance(policy, dict) and "gang" in policy:
+            gang = policy.get("gang") or {}
+            view.min_member = whole_number(
+                gang.get("minCount") if isinstance(gang, dict) else gang, "schedulingPolicy.gang.minCount", 1
+            )
         else:
             view.basic, view.min_member = True, 1
         return
-    view.min_member = int(spec.get("minMember") or 1)
-    view.min_resources = resources(spec.get("minResources"))
-    view.schedule_timeout = int(spec.get("scheduleTimeoutSeconds") or 60)
+    view.min_member = whole_number(spec.get("minMember"), "spec.minMember", 1)
+    min_resources = spec.get("minResources") or {}
+    if not isinstance(min_resources, dict):
+        raise InvalidGroup(
+            f"spec.minResources must be a map of resource to quantity; found {min_resources!r}"
+        )
+    try:
+        view.min_resources = resources(min_resources)
+    except QuantityError as err:
+        raise InvalidGroup(f"spec.minResources: {err}") from None
+    view.schedule_timeout = whole_number(
+        spec.get("scheduleTimeoutSeconds"), "spec.scheduleTimeoutSeconds", 60
+    )
 
 
 def topology_key(group: JSON) -> str | None:
     """The node label all of the gang must share a value of: Kubernetes 1.36's
     `spec.schedulingConstraints.topology[].key` (at most one), or on the other PodGroups the
     annotation `quorum.dev/topology-key`."""
-    constraints = ((group.get("spec") or {}).get("schedulingConstraints") or {}).get("topology") or []
-    for constraint in constraints:
-        if constraint.get("key"):
+    spec = group.get("spec") or {}
+    constraints = spec.get("schedulingConstraints") if isinstance(spec, dict) else None
+    topology = constraints.get("topology") if isinstance(constraints, dict) else None
+    for constraint in topology if isinstance(topology, list) else []:
+        if isinstance(constraint, dict) and isinstance(constraint.get("key"), str) and constraint["key"]:
             return str(constraint["key"])
     value = ((group.get("metadata") or {}).get("annotations") or {}).get(TOPOLOGY_ANNOTATION)
     return str(value) if value else None
-
-
-# -- status ----------------------------------------------------------------------------------
-
-
-def phase(view: GangView, counts: Mapping[str, int]) -> str:
-    need = view.min_member or 1
-    if counts["members"] == 0 and counts["succeeded"] >= need:
-        return "Finished"
-    if counts["failed"] and counts["members"] + counts["succeeded"] < need:
-        return "Failed"
-    if counts["running"] >= need:
-        return "Running"
-    if counts["released"] > 0:
-        return "Scheduling"
-    return "Pending"
-
-
-def admitted_condition(
-    view: GangView, counts: Mapping[str, int], hold: Hold | None, released_now: int
-) -> tuple[str, str, str]:
-    """(status, reason, message) of the `Admitted` condition."""
-    need = view.min_member or 1
-    if view.waiting:
-        return "False", "WaitingForGroup", view.waiting
-    if hold is not None:
-        return "False", hold.reason, hold.message
-    released = counts["released"] + released_now
-    if released >= need or (view.basic and released):
-        return "True", "Released", f"{released} of {counts['members']} pods released (minMember {need})"
-    return "False", "Pending", f"{counts['members']} of {need} members exist (minMember {need})"

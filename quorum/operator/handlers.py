@@ -1,13 +1,19 @@
-"""kopf, used only for watching: `on.event` handlers that keep the Store current and wake the
-scheduling loop, plus start-up and clean-up of quorum's own tasks. Pods and nodes are not among
-them: they come through quorum's own watches (`quorum/k8s/watch.py` says why). No
-on.create/update/delete, no timers or daemons, no posting: kopf writes nothing to any object
-(DESIGN.md). The handlers are `async`: kopf would run plain functions in a thread pool, one hop
-per event."""
+"""kopf runs the process; quorum does the watching. The handlers here are kopf's start-up and
+clean-up only: they start quorum's own list+watch of every kind the loop reads (pods, nodes,
+Gangs and each PodGroup API served; `quorum/k8s/watch.py`), the health and metrics server, the
+event-loop lag monitor and the leader election that runs the scheduling loop.
+
+Why not kopf's watches: the loop must not plan before every kind has been listed (a new leader
+that planned before it saw the Gangs would not know the reservations recorded on them), and
+kopf's event handlers give no signal that a resource's first listing is complete; quorum's own
+watch sets one per kind. kopf writes nothing to any object (posting, progress and diff-base
+storage are off).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
@@ -16,10 +22,13 @@ from kubernetes_asyncio import client
 
 from quorum.core.lifecycle import BackoffPolicy
 from quorum.k8s import reads
+from quorum.k8s.api import LiveApi
 from quorum.k8s.client import api_client
 from quorum.k8s.usage import BoundPods
-from quorum.k8s.watch import watch_objects
-from quorum.operator.gangs import GangPods, Store, StoreNodes
+from quorum.k8s.watch import Index, watch_objects
+from quorum.operator import metrics
+from quorum.operator.gangs import GROUP_APIS, GangPods, Store, StoreGangs, StoreGroups, StoreNodes
+from quorum.operator.health import Health, monitor_event_loop_lag, serve
 from quorum.operator.leader import LeaseSettings, lead
 from quorum.operator.loop import GangLoop, LoopSettings, planner_settings
 from quorum.operator.settings import OperatorSettings
@@ -28,8 +37,8 @@ log = logging.getLogger("quorum.operator")
 
 
 class NoDiffBase(kopf.DiffBaseStorage):
-    """quorum has only `on.event` handlers, which never look at a diff: kopf need not build a
-    diff-base of every object on every event (a deep copy of the whole pod), nor keep one."""
+    """quorum has no change handlers, which would look at a diff: kopf need not build or keep
+    a diff-base of anything."""
 
     def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
         return kopf.BodyEssence()
@@ -43,8 +52,7 @@ class NoDiffBase(kopf.DiffBaseStorage):
 
 class NoProgress(kopf.ProgressStorage):
     """Progress records are for kopf's change handlers (retries, multi-step handling); quorum has
-    none, so there is nothing to record, and nothing to strip from every event (py-spy: a
-    twentieth of the operator's CPU went to clearing records that do not exist)."""
+    none, so there is nothing to record."""
 
     def fetch(self, *, key: kopf.HandlerId, body: kopf.Body) -> kopf.ProgressRecord | None:
         return None
@@ -64,63 +72,75 @@ class NoProgress(kopf.ProgressStorage):
         return essence
 
 
-STORE = Store()
-TASKS: list[asyncio.Task[None]] = []
-LOOP: list[GangLoop] = []
-
-
-def _wake() -> None:
-    if LOOP:
-        LOOP[0].wake()
-
-
-def _apply(table: dict[Any, dict[str, Any]], key: Any, event: kopf.RawEvent) -> None:
-    if event.get("type") == "DELETED":
-        table.pop(key, None)
-    else:
-        table[key] = dict(event["object"])
-    _wake()
+TASKS: list[asyncio.Task[Any]] = []
+RUNNERS: list[Any] = []
+HEALTH_ADDRESS: list[str] = []  # set by main: host:port of /healthz, /readyz, /metrics
 
 
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.enabled = False  # no Events from kopf; quorum posts its own, per gang
-    settings.persistence.diffbase_storage = NoDiffBase()  # nothing to diff, nothing to store
+    settings.persistence.diffbase_storage = NoDiffBase()
     settings.persistence.progress_storage = NoProgress()
-    settings.watching.server_timeout = 300
     config = OperatorSettings.from_env()
-    api = await api_client()
-    STORE.workload_api = await reads.serves(api, "scheduling.k8s.io", "v1alpha2")
-    if not STORE.workload_api:
+    health = Health(liveness_seconds=config.liveness_seconds)
+    if HEALTH_ADDRESS:
+        host, _sep, port = HEALTH_ADDRESS[0].rpartition(":")
+        RUNNERS.append(await serve(host or "0.0.0.0", int(port), health))  # noqa: S104
+    TASKS.append(asyncio.create_task(monitor_event_loop_lag(), name="event-loop-lag"))
+    api = await api_client(trace_configs=(metrics.api_trace_config(),))
+    store = Store(workload_api=await reads.serves(api, "scheduling.k8s.io", "v1alpha2"))
+    if not store.workload_api:
         log.warning(
             "scheduling.k8s.io/v1alpha2 is not served: Kubernetes 1.36 PodGroups are not watched, and pods "
             "that name one (spec.schedulingGroup) are released without gang admission, with a warning Event"
         )
     bound = BoundPods()
     loop = GangLoop(
-        api,
-        STORE,
+        LiveApi(api),
+        store,
         bound,
         LoopSettings(
             planner=planner_settings(config.org, config.starvation_seconds),
             resync_seconds=config.resync_seconds,
             release_concurrency=config.release_concurrency,
             gang_concurrency=config.gang_concurrency,
+            gang_timeout_seconds=config.gang_timeout_seconds,
             forming_grace_seconds=config.forming_grace_seconds,
             status_interval_seconds=config.status_interval_seconds,
             crash_after=config.test_crash_after,
             backoff=BackoffPolicy(config.backoff_seconds, config.backoff_cap_seconds),
         ),
+        health,
     )
-    LOOP.append(loop)
-    # Pods and nodes come through quorum's own watches, not kopf's (quorum/k8s/watch.py says why).
-    core = client.CoreV1Api(api)
-    pods = watch_objects(core.list_pod_for_all_namespaces, [GangPods(STORE), bound], bound.synced, loop.wake)
-    nodes = watch_objects(core.list_node, [StoreNodes(STORE)], STORE.nodes_synced, loop.wake)
-    TASKS.append(asyncio.create_task(pods, name="pods"))
-    TASKS.append(asyncio.create_task(nodes, name="nodes"))
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    watches: list[tuple[str, Any, list[Index]]] = [
+        ("pods", core.list_pod_for_all_namespaces, [GangPods(store), bound]),
+        ("nodes", core.list_node, [StoreNodes(store)]),
+        (
+            "gangs.quorum.dev",
+            functools.partial(custom.list_cluster_custom_object, "quorum.dev", "v1alpha1", "gangs"),
+            [StoreGangs(store)],
+        ),
+    ]
+    for group, version in GROUP_APIS.values():
+        if group == "scheduling.k8s.io" and not store.workload_api:
+            continue
+        listing = functools.partial(custom.list_cluster_custom_object, group, version, "podgroups")
+        watches.append((f"podgroups.{group}", listing, [StoreGroups(store, group)]))
+    for kind, listing, indexes in watches:
+        synced = bound.synced if kind == "pods" else store.sync_event(kind)
+        store.synced[kind] = synced
+        health.set_synced(kind, False)
+        TASKS.append(asyncio.create_task(watch_objects(listing, indexes, synced, loop.wake, kind), name=kind))
+        TASKS.append(asyncio.create_task(report_synced(health, kind, synced), name=f"{kind} synced"))
     lease = LeaseSettings.for_duration(config.namespace, config.lease_seconds)
     TASKS.append(asyncio.create_task(lead(api, loop.run, lease), name="leader-election"))
+
+
+async def report_synced(health: Health, kind: str, synced: asyncio.Event) -> None:
+    await synced.wait()
+    health.set_synced(kind, True)
 
 
 @kopf.on.cleanup()
@@ -128,23 +148,5 @@ async def stop(**_: Any) -> None:
     for task in TASKS:
         task.cancel()
     await asyncio.gather(*TASKS, return_exceptions=True)
-
-
-@kopf.on.event("scheduling.sigs.k8s.io", "v1alpha1", "podgroups")
-async def sigs_podgroup_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
-    _apply(STORE.groups, ("scheduling.sigs.k8s.io", namespace, name), event)
-
-
-@kopf.on.event("scheduling.x-k8s.io", "v1alpha1", "podgroups")
-async def x_podgroup_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
-    _apply(STORE.groups, ("scheduling.x-k8s.io", namespace, name), event)
-
-
-@kopf.on.event("scheduling.k8s.io", "v1alpha2", "podgroups")
-async def workload_podgroup_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
-    _apply(STORE.groups, ("scheduling.k8s.io", namespace, name), event)
-
-
-@kopf.on.event("quorum.dev", "v1alpha1", "gangs")
-async def gang_event(event: kopf.RawEvent, namespace: str | None, name: str, **_: Any) -> None:
-    _apply(STORE.gangs, (namespace, name), event)
+    for runner in RUNNERS:
+        await runner.cleanup()

@@ -1,11 +1,23 @@
-"""The scheduling loop: quorum's own asyncio task (not a kopf handler).
+"""The scheduling loop: quorum's own asyncio task (not a kopf handler), run while this replica
+holds the Lease.
 
-Each pass takes a snapshot (groups from the kopf watches; gang pods, the usage of bound pods
-and nodes from quorum's own watches; reservations of pods released but not yet bound),
-recovers gangs whose release timed out (`recovery.py`), plans the gangs not backing off,
-releases what fits — decision recorded on the Gang object first, then one conditional patch per
-pod — and writes the status of every gang and its group when it changed (`status.py`).
-Events: one per gang when it is released, and one when the reason it is held changes.
+It starts only once every watched kind has been listed, rebuilds the ledger from the decisions
+recorded on the Gang objects, and then makes a pass on every change (and at least every
+`resync_seconds`). A pass:
+
+1. ends the reservations of pods now bound or gone (`ledger.py`) and assembles the gangs from
+   the store (`gangs.py`);
+2. starts, as each gang's own task (`work.py`), what is due outside the plan: finishing a
+   recorded release whose pods are still gated, and recovery (`recovery.py`);
+3. plans the gangs that are free (no task in flight, no backoff) in a worker thread, so the
+   watches, the Lease and the writes go on meanwhile; the planner is pure and bounded
+   (`quorum.core.planner`);
+4. reserves each release's room in the ledger at once, then starts its task: the decision is
+   recorded on the Gang, then one conditional patch per pod (`release`);
+5. composes every other gang's status (`conditions.py`) and starts a write where it changed
+   (`status.py`).
+
+The pass awaits none of the gangs' tasks: one gang's slow or failing writes delay nobody.
 """
 
 from __future__ import annotations
@@ -17,26 +29,29 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Coroutine, Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
 
-from kubernetes_asyncio import client
-
-from quorum.core.fit import FitSettings
+from quorum.core.fit import FitSettings, why_not
 from quorum.core.lifecycle import BackoffPolicy
-from quorum.core.model import Node, add
-from quorum.core.planner import Hold, Planner, PlannerSettings, Release
-from quorum.k8s import reads, writes
-from quorum.k8s.convert import node_from_api, pod_requests
+from quorum.core.model import Gang, Node, fits, subtract
+from quorum.core.planner import Hold, Plan, Planner, PlannerSettings, Release
+from quorum.k8s.api import KubeApi
+from quorum.k8s.convert import node_from_api, pod_from_api, pod_requests
 from quorum.k8s.usage import BoundPods
-from quorum.operator.gangs import GangView, Store, assemble, is_gated, orphans
-from quorum.operator.recovery import Recoverer, backoff_message, backoff_until, recovery_of
-from quorum.operator.status import GangRecords
+from quorum.operator import metrics
+from quorum.operator.conditions import backoff_message, backoff_until, compose, recovery_of, timestamp
+from quorum.operator.gangs import JSON, GangView, Store, assemble, is_gated, orphans
+from quorum.operator.health import Health
+from quorum.operator.ledger import Ledger, recorded_placement
+from quorum.operator.recovery import Recoverer
+from quorum.operator.status import GangRecords, StatusWrite, now_rfc3339
+from quorum.operator.work import Failure, GangWork
 
 log = logging.getLogger("quorum.operator")
-T = TypeVar("T")
+GangKey = tuple[str, str]
 SLOW_PASS_SECONDS = 1.0  # a pass slower than this is logged with where its time went
+ORPHANS: GangKey = ("", "pods without a group")  # the work key of releasing orphaned pods
 
 
 @dataclass(frozen=True)
@@ -44,7 +59,9 @@ class LoopSettings:
     planner: PlannerSettings = field(default_factory=PlannerSettings)
     resync_seconds: float = 5.0  # a pass at least this often, even without events
     release_concurrency: int = 128  # pod patches in flight at once
-    gang_concurrency: int = 64  # gangs whose writes (release, status) are in flight at once
+    gang_concurrency: int = 64  # gangs whose tasks (release, status, recovery) run at once
+    gang_timeout_seconds: float = 30.0  # one gang's task is cut off after this long
+    failure_backoff: BackoffPolicy = field(default_factory=lambda: BackoffPolicy(1.0, 60.0))
     label_gang_retention_seconds: float = 300.0  # label-only Gang objects outlive their pods this long
     # A gang still short of members is written (Gang object, status, Events) only once it has
     # waited this long: a gang whose pods arrive together is released before anyone needs to
@@ -55,143 +72,409 @@ class LoopSettings:
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
 
 
-async def bounded(coros: Iterable[Coroutine[Any, Any, T]], limit: int) -> list[T]:
-    """Run the coroutines at most `limit` at a time; results in order."""
-    gate = asyncio.Semaphore(limit)
-
-    async def one(coro: Coroutine[Any, Any, T]) -> T:
-        async with gate:
-            return await coro
-
-    return list(await asyncio.gather(*(one(c) for c in coros)))
-
-
 def planner_settings(org: str | None, starvation_seconds: float) -> PlannerSettings:
     return PlannerSettings(fit=FitSettings(org=org), starvation_seconds=starvation_seconds)
 
 
+class NodeModels:
+    """The planner's Node of every node, converted again only when its object changed, and the
+    names of the nodes that changed since the last pass."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, tuple[str, Node]] = {}  # name -> (resourceVersion, Node)
+        self.changed: set[str] = set()
+
+    def refresh(self, objects: Mapping[str, JSON]) -> dict[str, Node]:
+        models = {}
+        for name, obj in objects.items():
+            version = obj["metadata"].get("resourceVersion", "")
+            cached = self.models.get(name)
+            if cached is None or cached[0] != version:
+                try:
+                    cached = (version, node_from_api(obj))
+                except Exception:  # a node we cannot read is a node we do not plan on
+                    log.warning("node %s not understood; left out of plans", name, exc_info=True)
+                    continue
+                self.changed.add(name)
+            models[name] = cached
+        self.changed.update(n for n in self.models if n not in models)
+        self.models = models
+        return {name: model for name, (_, model) in models.items()}
+
+    def take_changed(self) -> set[str]:
+        changed, self.changed = self.changed, set()
+        return changed
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What the worker thread hands back: the plan, and the gangs whose conversion failed."""
+
+    plan: Plan
+    failed: dict[GangKey, str]
+
+
 class GangLoop:
-    def __init__(self, api: client.ApiClient, store: Store, bound: BoundPods, settings: LoopSettings) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        store: Store,
+        bound: BoundPods,
+        settings: LoopSettings,
+        health: Health | None = None,
+    ) -> None:
         self.api = api
         self.store = store
         self.bound = bound
         self.settings = settings
+        self.health = health or Health()
         self.dirty = asyncio.Event()
-        self.reserved: dict[str, tuple[str, dict[str, int]]] = {}  # uid -> (node, requests)
+        self.ledger = Ledger()
         self.records = GangRecords(api, store, settings.status_interval_seconds)
-        self.recoverer = Recoverer(api, settings.backoff)
+        self.recoverer = Recoverer(api, settings.backoff, self.ledger)
+        self.work = GangWork(
+            settings.gang_concurrency,
+            settings.gang_timeout_seconds,
+            settings.failure_backoff,
+            self.wake,
+            self.report_failure,
+        )
+        self.planner = Planner(settings.planner)  # keeps its node index between passes
+        self.node_models = NodeModels()
+        self.pod_patches = asyncio.Semaphore(settings.release_concurrency)
         self.told_dropped: set[str] = set()  # pods released because their group was dropped
-        self.last_seen: dict[tuple[str, str], float] = {}
         self.statefulsets: dict[str, str | None] = {}  # uid -> podManagementPolicy
         self.next_backoff_end = 0.0  # the earliest end of a backoff: a pass is due then
-        self.first_seen: dict[tuple[str, str], float] = {}  # gang -> when a pass first saw it
+        self.first_seen: dict[GangKey, float] = {}  # gang -> when a pass first saw it
         self.next_forming_due = 0.0  # when a forming gang's grace ends: a pass is due then
-        self.planner = Planner(settings.planner)  # keeps its node index between passes
-        self.node_models: dict[str, tuple[str, Node]] = {}  # name -> (resourceVersion, Node)
-        self.changed_nodes: set[str] = set()
-        self.semaphore = asyncio.Semaphore(settings.release_concurrency)
+        self.complete_at: dict[GangKey, float] = {}  # released gangs: when their members were all there
         self.timings: dict[str, float] = {}  # where the last pass's time went
         self.lap_started = 0.0
-        self.patches = 0  # releases made by this process (for the test hook)
+        self.patches = 0  # pod releases made by this process (for the test hook)
 
     def wake(self) -> None:
         self.dirty.set()
 
+    # -- leading ----------------------------------------------------------------------------
+
     async def run(self) -> None:
-        """Act while this replica leads: resume from what the API shows, then plan on every change
-        (and at least every `resync_seconds`)."""
-        await self.bound.synced.wait()
-        await self.store.nodes_synced.wait()
-        self.resume()
-        while True:
-            wait = self.settings.resync_seconds
-            for due in (self.next_backoff_end, self.next_forming_due):
-                if due:
-                    wait = max(0.05, min(wait, due - time.time()))
-            if due := self.records.pacing.next_due:  # a gang's status write was deferred
+        """Act while this replica leads: wait until every watched kind is listed, resume from
+        what the API shows, then plan on every change (and at least every `resync_seconds`)."""
+        self.health.set_leading(True)
+        try:
+            for kind, event in list(self.store.synced.items()):
+                if not event.is_set():
+                    log.info("waiting for the first listing of %s before planning", kind)
+                    await event.wait()
+            self.resume()
+            while True:
+                await self.wait_for_work()
+                started = time.monotonic()
+                try:
+                    await self.step()
+                    self.health.last_pass = time.monotonic()
+                    took = time.monotonic() - started
+                    metrics.PASS_DURATION.observe(took)
+                    if took > SLOW_PASS_SECONDS:
+                        log.info("slow pass: %.2fs (%s)", took, self.timings)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("scheduling pass failed; next pass in %.0fs", self.settings.resync_seconds)
+        finally:
+            self.health.set_leading(False)
+            await self.work.cancel_all()
+
+    async def wait_for_work(self) -> None:
+        wait = self.settings.resync_seconds
+        for due in (self.next_backoff_end, self.next_forming_due):
+            if due:
+                wait = max(0.05, min(wait, due - time.time()))
+        for due in (self.records.pacing.next_due, self.work.next_retry()):
+            if due:  # a deferred status write, the end of a gang's failure backoff
                 wait = max(0.05, min(wait, due - time.monotonic()))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.dirty.wait(), wait)
-            self.dirty.clear()
-            started = time.monotonic()
-            try:
-                await self.step()
-                took = time.monotonic() - started
-                if took > SLOW_PASS_SECONDS:
-                    log.info("slow pass: %.2fs (%s)", took, self.timings)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("scheduling pass failed; next pass in %.0fs", self.settings.resync_seconds)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.dirty.wait(), wait)
+        self.dirty.clear()
 
     def resume(self) -> None:
         """Start leading from the API's state, not from this replica's memory: statuses are
         written afresh, and pods released (by any leader) but not bound yet keep their nodes
         reserved — read from the decisions recorded on the Gang objects."""
         self.records.resume()
-        self.reserved.clear()
+        self.ledger.resume(self.store.gangs, self.store.pods, self.bound.pods)
         self.planner = Planner(self.settings.planner)  # a full first pass
-        for gang in self.store.gangs.values():
-            for entry in ((gang.get("status") or {}).get("admission") or {}).get("placement") or []:
-                pod = self.store.pods.get(entry.get("uid", ""))
-                if pod is None or is_gated(pod) or entry["uid"] in self.bound.pods:
-                    continue
-                if (pod.get("spec") or {}).get("nodeName"):
-                    continue
-                self.reserve(entry["uid"], entry["node"], pod_requests(pod))
+        self.health.last_pass = time.monotonic()
         log.info(
             "leading: %d gangs known, %d released pods not bound yet kept reserved",
             len(self.store.gangs),
-            len(self.reserved),
+            len(self.ledger),
         )
 
-    # -- one pass ------------------------------------------------------------------------
+    # -- one pass ---------------------------------------------------------------------------
 
-    def reserve(self, uid: str, node: str, requests: dict[str, int]) -> None:
-        self.reserved[uid] = (node, requests)
-        self.changed_nodes.add(node)
+    def lap(self, what: str) -> None:
+        now = time.monotonic()
+        self.timings[what] = round(now - self.lap_started, 3)
+        self.lap_started = now
 
-    def used(self) -> dict[str, dict[str, int]]:
-        """Bound pods plus reservations. A reservation ends only when the bound-pod index shows
-        that pod bound (or the pod is gone): the pod's release patch is seen before its binding, and
-        in between its capacity would be counted nowhere."""
-        for uid in [u for u in self.reserved if u in self.bound.pods or u not in self.store.pods]:
-            self.changed_nodes.add(self.reserved.pop(uid)[0])
-        used = dict(self.bound.used)  # read only: the planner never changes what it is given
-        for node, requests in self.reserved.values():
-            used[node] = add(used.get(node, {}), requests)
-        return used
-
-    def nodes(self) -> dict[str, Node]:
-        """The planner's Node of every node, converted again only when its object changed."""
-        models = {}
-        for name, obj in self.store.nodes.items():
-            version = obj["metadata"].get("resourceVersion", "")
-            cached = self.node_models.get(name)
-            if cached is None or cached[0] != version:
-                cached = (version, node_from_api(obj))
-                self.changed_nodes.add(name)
-            models[name] = cached
-        self.changed_nodes.update(n for n in self.node_models if n not in models)
-        self.node_models = models
-        return {name: model for name, (_, model) in models.items()}
+    async def step(self) -> None:
+        self.timings = {}
+        self.lap_started = time.monotonic()
+        now = time.time()
+        self.start_orphan_releases()
+        self.ledger.settle(self.bound.pods, self.store.pods)
+        views = {v.key: v for v in assemble(self.store, self.ledger.uids)}
+        for view in views.values():
+            if view.failure:
+                self.work.fail(view.key, "assemble", view.failure)
+        self.lap("assemble")
+        self.start_continued_releases(views)
+        self.start_recoveries(views, now)
+        self.lap("recover")
+        # From here to the plan's snapshot, no await: the usage (`used`) and the nodes it changed
+        # must be taken together, or a node that changes in between is synced into the
+        # planner's index with stale usage and never again.
+        self.ledger.settle(self.bound.pods, self.store.pods)
+        used = self.ledger.usage(self.bound.used)
+        nodes = self.node_models.refresh(self.store.nodes)
+        changed = self.changed()
+        holds, plannable = self.sort_out(views, now)
+        held_since = {key: self.records.held_since(key) for key in plannable}
+        self.lap("snapshot")
+        planned = await asyncio.to_thread(self.plan, nodes, used, plannable, held_since, now, changed)
+        metrics.PLAN_DURATION.observe(time.monotonic() - self.lap_started)
+        self.lap("plan")
+        for key, message in planned.failed.items():
+            holds[key] = Hold(Gang(*key, 1, ()), "PlanningFailed", message)
+            self.work.fail(key, "plan", message)
+        for release in planned.plan.releases:
+            self.start_release(plannable[release.gang.key], release)
+        for hold in planned.plan.holds:
+            key = hold.gang.key
+            if hold.reason == "PlanningFailed":
+                self.work.fail(key, "plan", hold.message)
+            else:
+                self.work.succeeded(key, "plan")
+            holds[key] = self.explain_hold(plannable[key], hold)
+        for release in planned.plan.releases:
+            self.work.succeeded(release.gang.key, "plan")
+        self.lap(f"release {len(planned.plan.releases)} gangs")
+        self.start_status_writes(views, holds, now)
+        self.lap(f"status of {len(views)} gangs")
+        self.collect_garbage(views)
 
     def changed(self) -> set[str] | None:
         """Nodes whose usage or object changed since the last pass (None: compare all)."""
         bound = self.bound.take_dirty()
-        changed, self.changed_nodes = self.changed_nodes, set()
+        changed = self.node_models.take_changed() | self.ledger.take_changed()
         return None if bound is None else changed | bound
 
-    async def release_orphans(self) -> None:
-        for pod, (reason, message) in orphans(self.store):
-            uid = pod["metadata"]["uid"]
-            if uid in self.told_dropped:
+    def sort_out(
+        self, views: dict[GangKey, GangView], now: float
+    ) -> tuple[dict[GangKey, Hold], dict[GangKey, GangView]]:
+        """Which gangs the planner sees; why the others are held (those that are neither are
+        admitted already, or busy)."""
+        holds: dict[GangKey, Hold] = {}
+        plannable: dict[GangKey, GangView] = {}
+        self.next_backoff_end = 0.0
+        for key, view in views.items():
+            if self.work.busy(key):
                 continue
-            self.told_dropped.add(uid)
-            if await writes.release_pod(self.api, pod, None):
-                await writes.post_event(
-                    self.api, {"apiVersion": "v1", "kind": "Pod", **pod}, reason, message, warning=True
+            if failure := self.work.backing_off(key):
+                if view.min_member is not None and view.counts()["released"] < view.min_member:
+                    holds[key] = Hold(Gang(*key, view.min_member, ()), "PlanningFailed", failure.sentence())
+                continue
+            if view.waiting is not None or view.min_member is None or not view.releasable:
+                admitted = view.min_member is not None and view.counts()["released"] >= view.min_member
+                if view.gated and view.waiting is None and view.min_member is not None and not admitted:
+                    holds[key] = Hold(
+                        Gang(*key, view.min_member, ()), "WaitingForOtherGates", view.blocked() or ""
+                    )
+                continue
+            gang = self.store.gangs.get(key)
+            until = backoff_until(recovery_of(gang))
+            if until > now:
+                holds[key] = Hold(
+                    Gang(*key, view.min_member, ()), "Backoff", backoff_message(recovery_of(gang), now)
                 )
+                self.next_backoff_end = min(self.next_backoff_end or until, until)
+                continue
+            plannable[key] = view
+        return holds, plannable
+
+    def plan(
+        self,
+        nodes: dict[str, Node],
+        used: dict[str, dict[str, int]],
+        plannable: dict[GangKey, GangView],
+        held_since: dict[GangKey, float | None],
+        now: float,
+        changed: set[str] | None,
+    ) -> Planned:
+        """In the worker thread: the gangs as the planner's models, then the plan. A gang whose
+        pods cannot be read is left out, with the error (the others are planned)."""
+        queue: list[Gang] = []
+        failed: dict[GangKey, str] = {}
+        for key, view in plannable.items():
+            try:
+                queue.append(view.to_core(held_since=held_since.get(key)))
+            except Exception as err:
+                failed[key] = f"reading its pods failed: {type(err).__name__}: {err}"
+        return Planned(self.planner.plan(nodes, used, queue, now, changed=changed), failed)
+
+    # -- releases -----------------------------------------------------------------------------
+
+    def start_release(self, view: GangView, release: Release) -> None:
+        """Reserve the release's room now (no later pass may plan it), then release in the
+        gang's task."""
+        for pod, node in release.placement:
+            self.ledger.reserve(view.key, pod.uid, node.name, pod.requests)
+        if not self.work.start(view.key, "release", self.release(view, release)):
+            for pod, _ in release.placement:  # cannot happen (busy gangs are not planned): undo
+                self.ledger.drop(pod.uid)
+
+    async def release(self, view: GangView, release: Release) -> None:
+        placement = [(pod.uid, node.name) for pod, node in release.placement]
+        try:
+            gang = await self.records.ensure_gang(view)
+            attempt = attempt_of(gang) + 1
+            entries = [
+                {"pod": pod.name, "uid": pod.uid, "node": node.name} for pod, node in release.placement
+            ]
+            # The decision first: a restarted operator continues this plan instead of making another.
+            admission = {"attempt": attempt, "time": now_rfc3339(), "placement": entries}
+            recorded = await self.records.record_release(view, gang, admission, len(entries))
+        except BaseException:
+            for uid, _ in placement:  # not recorded: nothing was promised
+                self.ledger.drop(uid)
+            raise
+        pods = {p["metadata"]["uid"]: p for p in view.gated}
+        _, results = await asyncio.gather(
+            self.records.write_group_released(view, recorded),  # it says the gang is being scheduled
+            self.release_pods(view.key, [(pods[uid], node) for uid, node in placement if uid in pods]),
+        )
+        self.complete_at.setdefault(view.key, member_complete_time(view))
+        metrics.RELEASE_LATENCY.observe(max(0.0, time.time() - self.complete_at[view.key]))
+        await self.tell_released(view, gang, results)
+
+    async def release_pods(self, key: GangKey, pods: list[tuple[JSON, str]]) -> list[tuple[str, bool]]:
+        """One conditional patch per pod; (node, released?) per pod. A failing patch does not
+        stop the others; the first error is raised once all are done (the gang's failure: its
+        pods stay reserved, and the release is finished on the recorded plan after a backoff)."""
+
+        async def one(pod: JSON, node: str) -> bool:
+            async with self.pod_patches:
+                ok = await self.api.release_pod(pod, node)
+                self.crash_hook(ok)
+                return ok
+
+        results = await asyncio.gather(*(one(pod, node) for pod, node in pods), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        done = [(node, r is True) for (_, node), r in zip(pods, results, strict=True)]
+        metrics.PODS_RELEASED.inc(sum(1 for _, ok in done if ok))
+        if errors:
+            raise errors[0]
+        return done
+
+    async def tell_released(self, view: GangView, gang: JSON, results: list[tuple[str, bool]]) -> None:
+        spread = Counter(node for node, ok in results if ok)
+        done = sum(spread.values())
+        nodes = "node" if len(spread) == 1 else "nodes"
+        message = f"released {done} of {len(results)} planned pods onto {len(spread)} {nodes}: " + ", ".join(
+            f"{n} ×{c}" for n, c in sorted(spread.items())
+        )
+        log.info("%s/%s: %s", view.namespace, view.name, message)
+        metrics.RELEASES.inc()
+        self.records.reasons.pop(view.key, None)
+        await asyncio.gather(
+            *(self.api.post_event(obj, "Released", message) for obj in (gang, view.group) if obj)
+        )
+
+    def start_continued_releases(self, views: dict[GangKey, GangView]) -> None:
+        """Finish releases begun earlier, on the nodes recorded for them (no new plan, so the
+        capacity the gang was promised is what it gets): pods of a recorded decision still
+        gated, either reserved by this process (their patch failed) or, after a restart, part
+        of a release that had begun (some pods released). After a restart the recorded nodes
+        are checked for room first; if they have none any more, the gang is recovered."""
+        for key, gang in list(self.store.gangs.items()):
+            view = views.get(key)
+            placement = recorded_placement(gang)
+            if view is None or not placement or self.work.busy(key) or self.work.backing_off(key):
+                continue
+            pods = {p["metadata"]["uid"]: p for p in view.active}
+            present = [(e, pods[e["uid"]]) for e in placement if e["uid"] in pods]
+            pending = [(e, p) for e, p in present if is_gated(p)]
+            reserved = [(e, p) for e, p in pending if e["uid"] in self.ledger]
+            if not pending or (not reserved and len(pending) == len(present)):
+                continue  # nothing left, or nothing started: the planner decides as usual
+            if len(reserved) < len(pending):
+                short = self.room_for(key, [(e, p) for e, p in pending if e["uid"] not in self.ledger])
+                if short:
+                    self.work.start(key, "recover", self.recover_stale(view, gang, short))
+                    continue
+            self.work.start(key, "release", self.continue_release(view, gang, pending))
+
+    def room_for(self, key: GangKey, pending: list[tuple[JSON, JSON]]) -> str:
+        """Reserve the recorded nodes of `pending` pods if they all still fit there now; else
+        reserve nothing and say why not."""
+        nodes = self.node_models.refresh(self.store.nodes)
+        used = self.ledger.usage(self.bound.used)
+        taken: dict[str, dict[str, int]] = {}
+        fit_settings = self.settings.planner.fit
+        for entry, pod in pending:
+            node = nodes.get(entry["node"])
+            if node is None:
+                return f"its planned node {entry['node']} is gone"
+            model = pod_from_api(pod)
+            if reason := why_not(model, node, fit_settings):
+                return f"its planned node {node.name} may no longer be used ({reason})"
+            room = taken.get(node.name) or subtract(node.allocatable, used.get(node.name, {}))
+            if not fits(model.requests, room):
+                return f"its planned node {node.name} has no room left for pod {model.name}"
+            taken[node.name] = subtract(room, model.requests)
+        for entry, pod in pending:
+            self.ledger.reserve(key, entry["uid"], entry["node"], pod_requests(pod))
+        return ""
+
+    async def continue_release(self, view: GangView, gang: JSON, pending: list[tuple[JSON, JSON]]) -> None:
+        results = await self.release_pods(view.key, [(p, e["node"]) for e, p in pending])
+        done = sum(1 for _, ok in results if ok)
+        log.info(
+            "%s/%s: finished a release begun earlier: %d more pods onto their recorded nodes", *view.key, done
+        )
+        await self.api.post_event(
+            gang, "Released", f"finished the recorded release: {done} more pods onto their planned nodes"
+        )
+
+    async def recover_stale(self, view: GangView, gang: JSON, why: str) -> None:
+        bound, unbound = self.recoverer.bound_and_unbound(view)
+        attempt = attempt_of(gang)
+        await self.recoverer.recover(
+            view,
+            gang,
+            recovery_of(gang),
+            attempt,
+            bound,
+            unbound,
+            time.time(),
+            why=f"the recorded release could not be finished: {why}",
+        )
+
+    def start_orphan_releases(self) -> None:
+        found = [
+            (pod, why) for pod, why in orphans(self.store) if pod["metadata"]["uid"] not in self.told_dropped
+        ]
+        if found and not self.work.busy(ORPHANS):
+            self.work.start(ORPHANS, "release", self.release_orphans(found))
+
+    async def release_orphans(self, found: list[tuple[JSON, tuple[str, str]]]) -> None:
+        for pod, (reason, message) in found:
+            if await self.api.release_pod(pod, None):
+                await self.api.post_event(
+                    {"apiVersion": "v1", "kind": "Pod", **pod}, reason, message, warning=True
+                )
+            self.told_dropped.add(pod["metadata"]["uid"])
 
     def crash_hook(self, released: bool) -> None:
         """Tests only (QUORUM_OPERATOR_TEST_CRASH_AFTER=k): die by SIGKILL right after the k-th
@@ -202,108 +485,67 @@ class GangLoop:
                 log.warning("test hook: SIGKILL after %d releases", self.patches)
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    async def continue_releases(self) -> None:
-        """Finish releases a previous leader started: a gang whose recorded decision has released
-        some pods but not all gets the rest on the nodes recorded for them (no new plan, so the
-        capacity it was promised is what it gets)."""
-        for key, gang in list(self.store.gangs.items()):
-            placement = ((gang.get("status") or {}).get("admission") or {}).get("placement") or []
-            pods = [self.store.pods.get(entry["uid"]) for entry in placement]
-            present = [(e, p) for e, p in zip(placement, pods, strict=True) if p is not None]
-            pending = [(e, p) for e, p in present if is_gated(p) and e["uid"] not in self.reserved]
-            if not pending or len(pending) == len(present):
-                continue  # nothing started, or nothing left: the planner decides as usual
-            done = 0
-            for entry, pod in pending:
-                if await writes.release_pod(self.api, pod, entry["node"]):
-                    self.reserve(entry["uid"], entry["node"], pod_requests(pod))
-                    done += 1
-            log.info(
-                "%s/%s: finished a release begun earlier: %d more pods onto their recorded nodes",
-                key[0],
-                key[1],
-                done,
-            )
-            await writes.post_event(
-                self.api,
-                gang,
-                "Released",
-                f"finished the recorded release: {done} more pods onto their planned nodes",
-            )
+    # -- recovery -----------------------------------------------------------------------------
 
-    def lap(self, what: str) -> None:
-        now = time.monotonic()
-        self.timings[what] = round(now - self.lap_started, 3)
-        self.lap_started = now
-
-    async def step(self) -> None:
-        self.timings = {}
-        self.lap_started = time.monotonic()
-        await self.release_orphans()
-        await self.continue_releases()
-        now = time.time()
-        views = assemble(self.store, frozenset(self.reserved))
-        self.lap("assemble")
-        for view in views:
-            await self.recoverer.check(view, self.store.gangs.get(view.key), now)
-        self.lap("recover")
-        live = {v.key for v in views}
+    def start_recoveries(self, views: dict[GangKey, GangView], now: float) -> None:
+        for key, view in views.items():
+            gang = self.store.gangs.get(key)
+            if gang is None or self.work.busy(key) or self.work.backing_off(key):
+                continue
+            if self.recoverer.due(view, gang, now):
+                self.work.start(key, "recover", self.recoverer.check(view, gang, now))
         for key, gang in list(self.store.gangs.items()):
-            if key not in live and recovery_of(gang).get("suspendedJobs"):
-                await self.recoverer.resume_jobs(key[0], key[1], [], gang)  # its pods are all gone
-            if key not in live and recovery_of(gang).get("failures"):
-                await self.records.write_recovering(key, gang)
-        # From here to the plan, no await: the usage snapshot (`used`) and the nodes it changed
-        # (`changed()`) must be taken together, or a node that changes in between is synced into
-        # the planner's index with stale usage and never again. Views again: `used()` ended the
-        # reservations of pods now bound or gone.
-        used = self.used()
-        views = assemble(self.store, frozenset(self.reserved))
-        nodes = self.nodes()
-        plannable: dict[tuple[str, str], GangView] = {}
-        holds: dict[tuple[str, str], Hold] = {}
-        self.next_backoff_end = 0.0
-        for view in views:
-            if view.waiting is not None or view.min_member is None or not view.releasable:
-                admitted = view.min_member is not None and view.counts()["released"] >= view.min_member
-                if view.gated and view.waiting is None and not admitted:
-                    blocked = view.blocked() or ""
-                    holds[view.key] = Hold(view.to_core(), "WaitingForOtherGates", blocked)
+            if key in views or self.work.busy(key) or self.work.backing_off(key):
                 continue
-            until = backoff_until(self.store.gangs.get(view.key))
-            if until > now:
-                message = backoff_message(self.store.gangs.get(view.key), now)
-                holds[view.key] = Hold(view.to_core(), "Backoff", message)
-                self.next_backoff_end = min(self.next_backoff_end or until, until)
-                continue
-            plannable[view.key] = view
-        queue = [v.to_core(held_since=self.records.held_since(k)) for k, v in plannable.items()]
-        self.lap("snapshot")
-        plan = self.planner.plan(nodes, used, queue, now, changed=self.changed())
-        self.lap("plan")
-        # Gangs are independent of each other: their writes go concurrently (bounded), so a pass
-        # costs a few round trips, not a few per gang.
-        done = await bounded(
-            (self.release(plannable[r.gang.key], r) for r in plan.releases), self.settings.gang_concurrency
-        )
-        released = Counter({r.gang.key: n for r, n in zip(plan.releases, done, strict=True)})
-        self.lap(f"release {len(plan.releases)} gangs")
-        for hold in plan.holds:
-            holds[hold.gang.key] = await self.explain_hold(plannable[hold.gang.key], hold)
-        for view in views:
-            self.last_seen[view.key] = time.monotonic()
-        forming = self.forming({v.key for v in views}, holds, now)
+            recovery = recovery_of(gang)
+            if recovery.get("suspendedJobs"):  # its pods are all gone
+                self.work.start(key, "recover", self.recoverer.resume_jobs(key[0], key[1], [], gang))
+            elif recovery.get("failures") and (write := self.records.recovering_due(key, gang, None)):
+                self.work.start(key, "status", self.records.write_recovering(key, write))
+
+    # -- status -------------------------------------------------------------------------------
+
+    def start_status_writes(
+        self, views: dict[GangKey, GangView], holds: dict[GangKey, Hold], now: float
+    ) -> None:
+        forming = self.forming(set(views), holds, now)
         self.records.pacing.start_pass()
-        await bounded(
-            (self.records.write(v, holds.get(v.key), released[v.key]) for v in views if v.key not in forming),
-            self.settings.gang_concurrency,
-        )
-        self.lap(f"status of {len(views)} gangs")
-        await self.forget_label_gangs({v.key for v in views})
+        phases: Counter[tuple[str, str]] = Counter()
+        gated = 0
+        for key, view in views.items():
+            failure = self.work.failures.get(key)
+            hold = holds.get(key)
+            status = compose(self.records.state(view, hold, self.work.failure_message(key)))
+            phases[(status.phase, status.condition("Admitted")["reason"])] += 1
+            gated += status.counts["gated"]
+            self.observe_bound(view, status.counts)
+            if key in forming or self.work.busy(key):
+                continue
+            if failure is not None and failure.stage == "status" and self.work.backing_off(key):
+                continue  # its status writes fail: not before the backoff ends
+            if pods := self.records.waiting_pods(view):
+                self.work.start(key, "status", self.records.tell_waiting(view, pods))
+                continue
+            if write := self.records.due(view, status, hold):
+                self.work.start(key, "status", self.write_status(view, write))
+        metrics.set_gangs(phases)
+        metrics.GATED_PODS.set(gated)
 
-    def forming(
-        self, live: set[tuple[str, str]], holds: dict[tuple[str, str], Hold], now: float
-    ) -> set[tuple[str, str]]:
+    async def write_status(self, view: GangView, write: StatusWrite) -> None:
+        try:
+            await self.records.write(view, write)
+        except BaseException:
+            self.records.failed(view.key)
+            raise
+
+    def observe_bound(self, view: GangView, counts: Mapping[str, int]) -> None:
+        """The time from a released gang's last member to minMember of its pods bound."""
+        started = self.complete_at.get(view.key)
+        if started is not None and counts["bound"] >= (view.min_member or 1):
+            metrics.BOUND_LATENCY.observe(max(0.0, time.time() - started))
+            del self.complete_at[view.key]
+
+    def forming(self, live: set[GangKey], holds: dict[GangKey, Hold], now: float) -> set[GangKey]:
         """Gangs short of members, first seen less than the grace ago, with nothing written yet:
         their writes wait (a pass is due when the first grace ends)."""
         self.first_seen = {k: self.first_seen.get(k, now) for k in live}
@@ -319,10 +561,10 @@ class GangLoop:
         self.next_forming_due = min((self.first_seen[k] + grace for k in forming), default=0.0)
         return forming
 
-    async def explain_hold(self, view: GangView, hold: Hold) -> Hold:
+    def explain_hold(self, view: GangView, hold: Hold) -> Hold:
         """Add what the planner cannot see: pods held by others' gates too, and a StatefulSet
-        whose OrderedReady policy means the gang can never form (DESIGN.md: say it again in the
-        Gang's status)."""
+        whose OrderedReady policy means the gang can never form (its policy is read once, in
+        the gang's task, and used from the next pass on)."""
         if blocked := view.blocked():
             # The members exist but some are held by another gate: that is what it waits for.
             waits_for_gates = hold.reason == "WaitingForMembers" and hold.gang.members >= hold.gang.min_member
@@ -335,10 +577,8 @@ class GangLoop:
                 if owner.get("kind") != "StatefulSet" or not owner.get("controller"):
                     continue
                 if owner["uid"] not in self.statefulsets:
-                    self.statefulsets[owner["uid"]] = await reads.statefulset_pod_management(
-                        self.api, view.namespace, owner["name"]
-                    )
-                if self.statefulsets[owner["uid"]] == "OrderedReady":
+                    self.work.start(view.key, "status", self.learn_statefulset(view.namespace, owner))
+                elif self.statefulsets[owner["uid"]] == "OrderedReady":
                     hint = (
                         f"StatefulSet {owner['name']} uses podManagementPolicy OrderedReady: it creates "
                         f"each pod only after the previous one is Ready, and quorum holds every pod until "
@@ -347,53 +587,62 @@ class GangLoop:
                     return Hold(hold.gang, hold.reason, f"{hold.message}; {hint}")
         return hold
 
-    async def release(self, view: GangView, release: Release) -> int:
-        gang = await self.records.ensure_gang(view)
-        pods = {p["metadata"]["uid"]: p for p in view.gated}
-        attempt = int(((gang.get("status") or {}).get("admission") or {}).get("attempt") or 0) + 1
-        placement = [{"pod": pod.name, "uid": pod.uid, "node": node.name} for pod, node in release.placement]
-        # The decision first: a restarted operator continues this plan instead of making another.
-        admission = {"attempt": attempt, "time": writes.now(), "placement": placement}
-        recorded = await self.records.record_release(view, gang, admission, len(placement))
+    async def learn_statefulset(self, namespace: str, owner: JSON) -> None:
+        self.statefulsets[owner["uid"]] = await self.api.statefulset_pod_management(namespace, owner["name"])
 
-        async def one(pod_uid: str, node: Node) -> bool:
-            async with self.semaphore:
-                ok = await writes.release_pod(self.api, pods[pod_uid], node.name)
-                self.crash_hook(ok)
-                return ok
+    # -- failures and garbage -------------------------------------------------------------------
 
-        # The group's status (it says the gang is being scheduled) beside the pods' releases.
-        _, results = await asyncio.gather(
-            self.records.write_group_released(view, recorded),
-            asyncio.gather(*(one(p.uid, n) for p, n in release.placement)),
-        )
-        done = 0
-        for (pod, node), ok in zip(release.placement, results, strict=True):
-            if ok:
-                self.reserve(pod.uid, node.name, dict(pod.requests))
-                done += 1
-        spread = Counter(n.name for (_, n), ok in zip(release.placement, results, strict=True) if ok)
-        nodes = "node" if len(spread) == 1 else "nodes"
-        message = (
-            f"released {done} of {len(release.placement)} planned pods onto {len(spread)} {nodes}: "
-            + ", ".join(f"{n} ×{c}" for n, c in sorted(spread.items()))
-        )
-        log.info("%s/%s: %s", view.namespace, view.name, message)
-        await asyncio.gather(
-            *(writes.post_event(self.api, obj, "Released", message) for obj in (gang, view.group) if obj)
-        )
-        self.records.reasons.pop(view.key, None)
-        return done
+    async def report_failure(self, key: GangKey, failure: Failure) -> None:
+        """A gang's work failed: a Warning Event on its Gang (or, before it has one, on one of
+        its pods); the same error again only at the 2nd, 4th, 8th ... time in a row."""
+        metrics.GANG_FAILURES.labels(stage=failure.stage).inc()
+        if failure.count & (failure.count - 1):
+            return
+        target = self.store.gangs.get(key)
+        if target is None:
+            target = next(
+                (
+                    {"apiVersion": "v1", "kind": "Pod", **p}
+                    for p in self.store.pods.values()
+                    if p["metadata"].get("namespace") == key[0]
+                    and (p["metadata"].get("labels") or {}).get("quorum.dev/gang") == key[1]
+                ),
+                None,
+            )
+        if target is not None:
+            await self.api.post_event(target, "PlanningFailed", failure.sentence(), warning=True)
 
-    async def forget_label_gangs(self, live: set[tuple[str, str]]) -> None:
-        """Label-only gangs have no owner: delete their Gang once no pod has been left for the
-        retention time (so a recovery that deletes every pod keeps the gang's state)."""
-        now = time.monotonic()
-        for key, gang in list(self.store.gangs.items()):
-            if key in live or (gang.get("spec") or {}).get("source", {}).get("kind") != "Labels":
-                continue
-            seen = self.last_seen.setdefault(key, now)
-            if now - seen > self.settings.label_gang_retention_seconds:
-                await writes.delete_gang(self.api, *key)
-                self.store.gangs.pop(key, None)
-                self.records.forget(key)
+    def collect_garbage(self, views: dict[GangKey, GangView]) -> None:
+        """Forget what is kept per gang once the gang is gone; delete expired label-only Gangs."""
+        live = set(views)
+        for key in self.records.label_gangs_expired(live, self.settings.label_gang_retention_seconds):
+            if not self.work.busy(key):
+                self.work.start(key, "status", self.records.delete_label_gang(key))
+        known = live | set(self.store.gangs)
+        self.records.prune(known)
+        self.recoverer.prune(known, self.store.pods)
+        self.work.prune(known)
+        for key in [k for k in self.complete_at if k not in known]:
+            del self.complete_at[key]
+        owners = {
+            o.get("uid") for p in self.store.pods.values() for o in p["metadata"].get("ownerReferences") or []
+        }
+        self.statefulsets = {uid: v for uid, v in self.statefulsets.items() if uid in owners}
+        self.told_dropped = {uid for uid in self.told_dropped if uid in self.store.pods}
+
+
+def attempt_of(gang: JSON) -> int:
+    admission = (gang.get("status") or {}).get("admission") or {}
+    try:
+        return int(admission.get("attempt") or 0) if isinstance(admission, dict) else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def member_complete_time(view: GangView) -> float:
+    """When the gang had its minMember-th member (the latest creation among the first
+    minMember pods): from then on it waited only for quorum."""
+    created = sorted(timestamp(p["metadata"].get("creationTimestamp")) for p in view.pods)
+    if not created:
+        return time.time()
+    return created[min(len(created), max(1, view.min_member or 1)) - 1]

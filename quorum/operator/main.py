@@ -21,7 +21,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"quorum-operator {__version__}")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
     parser.add_argument(
-        "--liveness", default=None, help="serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz"
+        "--health-address",
+        default=None,
+        help="host:port to serve /healthz (liveness), /readyz (caches listed) and /metrics "
+        "(e.g. 0.0.0.0:8080)",
     )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
@@ -35,10 +38,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     # kopf logs every handled event at INFO; quorum's own log says what matters.
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
-    from quorum.operator import handlers  # noqa: F401  (registers the handlers)
+    from pydantic import ValidationError
+
+    from quorum.operator import handlers  # registers the handlers
+    from quorum.operator.settings import OperatorSettings
 
     try:
-        kopf.run(standalone=True, clusterwide=True, liveness_endpoint=args.liveness)
+        OperatorSettings.from_env()
+    except ValidationError as err:
+        print(f"quorum-operator: invalid QUORUM_OPERATOR_* setting:\n{err}", file=sys.stderr)
+        return 2
+    if args.health_address:
+        handlers.HEALTH_ADDRESS.append(args.health_address)
+    try:
+        kopf.run(standalone=True, clusterwide=True)
     except (KeyboardInterrupt, asyncio.CancelledError):
         return 0
     return 0

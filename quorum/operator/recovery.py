@@ -10,11 +10,7 @@ and `Backoff` conditions and a warning Event.
 
 from __future__ import annotations
 
-import datetime
 import logging
-from typing import Any
-
-from kubernetes_asyncio import client
 
 from quorum.core.lifecycle import (
     Action,
@@ -25,14 +21,13 @@ from quorum.core.lifecycle import (
     job_may_resume,
     plan_recovery,
 )
-from quorum.k8s import reads, writes
-from quorum.operator.gangs import JSON, GangView, phase_of, timestamp
+from quorum.k8s.api import KubeApi
+from quorum.operator import metrics
+from quorum.operator.conditions import iso, recovery_of, timestamp
+from quorum.operator.gangs import JSON, GangView, phase_of
+from quorum.operator.ledger import Ledger
 
 log = logging.getLogger("quorum.operator.recovery")
-
-
-def iso(epoch: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def controller_of(pod: JSON) -> Owner | None:
@@ -42,49 +37,48 @@ def controller_of(pod: JSON) -> Owner | None:
     return None
 
 
-def recovery_of(gang: JSON | None) -> JSON:
-    return dict(((gang or {}).get("status") or {}).get("recovery") or {})
-
-
-def backoff_until(gang: JSON | None) -> float:
-    """Epoch seconds before which the gang is not planned (0: no backoff)."""
-    return timestamp(recovery_of(gang).get("nextAttemptTime"))
-
-
 class Recoverer:
-    def __init__(self, api: client.ApiClient, backoff: BackoffPolicy) -> None:
+    """Applies the lifecycle rules. `due` (pure, cheap) says whether a gang has anything to be
+    done this pass; `check` does it, in the gang's own task."""
+
+    def __init__(self, api: KubeApi, backoff: BackoffPolicy, ledger: Ledger) -> None:
         self.api = api
         self.backoff = backoff
+        self.ledger = ledger
         # The decision recovered per gang, also before the watch shows our own status write.
         self.recovered: dict[tuple[str, str], int] = {}
         self.stuck: set[str] = set()  # pods of running gangs already replaced or reported
 
-    async def check(self, view: GangView, gang: JSON | None, now: float) -> None:
+    def prune(self, live: set[tuple[str, str]], pods: dict[str, JSON]) -> None:
+        for key in [k for k in self.recovered if k not in live]:
+            del self.recovered[key]
+        self.stuck = {uid for uid in self.stuck if uid in pods}
+
+    def due(self, view: GangView, gang: JSON | None, now: float) -> str | None:
+        """What recovery has to do for this gang now, if anything: `resume-jobs`,
+        `clean-slate`, `replace-stuck` or `recover`."""
         if gang is None or view.min_member is None or view.basic:
-            return
+            return None
         recovery = recovery_of(gang)
         if recovery.get("suspendedJobs"):
-            await self.resume_jobs(view.namespace, view.name, view.pods, gang)
+            return "resume-jobs"
         admission = (gang.get("status") or {}).get("admission") or {}
-        if not admission:
-            return
+        if not isinstance(admission, dict) or not admission:
+            return None
         manual = (gang.get("status") or {}).get("manualRelease") or {}
-        if timestamp(manual.get("time")) >= timestamp(admission.get("time")):
-            return  # a person released the gang by hand after quorum's decision: theirs now
-        active = view.active
-        bound = sum(1 for p in active if (p.get("spec") or {}).get("nodeName"))
-        unbound = [p for p in active if not view.is_gated(p) and not (p.get("spec") or {}).get("nodeName")]
+        if isinstance(manual, dict) and timestamp(manual.get("time")) >= timestamp(admission.get("time")):
+            return None  # a person released the gang by hand after quorum's decision: theirs now
+        bound, unbound = self.bound_and_unbound(view)
         if bound >= view.min_member:
             if recovery.get("failures"):
-                await self.record(
-                    view.namespace, view.name, gang, {**recovery, "failures": 0}
-                )  # bound whole: a clean slate
-            if unbound and now - timestamp(admission.get("time")) > view.schedule_timeout:
-                await self.replace_stuck(view, gang, unbound)
-            return
-        attempt = int(admission.get("attempt") or 0)
+                return "clean-slate"
+            timed_out = now - timestamp(admission.get("time")) > view.schedule_timeout
+            if timed_out and any(p["metadata"]["uid"] not in self.stuck for p in unbound):
+                return "replace-stuck"
+            return None
+        attempt = attempt_of(admission)
         if attempt in (recovery.get("attempt"), self.recovered.get(view.key)):
-            return
+            return None
         if is_partially_placed(
             released_at=timestamp(admission.get("time")),
             timeout_seconds=view.schedule_timeout,
@@ -93,7 +87,30 @@ class Recoverer:
             unbound_released=len(unbound),
             now=now,
         ):
-            await self.recover(view, gang, recovery, attempt, bound, unbound, now)
+            return "recover"
+        return None
+
+    @staticmethod
+    def bound_and_unbound(view: GangView) -> tuple[int, list[JSON]]:
+        active = view.active
+        bound = sum(1 for p in active if (p.get("spec") or {}).get("nodeName"))
+        unbound = [p for p in active if not view.is_gated(p) and not (p.get("spec") or {}).get("nodeName")]
+        return bound, unbound
+
+    async def check(self, view: GangView, gang: JSON, now: float) -> None:
+        """Do what `due` says (it is asked again: the gang may have moved on meanwhile)."""
+        what = self.due(view, gang, now)
+        recovery = recovery_of(gang)
+        if what == "resume-jobs":
+            await self.resume_jobs(view.namespace, view.name, view.pods, gang)
+        elif what == "clean-slate":
+            await self.record(view.namespace, view.name, gang, {**recovery, "failures": 0})
+        elif what == "replace-stuck":
+            await self.replace_stuck(view, gang, self.bound_and_unbound(view)[1])
+        elif what == "recover":
+            bound, unbound = self.bound_and_unbound(view)
+            admission = (gang.get("status") or {}).get("admission") or {}
+            await self.recover(view, gang, recovery, attempt_of(admission), bound, unbound, now)
 
     async def recover(
         self,
@@ -104,13 +121,16 @@ class Recoverer:
         bound: int,
         unbound: list[JSON],
         now: float,
+        why: str | None = None,
     ) -> None:
         self.recovered[view.key] = attempt
+        self.ledger.drop_gang(view.key)  # recovered: its released pods' room is no longer promised
+        metrics.PARTIAL_PLACEMENTS.inc()
         members = [(p["metadata"]["name"], controller_of(p)) for p in view.active]
         jobs: dict[str, JobFacts] = {}
         job_uids: dict[str, str] = {}
         for name in sorted({o.name for _, o in members if o is not None and o.kind == "Job"}):
-            job = await reads.job(self.api, view.namespace, name)
+            job = await self.api.read_job(view.namespace, name)
             if job is None:
                 continue
             meta, spec = job["metadata"], job.get("spec") or {}
@@ -119,22 +139,22 @@ class Recoverer:
             job_uids[name] = meta["uid"]
         plan = plan_recovery(members, jobs)
         pods = {p["metadata"]["name"]: p for p in view.active}
+        for step in plan.steps:
+            metrics.RECOVERIES.labels(action=step.action.value).inc()
         for step in plan.of(Action.DELETE_POD):
-            await writes.delete_pod(self.api, pods[step.target])
+            await self.api.delete_pod(pods[step.target])
         suspended = list(recovery.get("suspendedJobs") or [])
         for step in plan.of(Action.SUSPEND_JOB):
-            if await writes.set_job_suspend(
-                self.api, view.namespace, step.target, job_uids[step.target], True
-            ):
+            if await self.api.set_job_suspend(view.namespace, step.target, job_uids[step.target], True):
                 suspended.append(step.target)
         failures = int(recovery.get("failures") or 0) + 1
         delay = self.backoff.delay(failures)
         names = ", ".join(sorted(p["metadata"]["name"] for p in unbound)[:5])
-        message = (
+        what = why or (
             f"{bound} of {view.min_member} pods bound {view.schedule_timeout}s after the release "
-            f"({len(unbound)} released pods never bound: {names}); {plan.summary()}; next try after "
-            f"{delay:.0f}s backoff ({failures} in a row)"
+            f"({len(unbound)} released pods never bound: {names})"
         )
+        message = f"{what}; {plan.summary()}; next try after {delay:.0f}s backoff ({failures} in a row)"
         await self.record(
             view.namespace,
             view.name,
@@ -151,7 +171,7 @@ class Recoverer:
         log.warning("%s/%s partially placed: %s", view.namespace, view.name, message)
         for obj in (gang, view.group):
             if obj is not None:
-                await writes.post_event(self.api, obj, "PartiallyPlaced", message, warning=True)
+                await self.api.post_event(obj, "PartiallyPlaced", message, warning=True)
 
     async def replace_stuck(self, view: GangView, gang: JSON, unbound: list[JSON]) -> None:
         """A running gang's pod beyond minMember (or a replacement) released but never bound —
@@ -164,19 +184,19 @@ class Recoverer:
             self.stuck.add(uid)
             owner, name = controller_of(pod), pod["metadata"]["name"]
             if owner is not None and owner.kind in ("ReplicaSet", "StatefulSet"):
-                await writes.delete_pod(self.api, pod)
+                await self.api.delete_pod(pod)
                 message = (
                     f"pod {name} was released {view.schedule_timeout}s ago and never bound (its planned node "
                     f"was taken): deleted it for its {owner.kind} to make again; the rest of the gang runs on"
                 )
-                await writes.post_event(self.api, gang, "StuckPodReplaced", message)
+                await self.api.post_event(gang, "StuckPodReplaced", message)
             else:
                 message = (
                     f"pod {name} was released {view.schedule_timeout}s ago and never bound (its planned node "
                     f"was taken); quorum does not delete pods of {owner.kind if owner else 'no owner'}: "
                     f"delete it yourself to retry"
                 )
-                await writes.post_event(self.api, gang, "StuckPod", message, warning=True)
+                await self.api.post_event(gang, "StuckPod", message, warning=True)
             log.warning("%s/%s: %s", view.namespace, view.name, message)
 
     async def resume_jobs(self, namespace: str, name: str, pods: list[JSON], gang: JSON) -> None:
@@ -185,7 +205,7 @@ class Recoverer:
         recovery = recovery_of(gang)
         left = []
         for job_name in recovery.get("suspendedJobs") or []:
-            job = await reads.job(self.api, namespace, job_name)
+            job = await self.api.read_job(namespace, job_name)
             if job is None or not (job.get("spec") or {}).get("suspend"):
                 continue  # gone, or resumed by someone else
             status, uid = job.get("status") or {}, job["metadata"]["uid"]
@@ -194,34 +214,22 @@ class Recoverer:
             if mine or not job_may_resume(status.get("active"), status.get("terminating")):
                 left.append(job_name)
                 continue
-            if await writes.set_job_suspend(self.api, namespace, job_name, uid, False):
-                await writes.post_event(
-                    self.api, gang, "JobResumed", f"resumed Job {job_name}: none of its old pods is left"
+            if await self.api.set_job_suspend(namespace, job_name, uid, False):
+                metrics.RECOVERIES.labels(action="ResumeJob").inc()
+                await self.api.post_event(
+                    gang, "JobResumed", f"resumed Job {job_name}: none of its old pods is left"
                 )
         if left != recovery.get("suspendedJobs"):
             await self.record(namespace, name, gang, {**recovery, "suspendedJobs": left})
 
     async def record(self, namespace: str, name: str, gang: JSON, recovery: JSON) -> None:
-        await writes.patch_gang_status(self.api, namespace, name, {"recovery": recovery})
+        await self.api.patch_gang_status(namespace, name, {"recovery": recovery})
         # The store's copy too: the next pass must not act on what the watch has not shown yet.
         gang.setdefault("status", {})["recovery"] = recovery
 
 
-def backoff_message(gang: JSON | None, now: float) -> str:
-    recovery = recovery_of(gang)
-    return (
-        f"backing off after a partial placement ({recovery.get('failures', 1)} in a row): next try at "
-        f"{recovery.get('nextAttemptTime')} (in {max(0.0, backoff_until(gang) - now):.0f}s)"
-    )
-
-
-def partial_condition(gang: JSON | None) -> dict[str, Any]:
-    recovery = recovery_of(gang)
-    if recovery.get("failures"):
-        return {
-            "type": "PartiallyPlaced",
-            "status": "True",
-            "reason": "TimedOut",
-            "message": recovery["message"],
-        }
-    return {"type": "PartiallyPlaced", "status": "False", "reason": "NotPartial", "message": ""}
+def attempt_of(admission: JSON) -> int:
+    try:
+        return int(admission.get("attempt") or 0)
+    except (TypeError, ValueError):
+        return 0

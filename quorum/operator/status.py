@@ -1,29 +1,45 @@
-"""What a person reads: the Gang object of every gang (made when first needed), its status and
-conditions, the group object's status, and Events. Written only when something changed, and
-for one gang at most once per interval (its last state then; like the Job controller's status
-batching): a gang's pods bind and start within a second of its release, and writing each
-step would cost the apiserver a write and every watcher an event for a state nobody reads.
-Transition times move only when a condition's status does, and say when it did."""
+"""What a person reads, written: the Gang object of every gang (made when first needed), its
+status (composed by `conditions.py`), the group object's status, and Events.
+
+A status is written only when it changed, and for one gang at most once per interval (its last
+state then; like the Job controller's status batching): a gang's pods bind and start within a
+second of its release, and writing each step would cost the apiserver a write and every watcher
+an event for a state nobody reads. A status counts as written only once the apiserver took it,
+so a refused write is made again by a later pass. Transition times move only when a
+condition's status does, and say when it did.
+
+The pass decides on the event loop what is due (`due`, cheap, no I/O); the writes run in the
+gang's own task (`write`), so one gang's slow or failing write delays nobody else.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes_asyncio import client
-
 from quorum.core.gangs import GangSource
 from quorum.core.planner import Hold
-from quorum.k8s import writes
-from quorum.k8s.convert import pod_from_api
-from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store, admitted_condition, phase, timestamp
-from quorum.operator.recovery import backoff_message, backoff_until, partial_condition, recovery_of
+from quorum.k8s.api import KubeApi
+from quorum.k8s.convert import unmodeled_constraints
+from quorum.operator.conditions import (
+    CONDITION_TYPES,
+    NO_ROOM,
+    GangState,
+    GangStatus,
+    compose,
+    compose_recovering,
+    timestamp,
+)
+
+__all__ = ["GangRecords", "StatusPacing", "StatusWrite", "now_rfc3339"]
+from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store
 
 log = logging.getLogger("quorum.operator")
-CONDITION_TYPES = ("Admitted", "Unschedulable", "PartiallyPlaced", "Backoff", "CapacityHeld")
+GangKey = tuple[str, str]
 
 
 @dataclass
@@ -31,13 +47,13 @@ class StatusPacing:
     """When each gang's status may be written: at most once per `interval` seconds (monotonic)."""
 
     interval: float
-    written_at: dict[tuple[str, str], float] = field(default_factory=dict)
+    written_at: dict[GangKey, float] = field(default_factory=dict)
     next_due: float = 0.0  # the earliest deferred write since `start_pass` (0: none)
 
     def start_pass(self) -> None:
         self.next_due = 0.0
 
-    def may_write(self, key: tuple[str, str], now: float) -> bool:
+    def may_write(self, key: GangKey, now: float) -> bool:
         """True (and the write counted) if the gang's last write is an interval ago; else the
         write is deferred and `next_due` says when a pass should write it."""
         due = self.written_at.get(key, now - self.interval) + self.interval
@@ -47,37 +63,41 @@ class StatusPacing:
         self.written_at[key] = now
         return True
 
-    def mark_written(self, key: tuple[str, str], now: float) -> None:
+    def mark_written(self, key: GangKey, now: float) -> None:
         """A write that is never deferred (a release's decision) starts the interval too."""
         self.written_at[key] = now
 
-    def forget(self, key: tuple[str, str]) -> None:
+    def forget(self, key: GangKey) -> None:
         self.written_at.pop(key, None)
 
 
 @dataclass(frozen=True)
-class GangStatus:
-    """What a gang's status says: its counters, phase, and the body written (without times)."""
+class StatusWrite:
+    """A status due to be written: what it says, with transition times, and the Events due."""
 
-    counts: dict[str, int]
-    phase: str
-    wanted: JSON
+    status: GangStatus
+    timed: list[JSON]  # the conditions with their lastTransitionTime
+    stamp: str  # when it was composed (RFC 3339)
+    events: tuple[tuple[str, str, bool], ...] = ()  # (reason, message, warning)
+    hold: Hold | None = None
 
 
-Recorded = tuple[GangStatus, list[JSON], str]  # a status written: with its conditions' times, when
+def now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 class GangRecords:
-    def __init__(self, api: client.ApiClient, store: Store, interval: float = 1.0) -> None:
+    def __init__(self, api: KubeApi, store: Store, interval: float = 1.0) -> None:
         self.api = api
         self.store = store
-        self.written: dict[tuple[str, str], dict[str, Any]] = {}  # last status written per gang
+        self.written: dict[GangKey, JSON] = {}  # last status the apiserver took, per gang
         self.pacing = StatusPacing(interval)
-        self.reasons: dict[tuple[str, str], str] = {}  # last hold reason announced per gang
+        self.reasons: dict[GangKey, str] = {}  # last hold reason announced per gang
         self.told_waiting: set[str] = set()  # pods told which group they wait for
-        self.warned_unmodeled: set[tuple[str, str]] = set()
-        self.transitions: dict[tuple[tuple[str, str], str], tuple[str, str]] = {}  # -> (status, time)
-        self.capacity_held: set[tuple[str, str]] = set()
+        self.warned_unmodeled: set[GangKey] = set()
+        self.transitions: dict[tuple[GangKey, str], tuple[str, str]] = {}  # -> (status, time)
+        self.capacity_held: set[GangKey] = set()
+        self.last_seen: dict[GangKey, float] = {}  # label-only gangs: when they last had pods
 
     def resume(self) -> None:
         """A new leader writes every status afresh, keeping the transition times on record."""
@@ -87,13 +107,123 @@ class GangRecords:
         self.transitions.clear()
         for key, gang in self.store.gangs.items():
             for c in (gang.get("status") or {}).get("conditions") or []:
-                if c.get("lastTransitionTime"):
-                    self.transitions[(key, c["type"])] = (c["status"], c["lastTransitionTime"])
+                if isinstance(c, dict) and c.get("lastTransitionTime") and c.get("type"):
+                    self.transitions[(key, c["type"])] = (str(c.get("status")), c["lastTransitionTime"])
 
-    def held_since(self, key: tuple[str, str]) -> float | None:
+    def held_since(self, key: GangKey) -> float | None:
         """Since when the gang has been held for lack of room (Unschedulable True), if it is."""
         seen = self.transitions.get((key, "Unschedulable"))
         return timestamp(seen[1]) if seen and seen[0] == "True" else None
+
+    def prune(self, live: Iterable[GangKey]) -> None:
+        """Forget what is kept per gang for gangs that are gone (neither pods nor Gang object)."""
+        keep = set(live) | set(self.store.gangs)
+        for table in (self.written, self.pacing.written_at, self.reasons, self.last_seen):
+            for key in [k for k in table if k not in keep]:
+                del table[key]
+        self.warned_unmodeled &= keep
+        self.capacity_held &= keep
+        for tkey in [t for t in self.transitions if t[0] not in keep]:
+            del self.transitions[tkey]
+        pods = self.store.pods
+        self.told_waiting = {uid for uid in self.told_waiting if uid in pods}
+
+    # -- what is due (on the event loop, no I/O) --------------------------------------------
+
+    def state(
+        self, view: GangView, hold: Hold | None, failure: str | None, released_now: int = 0
+    ) -> GangState:
+        counts = view.counts()
+        counts["released"] += released_now  # released in this pass: not yet seen by the watch
+        counts["gated"] -= released_now
+        gang = self.store.gangs.get(view.key)
+        recovery = ((gang or {}).get("status") or {}).get("recovery")
+        return GangState(
+            counts=counts,
+            min_member=view.min_member or 1,
+            now=time.time(),
+            basic=view.basic,
+            waiting=view.waiting,
+            hold=hold,
+            recovery=recovery if isinstance(recovery, dict) else None,
+            failure=failure,
+        )
+
+    def due(self, view: GangView, status: GangStatus, hold: Hold | None) -> StatusWrite | None:
+        """The write of this gang's composed status if it is due now (None: unchanged, or
+        deferred by the pacing: a pass at `pacing.next_due` writes the state then)."""
+        if view.group is None and view.waiting:
+            return None  # no Gang object until its group exists (its pods are told by Events)
+        new_gang = view.key not in self.store.gangs
+        if not new_gang and self.written.get(view.key) == status.body:
+            return None
+        stamp = now_rfc3339()
+        timed = self.timed(view.key, status.conditions, stamp)  # the transition's own time
+        if not self.pacing.may_write(view.key, time.monotonic()):
+            return None
+        events: list[tuple[str, str, bool]] = []
+        if hold is not None and self.reasons.get(view.key) != hold.reason:
+            events.append((hold.reason, hold.message, hold.reason in NO_ROOM))
+        held = hold is not None and bool(hold.held_nodes)
+        if held and hold is not None and view.key not in self.capacity_held:
+            events.append(("CapacityHeld", hold.held_message, False))
+        return StatusWrite(status, timed, stamp, tuple(events), hold)
+
+    def waiting_pods(self, view: GangView) -> list[JSON]:
+        """Pods of a gang waiting for its group that have not been told so yet."""
+        if not view.waiting:
+            return []
+        return [p for p in view.pods if p["metadata"]["uid"] not in self.told_waiting]
+
+    def timed(self, key: GangKey, conditions: list[JSON], stamp: str) -> list[JSON]:
+        """The conditions with their transition times: a time changes only when the status does."""
+        for c in conditions:
+            seen = self.transitions.get((key, c["type"]))
+            if seen is None or seen[0] != c["status"]:
+                self.transitions[(key, c["type"])] = (c["status"], stamp)
+        return [{**c, "lastTransitionTime": self.transitions[(key, c["type"])][1]} for c in conditions]
+
+    # -- writes (in the gang's task) --------------------------------------------------------
+
+    async def tell_waiting(self, view: GangView, pods: list[JSON]) -> None:
+        for pod in pods:
+            await self.api.post_event(
+                {"apiVersion": "v1", "kind": "Pod", **pod}, "WaitingForGroup", view.waiting or ""
+            )
+            self.told_waiting.add(pod["metadata"]["uid"])
+
+    async def write(self, view: GangView, write: StatusWrite) -> None:
+        """Write a due status: the Gang (made if need be), its group's status and the Events.
+        Recorded as written only when the apiserver took it."""
+        gang = await self.ensure_gang(view)
+        await self.warn_unmodeled(view, gang)
+        await asyncio.gather(
+            self.api.patch_gang_status(
+                view.namespace, view.name, {**write.status.body, "conditions": write.timed}
+            ),
+            self.write_group(view, write.status, write.timed, write.stamp),
+        )
+        self.written[view.key] = write.status.body
+        for reason, _, _ in write.events:
+            if reason == "CapacityHeld":
+                self.capacity_held.add(view.key)
+            else:
+                self.reasons[view.key] = reason
+        await asyncio.gather(
+            *(
+                self.api.post_event(obj, reason, message, warning=warning)
+                for reason, message, warning in write.events
+                for obj in ((gang, view.group) if reason != "CapacityHeld" else (gang,))
+                if obj is not None
+            )
+        )
+        if not (write.hold is not None and write.hold.held_nodes):
+            self.capacity_held.discard(view.key)
+
+    def failed(self, key: GangKey) -> None:
+        """A write of this gang failed: the next pass composes and writes it again."""
+        self.written.pop(key, None)
+        self.pacing.forget(key)
 
     async def ensure_gang(self, view: GangView) -> JSON:
         existing = self.store.gangs.get(view.key)
@@ -113,7 +243,7 @@ class GangRecords:
             if owner is None or any(o.get("uid") == owner["uid"] for o in owners):
                 return existing
             # The group was deleted and made again under the same name: a new gang.
-            await writes.delete_gang(self.api, view.namespace, view.name)
+            await self.api.delete_gang(view.namespace, view.name)
         source: dict[str, Any] = {"kind": "Labels", "name": view.marker.group}
         if view.group is not None:
             source = {
@@ -129,7 +259,7 @@ class GangRecords:
         }
         if view.topology_key:
             spec["topologyKey"] = view.topology_key
-        gang = await writes.create_gang(self.api, view.namespace, view.name, spec, owner)
+        gang = await self.api.create_gang(view.namespace, view.name, spec, owner)
         self.forget(view.key)  # a new object: its status is still to be written
         for condition in CONDITION_TYPES:
             self.transitions.pop((view.key, condition), None)
@@ -137,170 +267,58 @@ class GangRecords:
         return gang
 
     async def warn_unmodeled(self, view: GangView, gang: JSON) -> None:
-        """DESIGN.md: a gang whose pods use hard constraints the planner does not model gets a
-        warning that quorum cannot guarantee its placement (once per gang)."""
+        """A gang whose pods use hard constraints the planner does not model gets a warning that
+        quorum cannot guarantee its placement (once per gang)."""
         if view.key in self.warned_unmodeled:
             return
-        found = sorted({c for p in view.gated for c in pod_from_api(p).unmodeled})
+        found = sorted({c for p in view.gated for c in unmodeled_constraints(p.get("spec") or {})})
+        self.warned_unmodeled.add(view.key)
         if not found:
             return
-        self.warned_unmodeled.add(view.key)
         message = (
             f"pods of gang {view.name} use {', '.join(found)}, which quorum's plan does not model: "
             f"quorum cannot guarantee their placement (kube-scheduler may refuse a planned node)"
         )
         for obj in (gang, view.group):
             if obj is not None:
-                await writes.post_event(self.api, obj, "UnmodeledConstraints", message, warning=True)
+                await self.api.post_event(obj, "UnmodeledConstraints", message, warning=True)
 
-    async def tell_waiting(self, view: GangView) -> None:
-        if not view.waiting:
-            return
-        for pod in view.pods:
-            if pod["metadata"]["uid"] not in self.told_waiting:
-                self.told_waiting.add(pod["metadata"]["uid"])
-                await writes.post_event(
-                    self.api, {"apiVersion": "v1", "kind": "Pod", **pod}, "WaitingForGroup", view.waiting
-                )
-
-    def conditions(self, view: GangView, gang: JSON, hold: Hold | None, counts: dict[str, int]) -> list[JSON]:
-        status, reason, message = admitted_condition(view, counts, hold, 0)
-        unschedulable = hold is not None and hold.reason == "Unschedulable"
-        in_backoff = backoff_until(gang) > time.time()
-        held = hold is not None and bool(hold.held_nodes)
-        return [
-            {"type": "Admitted", "status": status, "reason": reason, "message": message},
-            {
-                "type": "Unschedulable",
-                "status": "True" if unschedulable else "False",
-                "reason": "Unschedulable" if unschedulable else reason,
-                "message": hold.message if hold is not None and unschedulable else "",
-            },
-            partial_condition(gang),
-            {
-                "type": "Backoff",
-                "status": "True" if in_backoff else "False",
-                "reason": "PartialPlacement" if in_backoff else "NoBackoff",
-                "message": message if in_backoff else "",
-            },
-            {
-                "type": "CapacityHeld",
-                "status": "True" if held else "False",
-                "reason": "Starving" if held else "NotHeld",
-                "message": hold.held_message if hold is not None and held else "",
-            },
-        ]
-
-    def compose(self, view: GangView, gang: JSON, hold: Hold | None, released_now: int) -> GangStatus:
-        counts = view.counts()
-        counts["released"] += released_now  # released in this pass: not yet seen by the watch
-        counts["gated"] -= released_now
-        gang_phase = phase(view, counts)
-        conditions = self.conditions(view, gang, hold, counts)
-        return GangStatus(counts, gang_phase, {"phase": gang_phase, **counts, "conditions": conditions})
-
-    async def record_release(self, view: GangView, gang: JSON, admission: JSON, planned: int) -> Recorded:
+    async def record_release(self, view: GangView, gang: JSON, admission: JSON, planned: int) -> StatusWrite:
         """The decision (`status.admission`, what a restarted operator continues) in one write
-        with the status the gang has once its `planned` pods are released; what was written, for
-        `write_group_released`. The pass's `write` then finds nothing new to write unless a
-        release failed."""
-        status = self.compose(view, gang, None, planned)
-        stamp = writes.now()
-        timed = self.timed(view.key, status.wanted["conditions"], stamp)
+        with the status the gang has once its `planned` pods are released. The pass's status
+        check then finds nothing new to write unless a release failed."""
+        status = compose(self.state(view, None, None, planned))
+        stamp = now_rfc3339()
+        timed = self.timed(view.key, status.conditions, stamp)
         self.pacing.mark_written(view.key, time.monotonic())
-        body = {**status.wanted, "conditions": timed, "admission": admission}
-        await writes.patch_gang_status(self.api, view.namespace, view.name, body)
-        self.written[view.key] = status.wanted
-        return status, timed, stamp
+        body = {**status.body, "conditions": timed, "admission": admission}
+        await self.api.patch_gang_status(view.namespace, view.name, body)
+        self.written[view.key] = status.body
+        return StatusWrite(status, timed, stamp)
 
-    async def write_group_released(self, view: GangView, recorded: Recorded) -> None:
+    async def write_group_released(self, view: GangView, recorded: StatusWrite) -> None:
         """The group's status as `record_release` wrote the Gang's (beside the pods' releases).
-        It never fails the release: if the write fails, the pass's `write` writes both again."""
-        status, timed, stamp = recorded
+        It never fails the release: if the write fails, a later pass writes both again."""
         try:
-            await self.write_group(view, status.counts, status.phase, timed, stamp)
+            await self.write_group(view, recorded.status, recorded.timed, recorded.stamp)
         except Exception:
             log.warning("status of the group of gang %s/%s not written", *view.key, exc_info=True)
-            self.written.pop(view.key, None)
-            self.pacing.forget(view.key)
+            self.failed(view.key)
 
-    async def write(self, view: GangView, hold: Hold | None, released_now: int) -> None:
-        await self.tell_waiting(view)
-        if view.group is None and view.waiting:
-            return  # no Gang object until its group exists
-        gang = await self.ensure_gang(view)
-        await self.warn_unmodeled(view, gang)
-        status = self.compose(view, gang, hold, released_now)
-        counts, gang_phase, wanted = status.counts, status.phase, status.wanted
-        if self.written.get(view.key) == wanted:
-            return  # unchanged: no write
-        stamp = writes.now()
-        # The transition's own time, even if the write is deferred.
-        timed = self.timed(view.key, wanted["conditions"], stamp)
-        if not self.pacing.may_write(view.key, time.monotonic()):
-            return  # a pass at `pacing.next_due` writes it, with the state then
-        self.written[view.key] = wanted
-        # The Gang's status, its group's and the Events are independent: one round trip, not four.
-        writing = [
-            writes.patch_gang_status(self.api, view.namespace, view.name, {**wanted, "conditions": timed}),
-            self.write_group(view, counts, gang_phase, timed, stamp),
-        ]
-        if hold is not None and self.reasons.get(view.key) != hold.reason:
-            self.reasons[view.key] = hold.reason
-            warning = hold.reason == "Unschedulable"
-            writing += [
-                writes.post_event(self.api, obj, hold.reason, hold.message, warning=warning)
-                for obj in (gang, view.group)
-                if obj is not None
-            ]
-        await asyncio.gather(*writing)
-        held = hold is not None and bool(hold.held_nodes)
-        if held != (view.key in self.capacity_held):
-            if held and hold is not None:
-                self.capacity_held.add(view.key)
-                await writes.post_event(self.api, gang, "CapacityHeld", hold.held_message)
-            else:
-                self.capacity_held.discard(view.key)
+    def recovering_due(self, key: GangKey, gang: JSON, failure: str | None) -> StatusWrite | None:
+        """The status of a gang in recovery that has no pod at the moment, if it changed."""
+        recovery = ((gang.get("status") or {}).get("recovery")) or {}
+        status = compose_recovering(recovery if isinstance(recovery, dict) else {}, time.time(), failure)
+        if self.written.get(key) == status.body:
+            return None
+        stamp = now_rfc3339()
+        return StatusWrite(status, self.timed(key, status.conditions, stamp), stamp)
 
-    def timed(self, key: tuple[str, str], conditions: list[JSON], stamp: str) -> list[JSON]:
-        """The conditions with their transition times: a time changes only when the status does."""
-        for c in conditions:
-            seen = self.transitions.get((key, c["type"]))
-            if seen is None or seen[0] != c["status"]:
-                self.transitions[(key, c["type"])] = (c["status"], stamp)
-        return [{**c, "lastTransitionTime": self.transitions[(key, c["type"])][1]} for c in conditions]
+    async def write_recovering(self, key: GangKey, write: StatusWrite) -> None:
+        await self.api.patch_gang_status(key[0], key[1], {**write.status.body, "conditions": write.timed})
+        self.written[key] = write.status.body
 
-    async def write_recovering(self, key: tuple[str, str], gang: JSON) -> None:
-        """The status of a gang in recovery that has no pod at the moment (its Job suspended,
-        its pods deleted and not made again yet): what happened and when it is tried again."""
-        recovery = recovery_of(gang)
-        in_backoff = backoff_until(gang) > time.time()
-        message = recovery.get("message", "")
-        if recovery.get("suspendedJobs"):
-            message += f"; waiting for the pods of Job {', '.join(recovery['suspendedJobs'])} to go"
-        conditions = [
-            {"type": "Admitted", "status": "False", "reason": "Recovering", "message": message},
-            {"type": "Unschedulable", "status": "False", "reason": "Recovering", "message": ""},
-            partial_condition(gang),
-            {
-                "type": "Backoff",
-                "status": "True" if in_backoff else "False",
-                "reason": "PartialPlacement" if in_backoff else "NoBackoff",
-                "message": backoff_message(gang, time.time()) if in_backoff else "",
-            },
-            {"type": "CapacityHeld", "status": "False", "reason": "NotHeld", "message": ""},
-        ]
-        counts = dict.fromkeys(("members", "gated", "released", "bound", "running"), 0)
-        wanted = {"phase": "Pending", **counts, "conditions": conditions}
-        if self.written.get(key) == wanted:
-            return
-        self.written[key] = wanted
-        timed = self.timed(key, conditions, writes.now())
-        await writes.patch_gang_status(self.api, key[0], key[1], {**wanted, "conditions": timed})
-
-    async def write_group(
-        self, view: GangView, counts: dict[str, int], gang_phase: str, timed: list[JSON], stamp: str
-    ) -> None:
+    async def write_group(self, view: GangView, status: GangStatus, timed: list[JSON], stamp: str) -> None:
         """The group object's status. quorum's own PodGroup kinds (v1alpha1): phase, counters and
         conditions prefixed `Quorum`. A Kubernetes 1.36 PodGroup is kube-scheduler's too: only
         quorum's conditions, by server-side apply, so its `PodGroupScheduled` stays."""
@@ -312,21 +330,15 @@ class GangRecords:
         if view.marker.source is GangSource.WORKLOAD_POD_GROUP:
             generation = view.group["metadata"].get("generation")
             owned = [{**c, "observedGeneration": generation} if generation else c for c in conditions]
-            await writes.apply_status(
-                self.api,
-                api_group,
-                version,
-                "PodGroup",
-                "podgroups",
-                view.namespace,
-                name,
-                {"conditions": owned},
+            await self.api.apply_group_status(
+                api_group, version, "PodGroup", "podgroups", view.namespace, name, {"conditions": owned}
             )
             return
-        if not view.group["apiVersion"].endswith("v1alpha1"):
+        if not str(view.group.get("apiVersion", "")).endswith("v1alpha1"):
             return
+        counts = status.counts
         group_status = {
-            "phase": gang_phase,
+            "phase": status.phase,
             "scheduled": counts["bound"],
             "running": counts["running"],
             "succeeded": counts["succeeded"],
@@ -336,10 +348,26 @@ class GangRecords:
         }
         if counts["released"] and not (view.group.get("status") or {}).get("scheduleStartTime"):
             group_status["scheduleStartTime"] = stamp
-        await writes.patch_status(
-            self.api, api_group, version, "podgroups", view.namespace, name, group_status
-        )
+        await self.api.patch_group_status(api_group, version, "podgroups", view.namespace, name, group_status)
 
-    def forget(self, key: tuple[str, str]) -> None:
+    def label_gangs_expired(self, live: set[GangKey], retention: float) -> list[GangKey]:
+        """Label-only gangs have no owner: their Gang is deleted once no pod has been left for
+        the retention time (so a recovery that deletes every pod keeps the gang's state)."""
+        now = time.monotonic()
+        expired = []
+        for key, gang in self.store.gangs.items():
+            if key in live or ((gang.get("spec") or {}).get("source") or {}).get("kind") != "Labels":
+                self.last_seen.pop(key, None)
+                continue
+            if now - self.last_seen.setdefault(key, now) > retention:
+                expired.append(key)
+        return expired
+
+    async def delete_label_gang(self, key: GangKey) -> None:
+        await self.api.delete_gang(*key)
+        self.store.gangs.pop(key, None)
+        self.forget(key)
+
+    def forget(self, key: GangKey) -> None:
         self.written.pop(key, None)
         self.pacing.forget(key)

@@ -72,7 +72,7 @@ def has_controller(obj: JSONObject) -> bool:
 
 
 def gang_of(shape: PodShape, quorum_schedulers: Collection[str]) -> GangMarker | None:
-    """The gang the pod (or the pods of a template) belongs to, per DESIGN.md's table."""
+    """The gang the pod (or the pods of a template) belongs to, per the table in `quorum.core.gangs`."""
     group = dig(shape.spec, "schedulingGroup", "podGroupName")
     return gang_marker(
         shape.labels,

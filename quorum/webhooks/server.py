@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from quorum.webhooks.metrics import Metrics
+from quorum.webhooks.metrics import CONTENT_TYPE, Metrics
 from quorum.webhooks.patch import Intent, build_patch
 from quorum.webhooks.registry import WEBHOOKS, OnError, Webhook
 from quorum.webhooks.review import (
@@ -58,6 +58,7 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
 def answer(webhook: Webhook, settings: WebhookSettings, metrics: Metrics, body: bytes) -> tuple[int, bytes]:
     """(HTTP status, body) for one AdmissionReview body. Never raises."""
     started = time.perf_counter()
+    counts = metrics.webhook(webhook.name)
     try:
         review = parse_review(body)
         if review.kind not in webhook.kinds:
@@ -65,7 +66,7 @@ def answer(webhook: Webhook, settings: WebhookSettings, metrics: Metrics, body: 
                 f"webhook {webhook.name} reviews {', '.join(sorted(webhook.kinds))}, not {review.kind}"
             )
     except BadReview as err:
-        metrics.observe(webhook.name, "bad_request", time.perf_counter() - started)
+        counts.observe("bad_request", time.perf_counter() - started)
         return 400, error_body(str(err))
     patch = None
     try:
@@ -80,7 +81,7 @@ def answer(webhook: Webhook, settings: WebhookSettings, metrics: Metrics, body: 
             review.uid,
             webhook.on_error.value,
         )
-        metrics.errors[webhook.name] += 1
+        counts.errors.inc()
         result, patch = "error", None
         if webhook.on_error is OnError.ALLOW:
             decision = Decision(warnings=[f"quorum: {webhook.name} failed; admitted unchanged"])
@@ -90,19 +91,21 @@ def answer(webhook: Webhook, settings: WebhookSettings, metrics: Metrics, body: 
                 code=500,
             )
     if patch:
-        metrics.mutations[webhook.name] += 1
-    metrics.observe(webhook.name, result, time.perf_counter() - started)
+        counts.mutations.inc()
+    counts.observe(result, time.perf_counter() - started)
     return 200, response_body(review.uid, decision, patch)
 
 
 def review_handler(
     webhook: Webhook, settings: WebhookSettings, metrics: Metrics
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
+    counts = metrics.webhook(webhook.name)  # its series exist from the start, at 0
+
     async def handle(http: web.Request) -> web.Response:
         try:
             body = await _read_body(http, settings.max_body_bytes)
         except BadReview as err:
-            metrics.observe(webhook.name, "bad_request", 0.0)
+            counts.observe("bad_request", 0.0)
             return web.Response(status=400, body=error_body(str(err)), content_type="application/json")
         status, payload = answer(webhook, settings, metrics, body)
         return web.Response(status=status, body=payload, content_type="application/json")
@@ -120,7 +123,7 @@ async def readyz(http: web.Request) -> web.Response:
 
 
 async def metrics_handler(http: web.Request) -> web.Response:
-    return web.Response(text=http.app[METRICS_KEY].render(), content_type="text/plain", charset="utf-8")
+    return web.Response(body=http.app[METRICS_KEY].render(), headers={"Content-Type": CONTENT_TYPE})
 
 
 def make_app(

@@ -73,5 +73,5 @@ async def reload_on_change(
             log.warning("serving certificate not reloaded yet: %s", err)
             continue
         stamp = current
-        metrics.cert_reloads += 1
+        metrics.certificate_reloaded()
         log.info("serving certificate reloaded from %s", cert_file)

@@ -432,8 +432,8 @@ async def test_unmodeled_constraints_get_a_warning_event(
 async def test_pods_with_another_gate_wait_until_it_is_removed(
     customer_api: client.ApiClient, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
 ) -> None:
-    """DESIGN.md: other gates mean "not quorum's to release yet" — a pod released while another
-    gate holds it could not bind, and its gang would time out."""
+    """Other gates mean "not quorum's to release yet" (docs/architecture.md) — a pod released
+    while another gate holds it could not bind, and its gang would time out."""
     pool: TestPool = await test_pool(count=1)
     core = client.CoreV1Api(customer_api)
     await create_podgroup(customer_api, namespace, "held", 2)

@@ -1,4 +1,4 @@
-"""The identities of the local cluster are the ones of a real CKS cluster (DESIGN.md)."""
+"""The identities of the local cluster are the ones of a real CKS cluster (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ async def test_only_the_lease_holder_releases_and_the_other_takes_over(
             "-m",
             "quorum.operator.main",
             f"--kubeconfig={instance.kubeconfig('quorum-operator')}",
-            f"--liveness=http://127.0.0.1:{port}/healthz",
+            f"--health-address=127.0.0.1:{port}",
         ],
         instance.layout.log("quorum-operator-2"),
         instance.layout.root,

@@ -1,4 +1,4 @@
-"""Gang membership and gang names (DESIGN.md's table)."""
+"""Gang membership and gang names (the table in docs/architecture.md, "What a gang pod is")."""
 
 from __future__ import annotations
 

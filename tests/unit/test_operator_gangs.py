@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from quorum.operator.conditions import GangState, admitted, phase
 from quorum.operator.gangs import (
     GROUP_DROPPED,
     GROUP_NOT_SERVED,
     Store,
-    admitted_condition,
     assemble,
     orphans,
-    phase,
     topology_key,
 )
 
@@ -57,7 +56,8 @@ def test_pods_wait_for_their_group_with_a_reason() -> None:
     store = Store(pods={"a": gang_pod("a", "a")})
     (view,) = assemble(store)
     assert view.waiting == "waiting for PodGroup pg1 (scheduling.sigs.k8s.io) to exist in namespace ns"
-    assert admitted_condition(view, view.counts(), None, 0) == ("False", "WaitingForGroup", view.waiting)
+    state = GangState(view.counts(), 1, now=0.0, waiting=view.waiting)
+    assert admitted(state) == ("False", "WaitingForGroup", view.waiting)
 
 
 def test_group_gives_min_member_and_min_resources() -> None:
@@ -79,7 +79,7 @@ def test_group_gives_min_member_and_min_resources() -> None:
         "succeeded": 0,
         "failed": 0,
     }
-    assert phase(view, counts) == "Scheduling"
+    assert phase(counts, 2) == "Scheduling"
 
 
 def test_just_released_pods_are_not_planned_again() -> None:
@@ -175,3 +175,42 @@ def test_a_workload_podgroups_priority_and_disruption_mode_go_to_the_gang() -> N
     assert gang.priority == 100 and gang.disruption_mode == "PodGroup"
     del group["spec"]["priority"]
     assert assemble(store)[0].to_core().priority == 5, "else the pods' own"
+
+
+def test_a_malformed_group_leaves_its_gang_waiting_with_what_to_fix() -> None:
+    for spec, expected in [
+        ({"minMember": "many"}, "spec.minMember must be a whole number from 1 to 2147483647; found 'many'"),
+        ({"minMember": 0}, "spec.minMember must be a whole number from 1 to 2147483647; found 0"),
+        ({"minMember": 10**12}, "found 1000000000000"),
+        ({"minMember": 2, "minResources": {"nvidia.com/gpu": "lots"}}, "spec.minResources: 'lots'"),
+        ({"minMember": 2, "minResources": ["gpu"]}, "spec.minResources must be a map"),
+        ({"minMember": 2, "scheduleTimeoutSeconds": -1}, "spec.scheduleTimeoutSeconds"),
+    ]:
+        group = podgroup(2)
+        group["spec"] = spec
+        store = Store(pods={"a": gang_pod("a", "a")}, groups={("scheduling.sigs.k8s.io", "ns", "pg1"): group})
+        (view,) = assemble(store)
+        assert view.waiting is not None and view.failure is None
+        assert view.waiting.startswith("PodGroup pg1 (scheduling.sigs.k8s.io) is invalid: "), view.waiting
+        assert expected in view.waiting and view.waiting.endswith("fix it to have the gang planned")
+
+
+def test_a_group_that_breaks_reading_is_that_gangs_failure_only() -> None:
+    broken = podgroup(2)
+    broken["metadata"] = {"name": "pg1"}  # no annotations map where one is read: .get on a str
+    broken["metadata"]["annotations"] = "oops"
+    other = gang_pod(
+        "b", "b", labels={"pod-group.scheduling.sigs.k8s.io": "pg2", "quorum.dev/gang": "pg-pg2"}
+    )
+    good = podgroup(1)
+    good["metadata"] = {**good["metadata"], "name": "pg2"}
+    store = Store(
+        pods={"a": gang_pod("a", "a"), "b": other},
+        groups={
+            ("scheduling.sigs.k8s.io", "ns", "pg1"): broken,
+            ("scheduling.sigs.k8s.io", "ns", "pg2"): good,
+        },
+    )
+    first, second = assemble(store)
+    assert first.failure is not None and first.failure.startswith("reading its group failed: AttributeError")
+    assert second.failure is None and second.min_member == 1

@@ -4,26 +4,14 @@ with `kubectl describe gang`."""
 from __future__ import annotations
 
 import time
-from typing import Any
 
-import pytest
-
-from quorum.k8s import writes
+from quorum.operator.conditions import iso
 from quorum.operator.gangs import Store
-from quorum.operator.recovery import iso
 from quorum.operator.status import GangRecords
+from tests.unit.fake_api import FakeApi
 
 
-async def test_a_gang_without_pods_in_recovery_says_what_happened_and_when_next(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    patches: list[dict[str, Any]] = []
-
-    async def capture(api: object, namespace: str, name: str, status: dict[str, Any]) -> bool:
-        patches.append(status)
-        return True
-
-    monkeypatch.setattr(writes, "patch_gang_status", capture)
+async def test_a_gang_without_pods_in_recovery_says_what_happened_and_when_next() -> None:
     gang = {
         "metadata": {"name": "pg-train", "namespace": "ml"},
         "status": {
@@ -36,14 +24,19 @@ async def test_a_gang_without_pods_in_recovery_says_what_happened_and_when_next(
             }
         },
     }
-    records = GangRecords(api=None, store=Store())  # type: ignore[arg-type]
-    await records.write_recovering(("ml", "pg-train"), gang)
-    await records.write_recovering(("ml", "pg-train"), gang)
-    assert len(patches) == 1, "unchanged status is not written again"
-    conditions = {c["type"]: c for c in patches[0]["conditions"]}
-    assert patches[0]["members"] == 0 and patches[0]["phase"] == "Pending"
+    store = Store(gangs={("ml", "pg-train"): gang})
+    api = FakeApi(store)
+    records = GangRecords(api, store)
+    write = records.recovering_due(("ml", "pg-train"), gang, None)
+    assert write is not None
+    await records.write_recovering(("ml", "pg-train"), write)
+    assert records.recovering_due(("ml", "pg-train"), gang, None) is None, "unchanged: not written again"
+    (patch,) = [args[2] for args in api.called("patch_gang_status")]
+    conditions = {c["type"]: c for c in patch["conditions"]}
+    assert patch["members"] == 0 and patch["phase"] == "Pending"
     assert conditions["Admitted"]["reason"] == "Recovering"
     assert conditions["Admitted"]["message"].endswith("waiting for the pods of Job train to go")
     assert conditions["PartiallyPlaced"]["status"] == "True"
     assert conditions["Backoff"]["status"] == "True" and "next try at" in conditions["Backoff"]["message"]
+    assert conditions["PlanningFailed"]["status"] == "False"
     assert all(c["lastTransitionTime"] for c in conditions.values())

@@ -1,40 +1,23 @@
 """A release writes the Gang's status once: the decision together with the status the gang has
-once its pods are released; the pass after it writes nothing more unless a release failed."""
+once its pods are released; the pass after it writes nothing more unless a release failed. A
+status counts as written only once the apiserver took it (against the stateful fake API)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
-from kubernetes_asyncio.client.exceptions import ApiException
-
-from quorum.k8s import writes
-from quorum.operator.gangs import Store, assemble
+from quorum.operator.conditions import compose
+from quorum.operator.gangs import GangView, Store, assemble
 from quorum.operator.status import GangRecords
+from tests.unit.fake_api import FakeApi
 from tests.unit.test_operator_gangs import gang_pod, podgroup
 
 GANG = {
+    "apiVersion": "quorum.dev/v1alpha1",
+    "kind": "Gang",
     "metadata": {"name": "pg-pg1", "namespace": "ns", "ownerReferences": [{"uid": "g1"}]},
     "spec": {},
 }
-
-
-@pytest.fixture
-def written(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, Any]]]:
-    """Every status write, as (what, body): `gang` or the group's plural."""
-    seen: list[tuple[str, dict[str, Any]]] = []
-
-    async def gang_status(api: object, namespace: str, name: str, status: dict[str, Any]) -> bool:
-        seen.append(("gang", status))
-        return True
-
-    async def group_status(api: object, group: str, version: str, plural: str, *rest: Any) -> bool:
-        seen.append((plural, rest[-1]))
-        return True
-
-    monkeypatch.setattr(writes, "patch_gang_status", gang_status)
-    monkeypatch.setattr(writes, "patch_status", group_status)
-    return seen
 
 
 def released_store() -> Store:
@@ -44,19 +27,36 @@ def released_store() -> Store:
     return store
 
 
-async def test_the_decision_and_the_released_status_are_one_write(
-    written: list[tuple[str, dict[str, Any]]],
-) -> None:
+async def pass_write(records: GangRecords, view: GangView, released_now: int) -> bool:
+    """What the pass does for a gang: compose its status and write it if it is due."""
+    write = records.due(view, compose(records.state(view, None, None, released_now)), None)
+    if write is not None:
+        await records.write(view, write)
+    return write is not None
+
+
+def writes(api: FakeApi) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for method, args in api.calls:
+        if method == "patch_gang_status":
+            out.append(("gang", args[2]))
+        elif method == "patch_group_status":
+            out.append(("podgroups", args[3]))
+    return out
+
+
+async def test_the_decision_and_the_released_status_are_one_write() -> None:
     store = released_store()
+    api = FakeApi(store)
     (view,) = assemble(store)
-    records = GangRecords(api=None, store=store)  # type: ignore[arg-type]
+    records = GangRecords(api, store)
     admission = {"attempt": 1, "time": "t", "placement": [{"uid": "a"}, {"uid": "b"}]}
     recorded = await records.record_release(view, GANG, admission, 2)
     await records.write_group_released(view, recorded)
-    await records.write(view, None, 2)  # the pass's write, with both releases done
+    assert not await pass_write(records, view, 2), "the pass, with both releases done, writes nothing"
 
-    assert [what for what, _ in written] == ["gang", "podgroups"]
-    gang, group = written[0][1], written[1][1]
+    assert [what for what, _ in writes(api)] == ["gang", "podgroups"]
+    gang, group = writes(api)[0][1], writes(api)[1][1]
     assert gang["admission"] == admission
     assert (gang["phase"], gang["released"], gang["gated"]) == ("Scheduling", 2, 0)
     admitted = next(c for c in gang["conditions"] if c["type"] == "Admitted")
@@ -64,39 +64,47 @@ async def test_the_decision_and_the_released_status_are_one_write(
     assert group["phase"] == "Scheduling" and group["scheduleStartTime"]
 
 
-async def test_a_failed_release_is_corrected_by_the_next_write(
-    written: list[tuple[str, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_failed_release_is_corrected_by_the_next_write() -> None:
     store = released_store()
+    api = FakeApi(store)
     (view,) = assemble(store)
-    records = GangRecords(api=None, store=store, interval=0.0)  # type: ignore[arg-type]
+    records = GangRecords(api, store, interval=0.0)
     await records.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
-    await records.write(view, None, 1)  # one pod was gone by its release
+    assert await pass_write(records, view, 1)  # one pod was gone by its release
 
-    gang_writes = [body for what, body in written if what == "gang"]
+    gang_writes = [body for what, body in writes(api) if what == "gang"]
     assert len(gang_writes) == 2
     assert (gang_writes[-1]["released"], gang_writes[-1]["gated"]) == (1, 1)
     assert "admission" not in gang_writes[-1], "the decision is not written again"
 
 
-async def test_a_failed_group_write_does_not_fail_the_release_and_is_written_again(
-    written: list[tuple[str, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    failures = [ApiException(status=500, reason="etcd timeout")]
-
-    async def group_status(api: object, group: str, version: str, plural: str, *rest: Any) -> bool:
-        if failures:
-            raise failures.pop()
-        written.append((plural, rest[-1]))
-        return True
-
-    monkeypatch.setattr(writes, "patch_status", group_status)
+async def test_a_failed_group_write_does_not_fail_the_release_and_is_written_again() -> None:
     store = released_store()
+    api = FakeApi(store)
+    api.fail("patch_group_status", times=1)
     (view,) = assemble(store)
-    records = GangRecords(api=None, store=store)  # type: ignore[arg-type]
+    records = GangRecords(api, store)
     recorded = await records.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
     await records.write_group_released(view, recorded)  # raises nothing
-    await records.write(view, None, 2)  # the pass's write: the group's status, and the Gang's again
+    assert await pass_write(records, view, 2)  # the group's status, and the Gang's again
 
-    assert [what for what, _ in written] == ["gang", "gang", "podgroups"]
-    assert written[-1][1]["phase"] == "Scheduling"
+    assert [what for what, _ in writes(api)] == ["gang", "podgroups", "gang", "podgroups"]
+    assert writes(api)[-1][1]["phase"] == "Scheduling"
+
+
+async def test_a_refused_status_write_is_not_taken_as_written_and_is_made_again() -> None:
+    store = released_store()
+    api = FakeApi(store)
+    api.fail("patch_gang_status", times=1)
+    (view,) = assemble(store)
+    records = GangRecords(api, store, interval=0.0)
+    write = records.due(view, compose(records.state(view, None, None)), None)
+    assert write is not None
+    try:
+        await records.write(view, write)
+    except Exception:
+        records.failed(view.key)  # what the gang's task does when its write raises
+    assert records.written.get(view.key) is None
+    assert await pass_write(records, view, 0), "the next pass writes the same status again"
+    assert [what for what, _ in writes(api)] == ["gang", "podgroups", "gang", "podgroups"]
+    assert store.gangs[view.key]["status"]["phase"] == "Pending"

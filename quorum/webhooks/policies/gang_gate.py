@@ -1,6 +1,7 @@
 """Gang admission, step 1: every gang pod is created held at quorum's scheduling gate.
 
-On Pod CREATE (DESIGN.md's table, scheduler-name rule and precedence): a gang pod gets the gate
+On Pod CREATE (the table, scheduler-name rule and precedence of `quorum.core.gangs`; see
+docs/architecture.md, "What a gang pod is"): a gang pod gets the gate
 `quorum.dev/gang` and the label `quorum.dev/gang=<gang name>`; a pod that asks for
 `cw-coscheduler`/`coscheduler` is rewritten to the default scheduler (the original kept in the
 annotation `quorum.dev/requested-scheduler`), with or without a group. A gang pod that sets

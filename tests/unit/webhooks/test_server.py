@@ -76,11 +76,49 @@ async def test_health_readiness_and_metrics(http: TestClient[Any, Any]) -> None:
     assert (await http.get("/healthz")).status == 200
     await http.post("/mutate/pods", data=review_body("Pod", pod()))
     await http.post("/mutate/pods", data=b"{")
-    metrics = await (await http.get("/metrics")).text()
-    assert 'quorum_webhook_requests_total{webhook="mutate-pods",result="allowed"} 1' in metrics
-    assert 'quorum_webhook_requests_total{webhook="mutate-pods",result="bad_request"} 1' in metrics
-    assert 'quorum_webhook_request_duration_seconds_count{webhook="mutate-pods"} 2' in metrics
-    assert 'quorum_webhook_mutations_total{webhook="mutate-pods"} 1' in metrics
+    response = await http.get("/metrics")
+    assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    lines = (await response.text()).splitlines()
+    assert 'quorum_webhook_requests_total{webhook="mutate-pods",result="allowed"} 1' in lines
+    assert 'quorum_webhook_requests_total{webhook="mutate-pods",result="bad_request"} 1' in lines
+    assert 'quorum_webhook_request_duration_seconds_count{webhook="mutate-pods"} 2' in lines
+    assert 'quorum_webhook_request_duration_seconds_bucket{webhook="mutate-pods",le="+Inf"} 2' in lines
+    assert 'quorum_webhook_mutations_total{webhook="mutate-pods"} 1' in lines
+    # Every webhook's series exist from the start, at 0; no `_created` series.
+    assert 'quorum_webhook_requests_total{webhook="validate-pods",result="denied"} 0' in lines
+    assert 'quorum_webhook_policy_errors_total{webhook="mutate-pods"} 0' in lines
+    assert "quorum_webhook_certificate_reloads_total 0" in lines
+    assert not [line for line in lines if "_created" in line]
+
+
+def test_metrics_text_keeps_its_names_labels_and_buckets() -> None:
+    """The exposition scripts read: integral values as integers, the histogram's buckets."""
+    metrics = Metrics()
+    for _ in range(3):
+        metrics.observe("w", "denied", 0.0003)
+    metrics.observe("w", "allowed", 2.0)
+    metrics.certificate_reloaded()
+    lines = metrics.render().decode().splitlines()
+    prefix = 'quorum_webhook_requests_total{webhook="w",'
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in lines if line.startswith(prefix)) == 4
+    assert 'quorum_webhook_denials_total{webhook="w"} 3' in lines
+    buckets = [line for line in lines if line.startswith("quorum_webhook_request_duration_seconds_bucket")]
+    assert [line.split('le="')[1].split('"')[0] for line in buckets] == [
+        "0.0001", "0.00025", "0.0005", "0.001", "0.002", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25",
+        "1.0", "+Inf",
+    ]  # fmt: skip
+    assert 'quorum_webhook_request_duration_seconds_bucket{webhook="w",le="0.0005"} 3' in lines
+    assert 'quorum_webhook_request_duration_seconds_bucket{webhook="w",le="1.0"} 3' in lines
+    assert 'quorum_webhook_request_duration_seconds_bucket{webhook="w",le="+Inf"} 4' in lines
+    (total,) = [
+        line for line in lines if line.startswith('quorum_webhook_request_duration_seconds_sum{webhook="w"} ')
+    ]
+    assert float(total.rsplit(" ", 1)[1]) == pytest.approx(2.0009)
+    assert "quorum_webhook_certificate_reloads_total 1" in lines
+    metrics.webhook("w").requests["allowed"].inc(2_000_000)
+    assert 'quorum_webhook_requests_total{webhook="w",result="allowed"} 2000001' in metrics.render().decode()
+    assert "# TYPE quorum_webhook_request_duration_seconds histogram" in lines
+    assert Metrics().value("quorum_webhook_denials_total", webhook="w") == 0, "one registry per Metrics"
 
 
 def broken(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
@@ -105,8 +143,8 @@ def test_policy_error_takes_the_failure_mode_and_is_logged_and_counted(
     if code:
         assert response["status"]["code"] == code
     assert "uid-42" in caplog.text
-    assert metrics.errors["w"] == 1
-    assert 'result="error"' in metrics.render()
+    assert metrics.value("quorum_webhook_policy_errors_total", webhook="w") == 1
+    assert metrics.value("quorum_webhook_requests_total", webhook="w", result="error") == 1
 
 
 bodies = st.one_of(
@@ -155,5 +193,7 @@ def test_no_input_makes_the_server_answer_500(webhook: Webhook, body: bytes) -> 
     metrics = Metrics()
     status, payload = answer(webhook, SETTINGS, metrics, body)
     assert status in (200, 400)
-    assert metrics.errors[webhook.name] == 0, "a policy raised on this input"
+    assert metrics.value("quorum_webhook_policy_errors_total", webhook=webhook.name) == 0, (
+        "a policy raised on this input"
+    )
     json.loads(payload)

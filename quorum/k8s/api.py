@@ -1,0 +1,90 @@
+"""What the operator asks of the apiserver, as one interface: every write it makes and the two
+reads beyond its watches. The scheduling loop takes a `KubeApi`; `LiveApi` is the real one
+(`quorum.k8s.writes` and `quorum.k8s.reads` over a kubernetes-asyncio client), and unit tests
+pass a stateful fake that can fail or hang any call.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from kubernetes_asyncio import client
+
+from quorum.k8s import reads, writes
+
+JSON = dict[str, Any]
+
+
+class KubeApi(Protocol):
+    async def release_pod(self, pod: JSON, node: str | None) -> bool:
+        """Remove quorum's gate (conditionally) and pin the pod to `node`; False if the pod is
+        gone, changed or released already."""
+        ...
+
+    async def create_gang(self, namespace: str, name: str, spec: JSON, owner: JSON | None) -> JSON: ...
+
+    async def delete_gang(self, namespace: str, name: str) -> None: ...
+
+    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> bool: ...
+
+    async def patch_group_status(
+        self, group: str, version: str, plural: str, namespace: str, name: str, status: JSON
+    ) -> bool: ...
+
+    async def apply_group_status(
+        self, group: str, version: str, kind: str, plural: str, namespace: str, name: str, status: JSON
+    ) -> bool: ...
+
+    async def post_event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None: ...
+
+    async def delete_pod(self, pod: JSON) -> bool: ...
+
+    async def set_job_suspend(self, namespace: str, name: str, uid: str, suspend: bool) -> bool: ...
+
+    async def read_job(self, namespace: str, name: str) -> JSON | None: ...
+
+    async def statefulset_pod_management(self, namespace: str, name: str) -> str | None: ...
+
+
+class LiveApi:
+    """`KubeApi` on a kubernetes-asyncio client."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    async def release_pod(self, pod: JSON, node: str | None) -> bool:
+        return await writes.release_pod(self.api, pod, node)
+
+    async def create_gang(self, namespace: str, name: str, spec: JSON, owner: JSON | None) -> JSON:
+        return await writes.create_gang(self.api, namespace, name, spec, owner)
+
+    async def delete_gang(self, namespace: str, name: str) -> None:
+        await writes.delete_gang(self.api, namespace, name)
+
+    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> bool:
+        return await writes.patch_gang_status(self.api, namespace, name, status)
+
+    async def patch_group_status(
+        self, group: str, version: str, plural: str, namespace: str, name: str, status: JSON
+    ) -> bool:
+        return await writes.patch_status(self.api, group, version, plural, namespace, name, status)
+
+    async def apply_group_status(
+        self, group: str, version: str, kind: str, plural: str, namespace: str, name: str, status: JSON
+    ) -> bool:
+        return await writes.apply_status(self.api, group, version, kind, plural, namespace, name, status)
+
+    async def post_event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
+        await writes.post_event(self.api, obj, reason, message, warning)
+
+    async def delete_pod(self, pod: JSON) -> bool:
+        return await writes.delete_pod(self.api, pod)
+
+    async def set_job_suspend(self, namespace: str, name: str, uid: str, suspend: bool) -> bool:
+        return await writes.set_job_suspend(self.api, namespace, name, uid, suspend)
+
+    async def read_job(self, namespace: str, name: str) -> JSON | None:
+        return await reads.job(self.api, namespace, name)
+
+    async def statefulset_pod_management(self, namespace: str, name: str) -> str | None:
+        return await reads.statefulset_pod_management(self.api, namespace, name)

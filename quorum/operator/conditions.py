@@ -1,0 +1,207 @@
+"""What a gang's status says, composed in one place: a pure function from the gang's state (its
+pods' counters, why it is held, its recovery record, a failure of quorum's own work) to its
+phase, counters and conditions. `status.py` writes what this composes; nothing else builds a
+condition.
+
+| condition | True when |
+|---|---|
+| `Admitted` | at least minMember pods are released (reason `Released`); else the reason it waits |
+| `Unschedulable` | the plan found no room for the whole gang now (or gave up searching) |
+| `PartiallyPlaced` | the last release did not bind minMember pods in time (recovered, see lifecycle) |
+| `Backoff` | it waits after a partial placement before it is planned again |
+| `CapacityHeld` | the starvation guard holds nodes for it |
+| `PlanningFailed` | quorum's own work on it failed (an error, a refused write); retried with backoff |
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from quorum.core.planner import Hold
+
+JSON = dict[str, Any]
+CONDITION_TYPES = (
+    "Admitted",
+    "Unschedulable",
+    "PartiallyPlaced",
+    "Backoff",
+    "CapacityHeld",
+    "PlanningFailed",
+)
+# Hold reasons that mean "no room for the whole gang now": Unschedulable=True, and the
+# starvation guard's clock runs.
+NO_ROOM = ("Unschedulable", "BudgetExhausted")
+
+
+@dataclass(frozen=True)
+class GangState:
+    """Everything a gang's status is composed from."""
+
+    counts: Mapping[str, int]  # members, gated, released, bound, running, succeeded, failed
+    min_member: int
+    now: float  # epoch seconds
+    basic: bool = False  # a 1.36 PodGroup with the `basic` policy: admitted once any pod is released
+    waiting: str | None = None  # why it cannot be planned at all (its group is missing or invalid)
+    hold: Hold | None = None  # why the last pass held it
+    recovery: Mapping[str, Any] | None = None  # the Gang's `status.recovery`
+    failure: str | None = None  # what of quorum's work on it failed, in a sentence
+
+
+@dataclass(frozen=True)
+class GangStatus:
+    """A gang's status without transition times: counters, phase and conditions."""
+
+    counts: dict[str, int]
+    phase: str
+    conditions: list[JSON]
+
+    @property
+    def body(self) -> JSON:
+        return {"phase": self.phase, **self.counts, "conditions": self.conditions}
+
+    def condition(self, kind: str) -> JSON:
+        return next(c for c in self.conditions if c["type"] == kind)
+
+
+def compose(state: GangState) -> GangStatus:
+    counts = dict(state.counts)
+    return GangStatus(counts, phase(counts, state.min_member), conditions(state))
+
+
+def phase(counts: Mapping[str, int], min_member: int) -> str:
+    need = max(1, min_member)
+    if counts["members"] == 0 and counts["succeeded"] >= need:
+        return "Finished"
+    if counts["failed"] and counts["members"] + counts["succeeded"] < need:
+        return "Failed"
+    if counts["running"] >= need:
+        return "Running"
+    if counts["released"] > 0:
+        return "Scheduling"
+    return "Pending"
+
+
+def admitted(state: GangState) -> tuple[str, str, str]:
+    """(status, reason, message) of the `Admitted` condition."""
+    need = max(1, state.min_member)
+    counts, hold = state.counts, state.hold
+    if state.waiting:
+        return "False", "WaitingForGroup", state.waiting
+    if hold is not None:
+        return "False", hold.reason, hold.message
+    released = counts["released"]
+    if released >= need or (state.basic and released):
+        return "True", "Released", f"{released} of {counts['members']} pods released (minMember {need})"
+    return "False", "Pending", f"{counts['members']} of {need} members exist (minMember {need})"
+
+
+def conditions(state: GangState) -> list[JSON]:
+    status, reason, message = admitted(state)
+    hold = state.hold
+    no_room = hold is not None and hold.reason in NO_ROOM
+    held = hold is not None and bool(hold.held_nodes)
+    in_backoff = backoff_until(state.recovery) > state.now
+    return [
+        {"type": "Admitted", "status": status, "reason": reason, "message": message},
+        {
+            "type": "Unschedulable",
+            "status": "True" if no_room else "False",
+            "reason": hold.reason if hold is not None and no_room else reason,
+            "message": hold.message if hold is not None and no_room else "",
+        },
+        partially_placed(state.recovery),
+        backoff(state.recovery, state.now, in_backoff),
+        {
+            "type": "CapacityHeld",
+            "status": "True" if held else "False",
+            "reason": "Starving" if held else "NotHeld",
+            "message": hold.held_message if hold is not None and held else "",
+        },
+        planning_failed(state.failure),
+    ]
+
+
+def compose_recovering(recovery: Mapping[str, Any], now: float, failure: str | None = None) -> GangStatus:
+    """A gang in recovery that has no pod at the moment (its Job suspended, its pods deleted
+    and not made again yet): what happened and when it is tried again."""
+    message = str(recovery.get("message", ""))
+    if recovery.get("suspendedJobs"):
+        message += f"; waiting for the pods of Job {', '.join(recovery['suspendedJobs'])} to go"
+    counts = dict.fromkeys(("members", "gated", "released", "bound", "running"), 0)
+    in_backoff = backoff_until(recovery) > now
+    return GangStatus(
+        counts,
+        "Pending",
+        [
+            {"type": "Admitted", "status": "False", "reason": "Recovering", "message": message},
+            {"type": "Unschedulable", "status": "False", "reason": "Recovering", "message": ""},
+            partially_placed(recovery),
+            backoff(recovery, now, in_backoff),
+            {"type": "CapacityHeld", "status": "False", "reason": "NotHeld", "message": ""},
+            planning_failed(failure),
+        ],
+    )
+
+
+def partially_placed(recovery: Mapping[str, Any] | None) -> JSON:
+    if (recovery or {}).get("failures"):
+        return {
+            "type": "PartiallyPlaced",
+            "status": "True",
+            "reason": "TimedOut",
+            "message": str((recovery or {}).get("message", "")),
+        }
+    return {"type": "PartiallyPlaced", "status": "False", "reason": "NotPartial", "message": ""}
+
+
+def backoff(recovery: Mapping[str, Any] | None, now: float, in_backoff: bool) -> JSON:
+    return {
+        "type": "Backoff",
+        "status": "True" if in_backoff else "False",
+        "reason": "PartialPlacement" if in_backoff else "NoBackoff",
+        "message": backoff_message(recovery, now) if in_backoff else "",
+    }
+
+
+def planning_failed(failure: str | None) -> JSON:
+    if failure:
+        return {"type": "PlanningFailed", "status": "True", "reason": "Error", "message": failure}
+    return {"type": "PlanningFailed", "status": "False", "reason": "NoError", "message": ""}
+
+
+# -- the recovery record on the Gang (`status.recovery`) ------------------------------------
+
+
+def recovery_of(gang: JSON | None) -> JSON:
+    recovery = ((gang or {}).get("status") or {}).get("recovery") or {}
+    return dict(recovery) if isinstance(recovery, dict) else {}
+
+
+def backoff_until(recovery: Mapping[str, Any] | None) -> float:
+    """Epoch seconds before which the gang is not planned (0: no backoff)."""
+    return timestamp((recovery or {}).get("nextAttemptTime"))
+
+
+def backoff_message(recovery: Mapping[str, Any] | None, now: float) -> str:
+    recovery = recovery or {}
+    return (
+        f"backing off after a partial placement ({recovery.get('failures', 1)} in a row): next try at "
+        f"{recovery.get('nextAttemptTime')} (in {max(0.0, backoff_until(recovery) - now):.0f}s)"
+    )
+
+
+def timestamp(value: object) -> float:
+    """Epoch seconds of an RFC 3339 time as the API writes it; 0 for none or garbage."""
+    if not value or not isinstance(value, str):
+        return 0.0
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def iso(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,119 @@
+"""The ledger: capacity promised to pods quorum released, until they are bound.
+
+A reservation is made the moment a release is decided, before any write, so that no later pass
+can plan the same gated pods or the same room again, and it ends only when the bound-pod index
+shows the pod bound (its capacity is then counted there), when the pod is gone or finished, or
+when its gang is recovered. In between, the pod's capacity would be counted nowhere: the
+release patch is seen by the watch before the binding. The planner sees bound usage plus the
+ledger. A new leader rebuilds the ledger from the decisions recorded on the Gang objects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from quorum.core.model import add
+from quorum.k8s.convert import pod_requests
+from quorum.operator.gangs import is_gated
+
+GangKey = tuple[str, str]
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    gang: GangKey
+    node: str
+    requests: Mapping[str, int]
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self.entries: dict[str, Reservation] = {}  # pod uid -> reservation
+        self.changed: set[str] = set()  # nodes whose reserved usage changed since `take_changed`
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self.entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @property
+    def uids(self) -> frozenset[str]:
+        return frozenset(self.entries)
+
+    def reserve(self, gang: GangKey, uid: str, node: str, requests: Mapping[str, int]) -> None:
+        old = self.entries.get(uid)
+        if old is not None:
+            self.changed.add(old.node)
+        self.entries[uid] = Reservation(gang, node, dict(requests))
+        self.changed.add(node)
+
+    def drop(self, uid: str) -> None:
+        old = self.entries.pop(uid, None)
+        if old is not None:
+            self.changed.add(old.node)
+
+    def drop_gang(self, gang: GangKey) -> int:
+        """End every reservation of a gang (it is being recovered); how many there were."""
+        uids = [uid for uid, r in self.entries.items() if r.gang == gang]
+        for uid in uids:
+            self.drop(uid)
+        return len(uids)
+
+    def of_gang(self, gang: GangKey) -> dict[str, Reservation]:
+        return {uid: r for uid, r in self.entries.items() if r.gang == gang}
+
+    def settle(self, bound: Container[str], pods: Mapping[str, JSON]) -> None:
+        """End the reservations of pods now bound (the bound-pod index counts them), gone, or
+        finished."""
+        for uid in list(self.entries):
+            pod = pods.get(uid)
+            phase = ((pod or {}).get("status") or {}).get("phase")
+            if uid in bound or pod is None or phase in ("Succeeded", "Failed"):
+                self.drop(uid)
+
+    def usage(self, bound_used: Mapping[str, Mapping[str, int]]) -> dict[str, dict[str, int]]:
+        """What the planner counts as used: bound pods plus reservations (a new dict; the
+        inputs are left as they are)."""
+        used = {node: dict(r) for node, r in bound_used.items()}
+        for reservation in self.entries.values():
+            used[reservation.node] = add(used.get(reservation.node, {}), reservation.requests)
+        return used
+
+    def take_changed(self) -> set[str]:
+        changed, self.changed = self.changed, set()
+        return changed
+
+    def resume(self, gangs: Mapping[GangKey, JSON], pods: Mapping[str, JSON], bound: Container[str]) -> None:
+        """Start afresh from what the API shows: every pod of a recorded decision that is
+        released (not gated) but not bound yet keeps its planned node reserved."""
+        for uid in list(self.entries):
+            self.drop(uid)
+        for key, gang in gangs.items():
+            for entry in recorded_placement(gang):
+                pod = pods.get(entry["uid"])
+                if pod is None or is_gated(pod) or entry["uid"] in bound:
+                    continue
+                if (pod.get("spec") or {}).get("nodeName"):
+                    continue
+                try:
+                    requests = pod_requests(pod)
+                except ValueError:  # requests the apiserver would never have let through
+                    continue
+                self.reserve(key, entry["uid"], entry["node"], requests)
+
+
+def recorded_placement(gang: JSON | None) -> list[JSON]:
+    """The placement of the gang's recorded decision (`status.admission.placement`): entries
+    with `uid` and `node`; malformed entries (edited by hand) are skipped."""
+    placement = (((gang or {}).get("status") or {}).get("admission") or {}).get("placement") or []
+    if not isinstance(placement, list):
+        return []
+    return [
+        e
+        for e in placement
+        if isinstance(e, dict) and isinstance(e.get("uid"), str) and isinstance(e.get("node"), str)
+    ]

@@ -1,0 +1,148 @@
+"""Each gang's work in its own task, so that one gang's trouble stays that gang's.
+
+A pass decides; what it decided for a gang (release it, write its status, recover it) runs as
+that gang's task: at most one at a time per gang, a bounded number at once, each with a time
+limit. A gang with a task in flight is left out of the next passes until the task ends (its
+pods' reservations stay in the ledger meanwhile). A task that raises or times out cancels
+nothing else: the error is kept as the gang's failure (shown as `PlanningFailed` with the error
+in a sentence, and a Warning Event), and the gang is left alone for a backoff that doubles with
+each failure in a row. The next success of the same stage clears it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from quorum.core.lifecycle import BackoffPolicy
+
+log = logging.getLogger("quorum.operator")
+GangKey = tuple[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    stage: str  # assemble | plan | release | status | recover
+    message: str  # the error in a sentence
+    count: int  # failures in a row
+    delay: float  # seconds of backoff
+    until: float  # monotonic: no new work for the gang before this (but its status)
+
+    def sentence(self) -> str:
+        return (
+            f"{self.stage} failed ({self.count} in a row): {self.message}; "
+            f"retried after a {self.delay:.0f}s backoff"
+        )
+
+
+def describe(err: BaseException, timeout: float | None = None) -> str:
+    """An exception as a sentence a person can act on."""
+    if isinstance(err, ApiException):
+        body = err.body.decode(errors="replace") if isinstance(err.body, bytes) else str(err.body or "")
+        try:
+            message = orjson.loads(body).get("message") or body
+        except (orjson.JSONDecodeError, AttributeError):
+            message = body
+        return f"the apiserver answered {err.status} {err.reason}: {str(message)[:300]}".rstrip(": ")
+    if isinstance(err, TimeoutError):
+        return f"timed out after {timeout:.0f}s" if timeout else "timed out"
+    return f"{type(err).__name__}: {str(err)[:300]}"
+
+
+class GangWork:
+    def __init__(
+        self,
+        concurrency: int,
+        timeout_seconds: float,
+        backoff: BackoffPolicy,
+        on_done: Callable[[], None],
+        on_failure: Callable[[GangKey, Failure], Coroutine[Any, Any, None]] | None = None,
+    ) -> None:
+        self.gate = asyncio.Semaphore(concurrency)
+        self.timeout = timeout_seconds
+        self.backoff = backoff
+        self.on_done = on_done
+        self.on_failure = on_failure
+        self.tasks: dict[GangKey, asyncio.Task[None]] = {}
+        self.failures: dict[GangKey, Failure] = {}
+
+    def busy(self, key: GangKey) -> bool:
+        return key in self.tasks
+
+    def backing_off(self, key: GangKey, now: float | None = None) -> Failure | None:
+        """The gang's failure while its backoff lasts (None: free to work on)."""
+        failure = self.failures.get(key)
+        if failure is None or failure.until <= (time.monotonic() if now is None else now):
+            return None
+        return failure
+
+    def failure_message(self, key: GangKey) -> str | None:
+        failure = self.failures.get(key)
+        return failure.sentence() if failure is not None else None
+
+    def next_retry(self) -> float:
+        """Monotonic time of the earliest backoff end still ahead (0: none)."""
+        now = time.monotonic()
+        return min((f.until for f in self.failures.values() if f.until > now), default=0.0)
+
+    def start(self, key: GangKey, stage: str, work: Coroutine[Any, Any, None]) -> bool:
+        """Run `work` as the gang's task; False (and `work` closed unrun) if it has one."""
+        if key in self.tasks:
+            work.close()
+            return False
+        self.tasks[key] = asyncio.create_task(
+            self._run(key, stage, work), name=f"gang {key[0]}/{key[1]} {stage}"
+        )
+        return True
+
+    def succeeded(self, key: GangKey, stage: str) -> None:
+        failure = self.failures.get(key)
+        if failure is not None and failure.stage == stage:
+            del self.failures[key]
+
+    def fail(self, key: GangKey, stage: str, message: str) -> Failure:
+        """Record a failure of the gang's work (also for failures found outside a task)."""
+        before = self.failures.get(key)
+        count = (before.count if before is not None else 0) + 1
+        delay = self.backoff.delay(count)
+        failure = Failure(stage, message, count, delay, time.monotonic() + delay)
+        self.failures[key] = failure
+        return failure
+
+    async def _run(self, key: GangKey, stage: str, work: Coroutine[Any, Any, None]) -> None:
+        try:
+            async with self.gate:
+                async with asyncio.timeout(self.timeout):
+                    await work
+            self.succeeded(key, stage)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            failure = self.fail(key, stage, describe(err, self.timeout))
+            log.warning("%s/%s: %s", key[0], key[1], failure.sentence(), exc_info=err)
+            if self.on_failure is not None:
+                try:
+                    async with asyncio.timeout(self.timeout):
+                        await self.on_failure(key, failure)
+                except Exception:
+                    log.warning("%s/%s: the failure could not be reported", *key, exc_info=True)
+        finally:
+            self.tasks.pop(key, None)
+            self.on_done()
+
+    def prune(self, live: set[GangKey]) -> None:
+        for key in [k for k in self.failures if k not in live and k not in self.tasks]:
+            del self.failures[key]
+
+    async def cancel_all(self) -> None:
+        tasks = list(self.tasks.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
