@@ -151,6 +151,7 @@ class GangLoop:
         self.timings: dict[str, float] = {}  # where the last pass's time went
         self.lap_started = 0.0
         self.patches = 0  # pod releases made by this process (for the test hook)
+        self.worst_pass = 0.0
 
     def wake(self) -> None:
         self.dirty.set()
@@ -172,9 +173,11 @@ class GangLoop:
                 started = time.monotonic()
                 try:
                     await self.step()
-                    self.health.last_pass = time.monotonic()
+                    self.health.pass_completed()
                     took = time.monotonic() - started
                     metrics.PASS_DURATION.observe(took)
+                    self.worst_pass = max(self.worst_pass, took)
+                    metrics.PASS_DURATION_MAX.set(self.worst_pass)
                     if took > SLOW_PASS_SECONDS:
                         log.info("slow pass: %.2fs (%s)", took, self.timings)
                 except asyncio.CancelledError:
@@ -204,7 +207,7 @@ class GangLoop:
         self.records.resume()
         self.ledger.resume(self.store.gangs, self.store.pods, self.bound.pods)
         self.planner = Planner(self.settings.planner)  # a full first pass
-        self.health.last_pass = time.monotonic()
+        self.health.pass_completed()
         log.info(
             "leading: %d gangs known, %d released pods not bound yet kept reserved",
             len(self.store.gangs),

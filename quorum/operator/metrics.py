@@ -45,6 +45,11 @@ PASS_DURATION = Histogram(
     buckets=PASS_BUCKETS,
     registry=REGISTRY,
 )
+PASS_DURATION_MAX = Gauge(
+    "quorum_operator_pass_duration_max_seconds",
+    "The longest scheduling pass since the process started, in seconds.",
+    registry=REGISTRY,
+)
 PLAN_DURATION = Histogram(
     "quorum_operator_plan_duration_seconds",
     "The planner's part of a scheduling pass (placing the waiting gangs on the nodes), in seconds.",

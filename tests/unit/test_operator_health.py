@@ -121,6 +121,7 @@ async def test_metrics_show_leader_cache_and_the_operator_metrics(
         )
     names = {line.split()[2] for line in lines if line.startswith("# TYPE ")}
     assert names == {
+        "quorum_operator_pass_duration_max_seconds",
         "quorum_operator_pass_duration_seconds",
         "quorum_operator_plan_duration_seconds",
         "quorum_operator_event_loop_lag_seconds",
