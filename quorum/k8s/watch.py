@@ -73,6 +73,7 @@ def apply(indexes: Sequence[Index], kind: str, obj: dict[str, Any], what: str) -
             )
 
 
+YIELD_EVERY = 50  # events handled before the watch yields to the event loop
 LIST_TIMEOUT_SECONDS = 120  # a list that takes longer is cut off and made again
 WATCH_SECONDS = 300  # the apiserver ends each watch after this; the client gives it 30 s more
 
@@ -105,8 +106,8 @@ async def watch_objects(
                 on_change()
                 await asyncio.sleep(30)
                 continue
-            listing = await response.json()
-            for index in indexes:
+            listing = orjson.loads(await response.read())
+            for index in indexes:  # in one go, no await: a pass never sees half a listing
                 index.replace_all([])
             for obj in listing["items"]:
                 apply(indexes, "ADDED", obj, what)
@@ -123,7 +124,11 @@ async def watch_objects(
                     _request_timeout=WATCH_SECONDS + 30,
                 )
                 async with stream as events:
+                    handled = 0
                     async for event in events:
+                        handled += 1
+                        if handled % YIELD_EVERY == 0:
+                            await asyncio.sleep(0)  # a burst arrives buffered: let the loop breathe
                         raw = event["raw_object"]
                         if event["type"] == "ERROR":
                             raise ApiException(status=raw.get("code", 500), reason=raw.get("message"))
