@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from quorum.core.index import ShapeEntry
@@ -18,11 +19,15 @@ def explain(
     entries: Mapping[tuple[object, ...], ShapeEntry],
     node_count: int,
 ) -> str:
-    """Why the gang does not fit, in numbers a person can act on (from the index's totals)."""
-    placed = {p.uid for p, _ in placement}
-    pod = next(p for p in pods if p.uid not in placed)
-    same = sum(1 for p in pods if p.shape == pod.shape)
-    entry = entries[pod.shape]
+    """Why the gang does not fit, in numbers a person can act on (from the index's totals): the
+    first shape (in the order of `pods`) of which some pods were not placed."""
+    placed = Counter(p.shape for p, _ in placement)
+    counts = Counter(p.shape for p in pods)
+    pod = next((p for p in pods if placed[p.shape] < counts[p.shape]), None)
+    entry = entries.get(pod.shape) if pod is not None else None
+    if pod is None or entry is None:  # every pod placed, yet too few (or a shape not indexed)
+        return f"needs {needed} pods placed together; only {len(placement)} of the gang's pods fit together"
+    same = counts[pod.shape]
     parts = [f"needs {needed} pods placed together; {same} pods × {describe(pod.requests)}"]
     note = f"{len(entry.eligible)} of {node_count} nodes eligible"
     if entry.refusals:
@@ -40,10 +45,14 @@ def explain(
 
 
 def amount(resource: str, milli_units: int) -> str:
-    if resource == "memory" or resource.endswith("storage"):
-        return f"{milli_units / GiB:g}Gi"
-    value = milli_units / 1000
-    return f"{value:g}" if value >= 1 or value == 0 else f"{milli_units}m"
+    """A resource amount as a person writes it: "8", "250m", "64Gi" (any size of integer)."""
+    try:
+        if resource == "memory" or resource.endswith("storage"):
+            return f"{milli_units / GiB:g}Gi"
+        value = milli_units / 1000
+    except OverflowError:  # beyond a float: the integer, in units
+        return f"{milli_units // (GiB if resource == 'memory' or resource.endswith('storage') else 1000)}"
+    return f"{value:g}" if abs(value) >= 1 or value == 0 else f"{milli_units}m"
 
 
 def describe(requests: Resources) -> str:

@@ -29,6 +29,7 @@ class NodesOfShape(Protocol):
 
     ordered: list[tuple[Key, Node]]
     eligible: dict[str, Node]
+    room: dict[str, int]  # how many such pods fit, per node with room for one
 
 
 def slots(pod: Pod, room: Mapping[str, int]) -> int:

@@ -12,6 +12,18 @@ tolerates, so that whole nodes stay free for large gangs. For pods that are all 
 greedy placement is optimal (a node's room for one shape does not depend on other nodes); for
 mixed pods it may miss a packing, so a bounded search tries before the gang is held.
 
+Bounded work. Greedy placement and the index's upkeep are linear and always run. The search
+(an iterative depth-first search, no recursion) is bounded in node visits: each node it
+examines, scores or checks counts one, sorting k nodes counts k. A gang's search may make
+`gang_budget` visits, and the searches of one pass together `pass_budget` (a gang starts its
+search only while some is left); a gang whose search runs out, or that is not searched because
+the pass's budget went to gangs ahead of it, is held as BudgetExhausted, saying so. Before any
+search, a mixed gang whose smallest pods need more of a resource than its eligible nodes have
+free in all is held at once, with the numbers. A gang whose pods come in more than
+`max_shapes_per_gang` shapes is held as TooManyShapes, its shapes not indexed. An error while
+planning one gang holds that gang as PlanningFailed and the pass goes on; the next pass then
+rebuilds the index from scratch.
+
 Incremental. A `Planner` keeps its node index (`quorum.core.index`) between passes; a pass
 told which nodes changed (usage or the node itself) brings only those up to date, plus the
 nodes the previous pass committed to, and then plans the queue. A gang of alike pods that does
@@ -30,22 +42,49 @@ cluster holds nothing. One starving gang at a time keeps the rest of the cluster
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from quorum.core.explain import amount, explain
-from quorum.core.fit import FitSettings, prefers_not
-from quorum.core.index import NodeIndex, NodesOfShape, Shape, ShapeEntry, slots
+from quorum.core.fit import FitSettings
+from quorum.core.index import Key, NodeIndex, NodesOfShape, Shape, ShapeEntry, slots
 from quorum.core.model import Gang, Node, Pod, Resources, fits, subtract
 from quorum.core.topology import domains_of, explain_domains, least_waste_first
+
+_MANY = 1_000_000  # pods that fit where a pod asks for nothing (as `quorum.core.index.slots`)
 
 
 @dataclass(frozen=True, slots=True)
 class PlannerSettings:
     fit: FitSettings = field(default_factory=FitSettings)
+    """Which nodes a pod may use at all (`quorum.core.fit`)."""
+
     accelerators: tuple[str, ...] = ("nvidia.com/gpu", "sunk.coreweave.com/accelerator")
-    search_budget: int = 20_000  # placements tried by the search for mixed gangs, per gang
-    starvation_seconds: float = 60.0  # a gang held this long gets capacity held for it
+    """Extended resources that best fit packs first (their sum, then CPU, then memory)."""
+
+    gang_budget: int = 250_000
+    """Node visits the search for one gang of mixed pods may make when greedy placement did not
+    place it: each node examined, scored or checked counts one, sorting k nodes counts k. A visit
+    costs about 0.6-1 µs of one core (measured on a 2-core machine), so a gang's search takes at
+    most about 0.15-0.25 s. A gang whose search runs out is held as BudgetExhausted, saying what
+    greedy placement achieved."""
+
+    pass_budget: int = 600_000
+    """Node visits the searches of one whole pass may make, over all gangs. A gang starts its search
+    only while some is left, so a pass's searches make at most this plus one `gang_budget` visits:
+    with the defaults, 850,000, under about 1 s with the rest of the pass. Greedy placement and the
+    index's upkeep are not counted (they are linear and always run), so gangs of alike pods behind
+    expensive mixed gangs are always planned; a mixed gang that greedy placement cannot place once
+    this is spent is held as BudgetExhausted, not searched this pass."""
+
+    max_shapes_per_gang: int = 64
+    """Distinct pod shapes one gang may have (a shape: requests, tolerations, nodeSelector and
+    required node affinity together); each costs a sweep of every node and memory in the index. A
+    gang with more is held as TooManyShapes, its shapes not indexed."""
+
+    starvation_seconds: float = 60.0
+    """A gang held this long for lack of room gets capacity held for it (see the module's doc)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +96,7 @@ class Release:
 @dataclass(frozen=True, slots=True)
 class Hold:
     gang: Gang
-    reason: str  # WaitingForMembers | Unschedulable
+    reason: str  # WaitingForMembers | Unschedulable | BudgetExhausted | TooManyShapes | PlanningFailed
     message: str
     held_nodes: tuple[str, ...] = ()  # capacity held for this starving gang
     held_message: str = ""
@@ -67,6 +106,7 @@ class Hold:
 class Plan:
     releases: tuple[Release, ...]
     holds: tuple[Hold, ...]
+    visits: int = 0  # node visits of search this pass (bounded by pass_budget + gang_budget)
 
 
 def queue_order(gang: Gang) -> tuple[int, float, str, str]:
@@ -84,12 +124,51 @@ def plan_gangs(
     return Planner(settings).plan({n.name: n for n in nodes}, used, queue, now)
 
 
+@dataclass
+class Budget:
+    """Node visits of search: what one gang's search may still make, and what it made."""
+
+    limit: int
+    visits: int = 0
+    placements: int = 0  # pods placed (tried) by the search
+    exhausted: bool = False
+
+    def spend(self, visits: int) -> bool:
+        """Take `visits` if the budget has them; else mark it exhausted."""
+        if self.visits + visits > self.limit:
+            self.exhausted = True
+            return False
+        self.visits += visits
+        return True
+
+
+@dataclass
+class Outcome:
+    """What planning one gang came to: a placement, or a hold's reason and message."""
+
+    placement: list[tuple[Pod, Node]] | None
+    reason: str = ""
+    message: str = ""
+    keep: bool = True  # the hold may be reused while nothing it depends on changes
+
+
+@dataclass
+class PassState:
+    """What one pass carries from gang to gang."""
+
+    search_left: int  # node visits of search this pass may still make
+    visits: int = 0
+    holding: bool = False  # capacity is held for one starving gang at a time
+    explained: dict[tuple[object, ...], str] = field(default_factory=dict)  # alike held alike
+    touched: set[Shape] = field(default_factory=set)
+
+
 class Planner:
     def __init__(self, settings: PlannerSettings | None = None) -> None:
         self.settings = settings or PlannerSettings()
         self.index = NodeIndex(self.settings.fit, self.settings.accelerators)
         self.committed: set[str] = set()  # nodes whose room the last pass took (to restore)
-        self.synced = False
+        self.synced = False  # False: the next pass rebuilds the index from scratch
         # Gangs held for lack of room last pass, with the versions of their shapes then.
         self.held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]] = {}
 
@@ -104,75 +183,101 @@ class Planner:
         """Plan the queue. `changed`: the names of the nodes whose usage or object changed since
         the previous pass (None: compare everything)."""
         self.sync(nodes, used, changed)
-        index, settings = self.index, self.settings
-        holding = False  # capacity is held for one starving gang at a time
+        state = PassState(self.settings.pass_budget)
         releases: list[Release] = []
         holds: list[Hold] = []
         held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]] = {}
-        explained: dict[tuple[object, ...], str] = {}  # gangs alike held alike share a message
-        touched: set[Shape] = set()
         for gang in sorted(queue, key=queue_order):
-            needed = max(0, gang.min_member - gang.released)
-            if gang.released + len(gang.pods) < gang.min_member:
-                message = f"{gang.members} of {gang.min_member} members exist (minMember {gang.min_member})"
-                holds.append(Hold(gang, "WaitingForMembers", message))
-                continue
-            if not gang.pods:
-                continue
-            starving = gang.held_since is not None and now - gang.held_since >= settings.starvation_seconds
-            entries = {pod.shape: index.shape(pod) for pod in gang.shapes}
-            touched.update(entries)
-            versions = _versions(entries)
-            before = self.held.get(gang.key)
-            if before is not None and not starving and before[1] == versions and before[0] == gang:
-                holds.append(before[2])  # nothing it could use changed: held for the same reason
-                held[gang.key] = before
-                continue
-            placement, message = _place(gang, needed, index, settings, entries, explained)
-            if placement is None:
-                hold = Hold(gang, "Unschedulable", message)
-                if starving and not holding:
-                    hold = self.hold_capacity(hold, needed, now)
-                    holding = bool(hold.held_nodes)
-                holds.append(hold)
-                held[gang.key] = (gang, versions, hold)
-                continue
-            if not placement:
-                continue  # admitted already; the pods beyond minMember wait for room
-            taken: dict[str, dict[str, int]] = {}
-            for pod, node in placement:
-                taken[node.name] = subtract(taken.get(node.name) or index.free[node.name], pod.requests)
-            for name, room in taken.items():
-                index.set_free(name, room)
-            self.committed.update(taken)
-            releases.append(Release(gang, tuple(placement)))
-        index.keep_only(touched)  # shapes no gang asked for this pass are forgotten
+            try:
+                decided = self.plan_gang(gang, now, state, held)
+            except Exception as err:  # one gang's failure must not stop the others
+                # The index may be half-updated: the next pass rebuilds it from scratch.
+                self.synced = False
+                decided = Hold(gang, "PlanningFailed", f"planning failed: {type(err).__name__}: {err}")
+            if isinstance(decided, Release):
+                releases.append(decided)
+            elif decided is not None:
+                holds.append(decided)
+        self.index.keep_only(state.touched)  # shapes no gang asked for this pass are forgotten
         self.held = held
-        return Plan(tuple(releases), tuple(holds))
+        return Plan(tuple(releases), tuple(holds), state.visits)
+
+    def plan_gang(
+        self,
+        gang: Gang,
+        now: float,
+        state: PassState,
+        held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]],
+    ) -> Release | Hold | None:
+        """Release or hold one gang, committing the room a release takes; None: neither (no pods
+        waiting, or admitted already and its pods beyond minMember do not fit)."""
+        index, settings = self.index, self.settings
+        needed = max(0, gang.min_member - gang.released)
+        if gang.released + len(gang.pods) < gang.min_member:
+            message = f"{gang.members} of {gang.min_member} members exist (minMember {gang.min_member})"
+            return Hold(gang, "WaitingForMembers", message)
+        if not gang.pods:
+            return None
+        if len(gang.shapes) > settings.max_shapes_per_gang:
+            return Hold(gang, "TooManyShapes", too_many_shapes(gang, settings.max_shapes_per_gang))
+        starving = gang.held_since is not None and now - gang.held_since >= settings.starvation_seconds
+        entries = {pod.shape: index.shape(pod) for pod in gang.shapes}
+        state.touched.update(entries)
+        versions = _versions(entries)
+        before = self.held.get(gang.key)
+        if before is not None and not starving and before[1] == versions and before[0] == gang:
+            held[gang.key] = before
+            return before[2]  # nothing it could use changed: held for the same reason
+        outcome = _place(gang, needed, index, settings, entries, state)
+        if outcome.placement is None:
+            hold = Hold(gang, outcome.reason, outcome.message)
+            if starving and not state.holding:
+                hold = self.hold_capacity(hold, needed, now)
+                state.holding = bool(hold.held_nodes)
+            if outcome.keep:
+                held[gang.key] = (gang, versions, hold)
+            return hold
+        if not outcome.placement:
+            return None  # admitted already; the pods beyond minMember wait for room
+        taken: dict[str, dict[str, int]] = {}
+        for pod, node in outcome.placement:
+            so_far = taken.get(node.name)
+            taken[node.name] = _take(index.free[node.name] if so_far is None else so_far, pod.requests)
+        self.committed.update(taken)  # before the index changes: restored next pass if it fails
+        for name, room in taken.items():
+            index.set_free(name, room)
+        return Release(gang, tuple(outcome.placement))
 
     def sync(
         self, nodes: Mapping[str, Node], used: Mapping[str, Resources], changed: Collection[str] | None
     ) -> None:
         """Bring the index to the pass's starting point: every node's room is its allocatable
-        minus what is used on it."""
+        minus what is used on it. Not synced (the first pass, or after a failure): from scratch."""
+        if not self.synced:
+            self.index = NodeIndex(self.settings.fit, self.settings.accelerators)
+            self.held = {}  # their versions were of the old index's shapes
         index = self.index
-        if changed is None or not self.synced:
-            for name in [n for n in index.nodes if n not in nodes]:
-                index.remove_node(name)
-            names: Collection[str] = nodes.keys()
-        else:
-            names = set(changed) | self.committed
-        self.committed = set()
-        for name in names:
-            node = nodes.get(name)
-            if node is None:
-                index.remove_node(name)
-                continue
-            room = subtract(node.allocatable, used.get(name, {}))
-            if index.nodes.get(name) is not node:
-                index.set_node(node, room)
-            elif index.free[name] != room:
-                index.set_free(name, room)
+        try:
+            if changed is None or not self.synced:
+                for name in [n for n in index.nodes if n not in nodes]:
+                    index.remove_node(name)
+                names: Collection[str] = nodes.keys()
+            else:
+                names = set(changed) | self.committed
+            self.committed = set()
+            for name in names:
+                node = nodes.get(name)
+                if node is None:
+                    index.remove_node(name)
+                    continue
+                room = _take(node.allocatable, used.get(name, {}))  # negative usage frees nothing
+                if index.nodes.get(name) is not node:
+                    index.set_node(node, room)
+                elif index.free[name] != room:
+                    index.set_free(name, room)
+        except Exception:
+            self.synced = False
+            raise
         self.synced = True
 
     def hold_capacity(self, hold: Hold, needed: int, now: float) -> Hold:
@@ -203,8 +308,10 @@ class Planner:
             left -= take
             free_now += min(take, slots(pod, index.free[name]))
             held.append(name)
-            index.set_free(name, subtract(index.free[name], {k: v * take for k, v in pod.requests.items()}))
-        self.committed.update(held)
+            self.committed.add(name)
+            index.set_free(
+                name, subtract(index.free[name], {k: v * take for k, v in pod.requests.items() if v > 0})
+            )
         waited = now - (gang.held_since or now)
         message = (
             f"holding {len(held)} nodes for this gang after {waited:.0f}s held (starvation guard): room "
@@ -214,14 +321,23 @@ class Planner:
         return Hold(gang, hold.reason, hold.message, tuple(held), message)
 
 
+def too_many_shapes(gang: Gang, limit: int) -> str:
+    return (
+        f"the gang's pods come in {len(gang.shapes)} distinct shapes, more than the {limit} a gang may "
+        "have (max_shapes_per_gang); pods are of one shape when their resource requests, tolerations, "
+        "nodeSelector and required node affinity are all the same: make the pods of each role alike "
+        "in these"
+    )
+
+
 def _place(
     gang: Gang,
     needed: int,
     index: NodeIndex,
     settings: PlannerSettings,
     entries: Mapping[Shape, ShapeEntry],
-    explained: dict[tuple[object, ...], str],
-) -> tuple[list[tuple[Pod, Node]] | None, str]:
+    state: PassState,
+) -> Outcome:
     free = index.free
     if gang.min_resources:
         usable = {name for entry in entries.values() for name in entry.eligible}
@@ -231,53 +347,182 @@ def _place(
                 available[k] = available.get(k, 0) + max(0, v)
         short = {k: v for k, v in gang.min_resources.items() if available.get(k, 0) < v}
         if short:
-            return None, "minResources not free: " + "; ".join(
-                f"needs {amount(k, v)} {k}, eligible nodes have {amount(k, available.get(k, 0))}"
-                for k, v in sorted(short.items())
+            return Outcome(
+                None,
+                "Unschedulable",
+                "minResources not free: "
+                + "; ".join(
+                    f"needs {amount(k, v)} {k}, eligible nodes have {amount(k, available.get(k, 0))}"
+                    for k, v in sorted(short.items())
+                ),
             )
-    if gang.topology_key:
-        return _place_in_one_domain(gang, needed, gang.topology_key, entries, free, settings)
-    if len(entries) == 1:
+    if len(entries) == 1 and not gang.topology_key:
         (entry,) = entries.values()
         if entry.total < needed:  # known from the totals: no scan, and the reason is shared
             why = (entry.pod.shape, entry.stats_version, needed, len(gang.pods), len(index.nodes))
-            if why not in explained:
-                explained[why] = explain(gang, needed, gang.pods, [], entries, len(index.nodes))
-            return None, explained[why]
-    pods = sorted(gang.pods, key=lambda p: _size(p, settings), reverse=True)
+            if why not in state.explained:
+                state.explained[why] = explain(gang, needed, gang.pods, [], entries, len(index.nodes))
+            return Outcome(None, "Unschedulable", state.explained[why])
+    pods = _in_order(gang, settings)
+    least: dict[str, int] = {}
+    if len(entries) > 1:  # a necessary condition, before any search: enough free in all
+        least = _least_needs(pods, needed)
+        eligible = {name for entry in entries.values() for name in entry.eligible}
+        shortfall = _shortfall(least, eligible, free, settings)
+        if shortfall:
+            return Outcome(None, "Unschedulable", _explain_shortfall(shortfall, needed))
+    if gang.topology_key:
+        return _place_in_one_domain(gang, needed, pods, least, entries, free, settings, state)
     placement = _greedy(pods, entries, free)
     if len(placement) >= needed:
-        return placement, ""
+        return Outcome(placement)
     if len(entries) > 1:
-        found = _search(pods, needed, entries, free, settings)
+        if state.search_left <= 0:
+            return Outcome(
+                None,
+                "BudgetExhausted",
+                f"not searched this pass: the pass's search budget ({settings.pass_budget} node visits) "
+                f"went to gangs ahead of it; greedy placement fit {len(placement)} of the needed {needed}",
+                keep=False,
+            )
+        budget = Budget(settings.gang_budget)
+        try:
+            found = _search(pods, needed, entries, free, budget, settings.accelerators)
+        finally:
+            state.search_left -= budget.visits
+            state.visits += budget.visits
         if found is not None:
-            return found, ""
-    return None, explain(gang, needed, pods, placement, entries, len(index.nodes))
+            return Outcome(found)
+        if budget.exhausted:
+            return Outcome(
+                None,
+                "BudgetExhausted",
+                _exhausted(budget) + explain(gang, needed, pods, placement, entries, len(index.nodes)),
+            )
+    return Outcome(None, "Unschedulable", explain(gang, needed, pods, placement, entries, len(index.nodes)))
 
 
 def _place_in_one_domain(
     gang: Gang,
     needed: int,
-    key: str,
+    pods: Sequence[Pod],
+    least: Mapping[str, int],
     entries: Mapping[Shape, ShapeEntry],
     free: Mapping[str, dict[str, int]],
     settings: PlannerSettings,
-) -> tuple[list[tuple[Pod, Node]] | None, str]:
-    """All of the gang in one domain of `key`: the fitting domain with the least free capacity."""
-    pods = sorted(gang.pods, key=lambda p: _size(p, settings), reverse=True)
+    state: PassState,
+) -> Outcome:
+    """All of the gang in one domain of `key`: the fitting domain with the least free capacity.
+    Mixed gangs: a domain without enough free in all is skipped; the search shares one budget
+    over the domains."""
+    key = gang.topology_key or ""
     biggest = pods[0].shape
     domains, unlabeled = domains_of(entries, key)
-    for domain in least_waste_first(domains, biggest):
-        if len(entries) == 1 and domain.capacity(biggest) < needed:
-            continue  # known from the totals
-        placement = _greedy(pods, domain.shapes, free)
-        if len(placement) >= needed:
-            return placement, ""
-        if len(entries) > 1 and len(domain.shapes) == len(entries):
-            found = _search(pods, needed, domain.shapes, free, settings)
-            if found is not None:
-                return found, ""
-    return None, explain_domains(key, needed, domains, biggest, unlabeled)
+    budget = Budget(settings.gang_budget) if state.search_left > 0 else None
+    skipped = False  # a domain greedy could not fill was not searched: the pass's budget is spent
+    try:
+        for domain in least_waste_first(domains, biggest):
+            if len(entries) == 1 and domain.capacity(biggest) < needed:
+                continue  # known from the totals
+            mixed = len(entries) > 1
+            if mixed and _shortfall(least, _names(domain.shapes), free, settings):
+                continue  # not enough free there in all
+            placement = _greedy(pods, domain.shapes, free)
+            if len(placement) >= needed:
+                return Outcome(placement)
+            if not mixed:
+                continue
+            if budget is None:
+                skipped = True
+            elif not budget.exhausted:
+                found = _search(pods, needed, domain.shapes, free, budget, settings.accelerators)
+                if found is not None:
+                    return Outcome(found)
+    finally:
+        if budget is not None:
+            state.search_left -= budget.visits
+            state.visits += budget.visits
+    why = explain_domains(key, needed, domains, biggest, unlabeled)
+    if skipped:
+        prefix = (
+            f"not searched this pass: the pass's search budget ({settings.pass_budget} node visits) went "
+            "to gangs ahead of it; "
+        )
+        return Outcome(None, "BudgetExhausted", prefix + why, keep=False)
+    if budget is not None and budget.exhausted:
+        return Outcome(None, "BudgetExhausted", _exhausted(budget) + why)
+    return Outcome(None, "Unschedulable", why)
+
+
+def _exhausted(budget: Budget) -> str:
+    return (
+        f"search budget exhausted after {budget.placements} placements tried ({budget.visits} node visits); "
+    )
+
+
+def _names(shapes: Mapping[Shape, NodesOfShape]) -> set[str]:
+    return {name for view in shapes.values() for name in view.eligible}
+
+
+def _in_order(gang: Gang, settings: PlannerSettings) -> list[Pod]:
+    """The gang's pods biggest first (accelerators, CPU, memory), the pods of one shape together,
+    in their order."""
+    if len(gang.shapes) <= 1:
+        return list(gang.pods)
+    first = {pod.shape: i for i, pod in reversed(list(enumerate(gang.shapes)))}
+    return sorted(gang.pods, key=lambda p: (_size(p, settings), -first[p.shape]), reverse=True)
+
+
+def _least_needs(pods: Sequence[Pod], needed: int) -> dict[str, int]:
+    """Per resource, what the `needed` pods asking least of it ask together: any `needed` of the
+    gang's pods ask at least that much."""
+    counts = Counter(pod.shape for pod in pods)
+    shapes = {pod.shape: pod for pod in pods}
+    names = {k for pod in shapes.values() for k, v in pod.requests.items() if v > 0}
+    least: dict[str, int] = {}
+    for k in names:
+        asks = sorted((max(0, pod.requests.get(k, 0)), counts[shape]) for shape, pod in shapes.items())
+        left, sum_ = needed, 0
+        for value, count in asks:
+            if left <= 0:
+                break
+            sum_ += value * min(count, left)
+            left -= count
+        if sum_ > 0:
+            least[k] = sum_
+    return least
+
+
+def _shortfall(
+    least: Mapping[str, int],
+    names: Iterable[str],
+    free: Mapping[str, Mapping[str, int]],
+    settings: PlannerSettings,
+) -> list[tuple[str, int, int]]:
+    """The resources the nodes `names` have less of, free in all, than `least`: (resource, needed,
+    free), accelerators first."""
+    if not least:
+        return []
+    have = dict.fromkeys(least, 0)
+    for name in names:
+        room = free[name]
+        for k in have:
+            v = room.get(k, 0)
+            if v > 0:
+                have[k] += v
+    short = [(k, need, have[k]) for k, need in least.items() if need > have[k]]
+    return sorted(short, key=lambda s: (s[0] not in settings.accelerators, s[0] in ("cpu", "memory"), s[0]))
+
+
+def _explain_shortfall(shortfall: Sequence[tuple[str, int, int]], needed: int) -> str:
+    parts = []
+    for i, (k, need, have) in enumerate(shortfall):
+        pods = f" for {needed} pods" if i == 0 else ""
+        parts.append(
+            f"needs {amount(k, need)} {k} in all{pods}; eligible nodes have {amount(k, have)} free: "
+            f"short by {amount(k, need - have)}"
+        )
+    return "; ".join(parts)
 
 
 def _versions(entries: Mapping[Shape, ShapeEntry]) -> tuple[int, ...]:
@@ -297,19 +542,21 @@ def _size(pod: Pod, settings: PlannerSettings) -> tuple[int, ...]:
 
 def _share(pod: Pod, room: Mapping[str, int]) -> float:
     """How many such pods the room takes, as a fraction: 0.5 is half of one pod's needs free."""
-    shares = [max(0, room.get(k, 0)) / v for k, v in pod.requests.items() if v > 0]
+    shares = []
+    for k, v in pod.requests.items():
+        if v > 0:
+            have = max(0, room.get(k, 0))
+            shares.append(have / v if have < v * 1_000_000_000 else 1e9)
     return min(shares) if shares else 1e9
 
 
-def _score(pod: Pod, node: Node, room: Mapping[str, int], settings: PlannerSettings) -> tuple[object, ...]:
-    after = subtract(room, pod.requests)
-    return (
-        prefers_not(pod, node),
-        sum(after.get(a, 0) for a in settings.accelerators),
-        after.get("cpu", 0),
-        after.get("memory", 0),
-        node.name,
-    )
+def _take(room: Mapping[str, int], requests: Mapping[str, int]) -> dict[str, int]:
+    """The room left after a pod: its positive requests taken (a negative one frees nothing)."""
+    out = dict(room)
+    for k, v in requests.items():
+        if v > 0:
+            out[k] = out.get(k, 0) - v
+    return out
 
 
 def _greedy(
@@ -317,23 +564,43 @@ def _greedy(
 ) -> list[tuple[Pod, Node]]:
     """Best fit, a shape at a time: walk the shape's nodes in best-fit order and fill each in
     turn. For pods that are alike this is exactly placing each pod on the tightest node that
-    takes it (a node only gets tighter as it fills)."""
+    takes it (a node only gets tighter as it fills). Linear in the nodes walked and the pods."""
     room: dict[str, dict[str, int]] = {}  # what this gang would take, over the committed `free`
     placement: list[tuple[Pod, Node]] = []
-    by_shape: dict[tuple[object, ...], list[Pod]] = {}
+    by_shape: dict[Shape, list[Pod]] = {}
     for pod in pods:  # pods come biggest first; shapes keep that order
         by_shape.setdefault(pod.shape, []).append(pod)
     for shape, waiting in by_shape.items():
-        for _, node in entries[shape].ordered:
-            current = room.get(node.name) or free[node.name]
-            while waiting and fits(waiting[0].requests, current):
-                pod = waiting.pop(0)
-                current = subtract(current, pod.requests)
-                placement.append((pod, node))
+        i, count = 0, len(waiting)
+        nodes = entries.get(shape)  # None: no node of this domain may take such pods
+        for _, node in nodes.ordered if nodes is not None else ():
+            current = room.get(node.name)
+            if current is None:
+                current = free[node.name]
+            while i < count and fits(waiting[i].requests, current):
+                current = _take(current, waiting[i].requests)
+                placement.append((waiting[i], node))
+                i += 1
             room[node.name] = current
-            if not waiting:
+            if i >= count:
                 break
     return placement
+
+
+class _Frame:
+    """One pod's step of the search: the nodes to try it on, and where it is now."""
+
+    __slots__ = ("candidates", "i", "left_out", "node", "pos", "rank", "saved", "tried")
+
+    def __init__(self, i: int, candidates: list[tuple[Key, int, Node]], left_out: bool = False) -> None:
+        self.i = i
+        self.candidates = candidates  # (best-fit key now, rank in the shape's order, node)
+        self.pos = 0
+        self.tried: dict[tuple[object, ...], int] = {}  # equivalent nodes tried: lowest rank
+        self.node: Node | None = None  # where the pod is now (None: left out, or not yet)
+        self.rank = 0
+        self.saved: dict[str, int] | None = None  # the node's room before the pod
+        self.left_out = left_out  # True: leaving it out is not worth trying (or was tried)
 
 
 def _search(
@@ -341,34 +608,167 @@ def _search(
     needed: int,
     entries: Mapping[Shape, NodesOfShape],
     free: Mapping[str, dict[str, int]],
-    settings: PlannerSettings,
+    budget: Budget,
+    accelerators: tuple[str, ...],
 ) -> list[tuple[Pod, Node]] | None:
-    """Depth-first search for `needed` pods placed together; bounded by the budget."""
-    names = {name for entry in entries.values() for name in entry.eligible}
-    room = {name: dict(free[name]) for name in names}
+    """Depth-first search for `needed` of the pods placed together, with an explicit stack (no
+    recursion), bounded by `budget` (node visits); None if there is no such placement or the
+    budget ran out (`budget.exhausted`). `pods` come biggest first, the pods of one shape together.
+
+    Each pod in turn goes on each node with room for it, tightest first, or is left out. Only the
+    nodes of the shape's best-fit order (those with room for one when the search starts) can take
+    it. Pods of one shape are interchangeable, so they take nodes in that order (a pod never goes
+    before the node of the pod of its shape before it), and when one is left out so are the rest
+    of its shape. Of nodes with the same room and the same eligibility for the gang's shapes, only
+    the first in that order is tried. A step whose nodes cannot take enough of its shape for the
+    gang to reach `needed` (even with every pod after its shape) is not tried at all."""
+    if needed <= 0:
+        return []
+    count = len(pods)
+    block_end = [0] * count  # where the pods of each pod's shape end
+    end = count
+    for i in range(count - 1, -1, -1):
+        if i + 1 < count and pods[i + 1].shape != pods[i].shape:
+            end = i + 1
+        block_end[i] = end
+    shapes = list(entries)
+    room: dict[str, dict[str, int]] = {}  # the gang's pods placed so far, over `free`
+    signatures: dict[str, tuple[bool, ...]] = {}  # eligibility for each of the gang's shapes
+    states: dict[str, tuple[dict[str, int], tuple[object, ...]]] = {}  # (room, its key), cached
     chosen: list[tuple[Pod, Node]] = []
-    budget = [settings.search_budget]
+    stack: list[_Frame] = []
+    needs_cache: dict[Shape, tuple[tuple[tuple[str, int], ...], int, int, int]] = {}
 
-    def visit(i: int) -> bool:
-        if len(chosen) >= needed:
-            return True
-        if i >= len(pods) or len(chosen) + (len(pods) - i) < needed or budget[0] <= 0:
-            return False
+    def needs_of(pod: Pod) -> tuple[tuple[tuple[str, int], ...], int, int, int]:
+        """The pod's positive requests, and its accelerators, CPU and memory (as in the index)."""
+        cached = needs_cache.get(pod.shape)
+        if cached is None:
+            r = pod.requests
+            needs = tuple((k, v) for k, v in r.items() if v > 0)
+            accel = sum(r.get(a, 0) for a in accelerators)
+            cached = needs_cache[pod.shape] = (needs, accel, r.get("cpu", 0), r.get("memory", 0))
+        return cached
+
+    def open_frame(i: int) -> _Frame | None:
+        """The step for pod i; None when the budget cannot pay for it."""
         pod = pods[i]
-        tried: set[tuple[tuple[str, int], ...]] = set()
-        eligible = entries[pod.shape].eligible.values()
-        for node in sorted(eligible, key=lambda n: _score(pod, n, room[n.name], settings)):
-            state = tuple(sorted(room[node.name].items()))
-            if state in tried or not fits(pod.requests, room[node.name]):
-                continue  # an identical node was already tried for this pod
-            tried.add(state)
-            budget[0] -= 1
-            room[node.name] = subtract(room[node.name], pod.requests)
-            chosen.append((pod, node))
-            if visit(i + 1):
-                return True
-            chosen.pop()
-            room[node.name] = {k: v + pod.requests.get(k, 0) for k, v in room[node.name].items()}
-        return visit(i + 1)  # leave this pod out (gangs with more pods than needed)
+        before = stack[-1] if stack else None
+        start = (
+            before.rank
+            if before is not None and before.node is not None and pods[before.i].shape == pod.shape
+            else 0
+        )
+        nodes = entries.get(pod.shape)  # None: no node of this domain may take such pods
+        ordered = nodes.ordered if nodes is not None else []
+        slots_of = nodes.room if nodes is not None else {}
+        if not budget.spend(max(1, len(ordered) - start)):
+            return None
+        needs, accel, cpu, memory = needs_of(pod)
+        candidates: list[tuple[Key, int, Node]] = []
+        capacity, most = 0, block_end[i] - i  # how many of this shape's pods the nodes take
+        for rank in range(start, len(ordered)):
+            key, node = ordered[rank]
+            current = room.get(node.name)
+            if current is None:  # untouched: as in the index, with room for one
+                candidates.append((key, rank, node))
+                capacity += slots_of.get(node.name, 1)
+                continue
+            fit = _MANY  # the gang took some of it: how many fit now, and scored again
+            for k, v in needs:
+                have = current.get(k, 0) // v
+                if have < fit:
+                    fit = have
+                    if fit <= 0:
+                        break
+            if fit > 0:
+                tightness = sum(current.get(a, 0) for a in accelerators) - accel
+                score = (
+                    key[0],
+                    tightness,
+                    current.get("cpu", 0) - cpu,
+                    current.get("memory", 0) - memory,
+                    key[4],
+                )
+                candidates.append((score, rank, node))
+                capacity += fit
+        if min(capacity, most) + (count - block_end[i]) < needed - len(chosen):
+            return _Frame(i, [], left_out=True)  # not enough room for the gang down this path
+        candidates.sort()
+        return _Frame(i, candidates)
 
-    return list(chosen) if visit(0) else None
+    def state_of(name: str, current: dict[str, int]) -> tuple[object, ...]:
+        cached = states.get(name)
+        if cached is not None and cached[0] is current:
+            return cached[1]
+        signature = signatures.get(name)
+        if signature is None:
+            signature = signatures[name] = tuple(name in entries[s].eligible for s in shapes)
+        state = (tuple(sorted(current.items())), signature)
+        states[name] = (current, state)
+        return state
+
+    def advance(frame: _Frame) -> bool:
+        """Put the frame's pod on its next node, or leave it out; False when all are tried."""
+        pod = pods[frame.i]
+        candidates = frame.candidates
+        while frame.pos < len(candidates):
+            if not budget.spend(1):
+                return False
+            _, rank, node = candidates[frame.pos]
+            frame.pos += 1
+            current = room.get(node.name)
+            if current is None:
+                current = free[node.name]
+            state = state_of(node.name, current)
+            seen = frame.tried.get(state)
+            if seen is not None and seen <= rank:
+                continue  # an equivalent node, no later in the order, was tried for this pod
+            frame.tried[state] = rank if seen is None else min(seen, rank)
+            frame.saved = room.get(node.name)
+            room[node.name] = _take(current, pod.requests)
+            frame.node, frame.rank = node, rank
+            chosen.append((pod, node))
+            budget.placements += 1
+            return True
+        if not frame.left_out:
+            frame.left_out = True
+            frame.node = None
+            return True
+        return False
+
+    def undo(frame: _Frame) -> None:
+        if frame.node is not None:
+            chosen.pop()
+            if frame.saved is None:
+                del room[frame.node.name]
+            else:
+                room[frame.node.name] = frame.saved
+            frame.node, frame.saved = None, None
+
+    def after(frame: _Frame) -> int:
+        """The next pod to place: the next one, or past its shape when it is left out."""
+        return frame.i + 1 if frame.node is not None else block_end[frame.i]
+
+    i = 0
+    while True:
+        if len(chosen) >= needed:
+            return list(chosen)
+        descended = False
+        if i < count and len(chosen) + (count - i) >= needed:
+            frame = open_frame(i)
+            if frame is None:
+                return None  # budget.exhausted
+            stack.append(frame)
+            if advance(frame):
+                i, descended = after(frame), True
+            else:
+                stack.pop()
+        while not descended:  # backtrack: the deepest step with something left to try
+            if not stack or budget.exhausted:
+                return None
+            frame = stack[-1]
+            undo(frame)
+            if advance(frame):
+                i, descended = after(frame), True
+            else:
+                stack.pop()

@@ -1,10 +1,19 @@
-"""Kubernetes resource quantities ("500m", "1Gi", "2e3") as exact numbers."""
+"""Kubernetes resource quantities ("500m", "1Gi", "2e3") as exact numbers.
+
+Bounded: a quantity is at most `MAX_LENGTH` characters and its exponent at most `MAX_EXPONENT`
+in magnitude, so that no input ("1e1000000000", a million digits) costs more than a moment;
+anything else is refused with QuantityError.
+"""
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
+
+MAX_LENGTH = 64  # characters; the longest quantity Kubernetes writes is far shorter
+MAX_EXPONENT = 64  # |e| of "1e64": beyond any resource amount, and cheap to compute
 
 _BINARY: dict[str, int] = {
     "Ki": 2**10,
@@ -38,7 +47,13 @@ def parse_quantity(text: str | int | float) -> Fraction:
     if isinstance(text, int):
         return Fraction(text)
     if isinstance(text, float):
+        if not math.isfinite(text):
+            raise QuantityError(f"{text!r} is not a Kubernetes quantity (not a finite number)")
         return Fraction(Decimal(repr(text)))
+    if not isinstance(text, str):
+        raise QuantityError(f"{text!r} is not a Kubernetes quantity (not a string or a number)")
+    if len(text) > MAX_LENGTH:
+        raise QuantityError(f"{text[:20]!r}… ({len(text)} characters) is not a Kubernetes quantity")
     match = _PATTERN.match(text.strip())
     if not match:
         raise QuantityError(f"{text!r} is not a Kubernetes quantity (e.g. 500m, 2, 1Gi)")
@@ -48,7 +63,10 @@ def parse_quantity(text: str | int | float) -> Fraction:
     except InvalidOperation as err:
         raise QuantityError(f"{text!r} is not a Kubernetes quantity") from err
     if exponent:
-        return value * Fraction(10) ** int(exponent[1:])
+        power = int(exponent[1:])
+        if abs(power) > MAX_EXPONENT:
+            raise QuantityError(f"{text!r} is out of range (exponent beyond ±{MAX_EXPONENT})")
+        return value * Fraction(10) ** power
     if suffix in _BINARY:
         return value * _BINARY[suffix]
     return value * _DECIMAL[suffix or ""]

@@ -22,6 +22,7 @@ class DomainShape:
 
     ordered: list[tuple[Key, Node]] = field(default_factory=list)  # with room, best fit first
     eligible: dict[str, Node] = field(default_factory=dict)
+    room: dict[str, int] = field(default_factory=dict)  # slots per node with room
     total: int = 0  # such pods that fit in the domain
     with_room: int = 0
 
@@ -53,6 +54,8 @@ def domains_of(entries: Mapping[Shape, ShapeEntry], key: str) -> tuple[list[Doma
             view = domains.setdefault(value, Domain(value)).shapes.setdefault(shape, DomainShape())
             view.eligible[name] = node
             slots = entry.room.get(name, 0)
+            if slots > 0:
+                view.room[name] = slots
             view.total += slots
             view.with_room += slots > 0
         for item in entry.ordered:  # keeps best-fit order within each domain

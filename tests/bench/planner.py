@@ -10,11 +10,21 @@ Cases with the cluster empty, and with 75 % of every GPU node's GPUs busy (so th
 1,000 gangs are held and every incremental pass re-examines them). Time (best of a few runs) and
 peak memory (tracemalloc); bounded sizes.
 
-    make bench-planner
+Stress (adversarial gangs in front of a stream of small ones, 5,000 nodes, `stress()`): held mixed
+gangs that once stopped the planner (a launcher + 301 whole-node workers with 300 whole nodes free;
+a launcher + 1,270 one-GPU workers 6 GPUs short) and mixed gangs that fit in every sum but not
+together (their searches run out of budget, then the pass's budget), then 500 small gangs, then
+passes as pods finish (in turn in the small gangs' zone and in the big gangs', where every change
+has the big gangs searched again) and gangs arrive. The worst pass time, node visits of search per
+pass, peak memory, and how each big gang is held.
+
+    make bench-planner                           # everything
+    python -m tests.bench.planner --stress-only  # the stress scenario alone
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -25,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from quorum.core.model import Gang, Node, Pod, Toleration, add, resources, subtract
-from quorum.core.planner import Planner, plan_gangs
+from quorum.core.planner import Plan, Planner, PlannerSettings, plan_gangs
 from quorum.devcluster.nodes import load_pool, render_nodes, scale_pool
 from quorum.k8s.convert import node_from_api
 
@@ -126,7 +136,173 @@ def incremental(nodes: list[Node], used: dict[str, dict[str, int]], gangs: list[
     }
 
 
+ZONE = "topology.kubernetes.io/zone"
+GPU = "nvidia.com/gpu"
+
+
+def stress_usage(nodes: list[Node]) -> dict[str, dict[str, int]]:
+    """Zone a: 300 GPU nodes free, 700 half free (4 GPUs, 64 CPUs used); zone b: 58 free and 200
+    half free (1,264 GPUs); every other GPU node full (8 CPUs left)."""
+    used: dict[str, dict[str, int]] = {}
+    counts = {"a": [300, 700], "b": [58, 200]}
+    for node in nodes:
+        if not node.allocatable.get(GPU) or node.unschedulable:
+            continue
+        zone = counts.get(node.labels.get(ZONE, "")[-1:], [0, 0])  # us-east-04a: "a"
+        if zone[0] > 0:
+            zone[0] -= 1
+            continue
+        if zone[1] > 0:
+            zone[1] -= 1
+            used[node.name] = {GPU: 4000, "cpu": 64000, "pods": 1000}
+            continue
+        used[node.name] = {GPU: 8000, "cpu": 120000, "pods": 8000}
+    return used
+
+
+def launcher_and_workers(
+    name: str, workers: int, gpus: int, cpu: int, launcher_cpu: int, created: float, zone: str
+) -> Gang:
+    launcher = Pod(
+        f"{name}-l", f"{name}-l", resources({"cpu": str(launcher_cpu), "memory": "8Gi", "pods": "1"})
+    )
+    asks = resources({GPU: str(gpus), "cpu": str(cpu), "memory": "16Gi", "pods": "1"})
+    pods = (
+        replace(launcher, node_selector={ZONE: zone}),
+        *(Pod(f"{name}-w{i}", f"{name}-w{i}", asks, node_selector={ZONE: zone}) for i in range(workers)),
+    )
+    return Gang("stress", name, len(pods), pods, members=len(pods), created=created)
+
+
+def in_zone(gang: Gang, zone: str, name: str, created: float) -> Gang:
+    pods = tuple(replace(p, node_selector={ZONE: zone}) for p in gang.pods)
+    return replace(gang, namespace="stress", name=name, pods=pods, created=created)
+
+
+def stress_gangs() -> tuple[list[Gang], list[Gang]]:
+    """The big mixed gangs (held), and the stream of small gangs behind them (in zone a)."""
+    big = [
+        # 300 whole nodes free in zone a (and enough GPUs in all, on the half-free nodes).
+        launcher_and_workers("whole-nodes-301", 301, 8, 8, 4, created=0, zone="us-east-04a"),
+        # Zone b has 1,264 GPUs free.
+        launcher_and_workers("gpus-6-short", 1270, 1, 4, 4, created=1, zone="us-east-04b"),
+    ]
+    # Fit in every sum, not together: a launcher takes 100 of a node's 128 CPUs, leaving room for
+    # 2 of the 8 workers (12 CPUs each) there: zone b takes 1,258 workers with it; these ask 1,259.
+    big += [
+        launcher_and_workers(f"joint-{i}", 1259, 1, 12, 100, created=2 + i, zone="us-east-04b")
+        for i in range(5)
+    ]
+    small = [in_zone(g, "us-east-04a", g.name, 100.0 + i) for i, g in enumerate(gangs_of(500))]
+    return big, small
+
+
+def stress(settings: PlannerSettings | None = None, passes: int = 20) -> dict[str, Any]:
+    """The stress scenario (see the module's doc), run twice: timed, then under tracemalloc for its
+    peak memory (tracemalloc slows allocation-heavy code many times over: never timed with it)."""
+    timed = stress_run(settings, passes, trace=False)
+    traced = stress_run(settings, passes, trace=True)
+    return {**timed, "peak_mib": traced["peak_mib"]}
+
+
+def stress_run(settings: PlannerSettings | None, passes: int, trace: bool) -> dict[str, Any]:
+    """A full pass, then `passes` incremental passes (a pod finishes on a node, a small gang
+    arrives), each timed."""
+    nodes = nodes_of(5_000)
+    by_name = {n.name: n for n in nodes}
+    used = stress_usage(nodes)
+    big, small = stress_gangs()
+    planner = Planner(settings)
+    times: list[float] = []
+    visits: list[int] = []
+
+    def timed(queue: list[Gang], changed: tuple[str, ...] | None) -> Plan:
+        started = time.perf_counter()
+        plan = planner.plan(by_name, used, queue, changed=changed)
+        times.append(time.perf_counter() - started)
+        visits.append(plan.visits)
+        return plan
+
+    if trace:
+        tracemalloc.start()
+    first = timed([*big, *small], None)
+    for release in first.releases:  # what the loop holds as reservations
+        for pod, node in release.placement:
+            used[node.name] = add(used.get(node.name, {}), pod.requests)
+    pending = [h.gang for h in first.holds]
+    busy = {
+        zone: sorted(
+            n for n, u in used.items() if u.get(GPU, 0) >= 8000 and by_name[n].labels.get(ZONE) == zone
+        )
+        for zone in ("us-east-04a", "us-east-04b")
+    }
+    arrivals = [in_zone(g, "us-east-04a", f"late-{i}", 1e6 + i) for i, g in enumerate(gangs_of(passes))]
+    for i in range(passes):
+        nodes_there = busy["us-east-04b" if i % 2 else "us-east-04a"]  # where a pod finishes
+        name = nodes_there[(i * 7919) % len(nodes_there)]
+        used[name] = subtract(used[name], {GPU: 1000, "cpu": 2000, "pods": 1000})  # a small pod
+        pending.append(arrivals[i])
+        plan = timed(pending, (name,))
+        done = {r.gang.key for r in plan.releases}
+        for release in plan.releases:
+            for pod, node in release.placement:
+                used[node.name] = add(used.get(node.name, {}), pod.requests)
+        pending = [g for g in pending if g.key not in done]
+    peak = 0
+    if trace:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    effective = planner.settings
+    return {
+        "nodes": len(nodes),
+        "gangs": len(big) + len(small),
+        "big_gangs": {h.gang.name: f"{h.reason}: {h.message[:200]}" for h in first.holds if h.gang in big},
+        "released_first_pass": len(first.releases),
+        "held_first_pass": len(first.holds),
+        "first_pass_ms": round(times[0] * 1000, 1),
+        "worst_pass_ms": round(max(times) * 1000, 1),
+        "worst_incremental_pass_ms": round(max(times[1:], default=0) * 1000, 1),
+        "pass_ms": [round(t * 1000, 1) for t in times],
+        "visits_first_pass": visits[0],
+        "visits_max": max(visits),
+        "visits": visits,
+        "visits_bound": effective.pass_budget + effective.gang_budget,
+        "gang_budget": effective.gang_budget,
+        "pass_budget": effective.pass_budget,
+        "passes": len(times),
+        "peak_mib": round(peak / 2**20, 1),
+    }
+
+
+def print_stress(result: dict[str, Any]) -> None:
+    print(
+        f"\nstress: {result['nodes']} nodes, {result['gangs']} gangs; {result['passes']} passes: worst "
+        f"{result['worst_pass_ms']} ms (first pass {result['first_pass_ms']} ms, worst incremental "
+        f"{result['worst_incremental_pass_ms']} ms); node visits of search per pass: at most "
+        f"{result['visits_max']} (bound {result['visits_bound']}); peak memory {result['peak_mib']} MiB; "
+        f"first pass: {result['released_first_pass']} released, {result['held_first_pass']} held"
+    )
+    for name, how in result["big_gangs"].items():
+        print(f"  {name}: {how}")
+
+
+def write(name: str, payload: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"{payload['date']}-{name}.json"
+    out.write_text(json.dumps(payload, indent=2) + "\n")
+    return out
+
+
 def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.bench.planner", description="The planner alone.")
+    parser.add_argument("--stress-only", action="store_true", help="only the stress scenario")
+    args = parser.parse_args()
+    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
+    if args.stress_only:
+        result = stress()
+        print_stress(result)
+        print(f"\nwritten to {write('planner-stress', {'date': stamp, 'stress': result})}")
+        return 0
     runs = []
     for size, count in CASES:
         nodes, gangs = nodes_of(size), gangs_of(count)
@@ -149,10 +325,8 @@ def main() -> int:
             if count == 1_000:
                 run.update(incremental(nodes, used, gangs))
             runs.append(run)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(UTC).strftime("%Y-%m-%d")
-    out = RESULTS / f"{stamp}-planner.json"
-    out.write_text(json.dumps({"date": stamp, "runs": runs}, indent=2) + "\n")
+    result = stress()
+    out = write("planner", {"date": stamp, "runs": runs, "stress": result})
     print(
         "| nodes | gangs x 8 pods | GPUs busy | full pass (ms) | peak memory (MiB) | released / held "
         "| incremental: pod finished / node changed / gang arrived (ms) |"
@@ -168,6 +342,7 @@ def main() -> int:
             f"| {r['nodes']} | {r['gangs']} | {r['gpus_busy']:.0%} | {r['pass_ms']} | {r['peak_mib']} "
             f"| {r['released']} / {r['held']} | {inc} |"
         )
+    print_stress(result)
     print(f"\nwritten to {out}")
     return 0
 
