@@ -16,6 +16,7 @@ condition.
 from __future__ import annotations
 
 import datetime
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -204,4 +205,5 @@ def timestamp(value: object) -> float:
 
 
 def iso(epoch: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 in whole seconds, rounded up: a deadline written is never earlier than meant."""
+    return datetime.datetime.fromtimestamp(math.ceil(epoch), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -40,7 +40,7 @@ from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import node_from_api, pod_from_api, pod_requests
 from quorum.k8s.usage import BoundPods
 from quorum.operator import metrics
-from quorum.operator.conditions import backoff_message, backoff_until, compose, recovery_of, timestamp
+from quorum.operator.conditions import backoff_message, compose, iso, recovery_of, timestamp
 from quorum.operator.gangs import JSON, GangView, Store, assemble, is_gated, orphans
 from quorum.operator.health import Health
 from quorum.operator.ledger import Ledger, recorded_placement
@@ -296,11 +296,10 @@ class GangLoop:
                     )
                 continue
             gang = self.store.gangs.get(key)
-            until = backoff_until(recovery_of(gang))
+            until = self.recoverer.backoff_until(key, gang)
             if until > now:
-                holds[key] = Hold(
-                    Gang(*key, view.min_member, ()), "Backoff", backoff_message(recovery_of(gang), now)
-                )
+                recovery = {"failures": 1, **recovery_of(gang), "nextAttemptTime": iso(until)}
+                holds[key] = Hold(Gang(*key, view.min_member, ()), "Backoff", backoff_message(recovery, now))
                 self.next_backoff_end = min(self.next_backoff_end or until, until)
                 continue
             plannable[key] = view

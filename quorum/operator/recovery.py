@@ -23,7 +23,7 @@ from quorum.core.lifecycle import (
 )
 from quorum.k8s.api import KubeApi
 from quorum.operator import metrics
-from quorum.operator.conditions import iso, recovery_of, timestamp
+from quorum.operator.conditions import backoff_until, iso, recovery_of, timestamp
 from quorum.operator.gangs import JSON, GangView, phase_of
 from quorum.operator.ledger import Ledger
 
@@ -48,10 +48,18 @@ class Recoverer:
         # The decision recovered per gang, also before the watch shows our own status write.
         self.recovered: dict[tuple[str, str], int] = {}
         self.stuck: set[str] = set()  # pods of running gangs already replaced or reported
+        # Backoffs this process recorded, also before the watch shows the write (the store's
+        # Gang may be an older version meanwhile): epoch seconds, per gang.
+        self.backoffs: dict[tuple[str, str], float] = {}
+
+    def backoff_until(self, key: tuple[str, str], gang: JSON | None) -> float:
+        """Epoch seconds before which the gang is not planned (0: no backoff)."""
+        return max(backoff_until(recovery_of(gang)), self.backoffs.get(key, 0.0))
 
     def prune(self, live: set[tuple[str, str]], pods: dict[str, JSON]) -> None:
-        for key in [k for k in self.recovered if k not in live]:
-            del self.recovered[key]
+        for table in (self.recovered, self.backoffs):
+            for key in [k for k in table if k not in live]:
+                del table[key]
         self.stuck = {uid for uid in self.stuck if uid in pods}
 
     def due(self, view: GangView, gang: JSON | None, now: float) -> str | None:
@@ -149,6 +157,7 @@ class Recoverer:
                 suspended.append(step.target)
         failures = int(recovery.get("failures") or 0) + 1
         delay = self.backoff.delay(failures)
+        self.backoffs[view.key] = now + delay
         names = ", ".join(sorted(p["metadata"]["name"] for p in unbound)[:5])
         what = why or (
             f"{bound} of {view.min_member} pods bound {view.schedule_timeout}s after the release "

@@ -242,8 +242,11 @@ class GangRecords:
             owners = existing["metadata"].get("ownerReferences") or []
             if owner is None or any(o.get("uid") == owner["uid"] for o in owners):
                 return existing
-            # The group was deleted and made again under the same name: a new gang.
+            # The group was deleted and made again under the same name: a new gang, whose
+            # conditions start afresh (the next pass composes and writes them again).
             await self.api.delete_gang(view.namespace, view.name)
+            for condition in CONDITION_TYPES:
+                self.transitions.pop((view.key, condition), None)
         source: dict[str, Any] = {"kind": "Labels", "name": view.marker.group}
         if view.group is not None:
             source = {
@@ -261,8 +264,6 @@ class GangRecords:
             spec["topologyKey"] = view.topology_key
         gang = await self.api.create_gang(view.namespace, view.name, spec, owner)
         self.forget(view.key)  # a new object: its status is still to be written
-        for condition in CONDITION_TYPES:
-            self.transitions.pop((view.key, condition), None)
         self.store.gangs[view.key] = gang
         return gang
 

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from quorum.core.lifecycle import BackoffPolicy
+from quorum.core.planner import PlannerSettings
 from quorum.k8s.usage import BoundPods
 from quorum.operator.gangs import Store
 from quorum.operator.loop import GangLoop, LoopSettings
@@ -276,3 +277,47 @@ async def test_what_the_loop_keeps_per_gang_is_forgotten_when_the_gang_goes() ->
     await step(loop)
     assert key not in loop.records.written and key not in loop.records.reasons
     assert not loop.first_seen and not loop.records.transitions and not loop.records.told_waiting
+
+
+async def test_a_gang_held_for_lack_of_room_gets_capacity_held_once_it_has_starved() -> None:
+    store, bound = cluster(2, {"large": 2})
+    for i in range(2):  # both nodes busy with someone else's bound pods
+        busy = pod("busy", i)
+        busy["metadata"]["labels"] = {}
+        busy["spec"] = {**busy["spec"], "schedulingGates": [], "nodeName": f"n{i}"}
+        bound.upsert(busy)
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings(planner=PlannerSettings(starvation_seconds=0.0)))
+    await step(loop)  # held, and its Gang made: Unschedulable since now
+    assert loop.records.held_since((NS, "pg-large")) is not None, (
+        "the hold's start survives the Gang's creation"
+    )
+    await step(loop)
+    held = next(
+        c for c in store.gangs[(NS, "pg-large")]["status"]["conditions"] if c["type"] == "CapacityHeld"
+    )
+    assert held["status"] == "True" and "holding 2 nodes for this gang" in held["message"]
+
+
+async def test_a_recovered_gang_waits_out_its_backoff_even_while_the_store_shows_an_older_gang() -> None:
+    owner = {"kind": "ReplicaSet", "name": "rs", "uid": "rs", "controller": True}
+    store, bound = cluster(2, {})
+    store.groups[("scheduling.sigs.k8s.io", NS, "a")] = podgroup("a", 2)
+    for i in range(2):
+        p = pod("a", i, owner=owner)
+        store.pods[p["metadata"]["uid"]] = p
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings(backoff=BackoffPolicy(30.0, 30.0)))
+    await step(loop)
+    bind(store, bound, api, ["a-0"])  # a-1 never binds
+    before = copy.deepcopy(store.gangs[(NS, "pg-a")])
+    store.gangs[(NS, "pg-a")]["status"]["admission"]["time"] = "2020-01-01T00:00:00Z"  # timed out
+    await step(loop)
+    assert store.gangs[(NS, "pg-a")]["status"]["recovery"]["failures"] == 1
+    store.gangs[(NS, "pg-a")] = before  # the watch lags: an older Gang, without the recovery
+    for i in range(2, 4):  # the ReplicaSet makes its pods again, gated
+        p = pod("a", i, owner=owner)
+        store.pods[p["metadata"]["uid"]] = p
+    await step(loop)
+    assert released(store, "a") == [], "not planned before the backoff ends"
+    assert loop.records.written[(NS, "pg-a")]["conditions"][0]["reason"] == "Backoff"
