@@ -131,7 +131,7 @@ def compose_recovering(recovery: Mapping[str, Any], now: float, failure: str | N
     message = str(recovery.get("message", ""))
     if recovery.get("suspendedJobs"):
         message += f"; waiting for the pods of Job {', '.join(recovery['suspendedJobs'])} to go"
-    counts = dict.fromkeys(("members", "gated", "released", "bound", "running"), 0)
+    counts = dict.fromkeys(("members", "gated", "released", "bound", "running", "succeeded", "failed"), 0)
     in_backoff = backoff_until(recovery) > now
     return GangStatus(
         counts,
@@ -205,5 +205,10 @@ def timestamp(value: object) -> float:
 
 
 def iso(epoch: float) -> str:
-    """RFC 3339 in whole seconds, rounded up: a deadline written is never earlier than meant."""
-    return datetime.datetime.fromtimestamp(math.ceil(epoch), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 in whole seconds (as the API writes times)."""
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def iso_deadline(epoch: float) -> str:
+    """A deadline in whole seconds, rounded up: never earlier than meant."""
+    return iso(math.ceil(epoch))

@@ -135,7 +135,18 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         TASKS.append(asyncio.create_task(watch_objects(listing, indexes, synced, loop.wake, kind), name=kind))
         TASKS.append(asyncio.create_task(report_synced(health, kind, synced), name=f"{kind} synced"))
     lease = LeaseSettings.for_duration(config.namespace, config.lease_seconds)
-    TASKS.append(asyncio.create_task(lead(api, loop.run, lease), name="leader-election"))
+    TASKS.append(asyncio.create_task(campaign_when_synced(api, loop, lease), name="leader-election"))
+
+
+async def campaign_when_synced(api: client.ApiClient, loop: GangLoop, lease: LeaseSettings) -> None:
+    """Campaign for the Lease only once every watched kind has been listed: a replica that
+    cannot list (a slow apiserver, a broken conversion webhook) leaves the Lease to one that
+    can, instead of holding it while it cannot act."""
+    for kind, synced in loop.store.synced.items():
+        if not synced.is_set():
+            log.info("waiting for the first listing of %s before campaigning for the Lease", kind)
+            await synced.wait()
+    await lead(api, loop.run, lease)
 
 
 async def report_synced(health: Health, kind: str, synced: asyncio.Event) -> None:

@@ -40,13 +40,20 @@ from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import node_from_api, pod_from_api, pod_requests
 from quorum.k8s.usage import BoundPods
 from quorum.operator import metrics
-from quorum.operator.conditions import backoff_message, compose, iso, recovery_of, timestamp
+from quorum.operator.conditions import (
+    GangStatus,
+    backoff_message,
+    compose,
+    iso_deadline,
+    recovery_of,
+    timestamp,
+)
 from quorum.operator.gangs import JSON, GangView, Store, assemble, is_gated, orphans
 from quorum.operator.health import Health
 from quorum.operator.ledger import Ledger, recorded_placement
 from quorum.operator.recovery import Recoverer
 from quorum.operator.status import GangRecords, StatusWrite, now_rfc3339
-from quorum.operator.work import Failure, GangWork
+from quorum.operator.work import Failure, GangWork, describe
 
 log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
@@ -152,6 +159,13 @@ class GangLoop:
         self.lap_started = 0.0
         self.patches = 0  # pod releases made by this process (for the test hook)
         self.worst_pass = 0.0
+        self.leading = False
+        # Pods of a recorded release still to be released onto their recorded nodes, per gang:
+        # their patch failed, or a leader before this one began the release.
+        self.unfinished: dict[GangKey, set[str]] = {}
+        self.resumed: set[GangKey] = set()  # gangs whose recorded release a restart checks
+        self.unfinished_error: dict[GangKey, BaseException] = {}
+        self.first_pod: dict[GangKey, JSON] = {}  # a pod of each gang (for Events before its Gang)
 
     def wake(self) -> None:
         self.dirty.set()
@@ -161,6 +175,9 @@ class GangLoop:
     async def run(self) -> None:
         """Act while this replica leads: wait until every watched kind is listed, resume from
         what the API shows, then plan on every change (and at least every `resync_seconds`)."""
+        if self.leading:
+            raise RuntimeError("the scheduling loop is running already")
+        self.leading = True
         self.health.set_leading(True)
         try:
             for kind, event in list(self.store.synced.items()):
@@ -187,6 +204,7 @@ class GangLoop:
         finally:
             self.health.set_leading(False)
             await self.work.cancel_all()
+            self.leading = False
 
     async def wait_for_work(self) -> None:
         wait = self.settings.resync_seconds
@@ -196,8 +214,11 @@ class GangLoop:
         for due in (self.records.pacing.next_due, self.work.next_retry()):
             if due:  # a deferred status write, the end of a gang's failure backoff
                 wait = max(0.05, min(wait, due - time.monotonic()))
+        # Not asyncio.wait_for: on Python 3.11 it can swallow a cancel that arrives as the wait
+        # ends, and leader election cancels this task once when the Lease is lost.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.dirty.wait(), wait)
+            async with asyncio.timeout(wait):
+                await self.dirty.wait()
         self.dirty.clear()
 
     def resume(self) -> None:
@@ -206,6 +227,8 @@ class GangLoop:
         reserved — read from the decisions recorded on the Gang objects."""
         self.records.resume()
         self.ledger.resume(self.store.gangs, self.store.pods, self.bound.pods)
+        self.unfinished.clear()
+        self.resumed = {key for key, gang in self.store.gangs.items() if recorded_placement(gang)}
         self.planner = Planner(self.settings.planner)  # a full first pass
         self.health.pass_completed()
         log.info(
@@ -231,8 +254,12 @@ class GangLoop:
         for view in views.values():
             if view.failure:
                 self.work.fail(view.key, "assemble", view.failure)
+            else:
+                self.work.succeeded(view.key, "assemble")
+            self.first_pod[view.key] = view.pods[0]
         self.lap("assemble")
-        self.start_continued_releases(views)
+        nodes = self.node_models.refresh(self.store.nodes)
+        self.start_continued_releases(views, nodes, now)
         self.start_recoveries(views, now)
         self.lap("recover")
         # From here to the plan's snapshot, no await: the usage (`used`) and the nodes it changed
@@ -245,7 +272,9 @@ class GangLoop:
         holds, plannable = self.sort_out(views, now)
         held_since = {key: self.records.held_since(key) for key in plannable}
         self.lap("snapshot")
-        planned = await asyncio.to_thread(self.plan, nodes, used, plannable, held_since, now, changed)
+        planned = await asyncio.to_thread(
+            self.plan, self.planner, nodes, used, plannable, held_since, now, changed
+        )
         metrics.PLAN_DURATION.observe(time.monotonic() - self.lap_started)
         self.lap("plan")
         for key, message in planned.failed.items():
@@ -282,7 +311,7 @@ class GangLoop:
         plannable: dict[GangKey, GangView] = {}
         self.next_backoff_end = 0.0
         for key, view in views.items():
-            if self.work.busy(key):
+            if self.work.blocks_planning(key):
                 continue
             if failure := self.work.backing_off(key):
                 if view.min_member is not None and view.counts()["released"] < view.min_member:
@@ -298,15 +327,16 @@ class GangLoop:
             gang = self.store.gangs.get(key)
             until = self.recoverer.backoff_until(key, gang)
             if until > now:
-                recovery = {"failures": 1, **recovery_of(gang), "nextAttemptTime": iso(until)}
+                recovery = {"failures": 1, **recovery_of(gang), "nextAttemptTime": iso_deadline(until)}
                 holds[key] = Hold(Gang(*key, view.min_member, ()), "Backoff", backoff_message(recovery, now))
                 self.next_backoff_end = min(self.next_backoff_end or until, until)
                 continue
             plannable[key] = view
         return holds, plannable
 
+    @staticmethod
     def plan(
-        self,
+        planner: Planner,
         nodes: dict[str, Node],
         used: dict[str, dict[str, int]],
         plannable: dict[GangKey, GangView],
@@ -315,7 +345,8 @@ class GangLoop:
         changed: set[str] | None,
     ) -> Planned:
         """In the worker thread: the gangs as the planner's models, then the plan. A gang whose
-        pods cannot be read is left out, with the error (the others are planned)."""
+        pods cannot be read is left out, with the error (the others are planned). The planner is
+        passed in, not read from `self`: a new term replaces it while an old plan may still run."""
         queue: list[Gang] = []
         failed: dict[GangKey, str] = {}
         for key, view in plannable.items():
@@ -323,16 +354,18 @@ class GangLoop:
                 queue.append(view.to_core(held_since=held_since.get(key)))
             except Exception as err:
                 failed[key] = f"reading its pods failed: {type(err).__name__}: {err}"
-        return Planned(self.planner.plan(nodes, used, queue, now, changed=changed), failed)
+        return Planned(planner.plan(nodes, used, queue, now, changed=changed), failed)
 
     # -- releases -----------------------------------------------------------------------------
 
     def start_release(self, view: GangView, release: Release) -> None:
         """Reserve the release's room now (no later pass may plan it), then release in the
-        gang's task."""
+        gang's task (its time limit grows with the pods it patches)."""
         for pod, node in release.placement:
             self.ledger.reserve(view.key, pod.uid, node.name, pod.requests)
-        if not self.work.start(view.key, "release", self.release(view, release)):
+        pods = len(release.placement)
+        timeout = self.settings.gang_timeout_seconds * (1 + pods / self.settings.release_concurrency)
+        if not self.work.start(view.key, "release", self.release(view, release), timeout):
             for pod, _ in release.placement:  # cannot happen (busy gangs are not planned): undo
                 self.ledger.drop(pod.uid)
 
@@ -351,19 +384,23 @@ class GangLoop:
             for uid, _ in placement:  # not recorded: nothing was promised
                 self.ledger.drop(uid)
             raise
+        self.complete_at[view.key] = member_complete_time(view)
+        metrics.RELEASE_LATENCY.observe(max(0.0, time.time() - self.complete_at[view.key]))
         pods = {p["metadata"]["uid"]: p for p in view.gated}
         _, results = await asyncio.gather(
             self.records.write_group_released(view, recorded),  # it says the gang is being scheduled
             self.release_pods(view.key, [(pods[uid], node) for uid, node in placement if uid in pods]),
         )
-        self.complete_at.setdefault(view.key, member_complete_time(view))
-        metrics.RELEASE_LATENCY.observe(max(0.0, time.time() - self.complete_at[view.key]))
         await self.tell_released(view, gang, results)
+        if error := self.unfinished_error.pop(view.key, None):
+            raise error
 
     async def release_pods(self, key: GangKey, pods: list[tuple[JSON, str]]) -> list[tuple[str, bool]]:
         """One conditional patch per pod; (node, released?) per pod. A failing patch does not
-        stop the others; the first error is raised once all are done (the gang's failure: its
-        pods stay reserved, and the release is finished on the recorded plan after a backoff)."""
+        stop the others. A pod whose patch raised stays reserved and is kept as unfinished (the
+        release is finished on its recorded node after the gang's backoff; the first error is
+        kept for the gang's task to raise); one the apiserver refused (gone, changed, released
+        by someone else) is final: its reservation ends, and a pod still gated is planned anew."""
 
         async def one(pod: JSON, node: str) -> bool:
             async with self.pod_patches:
@@ -372,11 +409,20 @@ class GangLoop:
                 return ok
 
         results = await asyncio.gather(*(one(pod, node) for pod, node in pods), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
+        unfinished = self.unfinished.setdefault(key, set())
+        for (pod, _), result in zip(pods, results, strict=True):
+            uid = pod["metadata"]["uid"]
+            if isinstance(result, BaseException):
+                unfinished.add(uid)
+                self.unfinished_error.setdefault(key, result)
+            else:
+                unfinished.discard(uid)
+                if not result:
+                    self.ledger.drop(uid)
+        if not unfinished:
+            del self.unfinished[key]
         done = [(node, r is True) for (_, node), r in zip(pods, results, strict=True)]
         metrics.PODS_RELEASED.inc(sum(1 for _, ok in done if ok))
-        if errors:
-            raise errors[0]
         return done
 
     async def tell_released(self, view: GangView, gang: JSON, results: list[tuple[str, bool]]) -> None:
@@ -389,38 +435,65 @@ class GangLoop:
         log.info("%s/%s: %s", view.namespace, view.name, message)
         metrics.RELEASES.inc()
         self.records.reasons.pop(view.key, None)
-        await asyncio.gather(
-            *(self.api.post_event(obj, "Released", message) for obj in (gang, view.group) if obj)
-        )
+        await self.tell(view, [obj for obj in (gang, view.group) if obj], "Released", message)
 
-    def start_continued_releases(self, views: dict[GangKey, GangView]) -> None:
+    async def tell(self, view: GangView, objects: list[JSON], reason: str, message: str) -> None:
+        """Events are best effort: one that cannot be posted fails nothing."""
+        try:
+            await asyncio.gather(*(self.api.post_event(obj, reason, message) for obj in objects))
+        except Exception:
+            log.warning("%s/%s: Event %s not posted", view.namespace, view.name, reason, exc_info=True)
+
+    def start_continued_releases(
+        self, views: dict[GangKey, GangView], nodes: dict[str, Node], now: float
+    ) -> None:
         """Finish releases begun earlier, on the nodes recorded for them (no new plan, so the
-        capacity the gang was promised is what it gets): pods of a recorded decision still
-        gated, either reserved by this process (their patch failed) or, after a restart, part
-        of a release that had begun (some pods released). After a restart the recorded nodes
-        are checked for room first; if they have none any more, the gang is recovered."""
-        for key, gang in list(self.store.gangs.items()):
-            view = views.get(key)
-            placement = recorded_placement(gang)
-            if view is None or not placement or self.work.busy(key) or self.work.backing_off(key):
+        capacity the gang was promised is what it gets): pods whose patch failed in this
+        process, and, once after a restart, the still gated pods of a recorded release that had
+        begun (some of its pods released). Those are checked for room on their recorded nodes
+        first; if they no longer fit there, the gang is recovered. A release not finished within
+        the gang's scheduleTimeoutSeconds is given up: its gated pods are planned anew."""
+        for key in sorted(self.resumed):
+            self.resumed.discard(key)
+            view, gang = views.get(key), self.store.gangs.get(key)
+            if view is None or gang is None or self.recoverer.recovered_already(key, gang):
                 continue
-            pods = {p["metadata"]["uid"]: p for p in view.active}
-            present = [(e, pods[e["uid"]]) for e in placement if e["uid"] in pods]
-            pending = [(e, p) for e, p in present if is_gated(p)]
-            reserved = [(e, p) for e, p in pending if e["uid"] in self.ledger]
-            if not pending or (not reserved and len(pending) == len(present)):
-                continue  # nothing left, or nothing started: the planner decides as usual
-            if len(reserved) < len(pending):
-                short = self.room_for(key, [(e, p) for e, p in pending if e["uid"] not in self.ledger])
-                if short:
-                    self.work.start(key, "recover", self.recover_stale(view, gang, short))
-                    continue
-            self.work.start(key, "release", self.continue_release(view, gang, pending))
+            try:
+                placement = recorded_placement(gang)
+                pods = {p["metadata"]["uid"]: p for p in view.active}
+                present = [(e, pods[e["uid"]]) for e in placement if e["uid"] in pods]
+                pending = [(e, p) for e, p in present if is_gated(p)]
+                if not pending or len(pending) == len(present):
+                    continue  # nothing left, or nothing started: the planner decides as usual
+                short = self.room_for(key, pending, nodes)
+            except Exception as err:
+                self.work.fail(key, "release", describe(err))
+                continue
+            if short:
+                self.work.start(key, "recover", self.recover_stale(view, gang, short))
+            else:
+                self.unfinished[key] = {e["uid"] for e, _ in pending}
+        for key, uids in list(self.unfinished.items()):
+            view, gang = views.get(key), self.store.gangs.get(key)
+            if self.work.blocks_planning(key) or self.work.backing_off(key):
+                continue
+            recorded = {e["uid"]: e["node"] for e in recorded_placement(gang)}
+            to_release = [
+                (p, recorded[uid])
+                for p in (view.active if view else [])
+                if (uid := p["metadata"]["uid"]) in uids and uid in recorded and is_gated(p)
+            ]
+            admitted_at = timestamp((((gang or {}).get("status") or {}).get("admission") or {}).get("time"))
+            if view is None or gang is None or not to_release or now - admitted_at > view.schedule_timeout:
+                for uid in uids:  # gone, released meanwhile, or too late: planned anew if still gated
+                    self.ledger.drop(uid)
+                del self.unfinished[key]
+                continue
+            self.work.start(key, "release", self.continue_release(view, gang, to_release))
 
-    def room_for(self, key: GangKey, pending: list[tuple[JSON, JSON]]) -> str:
+    def room_for(self, key: GangKey, pending: list[tuple[JSON, JSON]], nodes: dict[str, Node]) -> str:
         """Reserve the recorded nodes of `pending` pods if they all still fit there now; else
         reserve nothing and say why not."""
-        nodes = self.node_models.refresh(self.store.nodes)
         used = self.ledger.usage(self.bound.used)
         taken: dict[str, dict[str, int]] = {}
         fit_settings = self.settings.planner.fit
@@ -439,24 +512,29 @@ class GangLoop:
             self.ledger.reserve(key, entry["uid"], entry["node"], pod_requests(pod))
         return ""
 
-    async def continue_release(self, view: GangView, gang: JSON, pending: list[tuple[JSON, JSON]]) -> None:
-        results = await self.release_pods(view.key, [(p, e["node"]) for e, p in pending])
+    async def continue_release(self, view: GangView, gang: JSON, pending: list[tuple[JSON, str]]) -> None:
+        results = await self.release_pods(view.key, pending)
         done = sum(1 for _, ok in results if ok)
         log.info(
             "%s/%s: finished a release begun earlier: %d more pods onto their recorded nodes", *view.key, done
         )
-        await self.api.post_event(
-            gang, "Released", f"finished the recorded release: {done} more pods onto their planned nodes"
-        )
+        if done:
+            await self.tell(
+                view,
+                [gang],
+                "Released",
+                f"finished the recorded release: {done} more pods onto their planned nodes",
+            )
+        if error := self.unfinished_error.pop(view.key, None):
+            raise error
 
     async def recover_stale(self, view: GangView, gang: JSON, why: str) -> None:
         bound, unbound = self.recoverer.bound_and_unbound(view)
-        attempt = attempt_of(gang)
         await self.recoverer.recover(
             view,
             gang,
             recovery_of(gang),
-            attempt,
+            attempt_of(gang),
             bound,
             unbound,
             time.time(),
@@ -467,16 +545,22 @@ class GangLoop:
         found = [
             (pod, why) for pod, why in orphans(self.store) if pod["metadata"]["uid"] not in self.told_dropped
         ]
-        if found and not self.work.busy(ORPHANS):
+        if found and not self.work.busy(ORPHANS) and not self.work.backing_off(ORPHANS):
             self.work.start(ORPHANS, "release", self.release_orphans(found))
 
     async def release_orphans(self, found: list[tuple[JSON, tuple[str, str]]]) -> None:
+        first_error: BaseException | None = None
         for pod, (reason, message) in found:
-            if await self.api.release_pod(pod, None):
-                await self.api.post_event(
-                    {"apiVersion": "v1", "kind": "Pod", **pod}, reason, message, warning=True
-                )
-            self.told_dropped.add(pod["metadata"]["uid"])
+            try:
+                if await self.api.release_pod(pod, None):
+                    await self.api.post_event(
+                        {"apiVersion": "v1", "kind": "Pod", **pod}, reason, message, warning=True
+                    )
+                    self.told_dropped.add(pod["metadata"]["uid"])
+            except Exception as err:
+                first_error = first_error or err
+        if first_error is not None:
+            raise first_error
 
     def crash_hook(self, released: bool) -> None:
         """Tests only (QUORUM_OPERATOR_TEST_CRASH_AFTER=k): die by SIGKILL right after the k-th
@@ -492,18 +576,24 @@ class GangLoop:
     def start_recoveries(self, views: dict[GangKey, GangView], now: float) -> None:
         for key, view in views.items():
             gang = self.store.gangs.get(key)
-            if gang is None or self.work.busy(key) or self.work.backing_off(key):
+            if gang is None or self.work.blocks_planning(key) or self.work.backing_off(key):
                 continue
-            if self.recoverer.due(view, gang, now):
-                self.work.start(key, "recover", self.recoverer.check(view, gang, now))
+            try:
+                if self.recoverer.due(view, gang, now):
+                    self.work.start(key, "recover", self.recoverer.check(view, gang, now))
+            except Exception as err:
+                self.work.fail(key, "recover", describe(err))
         for key, gang in list(self.store.gangs.items()):
-            if key in views or self.work.busy(key) or self.work.backing_off(key):
+            if key in views or self.work.blocks_planning(key) or self.work.backing_off(key):
                 continue
-            recovery = recovery_of(gang)
-            if recovery.get("suspendedJobs"):  # its pods are all gone
-                self.work.start(key, "recover", self.recoverer.resume_jobs(key[0], key[1], [], gang))
-            elif recovery.get("failures") and (write := self.records.recovering_due(key, gang, None)):
-                self.work.start(key, "status", self.records.write_recovering(key, write))
+            try:
+                recovery = recovery_of(gang)
+                if recovery.get("suspendedJobs") and self.recoverer.may_poll(key):  # its pods are all gone
+                    self.work.start(key, "recover", self.recoverer.resume_jobs(key[0], key[1], [], gang))
+                elif recovery.get("failures") and (write := self.records.recovering_due(key, gang, None)):
+                    self.work.start(key, "status", self.records.write_recovering(key, write))
+            except Exception as err:
+                self.work.fail(key, "recover", describe(err))
 
     # -- status -------------------------------------------------------------------------------
 
@@ -515,23 +605,32 @@ class GangLoop:
         phases: Counter[tuple[str, str]] = Counter()
         gated = 0
         for key, view in views.items():
-            failure = self.work.failures.get(key)
-            hold = holds.get(key)
-            status = compose(self.records.state(view, hold, self.work.failure_message(key)))
+            try:
+                status = self.start_status_write(key, view, holds.get(key), key in forming)
+            except Exception as err:
+                self.work.fail(key, "status", describe(err))
+                continue
             phases[(status.phase, status.condition("Admitted")["reason"])] += 1
             gated += status.counts["gated"]
-            self.observe_bound(view, status.counts)
-            if key in forming or self.work.busy(key):
-                continue
-            if failure is not None and failure.stage == "status" and self.work.backing_off(key):
-                continue  # its status writes fail: not before the backoff ends
-            if pods := self.records.waiting_pods(view):
-                self.work.start(key, "status", self.records.tell_waiting(view, pods))
-                continue
-            if write := self.records.due(view, status, hold):
-                self.work.start(key, "status", self.write_status(view, write))
         metrics.set_gangs(phases)
         metrics.GATED_PODS.set(gated)
+
+    def start_status_write(
+        self, key: GangKey, view: GangView, hold: Hold | None, forming: bool
+    ) -> GangStatus:
+        """Compose the gang's status; start its write if it is due. The status, for metrics."""
+        failure = self.work.failures.get(key)
+        status = compose(self.records.state(view, hold, self.work.failure_message(key)))
+        self.observe_bound(view, status.counts)
+        if forming or self.work.busy(key):
+            return status
+        if failure is not None and failure.stage == "status" and self.work.backing_off(key):
+            return status  # its status writes fail: not before the backoff ends
+        if pods := self.records.waiting_pods(view):
+            self.work.start(key, "status", self.records.tell_waiting(view, pods))
+        elif write := self.records.due(view, status, hold):
+            self.work.start(key, "status", self.write_status(view, write))
+        return status
 
     async def write_status(self, view: GangView, write: StatusWrite) -> None:
         try:
@@ -601,16 +700,8 @@ class GangLoop:
         if failure.count & (failure.count - 1):
             return
         target = self.store.gangs.get(key)
-        if target is None:
-            target = next(
-                (
-                    {"apiVersion": "v1", "kind": "Pod", **p}
-                    for p in self.store.pods.values()
-                    if p["metadata"].get("namespace") == key[0]
-                    and (p["metadata"].get("labels") or {}).get("quorum.dev/gang") == key[1]
-                ),
-                None,
-            )
+        if target is None and (pod := self.first_pod.get(key)) is not None:
+            target = {"apiVersion": "v1", "kind": "Pod", **pod}
         if target is not None:
             await self.api.post_event(target, "PlanningFailed", failure.sentence(), warning=True)
 
@@ -624,8 +715,9 @@ class GangLoop:
         self.records.prune(known)
         self.recoverer.prune(known, self.store.pods)
         self.work.prune(known)
-        for key in [k for k in self.complete_at if k not in known]:
-            del self.complete_at[key]
+        for table in (self.complete_at, self.first_pod, self.unfinished, self.unfinished_error):
+            for key in [k for k in table if k not in known]:
+                del table[key]
         owners = {
             o.get("uid") for p in self.store.pods.values() for o in p["metadata"].get("ownerReferences") or []
         }

@@ -10,7 +10,10 @@ and `Backoff` conditions and a warning Event.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import math
+import time
 
 from quorum.core.lifecycle import (
     Action,
@@ -23,7 +26,7 @@ from quorum.core.lifecycle import (
 )
 from quorum.k8s.api import KubeApi
 from quorum.operator import metrics
-from quorum.operator.conditions import backoff_until, iso, recovery_of, timestamp
+from quorum.operator.conditions import backoff_until, iso, iso_deadline, recovery_of, timestamp
 from quorum.operator.gangs import JSON, GangView, phase_of
 from quorum.operator.ledger import Ledger
 
@@ -51,13 +54,24 @@ class Recoverer:
         # Backoffs this process recorded, also before the watch shows the write (the store's
         # Gang may be an older version meanwhile): epoch seconds, per gang.
         self.backoffs: dict[tuple[str, str], float] = {}
+        self.polled: dict[tuple[str, str], float] = {}  # when a suspended Job was last looked at
+
+    def may_poll(self, key: tuple[str, str], every: float = 2.0) -> bool:
+        """Whether a suspended Job of the gang may be looked at again (not every pass: its
+        pods can take minutes to go)."""
+        return time.monotonic() - self.polled.get(key, -every) >= every
+
+    def recovered_already(self, key: tuple[str, str], gang: JSON) -> bool:
+        """The gang's recorded decision has been recovered (by this process or on record)."""
+        attempt = attempt_of((gang.get("status") or {}).get("admission") or {})
+        return attempt in (recovery_of(gang).get("attempt"), self.recovered.get(key))
 
     def backoff_until(self, key: tuple[str, str], gang: JSON | None) -> float:
         """Epoch seconds before which the gang is not planned (0: no backoff)."""
         return max(backoff_until(recovery_of(gang)), self.backoffs.get(key, 0.0))
 
     def prune(self, live: set[tuple[str, str]], pods: dict[str, JSON]) -> None:
-        for table in (self.recovered, self.backoffs):
+        for table in (self.recovered, self.backoffs, self.polled):
             for key in [k for k in table if k not in live]:
                 del table[key]
         self.stuck = {uid for uid in self.stuck if uid in pods}
@@ -69,7 +83,7 @@ class Recoverer:
             return None
         recovery = recovery_of(gang)
         if recovery.get("suspendedJobs"):
-            return "resume-jobs"
+            return "resume-jobs" if self.may_poll(view.key) else None
         admission = (gang.get("status") or {}).get("admission") or {}
         if not isinstance(admission, dict) or not admission:
             return None
@@ -131,8 +145,6 @@ class Recoverer:
         now: float,
         why: str | None = None,
     ) -> None:
-        self.recovered[view.key] = attempt
-        self.ledger.drop_gang(view.key)  # recovered: its released pods' room is no longer promised
         metrics.PARTIAL_PLACEMENTS.inc()
         members = [(p["metadata"]["name"], controller_of(p)) for p in view.active]
         jobs: dict[str, JobFacts] = {}
@@ -149,15 +161,25 @@ class Recoverer:
         pods = {p["metadata"]["name"]: p for p in view.active}
         for step in plan.steps:
             metrics.RECOVERIES.labels(action=step.action.value).inc()
-        for step in plan.of(Action.DELETE_POD):
-            await self.api.delete_pod(pods[step.target])
+        deletes = asyncio.Semaphore(16)
+
+        async def delete(pod: JSON) -> None:
+            async with deletes:
+                await self.api.delete_pod(pod)
+            self.ledger.drop(pod["metadata"]["uid"])  # deleted: its room is no longer promised
+
+        await asyncio.gather(*(delete(pods[step.target]) for step in plan.of(Action.DELETE_POD)))
         suspended = list(recovery.get("suspendedJobs") or [])
         for step in plan.of(Action.SUSPEND_JOB):
             if await self.api.set_job_suspend(view.namespace, step.target, job_uids[step.target], True):
                 suspended.append(step.target)
+                for pod in view.active:  # the Job controller deletes them
+                    owner = controller_of(pod)
+                    if owner is not None and owner.kind == "Job" and owner.name == step.target:
+                        self.ledger.drop(pod["metadata"]["uid"])
         failures = int(recovery.get("failures") or 0) + 1
         delay = self.backoff.delay(failures)
-        self.backoffs[view.key] = now + delay
+        self.backoffs[view.key] = float(math.ceil(now + delay))  # as written (whole seconds)
         names = ", ".join(sorted(p["metadata"]["name"] for p in unbound)[:5])
         what = why or (
             f"{bound} of {view.min_member} pods bound {view.schedule_timeout}s after the release "
@@ -172,11 +194,12 @@ class Recoverer:
                 "attempt": attempt,
                 "failures": failures,
                 "time": iso(now),
-                "nextAttemptTime": iso(now + delay),
+                "nextAttemptTime": iso_deadline(now + delay),
                 "message": message,
                 "suspendedJobs": sorted(set(suspended)),
             },
         )
+        self.recovered[view.key] = attempt  # only once recorded: a recovery that failed is tried again
         log.warning("%s/%s partially placed: %s", view.namespace, view.name, message)
         for obj in (gang, view.group):
             if obj is not None:
@@ -211,6 +234,7 @@ class Recoverer:
     async def resume_jobs(self, namespace: str, name: str, pods: list[JSON], gang: JSON) -> None:
         """Resume the Jobs a recovery suspended, each once none of its pods is left. Called also
         for gangs that have no pod at all (a suspended Job's pods are all gone)."""
+        self.polled[(namespace, name)] = time.monotonic()
         recovery = recovery_of(gang)
         left = []
         for job_name in recovery.get("suspendedJobs") or []:

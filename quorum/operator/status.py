@@ -32,6 +32,7 @@ from quorum.operator.conditions import (
     GangStatus,
     compose,
     compose_recovering,
+    iso,
     timestamp,
 )
 
@@ -83,7 +84,9 @@ class StatusWrite:
 
 
 def now_rfc3339() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    # Not time.gmtime(): it reads the kernel's coarse clock, up to a tick behind time.time(), so
+    # a time written just after a deadline could read as the second before it.
+    return iso(time.time())
 
 
 class GangRecords:

@@ -70,11 +70,18 @@ class GangWork:
         self.backoff = backoff
         self.on_done = on_done
         self.on_failure = on_failure
-        self.tasks: dict[GangKey, asyncio.Task[None]] = {}
+        self.tasks: dict[GangKey, asyncio.Task[None]] = {}  # the gang's latest task
+        self.running: set[asyncio.Task[None]] = set()  # every task not ended (for cancel_all)
+        self.stages: dict[GangKey, str] = {}  # what that task does
         self.failures: dict[GangKey, Failure] = {}
 
     def busy(self, key: GangKey) -> bool:
         return key in self.tasks
+
+    def blocks_planning(self, key: GangKey) -> bool:
+        """The gang has a task in flight that changes its pods or its reservations (a release, a
+        recovery): no new plan for it until that ends. A status write in flight does not."""
+        return key in self.tasks and self.stages.get(key) != "status"
 
     def backing_off(self, key: GangKey, now: float | None = None) -> Failure | None:
         """The gang's failure while its backoff lasts (None: free to work on)."""
@@ -92,14 +99,21 @@ class GangWork:
         now = time.monotonic()
         return min((f.until for f in self.failures.values() if f.until > now), default=0.0)
 
-    def start(self, key: GangKey, stage: str, work: Coroutine[Any, Any, None]) -> bool:
-        """Run `work` as the gang's task; False (and `work` closed unrun) if it has one."""
-        if key in self.tasks:
+    def start(
+        self, key: GangKey, stage: str, work: Coroutine[Any, Any, None], timeout: float | None = None
+    ) -> bool:
+        """Run `work` as the gang's task (cut off after `timeout`, default the setting); False
+        (and `work` closed unrun) if it has one already, unless that one only writes its
+        status: then `work` runs right after it."""
+        current = self.tasks.get(key)
+        if current is not None and (stage == "status" or self.stages.get(key) != "status"):
             work.close()
             return False
-        self.tasks[key] = asyncio.create_task(
-            self._run(key, stage, work), name=f"gang {key[0]}/{key[1]} {stage}"
-        )
+        run = self._run(key, stage, work, current, timeout or self.timeout)
+        task = asyncio.create_task(run, name=f"gang {key[0]}/{key[1]} {stage}")
+        self.tasks[key], self.stages[key] = task, stage
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
         return True
 
     def succeeded(self, key: GangKey, stage: str) -> None:
@@ -116,16 +130,26 @@ class GangWork:
         self.failures[key] = failure
         return failure
 
-    async def _run(self, key: GangKey, stage: str, work: Coroutine[Any, Any, None]) -> None:
+    async def _run(
+        self,
+        key: GangKey,
+        stage: str,
+        work: Coroutine[Any, Any, None],
+        after: asyncio.Task[None] | None,
+        timeout: float,
+    ) -> None:
         try:
+            if after is not None:
+                await asyncio.wait([after])  # its outcome is its own
             async with self.gate:
-                async with asyncio.timeout(self.timeout):
+                async with asyncio.timeout(timeout):
                     await work
             self.succeeded(key, stage)
         except asyncio.CancelledError:
+            work.close()
             raise
         except Exception as err:
-            failure = self.fail(key, stage, describe(err, self.timeout))
+            failure = self.fail(key, stage, describe(err, timeout))
             log.warning("%s/%s: %s", key[0], key[1], failure.sentence(), exc_info=err)
             if self.on_failure is not None:
                 try:
@@ -134,15 +158,23 @@ class GangWork:
                 except Exception:
                     log.warning("%s/%s: the failure could not be reported", *key, exc_info=True)
         finally:
-            self.tasks.pop(key, None)
+            if self.tasks.get(key) is asyncio.current_task():
+                del self.tasks[key]
+                self.stages.pop(key, None)
             self.on_done()
 
     def prune(self, live: set[GangKey]) -> None:
-        for key in [k for k in self.failures if k not in live and k not in self.tasks]:
+        """Forget the failures of gangs that are gone (keys of the form ("", what) are the
+        loop's own work, never pruned)."""
+        for key in [k for k in self.failures if k not in live and k not in self.tasks and k[0]]:
             del self.failures[key]
 
     async def cancel_all(self) -> None:
-        tasks = list(self.tasks.values())
+        """Stop every task (leadership is lost) and forget the failures: a new term starts clean."""
+        tasks = list(self.running)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self.tasks.clear()
+        self.stages.clear()
+        self.failures.clear()

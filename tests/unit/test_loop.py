@@ -321,3 +321,89 @@ async def test_a_recovered_gang_waits_out_its_backoff_even_while_the_store_shows
     await step(loop)
     assert released(store, "a") == [], "not planned before the backoff ends"
     assert loop.records.written[(NS, "pg-a")]["conditions"][0]["reason"] == "Backoff"
+
+
+async def test_a_gang_whose_status_write_is_in_flight_is_still_planned_and_released_after_it() -> None:
+    store, bound = cluster(1, {"a": 1})
+    busy = pod("busy", 0)
+    busy["metadata"]["labels"] = {}
+    busy["spec"] = {**busy["spec"], "schedulingGates": [], "nodeName": "n0"}
+    bound.upsert(busy)
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings())
+    await step(loop)  # held: its Gang and status written
+    gate = asyncio.Event()
+
+    async def hung_status_write() -> None:
+        await gate.wait()
+
+    assert loop.work.start((NS, "pg-a"), "status", hung_status_write())
+    bound.remove("busy-0")  # room frees
+    await loop.step()
+    assert set(loop.ledger.of_gang((NS, "pg-a"))) == {"a-0"}, "planned while its status write hangs"
+    assert loop.work.stages[(NS, "pg-a")] == "release" and released(store, "a") == []
+    gate.set()
+    await settle(loop)
+    assert released(store, "a") == ["a-0"], "released right after the status write"
+
+
+async def test_losing_the_lease_stops_the_loop_even_while_events_pour_in() -> None:
+    for _ in range(20):
+        store, bound = cluster(1, {})
+        for kind in ("pods", "nodes"):
+            store.sync_event(kind).set()
+        loop = GangLoop(FakeApi(store), store, bound, settings())
+        running = asyncio.create_task(loop.run())
+
+        async def flood(target: GangLoop = loop) -> None:
+            while True:
+                target.wake()
+                await asyncio.sleep(0.001)
+
+        flooding = asyncio.create_task(flood())
+        await asyncio.sleep(0.02)
+        running.cancel()  # what leader election does, once, when the Lease is lost
+        done, _ = await asyncio.wait([running], timeout=2)
+        flooding.cancel()
+        assert done, "the loop went on after its cancel"
+        assert not loop.leading and not loop.health.leading
+
+
+async def test_a_recovery_that_fails_is_tried_again() -> None:
+    store, bound = cluster(2, {"a": 2})  # bare pods: recovery reports them and records it
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings())
+    await step(loop)
+    bind(store, bound, api, ["a-0"])  # a-1 never binds
+    store.gangs[(NS, "pg-a")]["status"]["admission"]["time"] = "2020-01-01T00:00:00Z"  # timed out
+    api.fail("patch_gang_status", times=1, when=lambda ns, name, status: "recovery" in status)
+    await step(loop)
+    assert loop.work.failures[(NS, "pg-a")].stage == "recover"
+    assert "recovery" not in store.gangs[(NS, "pg-a")]["status"]
+    await asyncio.sleep(0.06)
+    await step(loop)
+    recovery = store.gangs[(NS, "pg-a")]["status"]["recovery"]
+    assert recovery["failures"] == 1 and "left 2 pods as they are" in recovery["message"]
+    assert (NS, "pg-a") not in loop.work.failures
+
+
+async def test_a_pod_release_the_apiserver_refuses_is_final_and_the_pod_is_planned_anew() -> None:
+    store, bound = cluster(2, {"a": 2})
+    api = FakeApi(store)
+    original = api.release_pod
+    refused: list[str] = []
+
+    async def refuse_once(pod_: JSON, node_: str | None) -> bool:
+        if pod_["metadata"]["uid"] == "a-1" and not refused:
+            refused.append("a-1")  # a 422: its `test` failed (the pod changed meanwhile)
+            return False
+        return await original(pod_, node_)
+
+    api.release_pod = refuse_once  # type: ignore[method-assign,assignment]
+    loop = GangLoop(api, store, bound, settings())
+    await step(loop)
+    assert released(store, "a") == ["a-0"] and "a-1" not in loop.ledger
+    assert (NS, "pg-a") not in loop.unfinished and (NS, "pg-a") not in loop.work.failures
+    await step(loop)
+    assert released(store, "a") == ["a-0", "a-1"], "planned anew, as the pod the gang still needs"
+    assert store.gangs[(NS, "pg-a")]["status"]["admission"]["attempt"] == 2
