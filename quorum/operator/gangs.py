@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from quorum.core.gangs import GangMarker, GangSource, gang_marker
-from quorum.core.model import Gang, resources
+from quorum.core.model import Gang, Pod, resources
 from quorum.core.quantity import QuantityError
 from quorum.k8s.convert import pod_from_api
 from quorum.operator.conditions import timestamp
@@ -213,7 +214,7 @@ class GangView:
             "failed": sum(1 for p in self.pods if phase_of(p) == "Failed"),
         }
 
-    def to_core(self, held_since: float | None = None) -> Gang:
+    def to_core(self, held_since: float | None = None, convert: Callable[[JSON], Pod] = pod_from_api) -> Gang:
         assert self.min_member is not None
         counts = self.counts()
         created = (
@@ -225,7 +226,7 @@ class GangView:
             namespace=self.namespace,
             name=self.name,
             min_member=1 if self.basic else self.min_member,
-            pods=tuple(pod_from_api(p) for p in self.releasable),
+            pods=tuple(convert(p) for p in self.releasable),
             members=counts["members"],
             released=0 if self.basic else counts["released"],
             priority=self.priority(),

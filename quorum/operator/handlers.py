@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 import logging
 from typing import Any
 
@@ -146,6 +147,11 @@ async def campaign_when_synced(api: client.ApiClient, loop: GangLoop, lease: Lea
         if not synced.is_set():
             log.info("waiting for the first listing of %s before campaigning for the Lease", kind)
             await synced.wait()
+    # What exists now (modules, kopf, the first listings) lives as long as the process: out of
+    # the garbage collector's way, so its full collections (stop-the-world, every thread) stay
+    # short as the store grows.
+    gc.collect()
+    gc.freeze()
     await lead(api, loop.run, lease)
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from quorum.core.fit import FitSettings, why_not
 from quorum.core.lifecycle import BackoffPolicy
-from quorum.core.model import Gang, Node, fits, subtract
+from quorum.core.model import Gang, Node, Pod, fits, subtract
 from quorum.core.planner import Hold, Plan, Planner, PlannerSettings, Release
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import node_from_api, pod_from_api, pod_requests
@@ -113,6 +113,31 @@ class NodeModels:
         return changed
 
 
+class PodModels:
+    """The planner's Pod of every gated pod, converted again only when the pod changed: a
+    held gang of a thousand pods is not converted anew every pass (nor its garbage collected:
+    that was most of the loop's pauses). Used only by the worker thread."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, tuple[str, Pod]] = {}  # uid -> (resourceVersion, Pod)
+        self.seen: set[str] = set()
+
+    def __call__(self, pod: JSON) -> Pod:
+        meta = pod["metadata"]
+        uid, version = meta["uid"], meta.get("resourceVersion", "")
+        self.seen.add(uid)
+        cached = self.models.get(uid)
+        if cached is None or cached[0] != version:
+            cached = (version, pod_from_api(pod))
+            self.models[uid] = cached
+        return cached[1]
+
+    def keep_seen(self) -> None:
+        """Forget the pods no plan asked for since the last call."""
+        self.models = {uid: m for uid, m in self.models.items() if uid in self.seen}
+        self.seen = set()
+
+
 @dataclass(frozen=True)
 class Planned:
     """What the worker thread hands back: the plan, and the gangs whose conversion failed."""
@@ -147,6 +172,7 @@ class GangLoop:
             self.report_failure,
         )
         self.planner = Planner(settings.planner)  # keeps its node index between passes
+        self.pod_models = PodModels()
         self.node_models = NodeModels()
         self.pod_patches = asyncio.Semaphore(settings.release_concurrency)
         self.told_dropped: set[str] = set()  # pods released because their group was dropped
@@ -230,6 +256,7 @@ class GangLoop:
         self.unfinished.clear()
         self.resumed = {key for key, gang in self.store.gangs.items() if recorded_placement(gang)}
         self.planner = Planner(self.settings.planner)  # a full first pass
+        self.pod_models = PodModels()  # a plan of the last term may still be using the old ones
         self.health.pass_completed()
         log.info(
             "leading: %d gangs known, %d released pods not bound yet kept reserved",
@@ -273,7 +300,7 @@ class GangLoop:
         held_since = {key: self.records.held_since(key) for key in plannable}
         self.lap("snapshot")
         planned = await asyncio.to_thread(
-            self.plan, self.planner, nodes, used, plannable, held_since, now, changed
+            self.plan, self.planner, self.pod_models, nodes, used, plannable, held_since, now, changed
         )
         metrics.PLAN_DURATION.observe(time.monotonic() - self.lap_started)
         self.lap("plan")
@@ -285,7 +312,7 @@ class GangLoop:
         for hold in planned.plan.holds:
             key = hold.gang.key
             if hold.reason == "PlanningFailed":
-                self.work.fail(key, "plan", hold.message)
+                self.work.fail(key, "plan", hold.message.removeprefix("planning failed: "))
             else:
                 self.work.succeeded(key, "plan")
             holds[key] = self.explain_hold(plannable[key], hold)
@@ -337,6 +364,7 @@ class GangLoop:
     @staticmethod
     def plan(
         planner: Planner,
+        pod_models: PodModels,
         nodes: dict[str, Node],
         used: dict[str, dict[str, int]],
         plannable: dict[GangKey, GangView],
@@ -351,9 +379,10 @@ class GangLoop:
         failed: dict[GangKey, str] = {}
         for key, view in plannable.items():
             try:
-                queue.append(view.to_core(held_since=held_since.get(key)))
+                queue.append(view.to_core(held_since=held_since.get(key), convert=pod_models))
             except Exception as err:
                 failed[key] = f"reading its pods failed: {type(err).__name__}: {err}"
+        pod_models.keep_seen()
         return Planned(planner.plan(nodes, used, queue, now, changed=changed), failed)
 
     # -- releases -----------------------------------------------------------------------------
