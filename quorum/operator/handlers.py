@@ -149,8 +149,8 @@ async def campaign_when_synced(api: client.ApiClient, loop: GangLoop, lease: Lea
             await synced.wait()
     # What exists now (modules, kopf, the first listings) lives as long as the process: out of
     # the garbage collector's way, so its full collections (stop-the-world, every thread) stay
-    # short as the store grows.
-    gc.collect()
+    # short as the store grows. (No gc.collect() first: a full collection here would itself be
+    # such a pause.)
     gc.freeze()
     await lead(api, loop.run, lease)
 

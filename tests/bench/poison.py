@@ -76,6 +76,7 @@ async def workload(instance: Instance, port: int) -> dict[str, Any]:
             async with gate:
                 await core.create_namespaced_pod(NAMESPACE, body, _preload_content=False)
 
+        before = scrape(port)  # the lag from here on: the stress, not the process's start
         started = time.monotonic()
         bodies = [pod("big-launcher", "big", 0, cpu="4")] + [
             pod(f"big-{i}", "big", 1) for i in range(WORKERS)
@@ -119,6 +120,11 @@ async def workload(instance: Instance, port: int) -> dict[str, Any]:
         released.append(max(times.ungated[n] for n in names) - last)
         bound.append(max(times.bound[n] for n in names) - last)
     metrics = scrape(port)
+    lag = {
+        k.split('le="')[1].rstrip('"}'): int(v - before.get(k, 0))
+        for k, v in metrics.items()
+        if k.startswith("quorum_operator_event_loop_lag_seconds_bucket")
+    }
     passes = {
         k: v for k, v in metrics.items() if k.startswith("quorum_operator_pass_duration_seconds_bucket")
     }
@@ -144,6 +150,8 @@ async def workload(instance: Instance, port: int) -> dict[str, Any]:
         "worst_event_loop_lag_ms": round(
             metrics.get("quorum_operator_event_loop_lag_max_seconds", -1) * 1000, 1
         ),
+        # Cumulative, from the big gang's first pod on: lag samples (one per 50 ms sleep) <= le.
+        "event_loop_lag_samples_during_stress": lag,
         "passes": int(metrics.get("quorum_operator_pass_duration_seconds_count", 0)),
         "pass_duration_buckets": passes,
         "gang_failures": sum(
