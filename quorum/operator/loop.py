@@ -191,6 +191,7 @@ class GangLoop:
         self.unfinished: dict[GangKey, set[str]] = {}
         self.resumed: set[GangKey] = set()  # gangs whose recorded release a restart checks
         self.unfinished_error: dict[GangKey, BaseException] = {}
+        self.reports: set[asyncio.Task[None]] = set()  # Warning Events of failures found by the pass
         self.first_pod: dict[GangKey, JSON] = {}  # a pod of each gang (for Events before its Gang)
 
     def wake(self) -> None:
@@ -280,7 +281,8 @@ class GangLoop:
         views = {v.key: v for v in assemble(self.store, self.ledger.uids)}
         for view in views.values():
             if view.failure:
-                self.work.fail(view.key, "assemble", view.failure)
+                if not self.work.backing_off(view.key):  # tried again once its backoff ends
+                    self.fail(view.key, "assemble", view.failure)
             else:
                 self.work.succeeded(view.key, "assemble")
             self.first_pod[view.key] = view.pods[0]
@@ -306,13 +308,13 @@ class GangLoop:
         self.lap("plan")
         for key, message in planned.failed.items():
             holds[key] = Hold(Gang(*key, 1, ()), "PlanningFailed", message)
-            self.work.fail(key, "plan", message)
+            self.fail(key, "plan", message)
         for release in planned.plan.releases:
             self.start_release(plannable[release.gang.key], release)
         for hold in planned.plan.holds:
             key = hold.gang.key
             if hold.reason == "PlanningFailed":
-                self.work.fail(key, "plan", hold.message.removeprefix("planning failed: "))
+                self.fail(key, "plan", hold.message.removeprefix("planning failed: "))
             else:
                 self.work.succeeded(key, "plan")
             holds[key] = self.explain_hold(plannable[key], hold)
@@ -496,7 +498,7 @@ class GangLoop:
                     continue  # nothing left, or nothing started: the planner decides as usual
                 short = self.room_for(key, pending, nodes)
             except Exception as err:
-                self.work.fail(key, "release", describe(err))
+                self.fail(key, "release", describe(err))
                 continue
             if short:
                 self.work.start(key, "recover", self.recover_stale(view, gang, short))
@@ -611,7 +613,7 @@ class GangLoop:
                 if self.recoverer.due(view, gang, now):
                     self.work.start(key, "recover", self.recoverer.check(view, gang, now))
             except Exception as err:
-                self.work.fail(key, "recover", describe(err))
+                self.fail(key, "recover", describe(err))
         for key, gang in list(self.store.gangs.items()):
             if key in views or self.work.blocks_planning(key) or self.work.backing_off(key):
                 continue
@@ -622,7 +624,7 @@ class GangLoop:
                 elif recovery.get("failures") and (write := self.records.recovering_due(key, gang, None)):
                     self.work.start(key, "status", self.records.write_recovering(key, write))
             except Exception as err:
-                self.work.fail(key, "recover", describe(err))
+                self.fail(key, "recover", describe(err))
 
     # -- status -------------------------------------------------------------------------------
 
@@ -637,7 +639,7 @@ class GangLoop:
             try:
                 status = self.start_status_write(key, view, holds.get(key), key in forming)
             except Exception as err:
-                self.work.fail(key, "status", describe(err))
+                self.fail(key, "status", describe(err))
                 continue
             phases[(status.phase, status.condition("Admitted")["reason"])] += 1
             gated += status.counts["gated"]
@@ -722,6 +724,15 @@ class GangLoop:
 
     # -- failures and garbage -------------------------------------------------------------------
 
+    def fail(self, key: GangKey, stage: str, message: str) -> None:
+        """A failure found by the pass itself (not in a gang's task): kept like a task's, and
+        reported the same way."""
+        failure = self.work.fail(key, stage, message)
+        log.warning("%s/%s: %s", key[0], key[1], failure.sentence())
+        report = asyncio.create_task(self.report_failure(key, failure))
+        self.reports.add(report)
+        report.add_done_callback(self.reports.discard)
+
     async def report_failure(self, key: GangKey, failure: Failure) -> None:
         """A gang's work failed: a Warning Event on its Gang (or, before it has one, on one of
         its pods); the same error again only at the 2nd, 4th, 8th ... time in a row."""
@@ -732,7 +743,10 @@ class GangLoop:
         if target is None and (pod := self.first_pod.get(key)) is not None:
             target = {"apiVersion": "v1", "kind": "Pod", **pod}
         if target is not None:
-            await self.api.post_event(target, "PlanningFailed", failure.sentence(), warning=True)
+            try:
+                await self.api.post_event(target, "PlanningFailed", failure.sentence(), warning=True)
+            except Exception:
+                log.warning("%s/%s: the failure could not be reported", *key, exc_info=True)
 
     def collect_garbage(self, views: dict[GangKey, GangView]) -> None:
         """Forget what is kept per gang once the gang is gone; delete expired label-only Gangs."""

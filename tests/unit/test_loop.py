@@ -101,8 +101,8 @@ def settings(**overrides: Any) -> LoopSettings:
 
 async def settle(loop: GangLoop) -> None:
     """Wait until every gang's task has ended (a positive signal: the task table is empty)."""
-    while loop.work.tasks:
-        await asyncio.gather(*loop.work.tasks.values(), return_exceptions=True)
+    while loop.work.running or loop.reports:
+        await asyncio.gather(*loop.work.running, *loop.reports, return_exceptions=True)
 
 
 async def step(loop: GangLoop) -> None:
