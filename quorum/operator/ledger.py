@@ -1,11 +1,12 @@
 """The ledger: capacity promised to pods quorum released, until they are bound.
 
 A reservation is made the moment a release is decided, before any write, so that no later pass
-can plan the same gated pods or the same room again, and it ends only when the bound-pod index
-shows the pod bound (its capacity is then counted there), when the pod is gone or finished, or
-when its gang is recovered. In between, the pod's capacity would be counted nowhere: the
-release patch is seen by the watch before the binding. The planner sees bound usage plus the
-ledger. A new leader rebuilds the ledger from the decisions recorded on the Gang objects.
+can plan the same gated pods or the same room again. It ends only when the bound-pod index
+shows the pod bound (its capacity is then counted there), when the pod is gone or finished,
+when a recovery deleted it (or suspended its Job), or when its release was refused. In between,
+the pod's capacity would be counted nowhere: the release patch is seen by the watch before the
+binding. The planner sees bound usage plus the ledger. A new leader rebuilds the ledger from the
+decisions recorded on the Gang objects.
 """
 
 from __future__ import annotations
@@ -55,13 +56,6 @@ class Ledger:
         old = self.entries.pop(uid, None)
         if old is not None:
             self.changed.add(old.node)
-
-    def drop_gang(self, gang: GangKey) -> int:
-        """End every reservation of a gang (it is being recovered); how many there were."""
-        uids = [uid for uid, r in self.entries.items() if r.gang == gang]
-        for uid in uids:
-            self.drop(uid)
-        return len(uids)
 
     def of_gang(self, gang: GangKey) -> dict[str, Reservation]:
         return {uid: r for uid, r in self.entries.items() if r.gang == gang}

@@ -31,13 +31,6 @@ def test_a_reservation_ends_when_its_pod_is_bound_gone_or_finished_and_not_befor
     assert set(ledger.entries) == {"a-0", "a-2"}
 
 
-def test_a_recovered_gang_loses_its_reservations_and_only_it() -> None:
-    ledger = Ledger()
-    ledger.reserve(A, "a1", "n1", {"cpu": 1})
-    ledger.reserve(B, "b1", "n2", {"cpu": 1})
-    assert ledger.drop_gang(A) == 1 and set(ledger.entries) == {"b1"}
-
-
 def test_resume_reserves_released_unbound_pods_of_recorded_decisions_only() -> None:
     released, gated, bound = pod("a", 0), pod("a", 1), pod("a", 2)
     released["spec"]["schedulingGates"] = []
