@@ -9,7 +9,7 @@ recorded on the Gang objects, and then makes a pass on every change (and at leas
    the store (`gangs.py`);
 2. starts, as each gang's own task (`work.py`), what is due outside the plan: finishing a
    recorded release whose pods are still gated, and recovery (`recovery.py`);
-3. plans the gangs that are free (no task in flight, no backoff) in a worker thread, so the
+3. plans the gangs that are free (no release or recovery in flight, no backoff) in a worker thread, so the
    watches, the Lease and the writes go on meanwhile; the planner is pure and bounded
    (`quorum.core.planner`);
 4. reserves each release's room in the ledger at once, then starts its task: the decision is
