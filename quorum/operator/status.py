@@ -41,6 +41,7 @@ from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store
 
 log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
+COUNTERS = ("members", "gated", "released", "bound", "running", "succeeded", "failed")
 
 
 @dataclass
@@ -103,15 +104,29 @@ class GangRecords:
         self.last_seen: dict[GangKey, float] = {}  # label-only gangs: when they last had pods
 
     def resume(self) -> None:
-        """A new leader writes every status afresh, keeping the transition times on record."""
+        """A new leader starts from the statuses on record: their transition times are kept,
+        what they say counts as written (a failover rewrites only what changed, not every
+        gang at once), and the reason each held gang was announced with is not announced again."""
         self.written.clear()
         self.pacing.written_at.clear()
         self.reasons.clear()
         self.transitions.clear()
         for key, gang in self.store.gangs.items():
-            for c in (gang.get("status") or {}).get("conditions") or []:
-                if isinstance(c, dict) and c.get("lastTransitionTime") and c.get("type"):
+            status = gang.get("status") or {}
+            if not isinstance(status, dict):
+                continue
+            conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type")]
+            for c in conditions:
+                if c.get("lastTransitionTime"):
                     self.transitions[(key, c["type"])] = (str(c.get("status")), c["lastTransitionTime"])
+            self.written[key] = {
+                "phase": status.get("phase"),
+                **{k: status.get(k) for k in COUNTERS},
+                "conditions": [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in conditions],
+            }
+            admitted = next((c for c in conditions if c["type"] == "Admitted"), None)
+            if admitted is not None and admitted.get("status") == "False" and admitted.get("reason"):
+                self.reasons[key] = str(admitted["reason"])
 
     def held_since(self, key: GangKey) -> float | None:
         """Since when the gang has been held for lack of room (Unschedulable True), if it is."""

@@ -407,3 +407,18 @@ async def test_a_pod_release_the_apiserver_refuses_is_final_and_the_pod_is_plann
     await step(loop)
     assert released(store, "a") == ["a-0", "a-1"], "planned anew, as the pod the gang still needs"
     assert store.gangs[(NS, "pg-a")]["status"]["admission"]["attempt"] == 2
+
+
+async def test_a_new_leader_rewrites_no_unchanged_status_and_announces_no_hold_again() -> None:
+    store, bound = cluster(1, {"a": 2})  # held: 2 x 8 GPUs, one 8-GPU node
+    api = FakeApi(store)
+    first = GangLoop(api, store, bound, settings())
+    await step(first)
+    writes = len(api.called("patch_gang_status"))
+    events = len(api.events)
+    second = GangLoop(api, store, bound, settings())
+    second.resume()
+    await step(second)
+    assert len(api.called("patch_gang_status")) == writes, "nothing changed: nothing written"
+    assert len(api.events) == events, "the hold was announced already"
+    assert second.records.held_since((NS, "pg-a")) == first.records.held_since((NS, "pg-a"))
