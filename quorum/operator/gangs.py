@@ -72,62 +72,48 @@ class GangPods:
 
 
 @dataclass
-class StoreNodes:
-    """The Store's nodes, as the index of the operator's node watch (`quorum/k8s/watch.py`)."""
+class StoreTable:
+    """One table of the Store as the index of a watch (`quorum/k8s/watch.py`): objects by
+    `key`. A relisting replaces the entries this watch owns: those whose key starts with
+    `owned` (a table several watches fill), or all of them."""
 
-    store: Store
-
-    def upsert(self, node: JSON) -> None:
-        self.store.nodes[node["metadata"]["name"]] = node
-
-    def delete(self, node: JSON) -> None:
-        self.store.nodes.pop(node["metadata"]["name"], None)
-
-    def replace_all(self, nodes: list[JSON]) -> None:
-        self.store.nodes.clear()
-        for node in nodes:
-            self.upsert(node)
-
-
-@dataclass
-class StoreGroups:
-    """The Store's group objects of one API group (a PodGroup kind), fed by its watch."""
-
-    store: Store
-    api_group: str
-
-    def key(self, obj: JSON) -> tuple[str, str, str]:
-        return (self.api_group, obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
+    table: dict[Any, JSON]
+    key: Callable[[JSON], Any]
+    owned: tuple[str, ...] = ()
 
     def upsert(self, obj: JSON) -> None:
-        self.store.groups[self.key(obj)] = obj
+        self.table[self.key(obj)] = obj
 
     def delete(self, obj: JSON) -> None:
-        self.store.groups.pop(self.key(obj), None)
+        self.table.pop(self.key(obj), None)
 
     def replace_all(self, objs: list[JSON]) -> None:
-        for key in [k for k in self.store.groups if k[0] == self.api_group]:
-            del self.store.groups[key]
+        if self.owned:
+            for key in [k for k in self.table if k[: len(self.owned)] == self.owned]:
+                del self.table[key]
+        else:
+            self.table.clear()
         for obj in objs:
             self.upsert(obj)
 
 
-@dataclass
-class StoreGangs:
-    """The Store's Gang objects, fed by their watch."""
+def namespaced(obj: JSON) -> tuple[str, str]:
+    return (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
 
-    store: Store
 
-    def upsert(self, obj: JSON) -> None:
-        self.store.gangs[(obj["metadata"].get("namespace", ""), obj["metadata"]["name"])] = obj
+def store_nodes(store: Store) -> StoreTable:
+    """The Store's nodes, by name."""
+    return StoreTable(store.nodes, lambda node: node["metadata"]["name"])
 
-    def delete(self, obj: JSON) -> None:
-        self.store.gangs.pop((obj["metadata"].get("namespace", ""), obj["metadata"]["name"]), None)
 
-    def replace_all(self, objs: list[JSON]) -> None:
-        self.store.gangs.clear()
-        for obj in objs:
-            self.upsert(obj)
+def store_gangs(store: Store) -> StoreTable:
+    """The Store's Gang objects, by (namespace, name)."""
+    return StoreTable(store.gangs, namespaced)
+
+
+def store_groups(store: Store, api_group: str) -> StoreTable:
+    """The Store's group objects of one API group (a PodGroup kind), by (group, ns, name)."""
+    return StoreTable(store.groups, lambda obj: (api_group, *namespaced(obj)), (api_group,))
 
 
 def is_gated(pod: JSON) -> bool:

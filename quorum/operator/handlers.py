@@ -28,7 +28,7 @@ from quorum.k8s.client import api_client
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.watch import Index, watch_objects
 from quorum.operator import metrics
-from quorum.operator.gangs import GROUP_APIS, GangPods, Store, StoreGangs, StoreGroups, StoreNodes
+from quorum.operator.gangs import GROUP_APIS, GangPods, Store, store_gangs, store_groups, store_nodes
 from quorum.operator.health import Health, monitor_event_loop_lag, serve
 from quorum.operator.leader import LeaseSettings, lead
 from quorum.operator.loop import GangLoop, LoopSettings, planner_settings
@@ -117,18 +117,18 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     watches: list[tuple[str, Any, list[Index]]] = [
         ("pods", core.list_pod_for_all_namespaces, [GangPods(store), bound]),
-        ("nodes", core.list_node, [StoreNodes(store)]),
+        ("nodes", core.list_node, [store_nodes(store)]),
         (
             "gangs.quorum.dev",
             functools.partial(custom.list_cluster_custom_object, "quorum.dev", "v1alpha1", "gangs"),
-            [StoreGangs(store)],
+            [store_gangs(store)],
         ),
     ]
     for group, version in GROUP_APIS.values():
         if group == "scheduling.k8s.io" and not store.workload_api:
             continue
         listing = functools.partial(custom.list_cluster_custom_object, group, version, "podgroups")
-        watches.append((f"podgroups.{group}", listing, [StoreGroups(store, group)]))
+        watches.append((f"podgroups.{group}", listing, [store_groups(store, group)]))
     for kind, listing, indexes in watches:
         synced = bound.synced if kind == "pods" else store.sync_event(kind)
         store.synced[kind] = synced

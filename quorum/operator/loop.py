@@ -190,7 +190,6 @@ class GangLoop:
         # their patch failed, or a leader before this one began the release.
         self.unfinished: dict[GangKey, set[str]] = {}
         self.resumed: set[GangKey] = set()  # gangs whose recorded release a restart checks
-        self.unfinished_error: dict[GangKey, BaseException] = {}
         self.reports: set[asyncio.Task[None]] = set()  # Warning Events of failures found by the pass
         self.first_pod: dict[GangKey, JSON] = {}  # a pod of each gang (for Events before its Gang)
 
@@ -277,6 +276,9 @@ class GangLoop:
         self.lap_started = time.monotonic()
         now = time.time()
         self.start_orphan_releases()
+        # From here to the plan's snapshot, no await: the usage (`used`) and the nodes it changed
+        # must be taken together, or a node that changes in between is synced into the
+        # planner's index with stale usage and never again.
         self.ledger.settle(self.bound.pods, self.store.pods)
         views = {v.key: v for v in assemble(self.store, self.ledger.uids)}
         for view in views.values():
@@ -291,12 +293,7 @@ class GangLoop:
         self.start_continued_releases(views, nodes, now)
         self.start_recoveries(views, now)
         self.lap("recover")
-        # From here to the plan's snapshot, no await: the usage (`used`) and the nodes it changed
-        # must be taken together, or a node that changes in between is synced into the
-        # planner's index with stale usage and never again.
-        self.ledger.settle(self.bound.pods, self.store.pods)
-        used = self.ledger.usage(self.bound.used)
-        nodes = self.node_models.refresh(self.store.nodes)
+        used = self.ledger.usage(self.bound.used)  # with the reservations `room_for` just made
         changed = self.changed()
         holds, plannable = self.sort_out(views, now)
         held_since = {key: self.records.held_since(key) for key in plannable}
@@ -418,20 +415,23 @@ class GangLoop:
         self.complete_at[view.key] = member_complete_time(view)
         metrics.RELEASE_LATENCY.observe(max(0.0, time.time() - self.complete_at[view.key]))
         pods = {p["metadata"]["uid"]: p for p in view.gated}
-        _, results = await asyncio.gather(
+        _, (results, error) = await asyncio.gather(
             self.records.write_group_released(view, recorded),  # it says the gang is being scheduled
             self.release_pods(view.key, [(pods[uid], node) for uid, node in placement if uid in pods]),
         )
         await self.tell_released(view, gang, results)
-        if error := self.unfinished_error.pop(view.key, None):
+        if error is not None:
             raise error
 
-    async def release_pods(self, key: GangKey, pods: list[tuple[JSON, str]]) -> list[tuple[str, bool]]:
-        """One conditional patch per pod; (node, released?) per pod. A failing patch does not
-        stop the others. A pod whose patch raised stays reserved and is kept as unfinished (the
-        release is finished on its recorded node after the gang's backoff; the first error is
-        kept for the gang's task to raise); one the apiserver refused (gone, changed, released
-        by someone else) is final: its reservation ends, and a pod still gated is planned anew."""
+    async def release_pods(
+        self, key: GangKey, pods: list[tuple[JSON, str]]
+    ) -> tuple[list[tuple[str, bool]], BaseException | None]:
+        """One conditional patch per pod; (node, released?) per pod, and the first error, for
+        the gang's task to raise once it has told what was done. A failing patch does not stop
+        the others. A pod whose patch raised stays reserved and is kept as unfinished (the
+        release is finished on its recorded node after the gang's backoff); one the apiserver
+        refused (gone, changed, released by someone else) is final: its reservation ends, and a
+        pod still gated is planned anew."""
 
         async def one(pod: JSON, node: str) -> bool:
             async with self.pod_patches:
@@ -441,11 +441,12 @@ class GangLoop:
 
         results = await asyncio.gather(*(one(pod, node) for pod, node in pods), return_exceptions=True)
         unfinished = self.unfinished.setdefault(key, set())
+        error: BaseException | None = None
         for (pod, _), result in zip(pods, results, strict=True):
             uid = pod["metadata"]["uid"]
             if isinstance(result, BaseException):
                 unfinished.add(uid)
-                self.unfinished_error.setdefault(key, result)
+                error = error or result
             else:
                 unfinished.discard(uid)
                 if not result:
@@ -454,7 +455,7 @@ class GangLoop:
             del self.unfinished[key]
         done = [(node, r is True) for (_, node), r in zip(pods, results, strict=True)]
         metrics.PODS_RELEASED.inc(sum(1 for _, ok in done if ok))
-        return done
+        return done, error
 
     async def tell_released(self, view: GangView, gang: JSON, results: list[tuple[str, bool]]) -> None:
         spread = Counter(node for node, ok in results if ok)
@@ -544,7 +545,7 @@ class GangLoop:
         return ""
 
     async def continue_release(self, view: GangView, gang: JSON, pending: list[tuple[JSON, str]]) -> None:
-        results = await self.release_pods(view.key, pending)
+        results, error = await self.release_pods(view.key, pending)
         done = sum(1 for _, ok in results if ok)
         log.info(
             "%s/%s: finished a release begun earlier: %d more pods onto their recorded nodes", *view.key, done
@@ -556,7 +557,7 @@ class GangLoop:
                 "Released",
                 f"finished the recorded release: {done} more pods onto their planned nodes",
             )
-        if error := self.unfinished_error.pop(view.key, None):
+        if error is not None:
             raise error
 
     async def recover_stale(self, view: GangView, gang: JSON, why: str) -> None:
@@ -758,7 +759,7 @@ class GangLoop:
         self.records.prune(known)
         self.recoverer.prune(known, self.store.pods)
         self.work.prune(known)
-        for table in (self.complete_at, self.first_pod, self.unfinished, self.unfinished_error):
+        for table in (self.complete_at, self.first_pod, self.unfinished):
             for key in [k for k in table if k not in known]:
                 del table[key]
         owners = {

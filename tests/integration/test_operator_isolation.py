@@ -21,6 +21,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.nodes import TestPool
+from tests.integration.test_gang_lifecycle import condition, gang_where
 from tests.integration.test_gangs import GANGS, gated, get, pods
 from tests.kube import assert_no_overcommit, create_podgroup, eventually
 
@@ -51,22 +52,6 @@ async def create_pods(api: client.ApiClient, namespace: str, bodies: list[dict[s
     await asyncio.gather(*(one(b) for b in bodies))
 
 
-def condition(gang: dict[str, Any] | None, kind: str) -> dict[str, Any]:
-    return next(
-        (c for c in ((gang or {}).get("status") or {}).get("conditions") or [] if c["type"] == kind), {}
-    )
-
-
-async def gang_where(
-    api: client.ApiClient, ns: str, name: str, test: Callable[[Any], bool], what: str, timeout: float = 90
-) -> Any:
-    async def probe() -> dict[str, Any] | None:
-        gang = await get(api, GANGS, ns, name)
-        return gang if gang is not None and test(gang) else None
-
-    return await eventually(probe, timeout=timeout, what=f"gang {name}: {what}")
-
-
 async def all_released(api: client.ApiClient, ns: str, group: str, count: int, timeout: float = 60) -> None:
     async def probe() -> bool:
         found = await pods(api, ns, f"pod-group.scheduling.sigs.k8s.io={group}")
@@ -87,7 +72,12 @@ async def test_a_pathological_gang_is_held_with_its_reason_while_small_gangs_go_
     bodies += [bare_pod(f"big-worker-{i}", "big", pool, gpus=1) for i in range(workers)]
     await create_pods(api, namespace, bodies)
     big = await gang_where(
-        api, namespace, "pg-big", lambda g: condition(g, "Unschedulable").get("status") == "True", "held"
+        api,
+        namespace,
+        "pg-big",
+        lambda g: condition(g, "Unschedulable").get("status") == "True",
+        "held",
+        timeout=90,
     )
     held = condition(big, "Unschedulable")
     assert held["reason"] in ("Unschedulable", "BudgetExhausted"), held

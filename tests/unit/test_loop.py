@@ -19,6 +19,7 @@ from tests.unit.fake_api import FakeApi, server_error
 
 JSON = dict[str, Any]
 NS = "ns"
+REPLICA_SET = {"kind": "ReplicaSet", "name": "rs", "uid": "rs", "controller": True}  # a pod's controller
 
 
 def node(name: str, gpus: int = 8) -> JSON:
@@ -73,7 +74,9 @@ def podgroup(name: str, min_member: int) -> JSON:
     }
 
 
-def cluster(nodes: int, gangs: dict[str, int], gpus: int = 8) -> tuple[Store, BoundPods]:
+def cluster(
+    nodes: int, gangs: dict[str, int], gpus: int = 8, owner: JSON | None = None
+) -> tuple[Store, BoundPods]:
     """A store as the watches would fill it: `nodes` 8-GPU nodes and gangs (name -> pods of
     `gpus` GPUs each, minMember all of them)."""
     store = Store()
@@ -82,7 +85,7 @@ def cluster(nodes: int, gangs: dict[str, int], gpus: int = 8) -> tuple[Store, Bo
     for name, size in gangs.items():
         store.groups[("scheduling.sigs.k8s.io", NS, name)] = podgroup(name, size)
         for i in range(size):
-            p = pod(name, i, gpus)
+            p = pod(name, i, gpus, owner)
             store.pods[p["metadata"]["uid"]] = p
     bound = BoundPods()
     bound.replace_all(list(store.pods.values()))
@@ -236,12 +239,7 @@ async def test_a_restart_keeps_released_unbound_pods_reserved_and_finishes_the_r
 
 
 async def test_a_resumed_release_whose_nodes_filled_meanwhile_is_recovered_not_overcommitted() -> None:
-    owner = {"kind": "ReplicaSet", "name": "rs", "uid": "rs", "controller": True}
-    store, bound = cluster(2, {})
-    store.groups[("scheduling.sigs.k8s.io", NS, "a")] = podgroup("a", 2)
-    for i in range(2):
-        p = pod("a", i, owner=owner)
-        store.pods[p["metadata"]["uid"]] = p
+    store, bound = cluster(2, {"a": 2}, owner=REPLICA_SET)
     api = FakeApi(store)
     api.fail("release_pod", when=lambda p, n: p["metadata"]["uid"] == "a-1")
     first = GangLoop(api, store, bound, settings())
@@ -300,12 +298,7 @@ async def test_a_gang_held_for_lack_of_room_gets_capacity_held_once_it_has_starv
 
 
 async def test_a_recovered_gang_waits_out_its_backoff_even_while_the_store_shows_an_older_gang() -> None:
-    owner = {"kind": "ReplicaSet", "name": "rs", "uid": "rs", "controller": True}
-    store, bound = cluster(2, {})
-    store.groups[("scheduling.sigs.k8s.io", NS, "a")] = podgroup("a", 2)
-    for i in range(2):
-        p = pod("a", i, owner=owner)
-        store.pods[p["metadata"]["uid"]] = p
+    store, bound = cluster(2, {"a": 2}, owner=REPLICA_SET)
     api = FakeApi(store)
     loop = GangLoop(api, store, bound, settings(backoff=BackoffPolicy(30.0, 30.0)))
     await step(loop)
@@ -316,7 +309,7 @@ async def test_a_recovered_gang_waits_out_its_backoff_even_while_the_store_shows
     assert store.gangs[(NS, "pg-a")]["status"]["recovery"]["failures"] == 1
     store.gangs[(NS, "pg-a")] = before  # the watch lags: an older Gang, without the recovery
     for i in range(2, 4):  # the ReplicaSet makes its pods again, gated
-        p = pod("a", i, owner=owner)
+        p = pod("a", i, owner=REPLICA_SET)
         store.pods[p["metadata"]["uid"]] = p
     await step(loop)
     assert released(store, "a") == [], "not planned before the backoff ends"

@@ -11,7 +11,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.watch import RawWatch
-from quorum.operator.gangs import JSON, GangPods, Store, StoreNodes
+from quorum.operator.gangs import JSON, GangPods, Store, store_groups, store_nodes
 
 
 def pod(uid: str, *, gang: str | None = None, node: str | None = None, phase: str = "Pending") -> JSON:
@@ -83,10 +83,20 @@ async def test_watch_events_are_plain_json_with_their_resource_version() -> None
 
 def test_store_nodes_by_name() -> None:
     store = Store()
-    index = StoreNodes(store)
+    index = store_nodes(store)
     node = {"metadata": {"name": "n1", "uid": "u1"}, "status": {}}
     index.upsert(node)
     index.replace_all([node, {"metadata": {"name": "n2", "uid": "u2"}}])
     assert set(store.nodes) == {"n1", "n2"}
     index.delete(node)
     assert set(store.nodes) == {"n2"}
+
+
+def test_a_relisting_of_one_podgroup_kind_replaces_only_that_kinds_groups() -> None:
+    store = Store()
+    sigs, x = store_groups(store, "scheduling.sigs.k8s.io"), store_groups(store, "scheduling.x-k8s.io")
+    group = {"metadata": {"name": "g", "namespace": "ns"}}
+    sigs.upsert(group)
+    x.upsert(group)
+    x.replace_all([])
+    assert set(store.groups) == {("scheduling.sigs.k8s.io", "ns", "g")}
