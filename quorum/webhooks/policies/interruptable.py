@@ -3,7 +3,11 @@ upgrades, failed health checks). Its value must be "true" or "false". Setting it
 where eviction hurts — on gang members (distributed training restarts from its last
 checkpoint), on StatefulSets (often single-instance databases) and on parallel Jobs — gets a
 warning on the workload object, where the person who wrote it sees it (a warning on a pod that
-a controller creates reaches the controller, not the person). Settings can make it a denial."""
+a controller creates reaches the controller, not the person). Settings can make it a denial.
+
+Judged only where a value is new: an update that sets or changes it, or the creation of an
+object no controller made (a ReplicaSet, a Job or a pod a controller creates carries its
+template's value, judged when the template was written)."""
 
 from __future__ import annotations
 
@@ -28,8 +32,6 @@ def _gang(shape: PodShape, settings: WebhookSettings) -> str | None:
 def why_eviction_hurts(request: AdmissionRequest, shape: PodShape, settings: WebhookSettings) -> str | None:
     obj = request.object or {}
     kind = request.kind
-    if kind == "Pod" and has_controller(obj):
-        return None  # its controller's object got the warning when it was written
     if (group := _gang(shape, settings)) is not None:
         return (
             f"its pods are members of gang {group!r}: evicting one member of a distributed "
@@ -49,8 +51,10 @@ def why_eviction_hurts(request: AdmissionRequest, shape: PodShape, settings: Web
 
 
 def validate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
-    if request.operation not in ("CREATE", "UPDATE"):
+    if request.operation not in ("CREATE", "UPDATE") or request.object is None:
         return Decision()
+    if request.operation == "CREATE" and has_controller(request.object):
+        return Decision()  # judged on its controller's template
     shape = pod_shape(request.kind, request.object)
     if shape is None:
         return Decision()

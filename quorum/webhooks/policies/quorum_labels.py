@@ -9,7 +9,7 @@ selector."""
 from __future__ import annotations
 
 from quorum.core.gangs import gang_markers
-from quorum.webhooks.objects import JSONObject, PodShape, dig, pod_shape
+from quorum.webhooks.objects import JSONObject, dig, pod_shape
 from quorum.webhooks.policies.gang_gate import GANG_LABEL, REQUESTED_SCHEDULER
 from quorum.webhooks.review import AdmissionRequest, Decision
 from quorum.webhooks.settings import WebhookSettings
@@ -24,15 +24,12 @@ def _quorum_keys(obj: JSONObject | None, where: str) -> dict[str, object]:
     return {k: v for k, v in values.items() if k.startswith(PREFIX)}
 
 
-def _template_keys(shape: PodShape, obj: JSONObject, kind: str) -> list[str]:
+def _template_keys(obj: JSONObject | None, kind: str) -> dict[str, dict[str, object]]:
+    """The template's quorum.dev/* labels and annotations, with their values."""
     template = dig(
         obj, *("spec", "jobTemplate", "spec", "template") if kind == "CronJob" else ("spec", "template")
     )
-    annotations = dig(template, "metadata", "annotations")
-    keys = [k for k in shape.labels if k.startswith(PREFIX)]
-    if isinstance(annotations, dict):
-        keys += [k for k in annotations if k.startswith(PREFIX)]
-    return sorted(keys)
+    return {where: _quorum_keys(template, where) for where in ("labels", "annotations")}
 
 
 def _expected_on_create(obj: JSONObject, settings: WebhookSettings) -> dict[tuple[str, str], object]:
@@ -65,14 +62,15 @@ def validate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
         return Decision()
     obj = request.object
     if request.kind != "Pod":
-        shape = pod_shape(request.kind, obj)
-        if shape is None:
+        if pod_shape(request.kind, obj) is None:
             return Decision()
-        keys = _template_keys(shape, obj, request.kind)
-        if request.old_object is not None:
-            old_shape = pod_shape(request.kind, request.old_object)
-            if old_shape is not None and keys == _template_keys(old_shape, request.old_object, request.kind):
-                return Decision()  # unchanged
+        found = _template_keys(obj, request.kind)
+        before = _template_keys(request.old_object, request.kind)
+        # Added or changed; unchanged ones were judged before, and removing one is the fix.
+        keys = sorted(
+            {k for where, keys in found.items() for k, v in keys.items() if before[where].get(k, v) != v}
+            | {k for where, keys in found.items() for k in keys if k not in before[where]}
+        )
         if not keys:
             return Decision()
         return Decision(

@@ -1,5 +1,5 @@
 """CKS: label keys in the platform's domains (`*.coreweave.cloud`, `*.coreweave.com`) are the
-platform's. Adding one, or changing its value, is denied to everyone but the platform
+platform's. Adding one, changing its value or removing it is denied to everyone but the platform
 identities — on Pods, Nodes, Namespaces and the pod templates of workloads (seed 002).
 
 Matching is on DNS-label boundaries: `foo.coreweave.cloud/x` and `coreweave.cloud/x` are
@@ -27,17 +27,20 @@ def reserved_domain(key: str, domains: tuple[str, ...]) -> str | None:
 
 def changed_reserved_keys(
     new: dict[str, str], old: dict[str, str] | None, settings: WebhookSettings
-) -> list[str]:
-    """Reserved keys that `new` adds or changes compared with `old` (None on CREATE)."""
+) -> tuple[list[str], list[str]]:
+    """Reserved keys that `new` adds or changes, and those it removes, compared with `old`
+    (None on CREATE)."""
     old = old or {}
-    allowed = settings.user_settable_labels
-    return [
-        key
-        for key, value in new.items()
-        if key not in allowed
-        and reserved_domain(key, settings.reserved_label_domains)
-        and (key not in old or old[key] != value)
-    ]
+
+    def reserved(key: str) -> bool:
+        return (
+            key not in settings.user_settable_labels
+            and reserved_domain(key, settings.reserved_label_domains) is not None
+        )
+
+    changed = [k for k, v in new.items() if reserved(k) and (k not in old or old[k] != v)]
+    removed = [k for k in old if reserved(k) and k not in new]
+    return changed, removed
 
 
 def is_platform(request: AdmissionRequest, settings: WebhookSettings) -> bool:
@@ -64,18 +67,22 @@ def validate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
         new, old, where = shape.labels, (old_shape.labels if old_shape else None), shape.where
     else:
         return Decision()
-    keys = changed_reserved_keys(new, old, settings)
-    if not keys:
+    changed, removed = changed_reserved_keys(new, old, settings)
+    if not changed and not removed:
         return Decision()
     domains = " or ".join(f"*.{d}" for d in settings.reserved_label_domains)
-    listed = ", ".join(f'"{k}"' for k in sorted(keys))
     exceptions = ", ".join(settings.user_settable_labels) or "none"
     name = request.name or "(new)"
+    if changed:
+        listed = ", ".join(f'"{k}"' for k in sorted(changed))
+        what, fix = f"label {listed} in {where} is in a reserved domain", "Remove the label"
+    else:
+        listed = ", ".join(f'"{k}"' for k in sorted(removed))
+        what, fix = f"removing label {listed} from {where}: it is in a reserved domain", "Keep the label"
     return Decision(
         denied=(
-            f"{request.kind} {name}: label {listed} in {where} is in a reserved domain. "
-            f"Namespaces `{domains}` are not allowed: labels under these domains and their "
-            f"subdomains are set by the platform only. Remove the label (labels users may set: "
-            f"{exceptions})."
+            f"{request.kind} {name}: {what}. Namespaces `{domains}` are not allowed: labels under "
+            f"these domains and their subdomains are set, changed and removed by the platform only. "
+            f"{fix} (labels users may set: {exceptions})."
         )
     )

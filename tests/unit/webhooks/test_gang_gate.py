@@ -141,6 +141,18 @@ def test_workload_templates_may_not_carry_quorum_labels(kind: str) -> None:
     assert not decision.allowed and decision.denied is not None and "pod template" in decision.denied
 
 
+def test_a_template_quorum_key_is_judged_when_added_or_changed_not_when_kept_or_removed() -> None:
+    old = workload("Deployment", {"quorum.dev/gang": "x", "app": "a"})
+    kept = workload("Deployment", {"quorum.dev/gang": "x", "app": "b"})
+    changed = workload("Deployment", {"quorum.dev/gang": "y", "app": "a"})
+    removed = workload("Deployment", {"app": "a"})
+    assert quorum_labels.validate(request("Deployment", kept, old, operation="UPDATE"), SETTINGS).allowed
+    assert quorum_labels.validate(request("Deployment", removed, old, operation="UPDATE"), SETTINGS).allowed
+    assert not quorum_labels.validate(
+        request("Deployment", changed, old, operation="UPDATE"), SETTINGS
+    ).allowed
+
+
 def test_ordered_ready_statefulset_gang_warns() -> None:
     sts = workload("StatefulSet", {"pod-group.scheduling.sigs.k8s.io": "pg1"}, replicas=4)
     decision = ordered_statefulset.validate(request("StatefulSet", sts), SETTINGS)

@@ -67,3 +67,13 @@ def test_unchanged_value_on_update_is_not_judged_again() -> None:
     new = workload("StatefulSet", {KEY: "maybe"})
     new["spec"]["replicas"] = 3
     assert validate(request("StatefulSet", new, old, operation="UPDATE"), SETTINGS).allowed
+
+
+def test_a_controllers_object_is_judged_on_its_template_not_at_creation() -> None:
+    owned = pod({"qos.coreweave.cloud/interruptable": "yes"})
+    owned["metadata"]["ownerReferences"] = [{"kind": "ReplicaSet", "name": "r", "controller": True}]
+    assert validate(request("Pod", owned), SETTINGS).allowed
+    before = pod({"qos.coreweave.cloud/interruptable": "true"})
+    before["metadata"]["ownerReferences"] = owned["metadata"]["ownerReferences"]
+    changed = validate(request("Pod", owned, before, operation="UPDATE"), SETTINGS)
+    assert changed.denied is not None and "'yes'" in changed.denied

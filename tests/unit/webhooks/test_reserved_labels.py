@@ -71,9 +71,15 @@ def test_changing_a_reserved_value_is_denied_keeping_it_passes() -> None:
     assert validate(request("Pod", kept, old, operation="UPDATE"), SETTINGS).allowed
 
 
-def test_removing_a_reserved_label_passes() -> None:
-    old = pod({"node.coreweave.cloud/x": "a"})
-    assert validate(request("Pod", pod({}), old, operation="UPDATE"), SETTINGS).allowed
+def test_removing_a_reserved_label_is_denied_but_a_user_settable_one_passes() -> None:
+    old = pod({"node.coreweave.cloud/x": "a", "qos.coreweave.cloud/interruptable": "true"})
+    decision = validate(
+        request("Pod", pod({"qos.coreweave.cloud/interruptable": "true"}), old, operation="UPDATE"), SETTINGS
+    )
+    assert decision.denied is not None and 'removing label "node.coreweave.cloud/x"' in decision.denied
+    assert "Keep the label" in decision.denied
+    kept = pod({"node.coreweave.cloud/x": "a"})
+    assert validate(request("Pod", kept, old, operation="UPDATE"), SETTINGS).allowed
 
 
 def test_interruptable_is_user_settable() -> None:
