@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -257,6 +258,15 @@ class Instance:
         state = self.state()
         assert state is not None
         stop([p for p in state.processes if p.name == component], grace_seconds)
+
+    def signal_component(self, component: str, signum: signal.Signals) -> None:
+        """Send `signum` to one recorded component (tests: SIGSTOP makes a hung server, which
+        costs each caller its full timeout, as a wedged or partitioned one does; SIGCONT ends it)."""
+        state = self.state()
+        assert state is not None
+        for record in state.processes:
+            if record.name == component and is_alive(record):
+                os.kill(record.pid, signum)
 
     def adopt(self, record: ProcessRecord) -> None:
         """Record a process started beside the instance (e.g. a second scheduler), so that
