@@ -39,6 +39,7 @@ from quorum.devcluster.kubeconfig import RestClient, probe, write_kubeconfig
 from quorum.devcluster.nodes import load_pool, render_nodes, scale_pool
 from quorum.devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
 from quorum.devcluster.webhooks import local_webhook_configurations
+from quorum.install import OPERATOR_SERVICE_ACCOUNT, operator_username, render, render_files
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO_ROOT / "manifests"
@@ -48,8 +49,6 @@ APPLIED_MANIFESTS = ("00-namespace.yaml", "10-rbac.yaml", "40-gate-protection.ya
 CRDS = REPO_ROOT / "crds"
 STAGES = Path(__file__).resolve().parent / "data" / "stages"
 WEBHOOK_CONFIGURATIONS = "30-webhook-configurations.yaml"
-OPERATOR_NAMESPACE = "quorum-system"
-OPERATOR_SERVICE_ACCOUNT = "quorum-operator"
 
 
 class ClusterError(RuntimeError):
@@ -211,7 +210,7 @@ class Instance:
             self._bootstrap(spec)
             if spec.webhooks:
                 start("quorum-webhooks", lambda: probe(f"https://127.0.0.1:{ports.webhooks}/readyz"))
-                self._register_webhooks(ports)
+                self._register_webhooks(ports, spec.namespace)
             start(
                 "kube-controller-manager",
                 lambda: probe(f"https://127.0.0.1:{ports.controller_manager}/healthz"),
@@ -306,15 +305,16 @@ class Instance:
         env = {
             **os.environ,
             "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p),
+            # What the Deployments set: the operator's namespace, and quorum's identity.
+            "QUORUM_OPERATOR_NAMESPACE": state.spec.namespace,
+            "QUORUM_WEBHOOKS_OPERATOR_USERS": json.dumps([operator_username(state.spec.namespace)]),
         }
         return spawn(component, argv, self.layout.log(component), self.layout.root, env)
 
-    def _register_webhooks(self, ports: Ports) -> None:
-        manifest = MANIFESTS / WEBHOOK_CONFIGURATIONS
+    def _register_webhooks(self, ports: Ports, namespace: str) -> None:
+        manifest = render((MANIFESTS / WEBHOOK_CONFIGURATIONS).read_text(), namespace)
         ca_pem = (self.layout.root / "webhooks-pki" / "ca.crt").read_bytes()
-        configs = local_webhook_configurations(
-            manifest.read_text(), f"https://127.0.0.1:{ports.webhooks}", ca_pem
-        )
+        configs = local_webhook_configurations(manifest, f"https://127.0.0.1:{ports.webhooks}", ca_pem)
         self.kubectl(
             "apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": configs})
         )
@@ -346,13 +346,12 @@ class Instance:
             return
         self.kubectl("apply", "-f", str(CRDS))
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS))
-        for name in APPLIED_MANIFESTS:
-            self.kubectl("apply", "-f", str(MANIFESTS / name))
+        self.kubectl("apply", "-f", "-", input_text=render_files(list(APPLIED_MANIFESTS), spec.namespace))
         token = self.kubectl(
             "create",
             "token",
             OPERATOR_SERVICE_ACCOUNT,
-            f"--namespace={OPERATOR_NAMESPACE}",
+            f"--namespace={spec.namespace}",
             "--duration=720h",
         ).stdout.strip()
         state = self.state()
@@ -361,9 +360,9 @@ class Instance:
             self.layout.kubeconfig("quorum-operator"),
             server=state.server,
             ca_pem=(self.layout.pki / "ca.crt").read_bytes(),
-            user=f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SERVICE_ACCOUNT}",
+            user=operator_username(spec.namespace),
             token=token,
-            namespace=OPERATOR_NAMESPACE,
+            namespace=spec.namespace,
         )
 
     def _create_nodes(self, spec: ClusterSpec) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from quorum.devcluster.versions import DEFAULT_FEATURE_GATES
+from quorum.install import DEFAULT_NAMESPACE
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CIDR = "10.0.0.0/24"
@@ -51,6 +52,7 @@ class ClusterSpec:
     webhooks: bool = True  # run quorum-webhooks and register it (off: a cluster without quorum)
     operator: bool = True  # run quorum-operator with its ServiceAccount's token
     extra_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    namespace: str = DEFAULT_NAMESPACE  # where quorum is installed (`quorum manifests --namespace`)
 
     def feature_gates_flag(self) -> str:
         return ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
@@ -69,6 +71,7 @@ class ClusterSpec:
             "webhooks": self.webhooks,
             "operator": self.operator,
             "extra_args": {k: list(v) for k, v in self.extra_args.items()},
+            "namespace": self.namespace,
         }
 
 
@@ -272,6 +275,7 @@ def spec_from_json(data: Mapping[str, Any]) -> ClusterSpec:
         webhooks=data.get("webhooks", True),
         operator=data.get("operator", True),
         extra_args={k: tuple(v) for k, v in data["extra_args"].items()},
+        namespace=data.get("namespace", DEFAULT_NAMESPACE),
     )
 
 

@@ -18,13 +18,15 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
+from quorum.install import DEFAULT_NAMESPACE
+
 log = logging.getLogger("quorum.operator.leader")
 
 
 @dataclass(frozen=True)
 class LeaseSettings:
     name: str = "quorum-operator"
-    namespace: str = "quorum-system"
+    namespace: str = DEFAULT_NAMESPACE
     # Whole seconds: the library writes lease_duration into the Lease as an int of its str().
     lease_duration: int = 15
     renew_deadline: int = 10

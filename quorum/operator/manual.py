@@ -13,16 +13,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import os
 from collections import defaultdict
 from typing import Any
 
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s import reads, writes
 from quorum.operator.gangs import GANG_LABEL, is_gated
-
-OPERATOR_USER = "system:serviceaccount:quorum-system:quorum-operator"
 
 
 def add_parser(subparsers: Any) -> None:
@@ -37,10 +37,18 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument("--reason", required=True, help="why: recorded on the Gang and in an Event")
     parser.add_argument("--kubeconfig", default=None, help="default: $KUBECONFIG, else ~/.kube/config")
     parser.add_argument(
+        "--namespace",
+        default=os.environ.get("QUORUM_NAMESPACE", DEFAULT_NAMESPACE),
+        help=f"where quorum is installed (default $QUORUM_NAMESPACE, else {DEFAULT_NAMESPACE})",
+    )
+    parser.add_argument(
         "--as",
         dest="as_user",
-        default=OPERATOR_USER,
-        help=f"identity to act as (impersonated; default {OPERATOR_USER}); '' to act as yourself",
+        default=None,
+        help=(
+            f"identity to act as (impersonated; default quorum's operator, "
+            f"{operator_username('<namespace>')}); '' to act as yourself"
+        ),
     )
     parser.set_defaults(func=run)
 
@@ -56,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"quorum release: {args.gang!r} is not <namespace>/<gang> (e.g. ml/pg-train)")
             return 2
         target = (namespace, name)
+    if args.as_user is None:
+        args.as_user = operator_username(args.namespace)
     try:
         lines = asyncio.run(_main(args.kubeconfig, args.as_user, target, args.reason))
     except ApiException as err:

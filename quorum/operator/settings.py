@@ -7,6 +7,8 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from quorum.install import DEFAULT_NAMESPACE
+
 
 class OperatorSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="QUORUM_OPERATOR_", frozen=True, extra="ignore")
@@ -25,8 +27,9 @@ class OperatorSettings(BaseSettings):
     """A gang short of members is written (Gang object, status, Events) only after this long."""
     status_interval_seconds: float = Field(default=1.0, ge=0)
     """One gang's status (and its group's) is written at most this often: the last state then."""
-    namespace: str = "quorum-system"
-    """Where the leader-election Lease lives (the operator's own namespace)."""
+    namespace: str = DEFAULT_NAMESPACE
+    """The operator's own namespace, where its leader-election Lease lives (the Deployment sets
+    it from the pod's namespace)."""
     lease_seconds: float = Field(default=15.0, ge=3)
     """Lease duration: a new leader takes over at most this long after the old one died."""
     liveness_seconds: float = Field(default=60.0, gt=0)

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER, QUORUM_SCHEDULER_NAMES
+from quorum.install import DEFAULT_NAMESPACE, operator_username
 
 ENV_PREFIX = "QUORUM_WEBHOOKS_"
 CONFIG_ENV = "QUORUM_WEBHOOKS_CONFIG"
@@ -70,8 +71,9 @@ class WebhookSettings(BaseModel):
     coscheduler_names: tuple[str, ...] = COSCHEDULER_NAMES
     """Rewritten to `default_scheduler` (the original goes to quorum.dev/requested-scheduler)."""
     default_scheduler: str = DEFAULT_SCHEDULER
-    operator_users: tuple[str, ...] = ("system:serviceaccount:quorum-system:quorum-operator",)
-    """quorum's own identity: the only one that may change quorum.dev/* labels on a pod."""
+    operator_users: tuple[str, ...] = (operator_username(DEFAULT_NAMESPACE),)
+    """quorum's own identity: the only one that may change quorum.dev/* labels on a pod (the
+    manifests set it for the namespace quorum is installed in)."""
 
     # -- server -----------------------------------------------------------------------------
     host: str = "127.0.0.1"

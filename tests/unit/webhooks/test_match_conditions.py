@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import celpy
+import yaml
 from celpy.adapter import json_to_cel
 from celpy.celtypes import BoolType
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

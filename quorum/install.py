@@ -1,0 +1,81 @@
+"""Where quorum is installed: its namespace, and the identities that follow from it.
+
+The manifests in `manifests/` are the install for the namespace `quorum-system`; `quorum
+manifests --namespace X` writes the same manifests for namespace X. Every place that depends on
+the namespace (the Namespace itself, the ServiceAccounts and their bindings, the webhook
+Service references, the namespaceSelectors that leave quorum's own namespace out, the operator's
+username in the CEL of the admission policies and in the webhook server's settings, the
+cert-manager names) is written in the manifests as `quorum-system` and replaced here, so this
+function is the one place that sets it.
+
+Why not ValidatingAdmissionPolicy parameters for the operator's username: a parameter object
+that is missing makes a binding with `parameterNotFoundAction: Deny` refuse every request it
+matches (every pod update in the cluster), or with `Allow` silently switches the protection off;
+and the apiserver converts the parameter for CEL on every evaluation. A name written into the
+policy has neither failure mode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+DEFAULT_NAMESPACE = "quorum-system"
+OPERATOR_SERVICE_ACCOUNT = "quorum-operator"
+WEBHOOKS_SERVICE_ACCOUNT = "quorum-webhooks"
+MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
+
+_NAMESPACE_TOKEN = re.compile(rf"(?<![\w-]){re.escape(DEFAULT_NAMESPACE)}(?![\w-])")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+class InvalidNamespace(ValueError):
+    pass
+
+
+def check_namespace(namespace: str) -> str:
+    if not _DNS_LABEL.fullmatch(namespace):
+        raise InvalidNamespace(
+            f"{namespace!r} is not a namespace name: use lower-case letters, digits and '-', "
+            "start and end with a letter or digit, at most 63 characters (e.g. gpu-admission)"
+        )
+    return namespace
+
+
+def operator_username(namespace: str) -> str:
+    """The username the apiserver gives the operator's ServiceAccount token."""
+    return f"system:serviceaccount:{namespace}:{OPERATOR_SERVICE_ACCOUNT}"
+
+
+def render(manifest: str, namespace: str) -> str:
+    """`manifest` (written for quorum-system) for `namespace`."""
+    return _NAMESPACE_TOKEN.sub(check_namespace(namespace), manifest)
+
+
+def render_files(names: list[str] | None, namespace: str, directory: Path = MANIFESTS) -> str:
+    """The manifests `names` (default: every manifests/*.yaml, in order) as one stream."""
+    paths = [directory / n for n in names] if names is not None else sorted(directory.glob("*.yaml"))
+    return "\n---\n".join(render(p.read_text(), namespace).strip() for p in paths) + "\n"
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "manifests",
+        help="print quorum's manifests for a namespace (kubectl apply -f -)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="where quorum runs")
+    parser.add_argument("--dir", type=Path, default=MANIFESTS, help="the manifests to render")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        sys.stdout.write(render_files(None, args.namespace, args.dir))
+    except InvalidNamespace as err:
+        print(f"quorum manifests: {err}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,57 @@
+"""`quorum manifests --namespace X`: the one place that sets where quorum is installed."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from quorum.cli import main
+from quorum.install import DEFAULT_NAMESPACE, InvalidNamespace, operator_username, render, render_files
+
+
+def test_every_namespace_dependent_place_follows_the_namespace() -> None:
+    rendered = render_files(None, "gpu-admission")
+    assert DEFAULT_NAMESPACE not in rendered
+    docs = [d for d in yaml.safe_load_all(rendered) if d]
+    namespace = next(d for d in docs if d["kind"] == "Namespace")
+    assert namespace["metadata"]["name"] == "gpu-admission"
+    for doc in docs:
+        if doc["kind"] in ("ServiceAccount", "Deployment", "Service", "ConfigMap", "Role", "RoleBinding"):
+            assert doc["metadata"]["namespace"] == "gpu-admission", doc["metadata"]
+    for binding in (d for d in docs if d["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        assert all(s.get("namespace", "gpu-admission") == "gpu-admission" for s in binding["subjects"])
+    webhooks = [w for d in docs if d["kind"].endswith("WebhookConfiguration") for w in d["webhooks"]]
+    assert webhooks and all(w["clientConfig"]["service"]["namespace"] == "gpu-admission" for w in webhooks)
+    for webhook in webhooks:
+        excluded = webhook["namespaceSelector"]["matchExpressions"][0]["values"]
+        assert "gpu-admission" in excluded
+    user = operator_username("gpu-admission")
+    policies = yaml.safe_dump([d for d in docs if d["kind"] == "ValidatingAdmissionPolicy"])
+    assert user in policies
+    settings = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["settings.yaml"]
+    assert yaml.safe_load(settings)["operator_users"] == [user]
+
+
+def test_only_the_namespace_token_is_replaced() -> None:
+    text = (
+        "namespace: quorum-system\nx: quorum-system-extra\ny: svc.quorum-system.svc\nz: 'a:quorum-system:b'"
+    )
+    assert render(text, "ns2") == "namespace: ns2\nx: quorum-system-extra\ny: svc.ns2.svc\nz: 'a:ns2:b'"
+
+
+@pytest.mark.parametrize("bad", ["", "Quorum", "a_b", "-a", "a" * 64, "quorum system", "a\nb"])
+def test_a_bad_namespace_is_refused_with_what_to_write(bad: str) -> None:
+    with pytest.raises(InvalidNamespace, match="lower-case letters"):
+        render("x", bad)
+
+
+def test_the_optional_cert_manager_install_follows_too() -> None:
+    rendered = render_files(["optional/cert-manager.yaml"], "gpu-admission")
+    assert "quorum-webhooks.gpu-admission.svc" in rendered and DEFAULT_NAMESPACE not in rendered
+
+
+def test_the_command_prints_the_manifests(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["manifests", "--namespace", "ml-platform"]) == 0
+    out = capsys.readouterr().out
+    assert "name: ml-platform" in out and DEFAULT_NAMESPACE not in out
+    assert main(["manifests", "--namespace", "Bad_Name"]) == 2
