@@ -76,6 +76,40 @@ def gang_markers(labels: Mapping[str, str], scheduling_group: str | None) -> lis
     return found
 
 
+MAX_MIN_AVAILABLE = 100_000
+"""The largest label-only gang: Kubernetes' own bound on the pods an Indexed Job runs at once
+(its `parallelism`). Anything larger is a typo, and would never fit."""
+_WHOLE_NUMBER = re.compile(r"[1-9][0-9]{0,5}")  # ASCII digits only (\d would take "٣")
+_HOW_TO_WRITE = (
+    f"it must be a whole number from 1 to {MAX_MIN_AVAILABLE} in plain digits, with no sign, "
+    f'spaces, leading zeros, decimals or exponent: write "4" for a gang of four pods'
+)
+
+
+class BadMinAvailable(ValueError):
+    """A label-only gang's min-available label is missing or not a size; the message says what
+    is wrong and what to write instead."""
+
+
+def parse_min_available(value: object) -> int:
+    """The size of a label-only gang, from its label `min-available`: "1" to "100000".
+    Anything else ("0", "-1", " 3", "+2", "04", "1.5", "1e9", "0x10", "٣", a missing label)
+    raises BadMinAvailable."""
+    if isinstance(value, str) and len(value) <= 6 and _WHOLE_NUMBER.fullmatch(value):
+        number = int(value)
+        if number <= MAX_MIN_AVAILABLE:
+            return number
+    if value is None:
+        raise BadMinAvailable(
+            f"label {LABEL_GANG_MIN_AVAILABLE} is missing (the gang takes its size from it); {_HOW_TO_WRITE}"
+        )
+    if isinstance(value, str):
+        found = repr(value) if len(value) <= 20 else f"{value[:20]!r}… ({len(value)} characters)"
+    else:
+        found = f"not a string but {type(value).__name__}"
+    raise BadMinAvailable(f"label {LABEL_GANG_MIN_AVAILABLE} is {found}: {_HOW_TO_WRITE}")
+
+
 def is_quorum_scheduler(scheduler_name: str | None, names: Collection[str] = QUORUM_SCHEDULER_NAMES) -> bool:
     return (scheduler_name or "") in names
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from quorum.core.gangs import GangMarker, GangSource, gang_marker
+from quorum.core.gangs import MAX_MIN_AVAILABLE, GangMarker, GangSource, gang_marker, parse_min_available
 from quorum.core.model import Gang, Pod, resources
 from quorum.core.quantity import QuantityError
 from quorum.k8s.convert import pod_from_api
@@ -331,11 +331,14 @@ def _attach_group(view: GangView, store: Store) -> None:
         }
         try:
             (value,) = values
-            view.min_member = whole_number(value, "", 0)
-        except (ValueError, TypeError):
+            # The webhook's rule (it refuses such pods at creation); pods created while it was
+            # down, or before it checked, wait here with the same advice.
+            view.min_member = parse_min_available(value)
+        except ValueError:  # BadMinAvailable, or several values
             view.waiting = (
-                f"label pod-group.scheduling.sigs.k8s.io/min-available must be one whole number >= 1 "
-                f"on every pod of the group; found {sorted(str(v) for v in values)[:5]}"
+                f"label pod-group.scheduling.sigs.k8s.io/min-available must be one whole number from 1 to "
+                f'{MAX_MIN_AVAILABLE} (write "4" for a gang of four) on every pod of the group; found '
+                f"{sorted(str(v)[:20] for v in values)[:5]}"
             )
         return
     api_group, _ = GROUP_APIS[marker.source]

@@ -14,13 +14,30 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from quorum import __version__
 from quorum.webhooks import tls
-from quorum.webhooks.server import METRICS_KEY, READY_KEY, make_app
+from quorum.webhooks.server import METRICS_KEY, READY_KEY, RUNNER_OPTIONS, make_app
 from quorum.webhooks.settings import SettingsError, WebhookSettings, load_settings
 
 log = logging.getLogger("quorum.webhooks")
+
+
+class MalformedHTTP(logging.Filter):
+    """aiohttp answers a malformed HTTP request (bad framing, a header too long) with 400 and logs
+    it at ERROR with a traceback. It is the client's fault: one WARNING line says enough, and a
+    hostile client cannot fill the log with tracebacks."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if isinstance(error, HttpProcessingError) and record.msg == "Error handling request from %s":
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = "malformed HTTP request from %s: %s"
+            remote = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+            record.args = (remote, " ".join(str(error).split())[:200])
+            record.exc_info = record.exc_text = None
+        return True
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -51,7 +68,7 @@ async def start_server(
     """Listen with TLS; return the runner and the certificate reload task."""
     context = tls.server_context(cert_file, key_file)
     app = make_app(settings)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, **RUNNER_OPTIONS)
     await runner.setup()
     site = web.TCPSite(
         runner, settings.host, settings.port, ssl_context=context, backlog=1024, reuse_address=True
@@ -105,6 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    logging.getLogger("aiohttp.server").addFilter(MalformedHTTP())
     overrides = {
         k: v
         for k, v in (

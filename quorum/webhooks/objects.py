@@ -42,9 +42,23 @@ class PodShape:
     where: str
 
 
+def string_map(value: Any) -> dict[str, str]:
+    """A labels or annotations map as the apiserver sends it: string values only. Anything else
+    (never from the apiserver) is left out, so no policy compares, formats or hashes a value of
+    another type — a list 1,000 levels deep stops `repr` and `==` with a RecursionError."""
+    if not isinstance(value, dict):
+        return {}
+    if all(type(v) is str for v in value.values()):
+        return value
+    return {k: v for k, v in value.items() if type(v) is str}
+
+
 def labels_of(obj: JSONObject | None) -> dict[str, str]:
-    labels = dig(obj, "metadata", "labels")
-    return labels if isinstance(labels, dict) else {}
+    return string_map(dig(obj, "metadata", "labels"))
+
+
+def annotations_of(obj: JSONObject | None) -> dict[str, str]:
+    return string_map(dig(obj, "metadata", "annotations"))
 
 
 def pod_shape(kind: str, obj: JSONObject | None) -> PodShape | None:
@@ -67,8 +81,8 @@ def pod_shape(kind: str, obj: JSONObject | None) -> PodShape | None:
 
 
 def has_controller(obj: JSONObject) -> bool:
-    owners = dig(obj, "metadata", "ownerReferences") or []
-    return any(isinstance(o, dict) and o.get("controller") for o in owners)
+    owners = dig(obj, "metadata", "ownerReferences")
+    return isinstance(owners, list) and any(isinstance(o, dict) and o.get("controller") for o in owners)
 
 
 def gang_of(shape: PodShape, quorum_schedulers: Collection[str]) -> GangMarker | None:

@@ -97,8 +97,10 @@ def build_patch(obj: JSONObject, intents: list[Intent]) -> list[JSONObject]:
                     gates.append({"name": name})
             case SetSchedulerName(name):
                 scheduler = name
-    metadata = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
+    metadata = obj.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    spec = obj.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
     ops: list[JSONObject] = []
     if (labels or annotations) and not isinstance(obj.get("metadata"), dict):
         ops.append({"op": "add", "path": "/metadata", "value": {}})

@@ -59,6 +59,18 @@ class Decision:
         return self.denied is None
 
 
+def shown(value: object, limit: int = 60) -> str:
+    """A value of the request for a message: strings quoted and cut at `limit` characters,
+    anything else by its JSON type (a message never repeats a megabyte, or a deep list)."""
+    if isinstance(value, str):
+        if len(value) <= limit:
+            return repr(value)
+        return f"{value[:limit]!r}… ({len(value)} characters)"
+    if value is None or isinstance(value, bool | int | float):  # JSON numbers: at most 20 digits
+        return repr(value)
+    return "a list" if isinstance(value, list) else "an object"
+
+
 def _text(request: JSONObject, key: str) -> str:
     """An optional string field ("" when absent)."""
     value = request.get(key)
@@ -79,7 +91,7 @@ def parse_review(body: bytes) -> AdmissionRequest:
     if review.get("apiVersion") != API_VERSION or review.get("kind") != "AdmissionReview":
         raise BadReview(
             f"expected apiVersion {API_VERSION} kind AdmissionReview, got "
-            f"{review.get('apiVersion')!r} {review.get('kind')!r}"
+            f"{shown(review.get('apiVersion'))} {shown(review.get('kind'))}"
         )
     request = review.get("request")
     if type(request) is not dict:
@@ -94,8 +106,8 @@ def parse_review(body: bytes) -> AdmissionRequest:
     if type(group) is not str:
         raise BadReview("request.kind.group must be a string")
     operation = request.get("operation")
-    if operation not in OPERATIONS:
-        raise BadReview(f"request.operation must be one of {sorted(OPERATIONS)}, got {operation!r}")
+    if type(operation) is not str or operation not in OPERATIONS:  # a list or map is unhashable
+        raise BadReview(f"request.operation must be one of {sorted(OPERATIONS)}, got {shown(operation)}")
     user = request.get("userInfo") or {}
     if type(user) is not dict:
         raise BadReview("request.userInfo must be an object")

@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
+from aiohttp.web_protocol import RequestPayloadError
 
 from quorum.webhooks.metrics import CONTENT_TYPE, Metrics
 from quorum.webhooks.patch import Intent, build_patch
@@ -30,6 +32,9 @@ log = logging.getLogger("quorum.webhooks")
 
 METRICS_KEY = web.AppKey("metrics", Metrics)
 READY_KEY = web.AppKey("ready", list)
+# For the AppRunner: the apiserver sends reviews unencoded, so a body is never decompressed (no
+# gzip bomb is unpacked; `_read_body` refuses any Content-Encoding).
+RUNNER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
 
 
 def evaluate(webhook: Webhook, request: AdmissionRequest, settings: WebhookSettings) -> Decision:
@@ -47,12 +52,19 @@ def evaluate(webhook: Webhook, request: AdmissionRequest, settings: WebhookSetti
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
+    encoding = request.headers.get("Content-Encoding", "identity")
+    if encoding.lower() != "identity":
+        raise BadReview(f"Content-Encoding {encoding[:40]!r} is not accepted: send the review as plain JSON")
     if request.content_length is not None and request.content_length > limit:
         raise BadReview(f"body of {request.content_length} bytes is over the limit of {limit}")
     try:
         return await request.read()  # aiohttp stops at client_max_size (== limit)
     except web.HTTPRequestEntityTooLarge:
         raise BadReview(f"body is over the limit of {limit} bytes") from None
+    except RequestPayloadError as err:  # broken chunked framing, say
+        raise BadReview(f"body could not be read: {' '.join(str(err).split())}") from None
+    except ConnectionResetError:  # nobody will read the answer; only end the request quietly
+        raise BadReview("the client hung up before the end of its body") from None
 
 
 def answer(webhook: Webhook, settings: WebhookSettings, metrics: Metrics, body: bytes) -> tuple[int, bytes]:

@@ -36,7 +36,8 @@ def requests_accelerator(spec: JSONObject, settings: WebhookSettings) -> bool:
     """Does any container, init container or the pod itself ask for an accelerator?"""
     names = settings.accelerator_resources
     for field in ("containers", "initContainers"):
-        for container in spec.get(field) or ():
+        containers = spec.get(field)
+        for container in containers if isinstance(containers, list) else ():
             if isinstance(container, dict) and _asks_for(container.get("resources"), names):
                 return True
     if _asks_for(spec.get("resources"), names):  # pod-level resources
@@ -71,6 +72,7 @@ def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
     if not isinstance(spec, dict) or requests_accelerator(spec, settings):
         return Decision()
     wanted, intent = _toleration(settings.cpu_toleration)
-    if any(tolerates(t, wanted) for t in spec.get("tolerations") or ()):
+    tolerations = spec.get("tolerations")
+    if isinstance(tolerations, list) and any(tolerates(t, wanted) for t in tolerations):
         return Decision()
     return Decision(intents=[intent])

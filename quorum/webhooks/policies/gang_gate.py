@@ -5,14 +5,22 @@ docs/architecture.md, "What a gang pod is"): a gang pod gets the gate
 `quorum.dev/gang` and the label `quorum.dev/gang=<gang name>`; a pod that asks for
 `cw-coscheduler`/`coscheduler` is rewritten to the default scheduler (the original kept in the
 annotation `quorum.dev/requested-scheduler`), with or without a group. A gang pod that sets
-`spec.nodeName` is denied: it would bypass every scheduler, and so the gang."""
+`spec.nodeName` is denied: it would bypass every scheduler, and so the gang. So is a pod of a
+label-only gang whose `min-available` label is missing or not a size from 1 to 100000
+(`quorum.core.gangs.parse_min_available`): its gang could never form."""
 
 from __future__ import annotations
 
-from quorum.core.gangs import gang_markers, is_quorum_scheduler
-from quorum.webhooks.objects import dig
+from quorum.core.gangs import (
+    BadMinAvailable,
+    GangSource,
+    gang_markers,
+    is_quorum_scheduler,
+    parse_min_available,
+)
+from quorum.webhooks.objects import annotations_of, dig, labels_of
 from quorum.webhooks.patch import AddSchedulingGate, Intent, SetAnnotation, SetLabel, SetSchedulerName
-from quorum.webhooks.review import AdmissionRequest, Decision
+from quorum.webhooks.review import AdmissionRequest, Decision, shown
 from quorum.webhooks.settings import WebhookSettings
 
 GATE = "quorum.dev/gang"
@@ -31,23 +39,20 @@ def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
         scheduler, settings.quorum_scheduler_names
     ):
         return Decision()  # another scheduler's pod, whatever its labels
-    labels = dig(request.object, "metadata", "labels")
+    labels = labels_of(request.object)
     group = dig(spec, "schedulingGroup", "podGroupName")
-    markers = gang_markers(
-        labels if isinstance(labels, dict) else {}, group if isinstance(group, str) else None
-    )
+    markers = gang_markers(labels, group if isinstance(group, str) else None)
     intents: list[Intent] = []
     warnings: list[str] = []
-    annotations = dig(request.object, "metadata", "annotations")
-    requested = annotations.get(REQUESTED_SCHEDULER) if isinstance(annotations, dict) else None
+    requested = annotations_of(request.object).get(REQUESTED_SCHEDULER)
     if requested is not None and not (
         requested in settings.coscheduler_names and scheduler in (requested, settings.default_scheduler)
     ):
-        return Decision(denied=_forged(f"annotation {REQUESTED_SCHEDULER}={requested!r}"))
-    own = labels.get(GANG_LABEL) if isinstance(labels, dict) else None
+        return Decision(denied=_forged(f"annotation {REQUESTED_SCHEDULER}={shown(requested)}"))
+    own = labels.get(GANG_LABEL)
     if own is not None and (not markers or own != markers[0].gang_name):
         # Never overwrite (or strip) it: deny, so that the person who set it finds out.
-        return Decision(denied=_forged(f"label {GANG_LABEL}={own!r}"))
+        return Decision(denied=_forged(f"label {GANG_LABEL}={shown(own)}"))
     if scheduler in settings.coscheduler_names:
         intents += [
             SetSchedulerName(settings.default_scheduler),
@@ -59,11 +64,18 @@ def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
             return Decision(
                 denied=(
                     f"pod is a member of gang {gang.gang_name} ({gang.describe()}) but sets "
-                    f"spec.nodeName={spec['nodeName']!r}: a pod with nodeName skips scheduling, so quorum "
-                    f"cannot hold it until the whole gang fits. Remove spec.nodeName (to pin it, use a "
-                    f"nodeSelector on kubernetes.io/hostname) or remove the group marker."
+                    f"spec.nodeName={shown(spec['nodeName'])}: a pod with nodeName skips scheduling, so "
+                    f"quorum cannot hold it until the whole gang fits. Remove spec.nodeName (to pin it, use "
+                    f"a nodeSelector on kubernetes.io/hostname) or remove the group marker."
                 )
             )
+        if gang.source is GangSource.LABELS:
+            try:
+                parse_min_available(gang.min_available)
+            except BadMinAvailable as err:
+                return Decision(
+                    denied=f"pod is a member of {gang.describe()} (gang {gang.gang_name}), but {err}."
+                )
         if len(markers) > 1:
             others = ", ".join(m.describe() for m in markers[1:])
             warnings.append(

@@ -5,6 +5,7 @@ who wrote it sees it, and say to use `Parallel`."""
 
 from __future__ import annotations
 
+from quorum.core.gangs import BadMinAvailable, GangSource, parse_min_available
 from quorum.webhooks.objects import dig, gang_of, pod_shape
 from quorum.webhooks.review import AdmissionRequest, Decision
 from quorum.webhooks.settings import WebhookSettings
@@ -28,8 +29,8 @@ def validate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
     replicas = replicas if isinstance(replicas, int) else 1
     if policy != "OrderedReady" or replicas <= 1:
         return Decision()
-    if marker.min_available is not None and marker.min_available.strip() in ("0", "1"):
-        return Decision()
+    if marker.source is GangSource.LABELS and _size(marker.min_available) == 1:
+        return Decision()  # a gang of one: each pod is its own gang
     return Decision(
         warnings=[
             f"StatefulSet {request.name or '(new)'} is gang {marker.gang_name} with podManagementPolicy "
@@ -38,3 +39,10 @@ def validate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
             f"spec.podManagementPolicy: Parallel."
         ]
     )
+
+
+def _size(min_available: str | None) -> int | None:
+    try:
+        return parse_min_available(min_available)
+    except BadMinAvailable:
+        return None  # its pods are refused at creation, with why (gang_gate)

@@ -9,7 +9,7 @@ selector."""
 from __future__ import annotations
 
 from quorum.core.gangs import gang_markers
-from quorum.webhooks.objects import JSONObject, dig, pod_shape
+from quorum.webhooks.objects import JSONObject, annotations_of, dig, labels_of, pod_shape, string_map
 from quorum.webhooks.policies.gang_gate import GANG_LABEL, REQUESTED_SCHEDULER
 from quorum.webhooks.review import AdmissionRequest, Decision
 from quorum.webhooks.settings import WebhookSettings
@@ -18,9 +18,7 @@ PREFIX = "quorum.dev/"
 
 
 def _quorum_keys(obj: JSONObject | None, where: str) -> dict[str, object]:
-    values = dig(obj, "metadata", where)
-    if not isinstance(values, dict):
-        return {}
+    values = string_map(dig(obj, "metadata", where))
     return {k: v for k, v in values.items() if k.startswith(PREFIX)}
 
 
@@ -36,7 +34,7 @@ def _expected_on_create(obj: JSONObject, settings: WebhookSettings) -> dict[tupl
     """What quorum itself puts on a new pod, given the object after mutation."""
     spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
     assert isinstance(spec, dict)
-    labels = dig(obj, "metadata", "labels")
+    labels = labels_of(obj)
     group = dig(spec, "schedulingGroup", "podGroupName")
     markers = gang_markers(
         labels if isinstance(labels, dict) else {}, group if isinstance(group, str) else None
@@ -48,8 +46,7 @@ def _expected_on_create(obj: JSONObject, settings: WebhookSettings) -> dict[tupl
         # The mutating webhook saw spec.schedulingGroup, and the apiserver dropped it afterwards
         # (its feature gate is off): the operator releases such pods; let them be created.
         expected[("labels", GANG_LABEL)] = labels[GANG_LABEL]
-    annotations = dig(obj, "metadata", "annotations")
-    requested = annotations.get(REQUESTED_SCHEDULER) if isinstance(annotations, dict) else None
+    requested = annotations_of(obj).get(REQUESTED_SCHEDULER)
     if requested in settings.coscheduler_names and spec.get("schedulerName") == settings.default_scheduler:
         expected[("annotations", REQUESTED_SCHEDULER)] = requested
     return expected
