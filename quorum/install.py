@@ -18,6 +18,7 @@ policy has neither failure mode.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import re
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ WEBHOOKS_SERVICE_ACCOUNT = "quorum-webhooks"
 MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 
 _NAMESPACE_TOKEN = re.compile(rf"(?<![\w-]){re.escape(DEFAULT_NAMESPACE)}(?![\w-])")
+_ANY_ADDRESS = re.compile(r"^( *)- ipBlock: \{cidr: 0\.0\.0\.0/0\}\n", re.MULTILINE)
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
@@ -49,15 +51,25 @@ def operator_username(namespace: str) -> str:
     return f"system:serviceaccount:{namespace}:{OPERATOR_SERVICE_ACCOUNT}"
 
 
-def render(manifest: str, namespace: str) -> str:
-    """`manifest` (written for quorum-system) for `namespace`."""
-    return _NAMESPACE_TOKEN.sub(check_namespace(namespace), manifest)
+def render(manifest: str, namespace: str, apiserver_cidrs: tuple[str, ...] = ()) -> str:
+    """`manifest` (written for quorum-system) for `namespace`; with `apiserver_cidrs`, the
+    webhook NetworkPolicy admits those address blocks instead of any address."""
+    text = _NAMESPACE_TOKEN.sub(check_namespace(namespace), manifest)
+    if apiserver_cidrs:
+        blocks = [str(ipaddress.ip_network(c, strict=False)) for c in apiserver_cidrs]
+        text = _ANY_ADDRESS.sub(lambda m: "".join(f"{m[1]}- ipBlock: {{cidr: {b}}}\n" for b in blocks), text)
+    return text
 
 
-def render_files(names: list[str] | None, namespace: str, directory: Path = MANIFESTS) -> str:
+def render_files(
+    names: list[str] | None,
+    namespace: str,
+    directory: Path = MANIFESTS,
+    apiserver_cidrs: tuple[str, ...] = (),
+) -> str:
     """The manifests `names` (default: every manifests/*.yaml, in order) as one stream."""
     paths = [directory / n for n in names] if names is not None else sorted(directory.glob("*.yaml"))
-    return "\n---\n".join(render(p.read_text(), namespace).strip() for p in paths) + "\n"
+    return "\n---\n".join(render(p.read_text(), namespace, apiserver_cidrs).strip() for p in paths) + "\n"
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,13 +81,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="where quorum runs")
     parser.add_argument("--dir", type=Path, default=MANIFESTS, help="the manifests to render")
+    parser.add_argument(
+        "--apiserver-cidr",
+        action="append",
+        default=[],
+        help="address block of the apiserver (repeat): the only one the webhook port admits "
+        "besides scrapers (default: any address; see manifests/60-network-policy.yaml)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        sys.stdout.write(render_files(None, args.namespace, args.dir))
-    except InvalidNamespace as err:
+        sys.stdout.write(render_files(None, args.namespace, args.dir, tuple(args.apiserver_cidr)))
+    except (InvalidNamespace, ValueError) as err:
         print(f"quorum manifests: {err}", file=sys.stderr)
         return 2
     return 0
