@@ -345,7 +345,11 @@ class Instance:
         if not (spec.install_manifests and MANIFESTS.is_dir()):
             return
         self.kubectl("apply", "-f", str(CRDS))
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(CRDS))
+        create_if_absent = self.kubectl("create", "-f", str(CRDS / "scheduler-plugins"), check=False)
+        if create_if_absent.returncode != 0 and "AlreadyExists" not in create_if_absent.stderr:
+            raise ClusterError(f"kubectl create -f crds/scheduler-plugins failed: {create_if_absent.stderr}")
+        for crds in (CRDS, CRDS / "scheduler-plugins"):
+            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds))
         self.kubectl("apply", "-f", "-", input_text=render_files(list(APPLIED_MANIFESTS), spec.namespace))
         token = self.kubectl(
             "create",

@@ -47,6 +47,17 @@ async def gang_pods(api: client.ApiClient, namespace: str | None, gang: str | No
     return items
 
 
+async def crd_labels(api: client.ApiClient, name: str) -> dict[str, str] | None:
+    """The labels of the CustomResourceDefinition `name`, None if it is not installed."""
+    try:
+        crd = await client.ApiextensionsV1Api(api).read_custom_resource_definition(name)
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return dict(crd.metadata.labels or {})
+
+
 async def serves(api: client.ApiClient, group: str, version: str) -> bool:
     """Whether the apiserver serves `group/version` (discovery)."""
     try:

@@ -38,6 +38,10 @@ class Store:
     gangs: dict[tuple[str, str], JSON] = field(default_factory=dict)  # (ns, name) -> Gang object
     # Whether the cluster serves Kubernetes 1.36's PodGroup (scheduling.k8s.io/v1alpha2).
     workload_api: bool = True
+    # API groups of the v1alpha1 PodGroups whose CRD is quorum's (crds/): quorum writes their
+    # phase and counters. Another's (scheduler-plugins' own CRD, its controller writing the
+    # status) gets no status from quorum: the Gang object tells the story.
+    owned_group_apis: frozenset[str] = frozenset(g for g, v in GROUP_APIS.values() if v == "v1alpha1")
     # Watched kind -> set once its first listing is in: the loop plans only when all are.
     synced: dict[str, asyncio.Event] = field(default_factory=dict)
 

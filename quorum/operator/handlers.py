@@ -20,6 +20,7 @@ from typing import Any
 
 import kopf
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.lifecycle import BackoffPolicy
 from quorum.k8s import reads
@@ -78,6 +79,30 @@ RUNNERS: list[Any] = []
 HEALTH_ADDRESS: list[str] = []  # set by main: host:port of /healthz, /readyz, /metrics
 
 
+async def owned_group_apis(api: client.ApiClient) -> frozenset[str]:
+    """The v1alpha1 PodGroup API groups whose CRD is quorum's (labelled part-of: quorum)."""
+    owned = set()
+    for group, version in GROUP_APIS.values():
+        if version != "v1alpha1":
+            continue
+        try:
+            labels = await reads.crd_labels(api, f"podgroups.{group}")
+        except ApiException as err:  # not knowing whose it is, write none of its status
+            log.warning(
+                "cannot read the CRD podgroups.%s (%s): quorum writes none of their status", group, err.status
+            )
+            continue
+        if labels is not None and labels.get("app.kubernetes.io/part-of") == "quorum":
+            owned.add(group)
+        elif labels is not None:
+            log.warning(
+                "the CRD podgroups.%s is not quorum's (scheduler-plugins' own?): quorum reconciles its "
+                "PodGroups but writes none of their status; see each gang's Gang object",
+                group,
+            )
+    return frozenset(owned)
+
+
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.enabled = False  # no Events from kopf; quorum posts its own, per gang
@@ -90,7 +115,10 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         RUNNERS.append(await serve(host or "0.0.0.0", int(port), health))  # noqa: S104
     TASKS.append(asyncio.create_task(monitor_event_loop_lag(), name="event-loop-lag"))
     api = await api_client(trace_configs=(metrics.api_trace_config(),))
-    store = Store(workload_api=await reads.serves(api, "scheduling.k8s.io", "v1alpha2"))
+    store = Store(
+        workload_api=await reads.serves(api, "scheduling.k8s.io", "v1alpha2"),
+        owned_group_apis=await owned_group_apis(api),
+    )
     if not store.workload_api:
         log.warning(
             "scheduling.k8s.io/v1alpha2 is not served: Kubernetes 1.36 PodGroups are not watched, and pods "

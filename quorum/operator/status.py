@@ -355,6 +355,8 @@ class GangRecords:
             return
         if not str(view.group.get("apiVersion", "")).endswith("v1alpha1"):
             return
+        if api_group not in self.store.owned_group_apis:
+            return  # another's CRD: its controller owns the status
         counts = status.counts
         group_status = {
             "phase": status.phase,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import CRDS, MANIFESTS, REPO_ROOT, Instance
+from quorum.devcluster.cluster import MANIFESTS, REPO_ROOT, Instance
 from tests.kube import api_client, create_namespace, create_podgroup, eventually, raw_json
 
 pytestmark = pytest.mark.cluster
@@ -121,8 +121,9 @@ async def test_the_uninstall_order_leaves_no_pod_gated_and_denies_no_pod(
         instance.stop_component("quorum-webhooks")
         instance.kubectl("delete", "-f", str(MANIFESTS / "45-gang-backstop.yaml"), "--ignore-not-found")
 
-        # 4. The CRDs last.
-        instance.kubectl("delete", "-f", str(CRDS))
+        # 4. The CRDs last: quorum's only (a scheduler-plugins CRD would stay).
+        instance.kubectl("delete", "crd", "-l", "app.kubernetes.io/part-of=quorum")
+        assert not instance.kubectl("get", "crd", "-o", "name").stdout.count("podgroups.scheduling")
 
         async def all_running() -> bool:
             pods = (await core.list_namespaced_pod("ml")).items

@@ -108,3 +108,16 @@ async def test_a_refused_status_write_is_not_taken_as_written_and_is_made_again(
     assert await pass_write(records, view, 0), "the next pass writes the same status again"
     assert [what for what, _ in writes(api)] == ["gang", "podgroups", "gang", "podgroups"]
     assert store.gangs[view.key]["status"]["phase"] == "Pending"
+
+
+async def test_a_podgroup_whose_crd_is_not_quorums_gets_no_status_from_quorum() -> None:
+    """scheduler-plugins' own CRD (its controller writes phase and counters): quorum writes
+    only its Gang."""
+    store = released_store()
+    store.owned_group_apis = frozenset({"scheduling.x-k8s.io"})
+    api = FakeApi(store)
+    (view,) = assemble(store)
+    records = GangRecords(api, store)
+    recorded = await records.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
+    await records.write_group_released(view, recorded)
+    assert [what for what, _ in writes(api)] == ["gang"]
