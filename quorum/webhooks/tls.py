@@ -1,12 +1,14 @@
 """The server's TLS: a context from certificate files, re-read when they change (new
-handshakes use the new certificate; open connections and the listener are untouched), and a
-dev mode that makes its own CA and serving certificate."""
+handshakes use the new certificate; open connections and the listener are untouched), and the
+server's own CA: a serving certificate for the Service's names (`quorum certs`) or for
+127.0.0.1 (dev mode)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import ssl
+import time
 from pathlib import Path
 
 from quorum.pki import CertificateAuthority
@@ -15,15 +17,17 @@ from quorum.webhooks.metrics import Metrics
 log = logging.getLogger("quorum.webhooks.tls")
 
 SERVICE = "quorum-webhooks"
-NAMESPACE = "quorum-system"
-DEV_SERVER_NAMES = (
-    "127.0.0.1",
-    "localhost",
-    SERVICE,
-    f"{SERVICE}.{NAMESPACE}",
-    f"{SERVICE}.{NAMESPACE}.svc",
-    f"{SERVICE}.{NAMESPACE}.svc.cluster.local",
-)
+LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+
+
+def service_names(namespace: str) -> tuple[str, ...]:
+    """The DNS names of the Service `quorum-webhooks` in `namespace`."""
+    return (
+        SERVICE,
+        f"{SERVICE}.{namespace}",
+        f"{SERVICE}.{namespace}.svc",
+        f"{SERVICE}.{namespace}.svc.cluster.local",
+    )
 
 
 def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
@@ -33,19 +37,34 @@ def server_context(cert_file: Path, key_file: Path) -> ssl.SSLContext:
     return context
 
 
-def dev_certificates(directory: Path) -> tuple[Path, Path, Path]:
-    """(ca.crt, tls.crt, tls.key) in `directory`, made once: a CA and a serving certificate for
-    127.0.0.1 and the Service's DNS names. Register the webhooks with ca.crt as caBundle."""
+def issue(server_names: tuple[str, ...]) -> tuple[bytes, bytes, bytes]:
+    """(CA certificate, serving certificate, serving key) as PEM: a new CA signs one serving
+    certificate for `server_names`. The CA's key lives only in this call: it is never written,
+    and a rotation makes a new CA rather than reusing one."""
+    # A name per CA (as well as a key): during a rotation the caBundle holds two of them.
+    ca = CertificateAuthority.create(f"{SERVICE}-ca@{int(time.time())}")
+    serving = ca.issue(SERVICE, client=False, server_names=server_names)
+    return ca.pair.cert_pem, serving.cert_pem, serving.key_pem
+
+
+def certificates(directory: Path, server_names: tuple[str, ...]) -> tuple[Path, Path, Path]:
+    """(ca.crt, tls.crt, tls.key) in `directory`, made once (see `issue`); made again only if
+    one of the three is missing."""
     ca_file, cert_file, key_file = directory / "ca.crt", directory / "tls.crt", directory / "tls.key"
     if not (ca_file.exists() and cert_file.exists() and key_file.exists()):
-        ca = CertificateAuthority.create("quorum-webhooks-dev-ca")
-        ca.pair.write(directory, "ca")
-        serving = ca.issue(SERVICE, client=False, server_names=DEV_SERVER_NAMES)
-        key_file.write_bytes(serving.key_pem)
+        ca_pem, cert_pem, key_pem = issue(server_names)
+        directory.mkdir(parents=True, exist_ok=True)
+        key_file.write_bytes(key_pem)
         key_file.chmod(0o600)
-        cert_file.write_bytes(serving.cert_pem)
-        (directory / "ca.key").unlink()  # never needed again; do not leave a CA key around
+        cert_file.write_bytes(cert_pem)
+        ca_file.write_bytes(ca_pem)
     return ca_file, cert_file, key_file
+
+
+def dev_certificates(directory: Path) -> tuple[Path, Path, Path]:
+    """`certificates` for a local run, reached on 127.0.0.1: register the webhooks by URL with
+    ca.crt as caBundle."""
+    return certificates(directory, LOOPBACK_NAMES)
 
 
 def _stamp(*paths: Path) -> tuple[tuple[int, int], ...]:
