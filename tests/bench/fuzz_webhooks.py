@@ -882,6 +882,7 @@ class Tally:
     failures: list[dict[str, Any]] = field(default_factory=list)
     failure_count: int = 0
     no_answer: Counter[str] = field(default_factory=Counter)  # raw cases the server closed on
+    denied: Counter[str] = field(default_factory=Counter)  # reviews answered allowed: false
     slowest: dict[str, float] = field(default_factory=dict)
 
     def record(
@@ -895,6 +896,8 @@ class Tally:
                 self.fail(index, case_, [error or "no answer"])
             return
         self.statuses[case_.category][str(status)] += 1
+        if status == 200 and b'"allowed":false' in answer:
+            self.denied[case_.category] += 1
         if problems := check(case_, status, answer):
             self.fail(index, case_, problems)
 
@@ -1096,6 +1099,7 @@ async def fuzz(count: int, seed: int) -> dict[str, Any]:
             name: {
                 "sent": tally.sent[name],
                 "statuses": dict(sorted(tally.statuses[name].items())),
+                "denied": tally.denied[name],
                 "no_answer": tally.no_answer[name],
                 "slowest_ms": round(tally.slowest.get(name, 0.0) * 1000, 1),
             }
@@ -1140,20 +1144,21 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"fuzzing quorum-webhooks: {args.count:,} cases, seed {args.seed}", flush=True)
     result = asyncio.run(fuzz(args.count, args.seed))
-    print("\n| category | sent | 2xx | 4xx | 5xx | no answer | slowest (ms) |")
+    print("\n| category | sent | 2xx (of which denied) | 4xx | 5xx | no answer | slowest (ms) |")
     print("|---|---|---|---|---|---|---|")
     for name, row in result["by_category"].items():
         classes = Counter[str]()
         for status, n in row["statuses"].items():
             classes[status[0] + "xx"] += n
         print(
-            f"| {name} | {row['sent']:,} | {classes['2xx']:,} | {classes['4xx']:,} | {classes['5xx']} | "
-            f"{row['no_answer']} | {row['slowest_ms']} |"
+            f"| {name} | {row['sent']:,} | {classes['2xx']:,} ({row['denied']:,}) | {classes['4xx']:,} | "
+            f"{classes['5xx']} | {row['no_answer']} | {row['slowest_ms']} |"
         )
     totals = result["totals"]
+    denied = sum(row["denied"] for row in result["by_category"].values())
     print(
-        f"| **all** | {result['cases']:,} | {totals.get('2xx', 0):,} | {totals.get('4xx', 0):,} | "
-        f"{totals.get('5xx', 0)} | {result['no_answer']} | |"
+        f"| **all** | {result['cases']:,} | {totals.get('2xx', 0):,} ({denied:,}) | "
+        f"{totals.get('4xx', 0):,} | {totals.get('5xx', 0)} | {result['no_answer']} | |"
     )
     print(f"\n{result['cases']:,} cases in {result['seconds']} s; RSS (MiB): {result['rss_mib']}")
     for failure in result["first_failures"][:20]:

@@ -14,6 +14,8 @@ from quorum.webhooks.settings import Toleration, WebhookSettings
 
 
 def _nonzero(amount: Any) -> bool:
+    if not isinstance(amount, str | int | float):
+        return True  # not a quantity (its error message would repr a list 1,000 deep): as below
     try:
         return parse_quantity(amount) > 0
     except (QuantityError, TypeError):

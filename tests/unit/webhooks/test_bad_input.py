@@ -140,6 +140,15 @@ def test_spec_values_nested_a_thousand_deep(field: str) -> None:
         assert_answered(webhook, review_with("Pod", obj, x=1010))
 
 
+@pytest.mark.parametrize("section", ["limits", "requests"])
+def test_a_resource_quantity_nested_a_thousand_deep(section: str) -> None:
+    """Found by seed 2: the quantity parser's error message repr'd the value."""
+    obj = pod()
+    obj["spec"]["containers"][0]["resources"] = {section: {"nvidia.com/gpu": "DEEP:q"}}
+    response = assert_answered(BY_NAME["mutate-pods"], review_with("Pod", obj, q=1000))["response"]
+    assert response["allowed"] is True and "patch" not in response, "an unreadable amount gets no toleration"
+
+
 def test_string_map_keeps_string_values_only() -> None:
     labels = {"a": "1", "b": 2}
     assert string_map({"a": "1"}) == {"a": "1"}
