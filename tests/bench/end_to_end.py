@@ -36,6 +36,7 @@ from kubernetes_asyncio import client
 
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.config import ClusterSpec
+from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s.watch import watch_objects
 from tests.kube import api_client, assert_no_overcommit, create_namespace, create_podgroup, eventually
 
@@ -43,7 +44,7 @@ RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 GANGS, PODS, IN_FLIGHT, DEADLINE = 200, 8, 64, 300.0
 PACED_GANGS, PACE_SECONDS = 40, 0.5
 NAMESPACE = "bench"
-OPERATOR = "system:serviceaccount:quorum-system:quorum-operator"
+OPERATOR = operator_username(DEFAULT_NAMESPACE)
 AUDIT_POLICY = f"""apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]

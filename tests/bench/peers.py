@@ -56,6 +56,7 @@ from quorum.devcluster.coscheduler import (
     start_coscheduler,
     start_podgroup_controller,
 )
+from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s.watch import watch_objects
 from tests.bench import peer_report
 from tests.bench.gang_metrics import PodRecord, gang_report, permit_waits
@@ -78,7 +79,7 @@ MODES = ("quorum", "coscheduling", "default")
 SCENARIOS = ("throughput", "contention", "large-gang")
 QPS, BURST, IN_FLIGHT = 500.0, 1000, 64
 NAMESPACE = "bench"
-OPERATOR = "system:serviceaccount:quorum-system:quorum-operator"
+OPERATOR = operator_username(DEFAULT_NAMESPACE)
 AUDIT_POLICY = (
     "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n"
 )

@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.webhooks.patch import (
     AddSchedulingGate,
     SetAnnotation,
@@ -19,7 +20,7 @@ from quorum.webhooks.settings import WebhookSettings
 from tests.unit.webhooks.factories import pod, request, workload
 
 SETTINGS = WebhookSettings()
-OPERATOR = "system:serviceaccount:quorum-system:quorum-operator"
+OPERATOR = operator_username(DEFAULT_NAMESPACE)
 
 
 def seed_pod(**spec: Any) -> dict[str, Any]:

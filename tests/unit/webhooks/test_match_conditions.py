@@ -23,13 +23,14 @@ from celpy.celtypes import BoolType
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.webhooks.registry import WEBHOOKS
 from quorum.webhooks.review import AdmissionRequest, UserInfo
 from quorum.webhooks.server import evaluate
 from quorum.webhooks.settings import WebhookSettings
 
 MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"
-OPERATOR = "system:serviceaccount:quorum-system:quorum-operator"
+OPERATOR = operator_username(DEFAULT_NAMESPACE)
 
 RESOURCES = {
     "Node": ("", "nodes"),
