@@ -195,7 +195,8 @@ async def test_a_hung_webhook_server_stops_no_cluster_work_and_lets_nothing_prot
             assert validating_calls(hung) == calls_before, "no validating webhook was called for any of it"
 
             # Still refused: a customer's reserved-domain label on a node, a namespace, a pod and
-            # a template; a customer removing quorum's gate; a gang pod without the gate.
+            # a template; a quorum key in a template; a customer removing quorum's gate; a gang
+            # pod without the gate.
             customer_core = client.CoreV1Api(customer)
             reserved = {"metadata": {"labels": {"foo.coreweave.cloud/bar": "1"}}}
             labelled_pod = {
@@ -203,6 +204,7 @@ async def test_a_hung_webhook_server_stops_no_cluster_work_and_lets_nothing_prot
                 "spec": {"containers": [{"name": "c", "image": "pause"}]},
             }
             template = {"spec": {"template": {"metadata": {"labels": {"x.coreweave.com/y": "1"}}}}}
+            quorum_key = {"spec": {"template": {"metadata": {"labels": {"quorum.dev/gang": "forged"}}}}}
             for webhook, call in (
                 ("reserved-labels.objects", lambda: customer_core.patch_node(by_admin, reserved)),
                 ("reserved-labels.objects", lambda: customer_core.patch_namespace(NS, reserved)),
@@ -210,6 +212,12 @@ async def test_a_hung_webhook_server_stops_no_cluster_work_and_lets_nothing_prot
                 (
                     "reserved-labels.workloads",
                     lambda: client.AppsV1Api(customer).patch_namespaced_deployment("inference", NS, template),
+                ),
+                (
+                    "gangs.workloads",
+                    lambda: client.AppsV1Api(customer).patch_namespaced_deployment(
+                        "inference", NS, quorum_key
+                    ),
                 ),
             ):
                 body = await refused(call)
