@@ -45,7 +45,13 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO_ROOT / "manifests"
 # What `up` applies from manifests/ as is; the webhook configurations are rewritten to URLs on
 # 127.0.0.1, and the Deployments are not applied (the processes run on this machine).
-APPLIED_MANIFESTS = ("00-namespace.yaml", "10-rbac.yaml", "40-gate-protection.yaml", "45-gang-backstop.yaml")
+APPLIED_MANIFESTS = (
+    "00-namespace.yaml",
+    "10-rbac.yaml",
+    "40-gate-protection.yaml",
+    "45-gang-backstop.yaml",
+    "47-operator-fence.yaml",
+)
 CRDS = REPO_ROOT / "crds"
 STAGES = Path(__file__).resolve().parent / "data" / "stages"
 WEBHOOK_CONFIGURATIONS = "30-webhook-configurations.yaml"

@@ -1,0 +1,274 @@
+"""What quorum's operator identity may do, tried with its own token on the apiserver: RBAC
+(manifests/10-rbac.yaml) refuses what it was not granted, and the fence
+(manifests/47-operator-fence.yaml) refuses every pod and Job write that is not a release, a
+gang pod's deletion or a Job's suspension — while those go through. The lifecycle tests
+(test_gang_lifecycle.py, test_gangs.py, test_operator_*.py) show that real releases and
+recoveries still work.
+
+A running `default` instance started before the fence existed gets both manifests applied by
+`fenced` below (idempotent); `make down && make up` gives every test them.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import secrets
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from quorum.devcluster.cluster import Instance
+from quorum.install import OPERATOR_SERVICE_ACCOUNT, WEBHOOKS_SERVICE_ACCOUNT, render_files
+from quorum.k8s import writes
+from quorum.k8s.writes import REQUIRED
+from tests.integration.test_gangs import gated, pods
+from tests.kube import api_client, eventually, raw_json
+
+pytestmark = pytest.mark.cluster
+
+FENCE = "ValidatingAdmissionPolicy 'quorum-operator-fence'"
+PAUSE = {"name": "c", "image": "registry.k8s.io/pause:3.10"}
+JSON = dict[str, Any]
+
+
+def namespace_of(instance: Instance) -> str:
+    state = instance.state()
+    assert state is not None
+    return state.spec.namespace
+
+
+@pytest.fixture(scope="module")
+def fenced(cluster: Instance) -> Instance:
+    """The instance, with this checkout's RBAC and fence applied (a no-op on a fresh one)."""
+    manifests = render_files(["10-rbac.yaml", "47-operator-fence.yaml"], namespace_of(cluster))
+    cluster.kubectl("apply", "-f", "-", input_text=manifests)
+    return cluster
+
+
+@pytest.fixture
+async def op(fenced: Instance, api: client.ApiClient, namespace: str) -> AsyncIterator[client.ApiClient]:
+    """The operator's own identity (its ServiceAccount token), once the fence is in force."""
+    operator = await api_client(fenced.kubeconfig("quorum-operator"))
+    core = client.CoreV1Api(api)
+    await core.create_namespaced_pod(
+        namespace, {"metadata": {"name": "probe"}, "spec": {"containers": [PAUSE]}}
+    )
+    fresh = itertools.count()
+
+    async def fence_in_force() -> bool:  # the apiserver's policy informer may be a moment behind
+        body = {"metadata": {"labels": {"probe": str(next(fresh))}}}
+        try:
+            await client.CoreV1Api(operator).patch_namespaced_pod("probe", namespace, body)
+        except ApiException as err:
+            return err.status == 403 and FENCE in str(err.body)
+        return False
+
+    async with operator:
+        await eventually(fence_in_force, timeout=30, what="the fence to refuse the operator a label")
+        yield operator
+
+
+async def refused(call: Awaitable[Any]) -> ApiException:
+    with pytest.raises(ApiException) as caught:
+        await call
+    return caught.value
+
+
+def by_fence(err: ApiException, says: str) -> None:
+    assert err.status == 403, (err.status, err.body)
+    assert FENCE in str(err.body) and says in str(err.body), err.body
+
+
+def by_rbac(err: ApiException, verb: str, resource: str, namespace: str) -> None:
+    assert err.status == 403, (err.status, err.body)
+    user = f"system:serviceaccount:{namespace}:{OPERATOR_SERVICE_ACCOUNT}"
+    assert f'User \\"{user}\\" cannot {verb} resource \\"{resource}\\"' in str(err.body), err.body
+
+
+async def gang_pod(api: client.ApiClient, namespace: str, name: str, spec: JSON | None = None) -> JSON:
+    """A gang pod whose PodGroup does not exist: the webhook gates and labels it, and quorum
+    leaves it gated."""
+    body = {
+        "metadata": {"name": name, "labels": {"pod-group.scheduling.sigs.k8s.io": "never-created"}},
+        "spec": {"containers": [PAUSE], **(spec or {})},
+    }
+    await client.CoreV1Api(api).create_namespaced_pod(namespace, body)
+    (pod,) = [p for p in await pods(api, namespace) if p["metadata"]["name"] == name]
+    assert gated(pod) and pod["metadata"]["labels"]["quorum.dev/gang"], pod
+    return pod
+
+
+async def test_the_operator_changes_a_pod_only_by_releasing_it(
+    op: client.ApiClient, api: client.ApiClient, namespace: str
+) -> None:
+    pod = await gang_pod(api, namespace, "g-0", {"schedulingGates": [{"name": "example.com/other"}]})
+    core = client.CoreV1Api(op)
+    image = {"spec": {"containers": [{**PAUSE, "image": "registry.k8s.io/pause:3.9"}]}}
+    by_fence(
+        await refused(core.patch_namespaced_pod("g-0", namespace, image)), "may not change spec.containers"
+    )
+    label = {"metadata": {"labels": {"team": "other"}}}
+    by_fence(await refused(core.patch_namespaced_pod("g-0", namespace, label)), "may not change the labels")
+    annotate = {"metadata": {"annotations": {"note": "x"}}}
+    by_fence(await refused(core.patch_namespaced_pod("g-0", namespace, annotate)), "the annotations")
+    # The gate, removed with the other gate, or with a "pin" that keeps the pod off one node.
+    gates = [g["name"] for g in pod["spec"]["schedulingGates"]]
+    both = [
+        {"op": "remove", "path": "/spec/schedulingGates/1"},
+        {"op": "remove", "path": "/spec/schedulingGates/0"},
+    ]
+    by_fence(
+        await refused(core.patch_namespaced_pod("g-0", namespace, both)),
+        "may remove only the quorum.dev/gang",
+    )
+    ops = writes.release_patch(pod, "node-a")
+    assert ops is not None and gates
+    wide = copy.deepcopy(ops)
+    wide[-1]["value"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"][0]["matchFields"][0]["operator"] = (
+        "NotIn"
+    )
+    by_fence(await refused(core.patch_namespaced_pod("g-0", namespace, wide)), "only by the release pin")
+    # The release itself goes through: the plain one, settled by the match condition.
+    assert await writes.release_pod(op, pod, "lp-nowhere")
+    (after,) = await pods(api, namespace, "quorum.dev/gang")
+    assert not gated(after) and [g["name"] for g in after["spec"]["schedulingGates"]] == ["example.com/other"]
+
+
+async def test_a_release_onto_a_pod_with_node_affinity_of_its_own_passes_the_rules(
+    op: client.ApiClient, api: client.ApiClient, namespace: str
+) -> None:
+    """Not the match condition's fast path: the validations decide, in the apiserver's CEL."""
+    own = {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["z1", "z2"]}
+    name_pin = {"key": "metadata.name", "operator": "NotIn", "values": ["node-x"]}
+    terms = [{"matchExpressions": [own]}, {"matchFields": [name_pin]}]
+    affinity = {
+        "nodeAffinity": {
+            REQUIRED: {"nodeSelectorTerms": terms},
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [own]}}
+            ],
+        }
+    }
+    pod = await gang_pod(api, namespace, "aff-0", {"affinity": affinity})
+    ops = writes.release_patch(pod, "lp-nowhere")
+    assert ops is not None
+    # One term left without the pin: refused; the whole release: through.
+    by_fence(
+        await refused(client.CoreV1Api(op).patch_namespaced_pod("aff-0", namespace, ops[:-1])),
+        "only by the release pin",
+    )
+    assert await writes.release_pod(op, pod, "lp-nowhere")
+    (after,) = await pods(api, namespace, "quorum.dev/gang")
+    pinned = after["spec"]["affinity"]["nodeAffinity"][REQUIRED]["nodeSelectorTerms"]
+    assert all(t["matchFields"][-1]["values"] == ["lp-nowhere"] for t in pinned)
+
+
+async def test_the_operator_deletes_only_gang_pods(
+    op: client.ApiClient, api: client.ApiClient, namespace: str
+) -> None:
+    core, admin = client.CoreV1Api(op), client.CoreV1Api(api)
+    system = f"lp-fence-{secrets.token_hex(3)}"
+    await admin.create_namespaced_pod(
+        "kube-system", {"metadata": {"name": system}, "spec": {"containers": [PAUSE]}}
+    )
+    try:
+        err = await refused(core.delete_namespaced_pod(system, "kube-system"))
+        by_fence(err, f"may delete only gang pods (labelled quorum.dev/gang); pod kube-system/{system}")
+    finally:
+        await admin.delete_namespaced_pod(system, "kube-system", grace_period_seconds=0)
+    await admin.create_namespaced_pod(
+        namespace, {"metadata": {"name": "plain"}, "spec": {"containers": [PAUSE]}}
+    )
+    by_fence(await refused(core.delete_namespaced_pod("plain", namespace)), "may delete only gang pods")
+    pod = await gang_pod(api, namespace, "g-1")
+    assert await writes.delete_pod(op, pod)
+
+
+async def test_the_operator_changes_a_job_only_to_suspend_or_resume_it(
+    op: client.ApiClient, api: client.ApiClient, namespace: str
+) -> None:
+    body = {
+        "metadata": {"name": "train"},
+        "spec": {
+            "suspend": True,
+            "parallelism": 2,
+            "template": {"spec": {"restartPolicy": "Never", "containers": [PAUSE]}},
+        },
+    }
+    job = await raw_json(
+        client.BatchV1Api(api).create_namespaced_job(namespace, body, _preload_content=False)
+    )
+    batch = client.BatchV1Api(op)
+    parallel = {"spec": {"parallelism": 8}}
+    by_fence(await refused(batch.patch_namespaced_job("train", namespace, parallel)), "spec.parallelism")
+    label = {"metadata": {"labels": {"x": "y"}}}
+    by_fence(
+        await refused(batch.patch_namespaced_job("train", namespace, label)), "may not change the labels"
+    )
+    uid = job["metadata"]["uid"]
+    assert await writes.set_job_suspend(op, namespace, "train", uid, False)
+    assert await writes.set_job_suspend(op, namespace, "train", uid, True)
+
+
+async def test_rbac_refuses_what_the_operator_does_not_use(
+    fenced: Instance, op: client.ApiClient, api: client.ApiClient, namespace: str
+) -> None:
+    where = namespace_of(fenced)
+    core = client.CoreV1Api(op)
+    await client.CoreV1Api(api).create_namespaced_pod(
+        namespace, {"metadata": {"name": "other"}, "spec": {"containers": [PAUSE]}}
+    )
+    by_rbac(await refused(core.read_namespaced_pod("other", namespace)), "get", "pods", where)
+    whole = await client.CoreV1Api(api).read_namespaced_pod("other", namespace)
+    by_rbac(await refused(core.replace_namespaced_pod("other", namespace, whole)), "update", "pods", where)
+    status: JSON = {"status": {"conditions": []}}
+    by_rbac(
+        await refused(core.patch_namespaced_pod_status("other", namespace, status)),
+        "patch",
+        "pods/status",
+        where,
+    )
+    by_rbac(await refused(core.list_namespace()), "list", "namespaces", where)
+    by_rbac(await refused(core.list_namespaced_secret(namespace)), "list", "secrets", where)
+    apps = client.AppsV1Api(op)
+    by_rbac(await refused(apps.list_deployment_for_all_namespaces()), "list", "deployments", where)
+    scheduling = client.SchedulingV1Api(op)
+    by_rbac(await refused(scheduling.list_priority_class()), "list", "priorityclasses", where)
+    custom = client.CustomObjectsApi(op)
+    group = custom.patch_namespaced_custom_object(
+        "scheduling.sigs.k8s.io", "v1alpha1", namespace, "podgroups", "pg", {"spec": {"minMember": 1}}
+    )
+    by_rbac(await refused(group), "patch", "podgroups", where)
+
+
+async def test_the_webhook_servers_identity_may_do_nothing(fenced: Instance, api: client.ApiClient) -> None:
+    where = namespace_of(fenced)
+    user = f"system:serviceaccount:{where}:{WEBHOOKS_SERVICE_ACCOUNT}"
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{where}", "system:authenticated"]
+    for verb, group, resource in (
+        ("get", "", "pods"),
+        ("list", "", "pods"),
+        ("patch", "", "pods"),
+        ("list", "", "secrets"),
+        ("get", "coordination.k8s.io", "leases"),
+        ("list", "quorum.dev", "gangs"),
+    ):
+        review = await client.AuthorizationV1Api(api).create_subject_access_review(
+            {
+                "spec": {
+                    "user": user,
+                    "groups": groups,
+                    "resourceAttributes": {
+                        "verb": verb,
+                        "group": group,
+                        "resource": resource,
+                        "namespace": where,
+                    },
+                }
+            }
+        )
+        assert not review.status.allowed, (verb, group, resource)
