@@ -46,6 +46,7 @@ import gzip
 import json
 import os
 import random
+import shutil
 import socket
 import ssl
 import subprocess
@@ -1090,6 +1091,8 @@ async def fuzz(count: int, seed: int) -> dict[str, Any]:
         "RSS flat (second half adds < 16 MiB)": after - middle < RSS_GROWTH_LIMIT,
         "no traceback in the server log": "Traceback" not in log,
     }
+    if all(checks.values()):
+        shutil.rmtree(work, ignore_errors=True)  # else kept: the server's log is the evidence
     return {
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "seed": seed,
@@ -1121,6 +1124,7 @@ async def fuzz(count: int, seed: int) -> dict[str, Any]:
         "policy_errors_metric": policy_errors,
         "server_log_lines": len(log.splitlines()),
         "checks": checks,
+        "server_log": "" if all(checks.values()) else str(work / "server.log"),
     }
 
 
@@ -1165,6 +1169,8 @@ def main(argv: list[str] | None = None) -> int:
         print("FAIL", failure)
     for name, ok in result["checks"].items():
         print(f"{'ok  ' if ok else 'FAIL'} {name}")
+    if result["server_log"]:
+        print(f"the server's log: {result['server_log']}")
     if not args.no_write:
         RESULTS.mkdir(parents=True, exist_ok=True)
         out = RESULTS / f"{result['date']}-fuzz-webhooks.json"
