@@ -80,8 +80,8 @@ def access_of(method: str, path: str, query: dict[str, str]) -> Access | None:
     if not rest:
         return None
     namespace = None
-    if rest[0] == "namespaces" and len(rest) >= 3:
-        namespace, rest = rest[1], rest[2:]
+    if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
+        namespace, rest = rest[1], rest[2:]  # else the Namespace itself, or its subresource
     resource, name, sub = rest[0], rest[1] if len(rest) > 1 else None, rest[2] if len(rest) > 2 else None
     if resource == "namespaces" and name is not None:
         namespace = name

@@ -50,7 +50,15 @@ from quorum.k8s.api import KubeApi, LiveApi
 from quorum.k8s.client import api_client
 from quorum.k8s.writes import GANG_GROUP, GANG_PLURAL, GANG_VERSION
 from quorum.operator.gangs import GROUP_APIS
-from tests.unit.recording_apiserver import Access, Grant, RecordingApiserver, Request, grants, load_manifests
+from tests.unit.recording_apiserver import (
+    Access,
+    Grant,
+    RecordingApiserver,
+    Request,
+    access_of,
+    grants,
+    load_manifests,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((REPO / "manifests").glob("*.yaml"))
@@ -335,6 +343,64 @@ def test_the_scan_finds_a_call_that_did_not_run(tmp_path: Path) -> None:
     with LineTrace([sample]) as trace:
         code["used"](SimpleNamespace(list_node=None))
     assert [s.name for s in api_sites([sample]) if not trace.ran(s)] == ["delete_namespaced_pod", "LeaseLock"]
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "query", "access"),
+    [
+        ("GET", "/api/v1/pods", {"watch": "True"}, Access("watch", "", "pods", None, None)),
+        ("GET", "/api/v1/namespaces/ml/pods", {}, Access("list", "", "pods", "ml", None)),
+        ("DELETE", "/api/v1/namespaces/ml/pods", {}, Access("deletecollection", "", "pods", "ml", None)),
+        (
+            "PATCH",
+            "/apis/quorum.dev/v1alpha1/namespaces/ml/gangs/g/status",
+            {},
+            Access("patch", "quorum.dev", "gangs/status", "ml", "g"),
+        ),
+        ("POST", "/apis/batch/v1/namespaces/ml/jobs", {}, Access("create", "batch", "jobs", "ml", None)),
+        ("GET", "/api/v1/namespaces/ml", {}, Access("get", "", "namespaces", "ml", "ml")),
+        (
+            "PUT",
+            "/api/v1/namespaces/ml/finalize",
+            {},
+            Access("update", "", "namespaces/finalize", "ml", "ml"),
+        ),
+        ("GET", "/apis/apps/v1", {}, None),
+        ("GET", "/apis", {}, None),
+        ("GET", "/version", {}, None),
+    ],
+)
+def test_requests_map_to_what_the_authorizer_is_asked(
+    method: str, path: str, query: dict[str, str], access: Access | None
+) -> None:
+    assert access_of(method, path, query) == access
+
+
+def test_a_role_grants_in_its_namespace_and_a_group_binding_counts() -> None:
+    role = {"kind": "Role", "metadata": {"name": "r", "namespace": "q"}, "rules": [RULE]}
+    cluster_role = {"kind": "ClusterRole", "metadata": {"name": "c"}, "rules": [RULE]}
+    by_name = {"kind": "ServiceAccount", "name": "op", "namespace": "q"}
+    binding = {
+        "kind": "RoleBinding",
+        "metadata": {"name": "b", "namespace": "q"},
+        "roleRef": {"kind": "Role", "name": "r"},
+        "subjects": [by_name],
+    }
+    (grant,) = grants([role, binding], "q", "op")
+    assert grant.allows(Access("get", "", "pods", "q", "x"))
+    assert not grant.allows(Access("get", "", "pods", "elsewhere", "x"))
+    assert grants([role, binding], "q", "other") == set()
+    everyone = {
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "e"},
+        "roleRef": {"kind": "ClusterRole", "name": "c"},
+        "subjects": [{"kind": "Group", "name": "system:serviceaccounts"}],
+    }
+    (anywhere,) = grants([cluster_role, everyone], "q", "other")
+    assert anywhere.allows(Access("get", "", "pods", "elsewhere", "x"))
+
+
+RULE = {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}
 
 
 def test_every_live_api_method_is_called(recording: Recording) -> None:
