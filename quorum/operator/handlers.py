@@ -106,6 +106,7 @@ async def owned_group_apis(api: client.ApiClient) -> frozenset[str]:
 @kopf.on.startup()
 async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.enabled = False  # no Events from kopf; quorum posts its own, per gang
+    settings.scanning.disabled = True  # no resource handlers: nothing to discover (no CRD watch)
     settings.persistence.diffbase_storage = NoDiffBase()
     settings.persistence.progress_storage = NoProgress()
     config = OperatorSettings.from_env()
