@@ -29,7 +29,9 @@ WEBHOOKS_SERVICE_ACCOUNT = "quorum-webhooks"
 MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 
 _NAMESPACE_TOKEN = re.compile(rf"(?<![\w-]){re.escape(DEFAULT_NAMESPACE)}(?![\w-])")
-_ANY_ADDRESS = re.compile(r"^( *)- ipBlock: \{cidr: 0\.0\.0\.0/0\}\n", re.MULTILINE)
+_ANY_ADDRESS = re.compile(
+    r'^( *)- ipBlock: \{cidr: 0\.0\.0\.0/0\}\n\1- ipBlock: \{cidr: "::/0"\}\n', re.MULTILINE
+)
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 

@@ -148,9 +148,15 @@ async def test_a_hung_webhook_server_stops_no_cluster_work_and_lets_nothing_prot
         normal_release = time.monotonic() - started
         assert baseline.returncode == 0, baseline.stdout + baseline.stderr
 
+        # A refusal with the server healthy: its message names the label.
+        reserved = {"metadata": {"labels": {"foo.coreweave.cloud/bar": "1"}}}
+        healthy = await refused(lambda: client.CoreV1Api(customer).patch_node(by_admin, reserved))
+        assert "is in a reserved domain" in healthy, healthy
+
         hung.signal_component("quorum-webhooks", signal.SIGSTOP)
         try:
             calls_before = validating_calls(hung)
+            assert calls_before.get("reserved-labels.objects.quorum.dev"), calls_before
             slow: list[tuple[tuple[str, ...], float]] = []
             for who, node in (("admin", by_admin), ("platform", by_platform)):
                 for op in node_operations(node):
@@ -198,7 +204,6 @@ async def test_a_hung_webhook_server_stops_no_cluster_work_and_lets_nothing_prot
             # a template; a quorum key in a template; a customer removing quorum's gate; a gang
             # pod without the gate.
             customer_core = client.CoreV1Api(customer)
-            reserved = {"metadata": {"labels": {"foo.coreweave.cloud/bar": "1"}}}
             labelled_pod = {
                 "metadata": {"name": "labelled", **reserved["metadata"]},
                 "spec": {"containers": [{"name": "c", "image": "pause"}]},

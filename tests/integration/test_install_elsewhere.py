@@ -60,3 +60,14 @@ async def test_a_gang_runs_with_quorum_installed_in_another_namespace(
         )
         assert refused.returncode != 0 and "quorum-gate-protection" in refused.stderr
         assert f"system:serviceaccount:{NAMESPACE}:quorum-operator" in refused.stderr
+
+        # The fence knows the operator by this namespace's identity: its token may not delete
+        # a pod that is not a gang member.
+        await core.create_namespaced_pod(
+            "team", {"metadata": {"name": "plain"}, "spec": {"containers": [{"name": "c", "image": "pause"}]}}
+        )
+        operator = await api_client(instance.kubeconfig("quorum-operator"))
+        async with operator:
+            with pytest.raises(ApiException) as fenced:
+                await client.CoreV1Api(operator).delete_namespaced_pod("plain", "team")
+        assert fenced.value.status == 403 and "quorum-operator-fence" in fenced.value.body

@@ -50,12 +50,20 @@ def test_the_optional_cert_manager_install_follows_too() -> None:
     assert "quorum-webhooks.gpu-admission.svc" in rendered and DEFAULT_NAMESPACE not in rendered
 
 
+def test_the_webhook_port_admits_any_address_of_either_family_by_default() -> None:
+    policy = next(d for d in yaml.safe_load_all(render_files(["60-network-policy.yaml"], "q")))
+    assert policy["spec"]["ingress"][0]["from"][:2] == [
+        {"ipBlock": {"cidr": "0.0.0.0/0"}},
+        {"ipBlock": {"cidr": "::/0"}},
+    ]
+
+
 def test_the_webhook_port_can_be_narrowed_to_the_apiserver() -> None:
     rendered = render_files(["60-network-policy.yaml"], "q", apiserver_cidrs=("10.0.0.5", "fd00::/64"))
     policy = next(d for d in yaml.safe_load_all(rendered) if d["metadata"]["name"] == "quorum-webhooks")
     sources = policy["spec"]["ingress"][0]["from"]
     assert sources[:2] == [{"ipBlock": {"cidr": "10.0.0.5/32"}}, {"ipBlock": {"cidr": "fd00::/64"}}]
-    assert "cidr: 0.0.0.0/0" not in rendered
+    assert "cidr: 0.0.0.0/0" not in rendered and '"::/0"' not in rendered
     with pytest.raises(ValueError, match="does not appear to be an IPv4 or IPv6 network"):
         render_files(["60-network-policy.yaml"], "q", apiserver_cidrs=("apiserver",))
 
