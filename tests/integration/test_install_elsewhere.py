@@ -70,4 +70,4 @@ async def test_a_gang_runs_with_quorum_installed_in_another_namespace(
         async with operator:
             with pytest.raises(ApiException) as fenced:
                 await client.CoreV1Api(operator).delete_namespaced_pod("plain", "team")
-        assert fenced.value.status == 403 and "quorum-operator-fence" in fenced.value.body
+        assert fenced.value.status == 403 and "quorum-operator-fence" in str(fenced.value.body)
