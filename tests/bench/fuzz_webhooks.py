@@ -67,6 +67,7 @@ from quorum.webhooks.patch import apply_patch
 from quorum.webhooks.registry import WEBHOOKS
 from quorum.webhooks.settings import WebhookSettings
 from tests.bench.webhooks import realistic_pod
+from tests.unit.webhooks.factories import GROUPS
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "bench" / "results"
@@ -78,17 +79,6 @@ REQUEST_TIMEOUT = 30.0
 JSON = Any
 PATHS = tuple(w.path for w in WEBHOOKS)
 KINDS = {w.path: w.kinds for w in WEBHOOKS}
-GROUPS = {
-    "Pod": "",
-    "Node": "",
-    "Namespace": "",
-    "Deployment": "apps",
-    "ReplicaSet": "apps",
-    "StatefulSet": "apps",
-    "DaemonSet": "apps",
-    "Job": "batch",
-    "CronJob": "batch",
-}
 SIGS = "pod-group.scheduling.sigs.k8s.io"
 LBL_NAME = "pod-group.scheduling.sigs.k8s.io/name"
 LBL_MIN = "pod-group.scheduling.sigs.k8s.io/min-available"

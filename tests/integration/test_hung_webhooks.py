@@ -25,7 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.config import ClusterSpec
 from quorum.devcluster.nodes import KWOK_ANNOTATION, TestPool
-from tests.integration.test_gang_lifecycle import quorum_release
+from tests.integration.test_gang_lifecycle import quorum_release, running
 from tests.integration.test_gangs import deployment, gated, pods
 from tests.integration.test_webhooks import _remove_gate as remove_gate
 from tests.kube import api_client, create_namespace, create_podgroup, create_pool_nodes, eventually
@@ -98,11 +98,6 @@ async def gated_pods(api: client.ApiClient, selector: str, count: int) -> bool:
     return len(found) == count and all(gated(p) for p in found)
 
 
-async def running(api: client.ApiClient, selector: str, count: int) -> bool:
-    found = await pods(api, NS, selector)
-    return len(found) == count and all(p["status"].get("phase") == "Running" for p in found)
-
-
 async def refused(call: Callable[[], Awaitable[Any]]) -> str:
     """The apiserver's message refusing `call`."""
     with pytest.raises(ApiException) as err:
@@ -126,7 +121,7 @@ async def test_a_hung_webhook_server_stops_no_cluster_work_and_lets_nothing_prot
         # Before the hang: an interruptable Deployment; an interruptable gang of two 8-GPU pods
         # held for room (one of the pool's two nodes is taken); gangs held for a missing member.
         await apps.create_namespaced_deployment(NS, deployment("filler", 1, 8, pool, None))
-        await eventually(lambda: running(admin, "app=filler", 1), timeout=60, what="filler Running")
+        await running(admin, NS, "app=filler", 1)
         await apps.create_namespaced_deployment(NS, interruptable(deployment("inference", 1, 0, None, None)))
         await create_podgroup(admin, NS, "ranks", 2)
         await apps.create_namespaced_deployment(NS, interruptable(deployment("ranks", 2, 8, pool, "ranks")))
@@ -172,7 +167,7 @@ async def test_a_hung_webhook_server_stops_no_cluster_work_and_lets_nothing_prot
 
             # quorum releases the interruptable gang when room appears: a node joins the pool.
             await client.CoreV1Api(platform).create_node(TestPool("hung", 3).nodes[2])
-            await eventually(lambda: running(admin, "app=ranks", 2), timeout=60, what="interruptable gang")
+            await running(admin, NS, "app=ranks", 2)  # the interruptable gang, released
 
             started = time.monotonic()
             manual = await asyncio.to_thread(
