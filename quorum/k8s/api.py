@@ -16,9 +16,10 @@ JSON = dict[str, Any]
 
 
 class KubeApi(Protocol):
-    async def release_pod(self, pod: JSON, node: str | None) -> bool:
-        """Remove quorum's gate (conditionally) and pin the pod to `node`; False if the pod is
-        gone, changed or released already."""
+    async def release_pod(self, pod: JSON, node: str | None, tolerate: str | None = None) -> bool:
+        """Remove quorum's gate (conditionally) and pin the pod to `node` (a preemptor's pod also
+        tolerates its reservation `tolerate`); False if the pod is gone, changed or released
+        already."""
         ...
 
     async def create_gang(self, namespace: str, name: str, spec: JSON, owner: JSON | None) -> JSON: ...
@@ -45,6 +46,17 @@ class KubeApi(Protocol):
 
     async def statefulset_pod_management(self, namespace: str, name: str) -> str | None: ...
 
+    async def taint_node(self, node: JSON, token: str, add: bool) -> bool:
+        """Add (or remove) the reservation taint quorum.dev/reserved=<token>; False if the node
+        is gone or its taints changed meanwhile. Removing with token "" removes any token."""
+        ...
+
+    async def mark_disruption_target(self, pod: JSON, reason: str, message: str) -> bool: ...
+
+    async def evict_pod(self, pod: JSON, dry_run: bool = False) -> bool:
+        """Evict through the Eviction API; raises `writes.EvictionRefused` when a budget forbids."""
+        ...
+
 
 class LiveApi:
     """`KubeApi` on a kubernetes-asyncio client."""
@@ -52,8 +64,8 @@ class LiveApi:
     def __init__(self, api: client.ApiClient) -> None:
         self.api = api
 
-    async def release_pod(self, pod: JSON, node: str | None) -> bool:
-        return await writes.release_pod(self.api, pod, node)
+    async def release_pod(self, pod: JSON, node: str | None, tolerate: str | None = None) -> bool:
+        return await writes.release_pod(self.api, pod, node, tolerate)
 
     async def create_gang(self, namespace: str, name: str, spec: JSON, owner: JSON | None) -> JSON:
         return await writes.create_gang(self.api, namespace, name, spec, owner)
@@ -88,3 +100,13 @@ class LiveApi:
 
     async def statefulset_pod_management(self, namespace: str, name: str) -> str | None:
         return await reads.statefulset_pod_management(self.api, namespace, name)
+
+    async def taint_node(self, node: JSON, token: str, add: bool) -> bool:
+        ops = writes.taint_patch(node, token) if add else writes.untaint_patch(node, token or None)
+        return True if ops is None else await writes.patch_node_taints(self.api, node, ops)
+
+    async def mark_disruption_target(self, pod: JSON, reason: str, message: str) -> bool:
+        return await writes.mark_disruption_target(self.api, pod, reason, message)
+
+    async def evict_pod(self, pod: JSON, dry_run: bool = False) -> bool:
+        return await writes.evict_pod(self.api, pod, dry_run)

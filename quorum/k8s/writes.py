@@ -49,10 +49,22 @@ def now() -> str:
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
-def release_patch(pod: dict[str, Any], node: str | None) -> list[dict[str, Any]] | None:
+RESERVED_TAINT = "quorum.dev/reserved"
+
+
+def reserved_toleration(token: str) -> dict[str, str]:
+    """What lets a preemptor's pods onto the nodes reserved for it (`quorum.operator.preemption`)."""
+    return {"key": RESERVED_TAINT, "operator": "Equal", "value": token, "effect": "NoSchedule"}
+
+
+def release_patch(
+    pod: dict[str, Any], node: str | None, tolerate: str | None = None
+) -> list[dict[str, Any]] | None:
     """The JSON patch that releases one pod onto a node: it applies only to this pod (uid) while
     quorum's gate is still where it was, removes that gate alone, and pins the pod to the node
-    by name (`pin_to_node`). None when the gate is gone already."""
+    by name (`pin_to_node`); a preemptor's pod also gains the toleration of the taint that
+    reserves its nodes (`tolerate`: the reservation's token). None when the gate is gone
+    already."""
     spec = pod.get("spec") or {}
     gates = [g.get("name") for g in spec.get("schedulingGates") or []]
     if GATE not in gates:
@@ -65,7 +77,14 @@ def release_patch(pod: dict[str, Any], node: str | None) -> list[dict[str, Any]]
     ]
     if node is None:  # released without a plan (a pod whose group can never exist)
         return ops
-    return ops + pin_to_node(spec, node)
+    ops += pin_to_node(spec, node)
+    if tolerate is not None:
+        toleration = reserved_toleration(tolerate)
+        if spec.get("tolerations"):
+            ops.append({"op": "add", "path": "/spec/tolerations/-", "value": toleration})
+        else:
+            ops.append({"op": "add", "path": "/spec/tolerations", "value": [toleration]})
+    return ops
 
 
 def pin_to_node(spec: dict[str, Any], node: str) -> list[dict[str, Any]]:
@@ -96,9 +115,11 @@ def pin_to_node(spec: dict[str, Any], node: str) -> list[dict[str, Any]]:
     return ops
 
 
-async def release_pod(api: client.ApiClient, pod: dict[str, Any], node: str | None) -> bool:
+async def release_pod(
+    api: client.ApiClient, pod: dict[str, Any], node: str | None, tolerate: str | None = None
+) -> bool:
     """Apply the release patch; False if the pod is gone, changed or already released."""
-    ops = release_patch(pod, node)
+    ops = release_patch(pod, node, tolerate)
     if ops is None:
         return False
     meta = pod["metadata"]
@@ -291,5 +312,101 @@ async def set_job_suspend(api: client.ApiClient, namespace: str, name: str, uid:
                 "Job %s/%s not %s: %s", namespace, name, "suspended" if suspend else "resumed", err.reason
             )
             return False
+        raise
+    return True
+
+
+def taint_patch(node: dict[str, Any], token: str) -> list[dict[str, Any]] | None:
+    """The JSON patch that adds the reservation taint `quorum.dev/reserved=<token>:NoSchedule`;
+    None when the node has it already."""
+    taints = (node.get("spec") or {}).get("taints") or []
+    if any(t.get("key") == RESERVED_TAINT and t.get("value") == token for t in taints):
+        return None
+    taint = {"key": RESERVED_TAINT, "value": token, "effect": "NoSchedule"}
+    if not taints:
+        return [{"op": "add", "path": "/spec/taints", "value": [taint]}]
+    return [
+        {"op": "test", "path": "/spec/taints", "value": taints},  # nobody changed them meanwhile
+        {"op": "add", "path": "/spec/taints/-", "value": taint},
+    ]
+
+
+def untaint_patch(node: dict[str, Any], token: str | None) -> list[dict[str, Any]] | None:
+    """The JSON patch that removes the reservation taint with this token (None: any token);
+    None when the node has none."""
+    taints = (node.get("spec") or {}).get("taints") or []
+    for i, t in enumerate(taints):
+        if t.get("key") == RESERVED_TAINT and (token is None or t.get("value") == token):
+            return [
+                {"op": "test", "path": f"/spec/taints/{i}", "value": t},
+                {"op": "remove", "path": f"/spec/taints/{i}"},
+            ]
+    return None
+
+
+async def patch_node_taints(api: client.ApiClient, node: dict[str, Any], ops: list[dict[str, Any]]) -> bool:
+    """Apply a taint patch; False if the node is gone or its taints changed meanwhile (the
+    caller reads the node again and retries)."""
+    try:
+        await discard(client.CoreV1Api(api).patch_node(node["metadata"]["name"], ops, _preload_content=False))
+    except ApiException as err:
+        if err.status in (404, 409, 422):
+            return False
+        raise
+    return True
+
+
+async def mark_disruption_target(
+    api: client.ApiClient, pod: dict[str, Any], reason: str, message: str
+) -> bool:
+    """Set the pod's `DisruptionTarget` condition (before it is evicted: a Job's podFailurePolicy
+    reads it); False if the pod is gone."""
+    meta = pod["metadata"]
+    condition = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": now(),
+    }
+    body = {"status": {"conditions": [condition]}}
+    return await unless_gone(
+        client.CoreV1Api(api).patch_namespaced_pod_status(
+            meta["name"], meta["namespace"], body, _preload_content=False
+        )
+    )
+
+
+class EvictionRefused(Exception):
+    """The apiserver refused an eviction (429: a PodDisruptionBudget does not allow it now)."""
+
+
+async def evict_pod(api: client.ApiClient, pod: dict[str, Any], dry_run: bool = False) -> bool:
+    """Evict exactly this pod through the Eviction API (PodDisruptionBudgets are kept; uid
+    precondition); False if it is gone. `dry_run`: only ask whether the eviction would be let
+    through. Raises EvictionRefused when a budget does not allow it."""
+    meta = pod["metadata"]
+    body: dict[str, Any] = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+        "deleteOptions": {"preconditions": {"uid": meta["uid"]}},
+    }
+    extra = {"dry_run": "All"} if dry_run else {}
+    try:
+        await discard(
+            client.CoreV1Api(api).create_namespaced_pod_eviction(
+                meta["name"],
+                meta["namespace"],
+                body,
+                _preload_content=False,
+                **extra,  # type: ignore[arg-type]
+            )
+        )
+    except ApiException as err:
+        if err.status in (404, 409):
+            return False
+        if err.status == 429:
+            raise EvictionRefused(str(err.body or err.reason)) from None
         raise
     return True

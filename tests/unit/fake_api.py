@@ -19,7 +19,14 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.k8s.writes import release_patch
+from quorum.k8s.writes import (
+    RESERVED_TAINT,
+    EvictionRefused,
+    release_patch,
+    reserved_toleration,
+    taint_patch,
+    untaint_patch,
+)
 from quorum.operator.gangs import Store
 
 JSON = dict[str, Any]
@@ -50,6 +57,9 @@ class FakeApi:
         self.faults: dict[str, list[Fault]] = {}
         self.uids = itertools.count(1)
         self.pinned: dict[str, str | None] = {}  # pod uid -> the node its release pinned it to
+        self.disruption_targets: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message)
+        self.evicted: list[str] = []  # uids, in order
+        self.refuse_evictions: set[str] = set()  # uids a PodDisruptionBudget protects (429)
 
     # -- faults ---------------------------------------------------------------------------------
 
@@ -93,16 +103,18 @@ class FakeApi:
 
     # -- KubeApi --------------------------------------------------------------------------------
 
-    async def release_pod(self, pod: JSON, node: str | None) -> bool:
-        await self._call("release_pod", pod, node)
+    async def release_pod(self, pod: JSON, node: str | None, tolerate: str | None = None) -> bool:
+        await self._call("release_pod", pod, node, tolerate)
         current = self.store.pods.get(pod["metadata"]["uid"])
-        ops = release_patch(current or pod, node)
+        ops = release_patch(current or pod, node, tolerate)
         if current is None or ops is None:
             return False
         updated = copy.deepcopy(current)
         updated["spec"]["schedulingGates"] = [
             g for g in updated["spec"].get("schedulingGates") or [] if g.get("name") != "quorum.dev/gang"
         ]
+        if tolerate is not None:
+            updated["spec"].setdefault("tolerations", []).append(reserved_toleration(tolerate))
         self.pinned[pod["metadata"]["uid"]] = node
         self.store.pods[pod["metadata"]["uid"]] = updated
         return True
@@ -170,6 +182,42 @@ class FakeApi:
     async def statefulset_pod_management(self, namespace: str, name: str) -> str | None:
         await self._call("statefulset_pod_management", namespace, name)
         return self.statefulsets.get((namespace, name))
+
+    async def taint_node(self, node: JSON, token: str, add: bool) -> bool:
+        await self._call("taint_node", node, token, add)
+        current = self.store.nodes.get(node["metadata"]["name"])
+        if current is None:
+            return False
+        ops = taint_patch(current, token) if add else untaint_patch(current, token or None)
+        if ops is None:
+            return True
+        updated = copy.deepcopy(current)
+        taints = [
+            t
+            for t in updated.setdefault("spec", {}).get("taints") or []
+            if not (t.get("key") == RESERVED_TAINT and (add or not token or t.get("value") == token))
+        ]
+        if add:
+            taints.append({"key": RESERVED_TAINT, "value": token, "effect": "NoSchedule"})
+        updated["spec"]["taints"] = taints
+        updated["metadata"]["resourceVersion"] = str(next(self.uids))
+        self.store.nodes[node["metadata"]["name"]] = updated
+        return True
+
+    async def mark_disruption_target(self, pod: JSON, reason: str, message: str) -> bool:
+        await self._call("mark_disruption_target", pod, reason, message)
+        self.disruption_targets[pod["metadata"]["uid"]] = (reason, message)
+        return True
+
+    async def evict_pod(self, pod: JSON, dry_run: bool = False) -> bool:
+        await self._call("evict_pod", pod, dry_run)
+        uid = pod["metadata"]["uid"]
+        if uid in self.refuse_evictions:
+            raise EvictionRefused("Cannot evict pod as it would violate the pod's disruption budget.")
+        if not dry_run:
+            self.evicted.append(uid)
+            self.store.pods.pop(uid, None)
+        return True
 
     def reasons(self, name: str) -> list[str]:
         return [reason for obj, reason, _, _ in self.events if obj == name]

@@ -1,0 +1,372 @@
+"""Whole-gang preemption: which running work a held gang may take the room of, and which work
+it takes (docs/preemption.md).
+
+A pure function of a snapshot: the nodes, the room free on each after the planning pass, the
+work running there and the PodDisruptionBudgets. Work is taken whole: a gang with all its bound
+pods (a Kubernetes 1.36 PodGroup with `disruptionMode: Pod` pod by pod), a pod that is in no gang
+alone.
+
+Which work a gang may take: work of lower priority; work of equal priority when that work is
+labelled interruptable and the preemptor is not (so two such gangs never take turns preempting
+each other); never work annotated `quorum.dev/preemptible: "false"`, DaemonSet or static pods,
+pods already terminating, or work a PodDisruptionBudget would not let go whole.
+
+Which of it: the candidates are put in one order of preference — interruptable first, then the
+lowest priority, then the youngest (least work lost), then the fewest pods — and the set taken
+is the least in that order among the sets that free enough (the *colex* order: a set that avoids
+the least preferred candidate of another beats it, whatever else it takes). It is found exactly:
+the shortest prefix of the order that lets the gang fit (a binary search; fitting only gets
+easier as more is freed), then each candidate but the last is dropped again, the least
+preferred first, if the gang still fits without it. Each check plans the gang, alone, over the
+nodes it may use with the chosen work's room freed (the planner's own placement, topology
+included). The checks are bounded (`max_checks`); when they run out while dropping, the set
+found so far is taken (it frees enough, and is minimal in the part already checked).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+from quorum.core.explain import amount
+from quorum.core.fit import why_not
+from quorum.core.model import Gang, Node, Pod, Resources, add, subtract
+from quorum.core.planner import Planner, PlannerSettings, Release
+from quorum.core.topology import noun
+
+INTERRUPTABLE_LABEL = "qos.coreweave.cloud/interruptable"
+PREEMPTIBLE_ANNOTATION = "quorum.dev/preemptible"
+
+
+@dataclass(frozen=True, slots=True)
+class RunningPod:
+    """A bound pod as preemption needs it."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    requests: Resources
+    priority: int = 0
+    gang: str | None = None  # the quorum gang it belongs to (label quorum.dev/gang)
+    started: float = 0.0  # when it started (epoch seconds)
+    interruptable: bool = False
+    preemptible: bool = True  # False: annotated quorum.dev/preemptible: "false"
+    stays: bool = False  # a DaemonSet's or static pod: evicted, it would come back on the node
+    terminating: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GroupFacts:
+    """What a gang's group object says about preempting the gang."""
+
+    priority: int | None = None  # a 1.36 PodGroup's own priority (None: its pods' highest)
+    disruption_mode: str | None = None  # 1.36 `disruptionMode`: Pod lets pods go one by one
+    preemptible: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What preemption takes at once: a gang (all its bound pods), or one pod."""
+
+    kind: str  # "gang" | "pod"
+    namespace: str
+    name: str  # the gang's name, or the pod's
+    pods: tuple[RunningPod, ...]
+    priority: int
+    started: float  # the latest start among its pods: when it was last whole
+    interruptable: bool = False
+    preemptible: bool = True
+    gang: str | None = None  # for a pod taken alone out of a gang (disruptionMode Pod)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.kind, self.namespace, self.name)
+
+    def describe(self) -> str:
+        what = (
+            f"gang {self.namespace}/{self.name}"
+            if self.kind == "gang"
+            else f"pod {self.namespace}/{self.name}"
+        )
+        label = ", interruptable" if self.interruptable else ""
+        return f"{what} (priority {self.priority}{label}, {len(self.pods)} pods)"
+
+
+@dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    """A PodDisruptionBudget: the uids of the pods it selects, and how many may go now."""
+
+    namespace: str
+    name: str
+    pods: frozenset[str]
+    allowed: int  # status.disruptionsAllowed
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionSettings:
+    max_candidates: int = 512
+    """Work items considered, the most preferred first: more are never looked at in one try."""
+    max_checks: int = 64
+    """Times one try plans the gang over its nodes (each costs about what planning the gang in a
+    pass does); when they run out while dropping victims again, the set found so far is taken."""
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    gang: Gang
+    victims: tuple[Work, ...]
+    placement: tuple[tuple[Pod, Node], ...]  # where the gang fits once the victims are gone
+    need: str  # "32 nvidia.com/gpu in rack rack-002": what the gang needed, for every message
+    checks: int = 0
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(sorted({node.name for _, node in self.placement}))
+
+    def summary(self) -> str:
+        gangs = sum(1 for v in self.victims if v.kind == "gang")
+        pods = len(self.victims) - gangs
+        parts = [f"{gangs} gang{'s' * (gangs != 1)}"] if gangs else []
+        parts += [f"{pods} pod{'s' * (pods != 1)}"] if pods else []
+        names = "; ".join(v.describe() for v in self.victims[:5])
+        more = f"; and {len(self.victims) - 5} more" if len(self.victims) > 5 else ""
+        return f"needed {self.need}: preempting {' and '.join(parts)}: {names}{more}"
+
+
+@dataclass(frozen=True, slots=True)
+class NoPreemption:
+    gang: Gang
+    reason: str  # NothingToPreempt | WouldNotFit | DisruptionBudget
+    message: str
+    checks: int = 0
+
+
+def may_take(preemptor_priority: int, preemptor_interruptable: bool, work: Work) -> bool:
+    """Whether a gang of this priority may take `work` at all (PodDisruptionBudgets aside)."""
+    if not work.preemptible:
+        return False
+    if work.priority < preemptor_priority:
+        return True
+    return work.priority == preemptor_priority and work.interruptable and not preemptor_interruptable
+
+
+def preference(work: Work) -> tuple[object, ...]:
+    """The order in which work is taken: interruptable first, the lowest priority, the youngest
+    (the least work lost), the fewest pods; then by name, so that the order is total."""
+    return (not work.interruptable, work.priority, -work.started, len(work.pods), work.key)
+
+
+def units(pods: Sequence[RunningPod], groups: Mapping[tuple[str, str], GroupFacts]) -> list[Work]:
+    """The running work as preemption takes it: each gang whole (with `disruptionMode: Pod`,
+    each of its pods alone), each pod in no gang alone. Pods that stay on their node when
+    evicted (DaemonSets', static pods) and terminating pods are no one's to take; a gang with
+    one such pod is not taken either."""
+    by_gang: dict[tuple[str, str], list[RunningPod]] = {}
+    out: list[Work] = []
+    for pod in pods:
+        if pod.gang is not None:
+            by_gang.setdefault((pod.namespace, pod.gang), []).append(pod)
+        elif not pod.stays and not pod.terminating:
+            out.append(_alone(pod, None, pod.priority, True))
+    for (namespace, name), members in by_gang.items():
+        facts = groups.get((namespace, name), GroupFacts())
+        priority = facts.priority if facts.priority is not None else max(p.priority for p in members)
+        if facts.disruption_mode == "Pod":
+            out += [
+                _alone(p, name, priority, facts.preemptible)
+                for p in members
+                if not p.stays and not p.terminating
+            ]
+            continue
+        if any(p.stays or p.terminating for p in members):
+            continue  # leaving: taking the rest would free room only while splitting it
+        out.append(
+            Work(
+                "gang",
+                namespace,
+                name,
+                tuple(sorted(members, key=lambda p: p.name)),
+                priority,
+                max(p.started for p in members),
+                all(p.interruptable for p in members),
+                facts.preemptible and all(p.preemptible for p in members),
+            )
+        )
+    return out
+
+
+def _alone(pod: RunningPod, gang: str | None, priority: int, preemptible: bool) -> Work:
+    return Work(
+        "pod",
+        pod.namespace,
+        pod.name,
+        (pod,),
+        priority,
+        pod.started,
+        pod.interruptable,
+        preemptible and pod.preemptible,
+        gang,
+    )
+
+
+def choose_victims(
+    gang: Gang,
+    nodes: Mapping[str, Node],
+    free: Mapping[str, Resources],
+    work: Sequence[Work],
+    budgets: Sequence[DisruptionBudget] = (),
+    *,
+    interruptable: bool = False,
+    planner: PlannerSettings | None = None,
+    settings: PreemptionSettings | None = None,
+) -> Preemption | NoPreemption:
+    """The work `gang` takes to fit now (see the module's doc), or why it takes none. `free`:
+    each node's room after the pass (allocatable minus bound pods, reservations and the pass's
+    own releases); `interruptable`: the preemptor is labelled interruptable itself."""
+    planner = planner or PlannerSettings()
+    settings = settings or PreemptionSettings()
+    gang = replace(gang, held_since=None)  # a check plans the gang alone: no capacity held
+    eligible = {
+        name: node
+        for name, node in nodes.items()
+        if name in free and any(why_not(pod, node, planner.fit) is None for pod in gang.shapes)
+    }
+    lower = [w for w in work if may_take(gang.priority, interruptable, w)]
+    useful = [w for w in lower if any(p.node in eligible for p in w.pods)]
+    blocked: list[str] = []
+    candidates: list[Work] = []
+    for w in sorted(useful, key=preference):
+        if why := _budget_forbids(w, budgets):
+            blocked.append(why)
+        else:
+            candidates.append(w)
+    candidates = candidates[: settings.max_candidates]
+    if not candidates:
+        if blocked:
+            return NoPreemption(gang, "DisruptionBudget", _blocked(blocked, len(useful)))
+        return NoPreemption(
+            gang,
+            "NothingToPreempt",
+            f"no running work on the {len(eligible)} nodes it may use is of lower priority than "
+            f"{gang.priority} (or of equal priority and interruptable) and preemptible",
+        )
+    checker = _Checker(gang, eligible, free, planner)
+    if checker.placement(candidates) is None:
+        why = (
+            f"it would not fit even with all {len(candidates)} lower-priority work items it may take gone "
+            f"from the {len(eligible)} nodes it may use"
+        )
+        if blocked:
+            why += "; " + _blocked(blocked, len(useful))
+        return NoPreemption(gang, "WouldNotFit", why, checker.checks)
+    low, high = 1, len(candidates)  # the shortest prefix that fits: fitting is monotone in it
+    while low < high:
+        middle = (low + high) // 2
+        if checker.placement(candidates[:middle]) is not None:
+            high = middle
+        else:
+            low = middle + 1
+    chosen = list(range(high))
+    for i in reversed(range(high - 1)):  # the last of the prefix is needed: the one before did not fit
+        if checker.checks >= settings.max_checks:
+            break
+        without = [j for j in chosen if j != i]
+        if checker.placement([candidates[j] for j in without]) is not None:
+            chosen = without
+    victims = [candidates[j] for j in chosen]
+    placement = checker.placement(victims)
+    assert placement is not None  # a set that was checked to fit, or the whole prefix
+    if why := _jointly_forbidden(victims, budgets):
+        return NoPreemption(gang, "DisruptionBudget", why, checker.checks)
+    return Preemption(gang, tuple(victims), placement, _need(gang, placement), checker.checks)
+
+
+@dataclass
+class _Checker:
+    """Plans the gang alone over its nodes with some work's room freed; counts the checks."""
+
+    gang: Gang
+    nodes: Mapping[str, Node]
+    free: Mapping[str, Resources]
+    settings: PlannerSettings
+    checks: int = 0
+    cache: dict[tuple[tuple[str, str, str], ...], tuple[tuple[Pod, Node], ...] | None] = field(
+        default_factory=dict
+    )
+
+    def placement(self, victims: Sequence[Work]) -> tuple[tuple[Pod, Node], ...] | None:
+        key = tuple(sorted(w.key for w in victims))
+        if key in self.cache:
+            return self.cache[key]
+        self.checks += 1
+        freed: dict[str, dict[str, int]] = {}
+        for w in victims:
+            for pod in w.pods:
+                if pod.node in self.nodes:
+                    freed[pod.node] = add(freed.get(pod.node, {}), pod.requests)
+        used = {
+            name: subtract(node.allocatable, add(self.free[name], freed.get(name, {})))
+            for name, node in self.nodes.items()
+        }
+        plan = Planner(self.settings).plan(self.nodes, used, [self.gang])
+        found = next((r for r in plan.releases if isinstance(r, Release)), None)
+        result = found.placement if found is not None else None
+        self.cache[key] = result
+        return result
+
+
+def _budget_forbids(work: Work, budgets: Sequence[DisruptionBudget]) -> str:
+    uids = {p.uid for p in work.pods}
+    for budget in budgets:
+        if budget.namespace != work.namespace:
+            continue
+        taken = len(uids & budget.pods)
+        if taken > budget.allowed:
+            return (
+                f"PodDisruptionBudget {budget.namespace}/{budget.name} allows {max(0, budget.allowed)} "
+                f"disruptions and {work.describe()} would take {taken}"
+            )
+    return ""
+
+
+def _jointly_forbidden(victims: Sequence[Work], budgets: Sequence[DisruptionBudget]) -> str:
+    """A budget that each victim alone keeps but all of them together would not."""
+    uids = {p.uid for w in victims for p in w.pods}
+    for budget in budgets:
+        taken = len(uids & budget.pods)
+        if taken > budget.allowed:
+            return (
+                f"the victims found would together take {taken} pods of PodDisruptionBudget "
+                f"{budget.namespace}/{budget.name}, which allows {max(0, budget.allowed)} disruptions"
+            )
+    return ""
+
+
+def _blocked(reasons: Sequence[str], useful: int) -> str:
+    more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
+    return (
+        f"{len(reasons)} of the {useful} lower-priority work items it could take are protected by "
+        f"PodDisruptionBudgets: {'; '.join(reasons[:3])}{more}"
+    )
+
+
+def _need(gang: Gang, placement: Sequence[tuple[Pod, Node]]) -> str:
+    """What the gang needs, in the resource that matters most: "32 nvidia.com/gpu in rack
+    rack-002" (its accelerators if it asks for any, else CPU)."""
+    total: Counter[str] = Counter()
+    for pod, _ in placement:
+        total.update({k: v for k, v in pod.requests.items() if v > 0})
+    resource = next(
+        (k for k in total if k not in ("cpu", "memory", "pods", "ephemeral-storage")),
+        "cpu" if total["cpu"] else "pods",
+    )
+    need = (
+        f"{amount(resource, total[resource])} {resource}" if resource != "pods" else f"{len(placement)} pods"
+    )
+    if gang.topology_key and placement:
+        domain = placement[0][1].labels.get(gang.topology_key)
+        if domain is not None:
+            need += f" in {noun(gang.topology_key)} {domain}"
+    return need
