@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from typing import Any
 
 from quorum.core.model import Node, Pod, Requirement, Taint, Toleration, add, resources
+from quorum.core.preemption import INTERRUPTABLE_LABEL, PREEMPTIBLE_ANNOTATION, RunningPod
 
 JSON = dict[str, Any]
 
@@ -118,4 +120,41 @@ def node_from_api(node: JSON) -> Node:
         taints=tuple(Taint(t["key"], t["effect"], t.get("value") or "") for t in spec.get("taints") or []),
         unschedulable=bool(spec.get("unschedulable")),
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
+    )
+
+
+def timestamp(value: object) -> float:
+    """Epoch seconds of an RFC 3339 time as the API writes it; 0 for none or garbage."""
+    if not value or not isinstance(value, str):
+        return 0.0
+    try:
+        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+GANG_LABEL = "quorum.dev/gang"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def running_pod_from_api(pod: JSON, requests: dict[str, int]) -> RunningPod:
+    """A bound pod as preemption sees it (`requests`: its effective requests, computed once)."""
+    meta, spec, status = pod["metadata"], pod.get("spec") or {}, pod.get("status") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    owners = [r.get("kind") for r in meta.get("ownerReferences") or [] if r.get("controller")]
+    priority = spec.get("priority")
+    return RunningPod(
+        uid=meta["uid"],
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        node=spec.get("nodeName") or "",
+        requests=requests,
+        priority=priority if isinstance(priority, int) else 0,
+        gang=labels.get(GANG_LABEL) or None,
+        started=timestamp(status.get("startTime") or meta.get("creationTimestamp")),
+        interruptable=labels.get(INTERRUPTABLE_LABEL) == "true",
+        preemptible=annotations.get(PREEMPTIBLE_ANNOTATION) != "false",
+        stays="DaemonSet" in owners or "Node" in owners or MIRROR_ANNOTATION in annotations,
+        terminating=bool(meta.get("deletionTimestamp")),
     )

@@ -11,6 +11,8 @@ condition.
 | `Backoff` | it waits after a partial placement before it is planned again |
 | `CapacityHeld` | the starvation guard holds nodes for it |
 | `PlanningFailed` | quorum's own work on it failed (an error, a refused write); retried with backoff |
+| `Preempting` | quorum is taking lower-priority work's room for it (docs/preemption.md) |
+| `Preempted` | it was preempted for a higher-priority gang and is not admitted again yet |
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quorum.core.planner import Hold
+from quorum.k8s.convert import timestamp as timestamp  # re-exported: the operator's modules use it
 
 JSON = dict[str, Any]
 CONDITION_TYPES = (
@@ -31,6 +34,8 @@ CONDITION_TYPES = (
     "Backoff",
     "CapacityHeld",
     "PlanningFailed",
+    "Preempting",
+    "Preempted",
 )
 # Hold reasons that mean "no room for the whole gang now": Unschedulable=True, and the
 # starvation guard's clock runs.
@@ -49,6 +54,8 @@ class GangState:
     hold: Hold | None = None  # why the last pass held it
     recovery: Mapping[str, Any] | None = None  # the Gang's `status.recovery`
     failure: str | None = None  # what of quorum's work on it failed, in a sentence
+    preemption: Mapping[str, Any] | None = None  # the Gang's `status.preemption` (it preempts)
+    preempted: Mapping[str, Any] | None = None  # the Gang's `status.preempted` (it was preempted)
 
 
 @dataclass(frozen=True)
@@ -122,10 +129,38 @@ def conditions(state: GangState) -> list[JSON]:
             "message": hold.held_message if hold is not None and held else "",
         },
         planning_failed(state.failure),
+        preempting(state.preemption),
+        preempted(state.preempted, readmitted=status == "True"),
     ]
 
 
-def compose_recovering(recovery: Mapping[str, Any], now: float, failure: str | None = None) -> GangStatus:
+def preempting(record: Mapping[str, Any] | None) -> JSON:
+    if record:
+        return {
+            "type": "Preempting",
+            "status": "True",
+            "reason": "Preempting",
+            "message": str(record.get("message", "")),
+        }
+    return {"type": "Preempting", "status": "False", "reason": "NotPreempting", "message": ""}
+
+
+def preempted(record: Mapping[str, Any] | None, readmitted: bool) -> JSON:
+    """True from the preemption until the gang is admitted again; the message stays."""
+    if not record:
+        return {"type": "Preempted", "status": "False", "reason": "NotPreempted", "message": ""}
+    message = str(record.get("message", ""))
+    if readmitted:
+        return {"type": "Preempted", "status": "False", "reason": "Readmitted", "message": message}
+    return {"type": "Preempted", "status": "True", "reason": "PreemptionByQuorum", "message": message}
+
+
+def compose_recovering(
+    recovery: Mapping[str, Any],
+    now: float,
+    failure: str | None = None,
+    preempted_by: Mapping[str, Any] | None = None,
+) -> GangStatus:
     """A gang in recovery that has no pod at the moment (its Job suspended, its pods deleted
     and not made again yet): what happened and when it is tried again."""
     message = str(recovery.get("message", ""))
@@ -143,6 +178,8 @@ def compose_recovering(recovery: Mapping[str, Any], now: float, failure: str | N
             backoff(recovery, now, in_backoff),
             {"type": "CapacityHeld", "status": "False", "reason": "NotHeld", "message": ""},
             planning_failed(failure),
+            preempting(None),
+            preempted(preempted_by, readmitted=False),
         ],
     )
 
@@ -192,16 +229,6 @@ def backoff_message(recovery: Mapping[str, Any] | None, now: float) -> str:
         f"backing off after a partial placement ({recovery.get('failures', 1)} in a row): next try at "
         f"{recovery.get('nextAttemptTime')} (in {max(0.0, backoff_until(recovery) - now):.0f}s)"
     )
-
-
-def timestamp(value: object) -> float:
-    """Epoch seconds of an RFC 3339 time as the API writes it; 0 for none or garbage."""
-    if not value or not isinstance(value, str):
-        return 0.0
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 def iso(epoch: float) -> str:

@@ -155,7 +155,8 @@ class GangRecords:
         counts["released"] += released_now  # released in this pass: not yet seen by the watch
         counts["gated"] -= released_now
         gang = self.store.gangs.get(view.key)
-        recovery = ((gang or {}).get("status") or {}).get("recovery")
+        status = (gang or {}).get("status") or {}
+        recovery, preemption, preempted = (status.get(k) for k in ("recovery", "preemption", "preempted"))
         return GangState(
             counts=counts,
             min_member=view.min_member or 1,
@@ -165,6 +166,8 @@ class GangRecords:
             hold=hold,
             recovery=recovery if isinstance(recovery, dict) else None,
             failure=failure,
+            preemption=preemption if isinstance(preemption, dict) else None,
+            preempted=preempted if isinstance(preempted, dict) else None,
         )
 
     def due(self, view: GangView, status: GangStatus, hold: Hold | None) -> StatusWrite | None:
@@ -327,7 +330,13 @@ class GangRecords:
     def recovering_due(self, key: GangKey, gang: JSON, failure: str | None) -> StatusWrite | None:
         """The status of a gang in recovery that has no pod at the moment, if it changed."""
         recovery = ((gang.get("status") or {}).get("recovery")) or {}
-        status = compose_recovering(recovery if isinstance(recovery, dict) else {}, time.time(), failure)
+        preempted = (gang.get("status") or {}).get("preempted")
+        status = compose_recovering(
+            recovery if isinstance(recovery, dict) else {},
+            time.time(),
+            failure,
+            preempted if isinstance(preempted, dict) else None,
+        )
         if self.written.get(key) == status.body:
             return None
         stamp = now_rfc3339()

@@ -59,6 +59,7 @@ class FakeApi:
         self.pinned: dict[str, str | None] = {}  # pod uid -> the node its release pinned it to
         self.disruption_targets: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message)
         self.evicted: list[str] = []  # uids, in order
+        self.tolerated: dict[str, str | None] = {}  # pod uid -> the reservation its release tolerates
         self.refuse_evictions: set[str] = set()  # uids a PodDisruptionBudget protects (429)
 
     # -- faults ---------------------------------------------------------------------------------
@@ -104,7 +105,8 @@ class FakeApi:
     # -- KubeApi --------------------------------------------------------------------------------
 
     async def release_pod(self, pod: JSON, node: str | None, tolerate: str | None = None) -> bool:
-        await self._call("release_pod", pod, node, tolerate)
+        await self._call("release_pod", pod, node)
+        self.tolerated[pod["metadata"]["uid"]] = tolerate
         current = self.store.pods.get(pod["metadata"]["uid"])
         ops = release_patch(current or pod, node, tolerate)
         if current is None or ops is None:
