@@ -392,15 +392,14 @@ async def evict_pod(api: client.ApiClient, pod: dict[str, Any], dry_run: bool = 
         "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
         "deleteOptions": {"preconditions": {"uid": meta["uid"]}},
     }
-    extra = {"dry_run": "All"} if dry_run else {}
     try:
         await discard(
             client.CoreV1Api(api).create_namespaced_pod_eviction(
                 meta["name"],
                 meta["namespace"],
-                body,
+                body,  # type: ignore[arg-type]
+                dry_run="All" if dry_run else None,  # type: ignore[arg-type]  # None: left out
                 _preload_content=False,
-                **extra,  # type: ignore[arg-type]
             )
         )
     except ApiException as err:

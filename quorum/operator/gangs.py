@@ -36,6 +36,7 @@ class Store:
     nodes: dict[str, JSON] = field(default_factory=dict)  # name -> node
     groups: dict[tuple[str, str, str], JSON] = field(default_factory=dict)  # (api group, ns, name)
     gangs: dict[tuple[str, str], JSON] = field(default_factory=dict)  # (ns, name) -> Gang object
+    pdbs: dict[tuple[str, str], JSON] = field(default_factory=dict)  # (ns, name) -> PodDisruptionBudget
     # Whether the cluster serves Kubernetes 1.36's PodGroup (scheduling.k8s.io/v1alpha2).
     workload_api: bool = True
     # API groups of the v1alpha1 PodGroups whose CRD is quorum's (crds/): quorum writes their
@@ -113,6 +114,11 @@ def store_nodes(store: Store) -> StoreTable:
 def store_gangs(store: Store) -> StoreTable:
     """The Store's Gang objects, by (namespace, name)."""
     return StoreTable(store.gangs, namespaced)
+
+
+def store_pdbs(store: Store) -> StoreTable:
+    """The Store's PodDisruptionBudgets, by (namespace, name): preemption keeps them."""
+    return StoreTable(store.pdbs, namespaced)
 
 
 def store_groups(store: Store, api_group: str) -> StoreTable:

@@ -29,7 +29,15 @@ from quorum.k8s.client import api_client
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.watch import Index, watch_objects
 from quorum.operator import metrics
-from quorum.operator.gangs import GROUP_APIS, GangPods, Store, store_gangs, store_groups, store_nodes
+from quorum.operator.gangs import (
+    GROUP_APIS,
+    GangPods,
+    Store,
+    store_gangs,
+    store_groups,
+    store_nodes,
+    store_pdbs,
+)
 from quorum.operator.health import Health, monitor_event_loop_lag, serve
 from quorum.operator.leader import LeaseSettings, lead
 from quorum.operator.loop import GangLoop, LoopSettings, planner_settings
@@ -151,6 +159,11 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
             "gangs.quorum.dev",
             functools.partial(custom.list_cluster_custom_object, "quorum.dev", "v1alpha1", "gangs"),
             [store_gangs(store)],
+        ),
+        (
+            "poddisruptionbudgets",
+            client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces,
+            [store_pdbs(store)],
         ),
     ]
     for group, version in GROUP_APIS.values():

@@ -30,15 +30,17 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from quorum.core.fit import FitSettings, why_not
 from quorum.core.lifecycle import BackoffPolicy
-from quorum.core.model import Gang, Node, Pod, fits, subtract
+from quorum.core.model import Gang, Node, Pod, Toleration, fits, subtract
 from quorum.core.planner import Hold, Plan, Planner, PlannerSettings, Release
+from quorum.core.preemption import Preemption
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import node_from_api, pod_from_api, pod_requests
 from quorum.k8s.usage import BoundPods
+from quorum.k8s.writes import RESERVED_TAINT
 from quorum.operator import metrics
 from quorum.operator.conditions import (
     GangStatus,
@@ -51,6 +53,7 @@ from quorum.operator.conditions import (
 from quorum.operator.gangs import JSON, GangView, Store, assemble, is_gated, orphans
 from quorum.operator.health import Health
 from quorum.operator.ledger import Ledger, recorded_placement
+from quorum.operator.preemption import Preempter, PreemptionLoopSettings
 from quorum.operator.recovery import Recoverer
 from quorum.operator.status import GangRecords, StatusWrite, now_rfc3339
 from quorum.operator.work import Failure, GangWork, describe
@@ -59,6 +62,7 @@ log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
 SLOW_PASS_SECONDS = 1.0  # a pass slower than this is logged with where its time went
 ORPHANS: GangKey = ("", "pods without a group")  # the work key of releasing orphaned pods
+STRAY_TAINTS: GangKey = ("", "reservation taints")  # the work key of removing stray ones
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,7 @@ class LoopSettings:
     status_interval_seconds: float = 1.0  # one gang's status is written at most this often
     crash_after: int = 0  # tests only: SIGKILL this process after that many pod releases
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+    preemption: PreemptionLoopSettings = field(default_factory=PreemptionLoopSettings)
 
 
 def planner_settings(org: str | None, starvation_seconds: float) -> PlannerSettings:
@@ -164,6 +169,7 @@ class GangLoop:
         self.ledger = Ledger()
         self.records = GangRecords(api, store, settings.status_interval_seconds)
         self.recoverer = Recoverer(api, settings.backoff, self.ledger)
+        self.preempter = Preempter(api, store, bound, settings.preemption, settings.planner)
         self.work = GangWork(
             settings.gang_concurrency,
             settings.gang_timeout_seconds,
@@ -292,14 +298,16 @@ class GangLoop:
         nodes = self.node_models.refresh(self.store.nodes)
         self.start_continued_releases(views, nodes, now)
         self.start_recoveries(views, now)
+        self.start_preemption_upkeep(views, now)
         self.lap("recover")
         used = self.ledger.usage(self.bound.used)  # with the reservations `room_for` just made
         changed = self.changed()
         holds, plannable = self.sort_out(views, now)
         held_since = {key: self.records.held_since(key) for key in plannable}
         self.lap("snapshot")
+        tokens = self.preempter.tokens()
         planned = await asyncio.to_thread(
-            self.plan, self.planner, self.pod_models, nodes, used, plannable, held_since, now, changed
+            self.plan, self.planner, self.pod_models, nodes, used, plannable, held_since, now, changed, tokens
         )
         metrics.PLAN_DURATION.observe(time.monotonic() - self.lap_started)
         self.lap("plan")
@@ -318,6 +326,8 @@ class GangLoop:
         for release in planned.plan.releases:
             self.work.succeeded(release.gang.key, "plan")
         self.lap(f"release {len(planned.plan.releases)} gangs")
+        await self.start_preemption(views, plannable, planned.plan, nodes, holds, now)
+        self.lap("preempt")
         self.start_status_writes(views, holds, now)
         self.lap(f"status of {len(views)} gangs")
         self.collect_garbage(views)
@@ -370,6 +380,7 @@ class GangLoop:
         held_since: dict[GangKey, float | None],
         now: float,
         changed: set[str] | None,
+        tokens: Mapping[GangKey, str] | None = None,
     ) -> Planned:
         """In the worker thread: the gangs as the planner's models, then the plan. A gang whose
         pods cannot be read is left out, with the error (the others are planned). The planner is
@@ -378,7 +389,10 @@ class GangLoop:
         failed: dict[GangKey, str] = {}
         for key, view in plannable.items():
             try:
-                queue.append(view.to_core(held_since=held_since.get(key), convert=pod_models))
+                gang = view.to_core(held_since=held_since.get(key), convert=pod_models)
+                if (token := (tokens or {}).get(key)) is not None:  # its nodes are reserved for it
+                    gang = tolerating(gang, token)
+                queue.append(gang)
             except Exception as err:
                 failed[key] = f"reading its pods failed: {type(err).__name__}: {err}"
         pod_models.keep_seen()
@@ -433,9 +447,11 @@ class GangLoop:
         refused (gone, changed, released by someone else) is final: its reservation ends, and a
         pod still gated is planned anew."""
 
+        tolerate = self.preempter.tokens().get(key)
+
         async def one(pod: JSON, node: str) -> bool:
             async with self.pod_patches:
-                ok = await self.api.release_pod(pod, node)
+                ok = await self.api.release_pod(pod, node, tolerate)
                 self.crash_hook(ok)
                 return ok
 
@@ -603,6 +619,55 @@ class GangLoop:
                 log.warning("test hook: SIGKILL after %d releases", self.patches)
                 os.kill(os.getpid(), signal.SIGKILL)
 
+    # -- preemption ---------------------------------------------------------------------------
+
+    def start_preemption_upkeep(self, views: dict[GangKey, GangView], now: float) -> None:
+        """End the preemptions that are done, gone or late; remove reservation taints of none."""
+        for key, record, why, warn in self.preempter.due_ends(views, now):
+            if not self.work.busy(key):
+                self.work.start(key, "preempt", self.preempter.end(key, record, why, warn))
+        if (stray := self.preempter.stray_taints()) and not self.work.busy(STRAY_TAINTS):
+            self.work.start(STRAY_TAINTS, "preempt", self.preempter.remove_stray_taints(stray))
+
+    async def start_preemption(
+        self,
+        views: dict[GangKey, GangView],
+        plannable: dict[GangKey, GangView],
+        plan: Plan,
+        nodes: dict[str, Node],
+        holds: dict[GangKey, Hold],
+        now: float,
+    ) -> None:
+        """Ask, for the first gang held for lack of room that may preempt, which lower-priority
+        work would make room (in a worker thread: the decision plans the gang a few times), and
+        start the preemption it finds. One preemption in flight at a time."""
+        held = [
+            (plannable[h.gang.key], h.gang)
+            for h in plan.holds
+            if h.reason == "Unschedulable" and not self.work.busy(h.gang.key)
+        ]
+        busy = {key for key in views if self.work.blocks_planning(key)} | {
+            r.gang for r in self.ledger.entries.values()
+        }
+        candidate = self.preempter.candidate(held, nodes, self.planner.index.free, views, busy, now)
+        if candidate is not None:
+            outcome = await asyncio.to_thread(self.preempter.decide, candidate)
+            if isinstance(outcome, Preemption):
+                view = plannable[candidate.key]
+                gang = await self.records.ensure_gang(view)
+                timeout = self.settings.gang_timeout_seconds * (1 + len(outcome.victims) / 16)
+                self.work.start(
+                    candidate.key, "preempt", self.preempter.execute(view, gang, outcome, now), timeout
+                )
+            else:
+                self.preempter.found_nothing(candidate.key, outcome, now)
+        for key, why in self.preempter.why_not.items():
+            hold = holds.get(key)
+            if hold is not None and hold.reason == "Unschedulable" and why not in hold.message:
+                holds[key] = Hold(
+                    hold.gang, hold.reason, f"{hold.message}; {why}", hold.held_nodes, hold.held_message
+                )
+
     # -- recovery -----------------------------------------------------------------------------
 
     def start_recoveries(self, views: dict[GangKey, GangView], now: float) -> None:
@@ -758,6 +823,7 @@ class GangLoop:
         known = live | set(self.store.gangs)
         self.records.prune(known)
         self.recoverer.prune(known, self.store.pods)
+        self.preempter.prune(known)
         self.work.prune(known)
         for table in (self.complete_at, self.first_pod, self.unfinished):
             for key in [k for k in table if k not in known]:
@@ -767,6 +833,13 @@ class GangLoop:
         }
         self.statefulsets = {uid: v for uid, v in self.statefulsets.items() if uid in owners}
         self.told_dropped = {uid for uid in self.told_dropped if uid in self.store.pods}
+
+
+def tolerating(gang: Gang, token: str) -> Gang:
+    """The gang as the planner sees it while nodes are reserved for it: its pods tolerate the
+    reservation's taint (their release adds the toleration)."""
+    toleration = Toleration(RESERVED_TAINT, "Equal", token, "NoSchedule")
+    return replace(gang, pods=tuple(replace(p, tolerations=(*p.tolerations, toleration)) for p in gang.pods))
 
 
 def attempt_of(gang: JSON) -> int:

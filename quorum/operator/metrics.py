@@ -35,7 +35,7 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 
 RECOVERY_ACTIONS = ("DeletePod", "SuspendJob", "Report", "ResumeJob")
 """The values of quorum_operator_recoveries_total's `action` label."""
-FAILURE_STAGES = ("assemble", "plan", "release", "status", "recover")
+FAILURE_STAGES = ("assemble", "plan", "release", "status", "recover", "preempt")
 """The values of quorum_operator_gang_failures_total's `stage` label."""
 
 PASS_DURATION = Histogram(
@@ -223,3 +223,31 @@ def api_trace_config() -> aiohttp.TraceConfig:
     trace.on_request_end.append(_on_request_end)
     trace.on_request_exception.append(_on_request_exception)
     return trace
+
+
+PREEMPTION_RESULTS = (
+    "Started",
+    "Ended",
+    "Expired",
+    "Refused",
+    "NothingToPreempt",
+    "WouldNotFit",
+    "DisruptionBudget",
+)
+"""The values of quorum_operator_preemptions_total's `result` label."""
+PREEMPTIONS = Counter(
+    "quorum_operator_preemptions_total",
+    "Preemption decisions and their ends, by result: Started (victims evicted), Ended (the preemptor "
+    "bound, or gone), Expired (not bound before the deadline: reserved nodes freed), Refused (an "
+    "eviction was refused: nothing taken), or why a held gang found nothing to take.",
+    ["result"],
+    registry=REGISTRY,
+)
+PREEMPTION_VICTIMS = Histogram(
+    "quorum_operator_preemption_victims",
+    "Work items (whole gangs, lone pods) taken by one preemption.",
+    buckets=(1, 2, 3, 5, 10, 20, 50, 100),
+    registry=REGISTRY,
+)
+for _result in PREEMPTION_RESULTS:
+    PREEMPTIONS.labels(_result)

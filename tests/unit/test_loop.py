@@ -386,11 +386,11 @@ async def test_a_pod_release_the_apiserver_refuses_is_final_and_the_pod_is_plann
     original = api.release_pod
     refused: list[str] = []
 
-    async def refuse_once(pod_: JSON, node_: str | None) -> bool:
+    async def refuse_once(pod_: JSON, node_: str | None, tolerate: str | None = None) -> bool:
         if pod_["metadata"]["uid"] == "a-1" and not refused:
             refused.append("a-1")  # a 422: its `test` failed (the pod changed meanwhile)
             return False
-        return await original(pod_, node_)
+        return await original(pod_, node_, tolerate)
 
     api.release_pod = refuse_once  # type: ignore[method-assign,assignment]
     loop = GangLoop(api, store, bound, settings())

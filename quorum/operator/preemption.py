@@ -1,0 +1,438 @@
+"""Whole-gang preemption, carried out (docs/preemption.md): what `quorum.core.preemption`
+decides, done and seen through to the end.
+
+One preemption at a time in the cluster. It goes:
+
+1. Recorded on the preemptor's Gang (`status.preemption`: a token, the victims, the nodes, a
+   deadline) before anything else, so a new leader sees it through.
+2. The nodes the gang will use get the taint `quorum.dev/reserved=<token>:NoSchedule`: neither
+   other gangs (the planner reads taints) nor the default scheduler's pods take the room that
+   frees. The preemptor's pods tolerate it: in the planner's model, and their release adds the
+   toleration (a gated pod may gain tolerations).
+3. Every eviction is asked first as a dry run: a PodDisruptionBudget that refuses any stops the
+   preemption before anything is taken.
+4. Each victim pod gets the `DisruptionTarget` condition (reason `PreemptionByQuorum`, who and
+   why) and then goes: a Job whose `suspend` is quorum's, all of whose running pods are victims,
+   is suspended (its pods go without counting against its backoffLimit; recovery resumes it once
+   they are gone, and its new pods wait gated as a gang); every other victim pod is evicted.
+5. Events on both sides; each victim gang records `status.preempted` (the `Preempted` condition).
+
+It ends when the preemptor has minMember pods bound, when it is gone, or at its deadline: the
+taints are removed and the record cleared. A reservation taint that belongs to no preemption in
+flight (a leader died between the taint and the record's end) is removed too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from quorum.core.lifecycle import JobFacts
+from quorum.core.model import Gang, Node, Requirement, Resources
+from quorum.core.planner import PlannerSettings
+from quorum.core.preemption import (
+    INTERRUPTABLE_LABEL,
+    DisruptionBudget,
+    GroupFacts,
+    NoPreemption,
+    Preemption,
+    PreemptionSettings,
+    RunningPod,
+    Work,
+    choose_victims,
+    units,
+)
+from quorum.k8s.api import KubeApi
+from quorum.k8s.usage import BoundPods
+from quorum.k8s.writes import RESERVED_TAINT, EvictionRefused
+from quorum.operator import metrics
+from quorum.operator.conditions import iso, recovery_of, timestamp
+from quorum.operator.gangs import JSON, GangView, Store
+
+log = logging.getLogger("quorum.operator.preemption")
+GangKey = tuple[str, str]
+REASON = "PreemptionByQuorum"
+
+
+@dataclass(frozen=True)
+class PreemptionLoopSettings:
+    enabled: bool = True
+    timeout_seconds: float = 180.0
+    """A preemption not finished by then (the preemptor bound) is ended: taints removed."""
+    retry_seconds: float = 10.0
+    """A gang for which preemption found nothing to take is asked again after this long."""
+    decision: PreemptionSettings = field(default_factory=PreemptionSettings)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A held gang that may preempt, with what the decision reads (a snapshot)."""
+
+    key: GangKey
+    gang: Gang
+    interruptable: bool
+    nodes: Mapping[str, Node]
+    free: Mapping[str, Resources]
+    work: Sequence[Work]
+    budgets: Sequence[DisruptionBudget]
+
+
+def may_preempt(view: GangView) -> bool:
+    """PriorityClass `preemptionPolicy: Never` (resolved into each pod) keeps a gang from it."""
+    return not any((p.get("spec") or {}).get("preemptionPolicy") == "Never" for p in view.pods)
+
+
+def is_interruptable(view: GangView) -> bool:
+    return bool(view.pods) and all(
+        (p["metadata"].get("labels") or {}).get(INTERRUPTABLE_LABEL) == "true" for p in view.pods
+    )
+
+
+def group_facts(view: GangView) -> GroupFacts:
+    group = view.group or {}
+    spec = group.get("spec") or {}
+    annotations = (group.get("metadata") or {}).get("annotations") or {}
+    priority = spec.get("priority") if isinstance(spec, dict) else None
+    mode = spec.get("disruptionMode") if isinstance(spec, dict) else None
+    return GroupFacts(
+        priority if isinstance(priority, int) and not isinstance(priority, bool) else None,
+        mode if isinstance(mode, str) else None,
+        annotations.get("quorum.dev/preemptible") != "false",
+    )
+
+
+def selects(selector: object, labels: Mapping[str, str]) -> bool:
+    """A PodDisruptionBudget's label selector (policy/v1: an empty selector selects every pod of
+    its namespace; none selects none)."""
+    if not isinstance(selector, dict):
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for e in selector.get("matchExpressions") or []:
+        if not Requirement(e.get("key", ""), e.get("operator", ""), tuple(e.get("values") or ())).matches(
+            labels
+        ):
+            return False
+    return True
+
+
+def budgets_of(pdbs: Mapping[tuple[str, str], JSON], bound: BoundPods) -> list[DisruptionBudget]:
+    by_namespace: dict[str, list[tuple[str, Mapping[str, str]]]] = {}
+    for uid, facts in bound.facts.items():
+        by_namespace.setdefault(facts.running.namespace, []).append((uid, facts.labels))
+    out = []
+    for (namespace, name), pdb in pdbs.items():
+        selector = (pdb.get("spec") or {}).get("selector")
+        allowed = (pdb.get("status") or {}).get("disruptionsAllowed")
+        uids = frozenset(uid for uid, labels in by_namespace.get(namespace, []) if selects(selector, labels))
+        if uids:
+            out.append(DisruptionBudget(namespace, name, uids, allowed if isinstance(allowed, int) else 0))
+    return out
+
+
+def excluded(work: Work, gangs: set[GangKey]) -> bool:
+    """Work of one of these gangs (the preemptor, gangs being released)."""
+    gang_name = work.name if work.kind == "gang" else work.gang
+    return gang_name is not None and (work.namespace, gang_name) in gangs
+
+
+def pod_ref(pod: RunningPod) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": pod.name, "namespace": pod.namespace, "uid": pod.uid},
+    }
+
+
+class Preempter:
+    def __init__(
+        self,
+        api: KubeApi,
+        store: Store,
+        bound: BoundPods,
+        settings: PreemptionLoopSettings,
+        planner: PlannerSettings,
+    ) -> None:
+        self.api = api
+        self.store = store
+        self.bound = bound
+        self.settings = settings
+        self.planner = planner
+        # Preemptions this process started or ended, before the watch shows the Gang's record
+        # (None: ended).
+        self.records: dict[GangKey, JSON | None] = {}
+        self.tried: dict[GangKey, float] = {}  # when preemption last found nothing for the gang
+        self.why_not: dict[GangKey, str] = {}  # and why, for the gang's status
+
+    # -- what is in flight -------------------------------------------------------------------
+
+    def in_flight(self) -> dict[GangKey, JSON]:
+        out: dict[GangKey, JSON] = {}
+        for key, gang in self.store.gangs.items():
+            record = (gang.get("status") or {}).get("preemption")
+            if isinstance(record, dict) and record.get("token"):
+                out[key] = record
+        for key, record in list(self.records.items()):
+            shown = out.get(key)
+            if record is None:
+                if shown is None:
+                    del self.records[key]  # the watch shows it ended
+                else:
+                    del out[key]
+            elif shown is not None and shown.get("token") == record.get("token"):
+                del self.records[key]  # the watch shows it
+            else:
+                out[key] = record
+        return out
+
+    def tokens(self) -> dict[GangKey, str]:
+        return {key: str(record["token"]) for key, record in self.in_flight().items()}
+
+    # -- deciding ----------------------------------------------------------------------------
+
+    def candidate(
+        self,
+        holds: Sequence[tuple[GangView, Gang]],
+        nodes: Mapping[str, Node],
+        free: Mapping[str, Resources],
+        views: Mapping[GangKey, GangView],
+        busy: set[GangKey],
+        now: float,
+    ) -> Candidate | None:
+        """The first gang in queue order that is held for lack of room and may try now, with a
+        snapshot of what the decision reads; None when none may (or a preemption is in flight)."""
+        if not self.settings.enabled or self.in_flight():
+            return None
+        for view, gang in holds:
+            key = view.key
+            if now - self.tried.get(key, -1e18) < self.settings.retry_seconds or not may_preempt(view):
+                continue
+            groups = {k: group_facts(v) for k, v in views.items()}
+            exclude = busy | {key}  # gangs being released: their room is reserved, not bound
+
+            running = [f.running for f in self.bound.facts.values()]
+            work = [w for w in units(running, groups) if not excluded(w, exclude)]
+            budgets = budgets_of(self.store.pdbs, self.bound)
+            return Candidate(key, gang, is_interruptable(view), dict(nodes), dict(free), work, budgets)
+        return None
+
+    def decide(self, candidate: Candidate) -> Preemption | NoPreemption:
+        """In a worker thread: the pure decision."""
+        return choose_victims(
+            candidate.gang,
+            candidate.nodes,
+            candidate.free,
+            candidate.work,
+            candidate.budgets,
+            interruptable=candidate.interruptable,
+            planner=self.planner,
+            settings=self.settings.decision,
+        )
+
+    def found_nothing(self, key: GangKey, outcome: NoPreemption, now: float) -> None:
+        self.tried[key] = now
+        self.why_not[key] = f"no preemption ({outcome.reason}): {outcome.message}"
+        metrics.PREEMPTIONS.labels(result=outcome.reason).inc()
+
+    # -- carrying it out ----------------------------------------------------------------------
+
+    async def execute(self, view: GangView, gang: JSON, preemption: Preemption, now: float) -> None:
+        key = view.key
+        token = secrets.token_hex(6)
+        who = f"{view.namespace}/{view.name}"
+        told = f"preempted by {who} (priority {preemption.gang.priority}): needed {preemption.need}"
+        record = {
+            "token": token,
+            "time": iso(now),
+            "deadline": iso(now + self.settings.timeout_seconds),
+            "nodes": list(preemption.nodes),
+            "message": preemption.summary(),
+            "victims": [
+                {
+                    "kind": v.kind,
+                    "namespace": v.namespace,
+                    "name": v.name,
+                    "pods": len(v.pods),
+                    "priority": v.priority,
+                }
+                for v in preemption.victims
+            ],
+        }
+        await self.api.patch_gang_status(*key, {"preemption": record})
+        self.records[key] = record
+        self.why_not.pop(key, None)
+        for name in preemption.nodes:
+            node = self.store.nodes.get(name)
+            if node is None or not await self.api.taint_node(node, token, add=True):
+                await self.end(
+                    key, record, f"node {name} changed or went before it could be reserved", warn=True
+                )
+                return
+        suspend, to_evict = await self.sort_victims(preemption.victims)
+        try:
+            await self.each(to_evict, lambda pod: self.api.evict_pod(pod_ref(pod), dry_run=True))
+        except EvictionRefused as err:
+            await self.end(key, record, f"an eviction was refused: {err}", warn=True)
+            self.tried[key] = now
+            metrics.PREEMPTIONS.labels(result="Refused").inc()
+            return
+        pods = [p for v in preemption.victims for p in v.pods]
+        await self.each(pods, lambda pod: self.api.mark_disruption_target(pod_ref(pod), REASON, told))
+        await self.tell_victims(preemption.victims, who, told, suspend, now)
+        for job, uid in suspend.items():
+            await self.api.set_job_suspend(job[0], job[1], uid, True)
+        refused: list[str] = []
+
+        async def evict_one(pod: RunningPod) -> bool:
+            try:
+                return await self.api.evict_pod(pod_ref(pod))
+            except EvictionRefused:  # a budget changed since the dry run: reported, not forced
+                refused.append(f"{pod.namespace}/{pod.name}")
+                return False
+
+        await self.each(to_evict, evict_one)
+        metrics.PREEMPTIONS.labels(result="Started").inc()
+        metrics.PREEMPTION_VICTIMS.observe(len(preemption.victims))
+        message = preemption.summary() + f"; reserved nodes {', '.join(preemption.nodes)}"
+        if refused:
+            message += f"; evictions refused since the dry run: {', '.join(refused[:5])}"
+        log.info("%s: %s", who, message)
+        await self.api.post_event(gang, "Preempting", message, warning=bool(refused))
+
+    async def sort_victims(
+        self, victims: Sequence[Work]
+    ) -> tuple[dict[tuple[str, str], str], list[RunningPod]]:
+        """Which Jobs are suspended ((namespace, name) -> uid) and which pods evicted: a Job is
+        suspended when its suspend is quorum's and every pod of it that runs is a victim."""
+        taken = {p.uid for v in victims for p in v.pods}
+        by_job: dict[tuple[str, str], list[RunningPod]] = {}
+        evict: list[RunningPod] = []
+        for victim in victims:
+            for pod in victim.pods:
+                owner = self.bound.facts[pod.uid].owner if pod.uid in self.bound.facts else None
+                if victim.kind == "gang" and owner is not None and owner.kind == "Job":
+                    by_job.setdefault((pod.namespace, owner.name), []).append(pod)
+                else:
+                    evict.append(pod)
+        suspend: dict[tuple[str, str], str] = {}
+        for (namespace, name), pods in by_job.items():
+            job = await self.api.read_job(namespace, name)
+            mine = job is not None and all(
+                f.running.uid in taken
+                for f in self.bound.facts.values()
+                if f.owner is not None and f.owner.uid == job["metadata"]["uid"]
+            )
+            if job is not None and mine:
+                meta, spec = job["metadata"], job.get("spec") or {}
+                owners = tuple(r["kind"] for r in meta.get("ownerReferences") or [] if r.get("controller"))
+                facts = JobFacts(name, spec.get("managedBy"), meta.get("labels") or {}, owners)
+                if facts.suspend_owner() is None and not spec.get("suspend"):
+                    suspend[(namespace, name)] = meta["uid"]
+                    continue
+            evict += pods
+        return suspend, evict
+
+    async def tell_victims(
+        self,
+        victims: Sequence[Work],
+        who: str,
+        told: str,
+        suspend: Mapping[tuple[str, str], str],
+        now: float,
+    ) -> None:
+        """`status.preempted` and an Event on each victim gang's Gang (a lone pod: on the pod);
+        a suspended Job is recorded for recovery to resume."""
+        for victim in victims:
+            gang_name = victim.name if victim.kind == "gang" else victim.gang
+            gang = self.store.gangs.get((victim.namespace, gang_name)) if gang_name else None
+            if gang is None:
+                await self.api.post_event(pod_ref(victim.pods[0]), "Preempted", told, warning=True)
+                continue
+            status: JSON = {"preempted": {"by": who, "time": iso(now), "message": told}}
+            jobs = sorted(name for ns, name in suspend if ns == victim.namespace)
+            if jobs and victim.kind == "gang":
+                recovery = recovery_of(gang)
+                status["recovery"] = {
+                    **recovery,
+                    "suspendedJobs": sorted({*(recovery.get("suspendedJobs") or []), *jobs}),
+                }
+            await self.api.patch_gang_status(victim.namespace, str(gang_name), status)
+            suspended = f"; suspended Job {', '.join(jobs)} until its pods are gone" if jobs else ""
+            await self.api.post_event(gang, "Preempted", told + suspended, warning=True)
+
+    @staticmethod
+    async def each(pods: Sequence[RunningPod], call: Any, at_once: int = 16) -> None:
+        """`call` on every pod, some at once; the first error is raised once all have run."""
+        limit = asyncio.Semaphore(at_once)
+
+        async def one(pod: RunningPod) -> None:
+            async with limit:
+                await call(pod)
+
+        results = await asyncio.gather(*(one(p) for p in pods), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
+    # -- ending ------------------------------------------------------------------------------
+
+    def due_ends(
+        self, views: Mapping[GangKey, GangView], now: float
+    ) -> list[tuple[GangKey, JSON, str, bool]]:
+        """Preemptions to end now: (gang, record, why, is it a warning)."""
+        out = []
+        for key, record in self.in_flight().items():
+            view = views.get(key)
+            need = max(1, (view.min_member or 1) if view is not None else 1)
+            if view is not None and view.counts()["bound"] >= need:
+                out.append((key, record, f"done: {view.counts()['bound']} pods bound", False))
+            elif view is None and key not in self.store.gangs:
+                out.append((key, record, "the gang is gone", False))
+            elif now > timestamp(record.get("deadline")):
+                why = f"not bound within {self.settings.timeout_seconds:.0f}s: reserved nodes freed"
+                out.append((key, record, why, True))
+        return out
+
+    async def end(self, key: GangKey, record: JSON, why: str, warn: bool) -> None:
+        token = str(record.get("token", ""))
+        for name in record.get("nodes") or []:
+            node = self.store.nodes.get(str(name))
+            if node is not None:
+                await self.api.taint_node(node, token, add=False)
+        if key in self.store.gangs:
+            await self.api.patch_gang_status(*key, {"preemption": None})
+        self.records[key] = None
+        metrics.PREEMPTIONS.labels(result="Ended" if not warn else "Expired").inc()
+        log.info("%s/%s: preemption ended: %s", *key, why)
+        gang = self.store.gangs.get(key)
+        if gang is not None:
+            await self.api.post_event(gang, "PreemptionEnded", why, warning=warn)
+
+    def stray_taints(self) -> list[tuple[JSON, str]]:
+        """Reservation taints of no preemption in flight: (node, token)."""
+        live = set(self.tokens().values())
+        out = []
+        for node in self.store.nodes.values():
+            for taint in (node.get("spec") or {}).get("taints") or []:
+                if taint.get("key") == RESERVED_TAINT and taint.get("value") not in live:
+                    out.append((node, str(taint.get("value") or "")))
+        return out
+
+    async def remove_stray_taints(self, found: list[tuple[JSON, str]]) -> None:
+        for node, token in found:
+            log.info(
+                "node %s: removing reservation taint %s of no preemption in flight",
+                node["metadata"]["name"],
+                token,
+            )
+            await self.api.taint_node(node, token, add=False)
+
+    def prune(self, live: set[GangKey]) -> None:
+        for table in (self.tried, self.why_not):
+            for key in [k for k in table if k not in live]:
+                del table[key]
