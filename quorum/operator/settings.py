@@ -40,6 +40,12 @@ class OperatorSettings(BaseSettings):
     """The longest wait between tries, however many partial placements in a row."""
     starvation_seconds: float = Field(default=60.0, ge=0)
     """A gang held this long for lack of room gets capacity held for it (one gang at a time)."""
+    preemption: bool = True
+    """Held gangs take the room of lower-priority work (docs/preemption.md); false: they wait."""
+    preemption_timeout_seconds: float = Field(default=180.0, gt=0)
+    """A preemption whose gang has not bound by then ends: the nodes reserved for it are freed."""
+    preemption_retry_seconds: float = Field(default=10.0, ge=0)
+    """A held gang for which preemption found nothing to take is asked again after this long."""
     test_crash_after: int = Field(default=0, ge=0)
     """Tests only: SIGKILL the process after this many pod releases (0: never)."""
 
