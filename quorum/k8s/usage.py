@@ -60,10 +60,12 @@ class BoundPods:
             ),
             None,
         )
-        self.facts[uid] = PodFacts(running_pod_from_api(pod, requests), meta.get("labels") or {}, owner)
+        facts = PodFacts(running_pod_from_api(pod, requests), meta.get("labels") or {}, owner)
         if self.pods.get(uid) == (node, requests):
+            self.facts[uid] = facts
             return  # a status change of a running pod: its node's usage is the same
         self.remove(uid)
+        self.facts[uid] = facts
         self.pods[uid] = (node, requests)
         self.used[node] = add(self.used.get(node, {}), requests)
         self._mark(node)

@@ -1,0 +1,132 @@
+"""Preemption in the scheduling loop, against the stateful fake API: the decision recorded
+first, the freed nodes tainted and the preemptor's release tolerating them, victims marked then
+evicted, a PodDisruptionBudget refusal taking nothing, and the end removing the taints."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from quorum.k8s.usage import BoundPods
+from quorum.operator.gangs import Store
+from quorum.operator.loop import GangLoop
+from tests.unit.fake_api import FakeApi
+from tests.unit.test_loop import NS, REPLICA_SET, cluster, pod, podgroup, settings, step
+
+JSON = dict[str, Any]
+
+
+def running(store: Store, bound: BoundPods, group: str, size: int, priority: int, nodes: list[str]) -> None:
+    """A gang of `size` 8-GPU pods, released and bound to `nodes`, started an hour ago."""
+    store.groups[("scheduling.sigs.k8s.io", NS, group)] = podgroup(group, size)
+    for i in range(size):
+        p = pod(group, i, owner=REPLICA_SET)
+        p["spec"].update(schedulingGates=[], nodeName=nodes[i], priority=priority)
+        p["status"] = {"phase": "Running", "startTime": "2026-11-23T00:00:00Z"}
+        store.pods[p["metadata"]["uid"]] = p
+        bound.upsert(p)
+
+
+def held(store: Store, group: str, size: int, priority: int) -> None:
+    store.groups[("scheduling.sigs.k8s.io", NS, group)] = podgroup(group, size)
+    for i in range(size):
+        p = pod(group, i, owner=REPLICA_SET)
+        p["spec"]["priority"] = priority
+        store.pods[p["metadata"]["uid"]] = p
+
+
+def taints(store: Store, node: str) -> list[JSON]:
+    return [t for t in store.nodes[node]["spec"].get("taints") or [] if t["key"] == "quorum.dev/reserved"]
+
+
+def bind_released(store: Store, bound: BoundPods, api: FakeApi) -> None:
+    """kube-scheduler's part: each released pod bound to the node its release pinned it to."""
+    for uid, node in api.pinned.items():
+        p = store.pods.get(uid)
+        if p is not None and node is not None and not p["spec"].get("nodeName"):
+            p = copy.deepcopy(p)
+            p["spec"]["nodeName"] = node
+            p["status"] = {"phase": "Running"}
+            store.pods[uid] = p
+            bound.upsert(p)
+
+
+def evict_from_bound(bound: BoundPods, api: FakeApi) -> None:
+    """The evicted pods' deletion, as the pod watch delivers it."""
+    for uid in api.evicted:
+        bound.remove(uid)
+
+
+async def test_a_high_priority_gang_takes_a_low_priority_gang_whole_and_gets_its_nodes() -> None:
+    store, bound = cluster(2, {})
+    running(store, bound, "low", 2, 10, ["n0", "n1"])
+    held(store, "high", 2, 1000)
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings())
+    await step(loop)  # held for lack of room; the preemption starts
+    record = store.gangs[(NS, "pg-high")]["status"]["preemption"]
+    assert record["nodes"] == ["n0", "n1"] and record["victims"][0]["name"] == "pg-low"
+    assert sorted(api.evicted) == ["low-0", "low-1"], "the whole gang, never one pod of it"
+    assert {uid: r for uid, (r, _) in api.disruption_targets.items()} == {
+        "low-0": "PreemptionByQuorum",
+        "low-1": "PreemptionByQuorum",
+    }
+    _, told = api.disruption_targets["low-0"]
+    assert told == f"preempted by {NS}/pg-high (priority 1000): needed 16 nvidia.com/gpu", told
+    token = record["token"]
+    assert [t["value"] for t in taints(store, "n0")] == [token] == [t["value"] for t in taints(store, "n1")]
+    assert store.gangs[(NS, "pg-low")]["status"]["preempted"]["by"] == f"{NS}/pg-high"
+    assert "Preempted" in api.reasons("pg-low") and "Preempting" in api.reasons("pg-high")
+
+    evict_from_bound(bound, api)
+    await step(loop)  # the room is free: the preemptor is released onto the reserved nodes
+    assert sorted(api.pinned) == ["high-0", "high-1"]
+    assert api.tolerated == {"high-0": token, "high-1": token}
+
+    bind_released(store, bound, api)
+    await step(loop)  # bound: the preemption ends, the taints go
+    assert (
+        "preemption" not in store.gangs[(NS, "pg-high")]["status"]
+        or not store.gangs[(NS, "pg-high")]["status"]["preemption"]
+    )
+    assert taints(store, "n0") == [] and taints(store, "n1") == []
+    assert "PreemptionEnded" in api.reasons("pg-high")
+
+
+async def test_a_budget_refusing_an_eviction_takes_nothing_and_frees_the_nodes() -> None:
+    store, bound = cluster(1, {})
+    running(store, bound, "low", 1, 10, ["n0"])
+    held(store, "high", 1, 1000)
+    api = FakeApi(store)
+    api.refuse_evictions.add("low-0")  # the budget changed since the watch last showed it
+    loop = GangLoop(api, store, bound, settings())
+    await step(loop)
+    assert api.evicted == [] and api.disruption_targets == {}
+    assert taints(store, "n0") == [], "the reservation is removed again"
+    assert not store.gangs[(NS, "pg-high")]["status"].get("preemption")
+    assert any(r == "PreemptionEnded" and warn for _, r, _, warn in api.events)
+
+
+async def test_equal_priority_takes_nothing_and_says_why() -> None:
+    store, bound = cluster(1, {})
+    running(store, bound, "low", 1, 10, ["n0"])
+    held(store, "same", 1, 10)
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings())
+    await step(loop)
+    await step(loop)  # the status written after the decision
+    assert api.evicted == [] and taints(store, "n0") == []
+    conditions = store.gangs[(NS, "pg-same")]["status"]["conditions"]
+    unschedulable = next(c for c in conditions if c["type"] == "Unschedulable")
+    assert "no preemption (NothingToPreempt)" in unschedulable["message"], unschedulable
+
+
+async def test_a_stray_reservation_taint_is_removed() -> None:
+    store, bound = cluster(1, {})
+    store.nodes["n0"]["spec"]["taints"] = [
+        {"key": "quorum.dev/reserved", "value": "gone", "effect": "NoSchedule"}
+    ]
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings())
+    await step(loop)
+    assert taints(store, "n0") == []
