@@ -53,6 +53,18 @@ def test_bound_pods_counts_bound_non_terminal_pods() -> None:
     assert bound.used["n1"]["cpu"] == 1000 and "b" not in bound.pods
 
 
+def test_bound_pods_keep_what_preemption_reads_from_the_binding_on() -> None:
+    bound = BoundPods()
+    bound.upsert(pod("a", gang="g"))
+    assert "a" not in bound.facts  # not bound: nothing to take
+    bound.upsert(pod("a", gang="g", node="n1"))  # the binding: first seen on a node
+    assert bound.facts["a"].running.node == "n1" and bound.facts["a"].running.gang == "g"
+    bound.upsert(pod("a", gang="g", node="n1", phase="Running"))
+    assert bound.facts["a"].running.node == "n1"
+    bound.upsert(pod("a", gang="g", node="n1", phase="Failed"))
+    assert "a" not in bound.facts
+
+
 def test_a_running_pods_status_change_leaves_its_node_clean() -> None:
     bound = BoundPods()
     bound.upsert(pod("a", node="n1"))
