@@ -687,7 +687,9 @@ class GangLoop:
                 recovery = recovery_of(gang)
                 if recovery.get("suspendedJobs") and self.recoverer.may_poll(key):  # its pods are all gone
                     self.work.start(key, "recover", self.recoverer.resume_jobs(key[0], key[1], [], gang))
-                elif recovery.get("failures") and (write := self.records.recovering_due(key, gang, None)):
+                elif (recovery.get("failures") or recovery.get("suspendedJobs")) and (
+                    write := self.records.recovering_due(key, gang, None)
+                ):  # no pods: a recovery, or a preemption, that waits for a Job's pods to go
                     self.work.start(key, "status", self.records.write_recovering(key, write))
             except Exception as err:
                 self.fail(key, "recover", describe(err))

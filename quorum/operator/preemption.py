@@ -283,9 +283,12 @@ class Preempter:
             return
         pods = [p for v in preemption.victims for p in v.pods]
         await self.each(pods, lambda pod: self.api.mark_disruption_target(pod_ref(pod), REASON, told))
-        await self.tell_victims(preemption.victims, who, told, suspend, now)
-        for job, uid in suspend.items():
-            await self.api.set_job_suspend(job[0], job[1], uid, True)
+        suspended = {
+            job: uid for job, uid in suspend.items() if await self.api.set_job_suspend(*job, uid, True)
+        }
+        # Recorded once suspended (as recovery does): a pass in between must not find the Job
+        # recorded but not suspended, and take it for resumed by someone else.
+        await self.tell_victims(preemption.victims, who, told, suspended, now)
         refused: list[str] = []
 
         async def evict_one(pod: RunningPod) -> bool:
@@ -359,6 +362,7 @@ class Preempter:
                 recovery = recovery_of(gang)
                 status["recovery"] = {
                     **recovery,
+                    "message": f"{told}; suspended Job {', '.join(jobs)}",
                     "suspendedJobs": sorted({*(recovery.get("suspendedJobs") or []), *jobs}),
                 }
             await self.api.patch_gang_status(victim.namespace, str(gang_name), status)

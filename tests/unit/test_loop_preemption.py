@@ -130,3 +130,29 @@ async def test_a_stray_reservation_taint_is_removed() -> None:
     loop = GangLoop(api, store, bound, settings())
     await step(loop)
     assert taints(store, "n0") == []
+
+
+async def test_a_victim_job_whose_suspend_is_quorums_is_suspended_not_evicted_and_resumed_once_empty() -> None:
+    store, bound = cluster(2, {})
+    job_owner = {"kind": "Job", "name": "train", "uid": "job-uid", "controller": True}
+    store.groups[("scheduling.sigs.k8s.io", NS, "train")] = podgroup("train", 2)
+    for i, name in enumerate(["n0", "n1"]):
+        p = pod("train", i, owner=job_owner)
+        p["spec"].update(schedulingGates=[], nodeName=name, priority=10)
+        p["status"] = {"phase": "Running", "startTime": "2026-11-23T00:00:00Z"}
+        store.pods[p["metadata"]["uid"]] = p
+        bound.upsert(p)
+    held(store, "high", 2, 1000)
+    api = FakeApi(store)
+    api.jobs[(NS, "train")] = {"metadata": {"name": "train", "uid": "job-uid"}, "spec": {}, "status": {"active": 2}}
+    loop = GangLoop(api, store, bound, settings())
+    await step(loop)
+    assert api.evicted == [] and api.jobs[(NS, "train")]["spec"]["suspend"] is True
+    assert store.gangs[(NS, "pg-train")]["status"]["recovery"]["suspendedJobs"] == ["train"]
+    for uid in ("train-0", "train-1"):  # the Job controller deletes its pods
+        del store.pods[uid]
+        bound.remove(uid)
+    api.jobs[(NS, "train")]["status"] = {}
+    loop.recoverer.polled.clear()
+    await step(loop)
+    assert api.jobs[(NS, "train")]["spec"]["suspend"] is False, "resumed once its pods are gone"

@@ -1,0 +1,116 @@
+"""A preempted Job keeps its backoffLimit: quorum suspends it (its pods go without counting as
+failures), resumes it once they are gone, and its new pods wait gated as a gang until room
+returns. On an instance of its own (docs/preemption.md)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from quorum.devcluster.cluster import Instance
+from quorum.devcluster.config import ClusterSpec
+from tests.integration.test_gang_lifecycle import job
+from tests.integration.test_gangs import GANGS, gated, get, pods
+from tests.integration.test_preemption import HIGH, LOW, apply_gang, make_pool
+from tests.kube import api_client, assert_no_overcommit, create_namespace, create_podgroup, eventually
+
+pytestmark = pytest.mark.cluster
+
+
+JOB = "job-name=train"
+
+
+async def live(api: client.ApiClient, ns: str, selector: str) -> list[dict[str, Any]]:
+    return [p for p in await pods(api, ns, selector) if not p["metadata"].get("deletionTimestamp")]
+
+
+async def running(api: client.ApiClient, ns: str, selector: str, count: int) -> list[dict[str, Any]]:
+    async def probe() -> list[dict[str, Any]] | None:
+        found = await live(api, ns, selector)
+        ok = len(found) == count and all(p["status"].get("phase") == "Running" for p in found)
+        return found if ok else None
+
+    return await eventually(probe, timeout=90, what=f"{count} pods Running ({selector})")
+
+
+@pytest.fixture(scope="module")
+def preempting() -> Iterator[Instance]:
+    instance = Instance("t-preempt-job")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("QUORUM_OPERATOR_PREEMPTION_RETRY_SECONDS", "2")
+        instance.up(ClusterSpec(name=instance.name))
+    try:
+        yield instance
+    finally:
+        instance.down(quiet=True)
+
+
+@pytest.fixture
+async def api(preempting: Instance) -> AsyncIterator[client.ApiClient]:
+    api = await api_client(preempting.kubeconfig("admin"))
+    async with api:
+        for name, value in ((HIGH, 1000), (LOW, 10)):
+            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
+            try:
+                await client.SchedulingV1Api(api).create_priority_class({**body, "value": value})
+            except client.ApiException as err:
+                if err.status != 409:
+                    raise
+        yield api
+
+
+@pytest.fixture
+async def ns(api: client.ApiClient) -> AsyncIterator[str]:
+    name = f"prej-{secrets.token_hex(3)}"
+    await create_namespace(api, name)
+    yield name
+    await client.CoreV1Api(api).delete_namespace(name, propagation_policy="Background")
+
+
+async def test_a_preempted_job_is_suspended_and_resumed_and_loses_none_of_its_backoff_limit(
+    preempting: Instance, api: client.ApiClient, ns: str
+) -> None:
+    pool = await make_pool(preempting, 2)
+    batch = client.BatchV1Api(api)
+    body: dict[str, Any] = job("train", pool, 2)  # backoffLimit 0: one counted failure fails it
+    body["spec"]["template"]["spec"]["priorityClassName"] = LOW
+    await create_podgroup(api, ns, "train", 2)
+    await batch.create_namespaced_job(ns, body)
+    first = {p["metadata"]["uid"] for p in await running(api, ns, JOB, 2)}
+
+    await apply_gang(api, ns, "urgent", 2, pool, HIGH)
+    await running(api, ns, "app=urgent", 2)
+
+    async def told() -> dict[str, Any] | None:
+        gang = await get(api, GANGS, ns, "pg-train")
+        status = (gang or {}).get("status") or {}
+        return gang if (status.get("preempted") or {}).get("by") == f"{ns}/pg-urgent" else None
+
+    await eventually(told, timeout=30, what="the Job's gang recorded as preempted")
+
+    async def resumed() -> bool:
+        current = await batch.read_namespaced_job("train", ns)
+        return not current.spec.suspend and bool(await live(api, ns, JOB))
+
+    await eventually(resumed, timeout=90, what="the Job resumed once its old pods were gone")
+
+    async def gated_again() -> list[dict[str, Any]] | None:
+        found = await live(api, ns, JOB)
+        return found if len(found) == 2 and all(gated(p) for p in found) else None
+
+    new = await eventually(gated_again, timeout=60, what="the Job's new pods, held as a gang")
+    assert not {p["metadata"]["uid"] for p in new} & first
+    status = (await batch.read_namespaced_job("train", ns)).status
+    assert not status.failed, f"pods taken by the preemption counted as failed: {status.failed}"
+    assert not [p for p in await live(api, ns, JOB) if p["spec"].get("nodeName")], "none of it runs"
+    await assert_no_overcommit(api)
+
+    await client.AppsV1Api(api).delete_namespaced_deployment("urgent", ns)
+    await running(api, ns, JOB, 2)
+    status = (await batch.read_namespaced_job("train", ns)).status
+    assert not status.failed and not (await batch.read_namespaced_job("train", ns)).status.conditions
+    await assert_no_overcommit(api)
