@@ -210,7 +210,10 @@ class Preempter:
             return None
         for view, gang in holds:
             key = view.key
-            if now - self.tried.get(key, -1e18) < self.settings.retry_seconds or not may_preempt(view):
+            if not may_preempt(view):
+                self.why_not[key] = "no preemption: its pods' PriorityClass has preemptionPolicy: Never"
+                continue
+            if now - self.tried.get(key, -1e18) < self.settings.retry_seconds:
                 continue
             groups = {k: group_facts(v) for k, v in views.items()}
             exclude = busy | {key}  # gangs being released: their room is reserved, not bound

@@ -1,6 +1,8 @@
-"""A preempted Job keeps its backoffLimit: quorum suspends it (its pods go without counting as
-failures), resumes it once they are gone, and its new pods wait gated as a gang until room
-returns. On an instance of its own (docs/preemption.md)."""
+"""Preemption's edges, on an instance of its own (docs/preemption.md): a preempted Job keeps its
+backoffLimit (quorum suspends it, resumes it once its pods are gone, and its new pods wait gated
+as a gang until room returns); a gang whose PriorityClass says `preemptionPolicy: Never` takes
+nothing, and neither does kube-scheduler's native (workload-aware) preemption for it: its pods
+are gated, so they never reach the scheduler."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ pytestmark = pytest.mark.cluster
 
 
 JOB = "job-name=train"
+NEVER = "quorum-test-high-never"
 
 
 async def live(api: client.ApiClient, ns: str, selector: str) -> list[dict[str, Any]]:
@@ -39,7 +42,7 @@ async def running(api: client.ApiClient, ns: str, selector: str, count: int) -> 
 
 @pytest.fixture(scope="module")
 def preempting() -> Iterator[Instance]:
-    instance = Instance("t-preempt-job")
+    instance = Instance("t-preempt-more")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("QUORUM_OPERATOR_PREEMPTION_RETRY_SECONDS", "2")
         instance.up(ClusterSpec(name=instance.name))
@@ -53,8 +56,10 @@ def preempting() -> Iterator[Instance]:
 async def api(preempting: Instance) -> AsyncIterator[client.ApiClient]:
     api = await api_client(preempting.kubeconfig("admin"))
     async with api:
-        for name, value in ((HIGH, 1000), (LOW, 10)):
+        for name, value, policy in ((HIGH, 1000, None), (LOW, 10, None), (NEVER, 1000, "Never")):
             body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
+            if policy:
+                body["preemptionPolicy"] = policy
             try:
                 await client.SchedulingV1Api(api).create_priority_class({**body, "value": value})
             except client.ApiException as err:
@@ -114,4 +119,29 @@ async def test_a_preempted_job_is_suspended_and_resumed_and_loses_none_of_its_ba
     status = (await batch.read_namespaced_job("train", ns)).status
     failed = [c for c in status.conditions or [] if c.type == "Failed" and c.status == "True"]
     assert not status.failed and not failed, status
+    await assert_no_overcommit(api)
+
+
+async def test_preemption_policy_never_takes_nothing_and_the_native_plugin_sees_no_gated_pod(
+    preempting: Instance, api: client.ApiClient, ns: str
+) -> None:
+    pool = await make_pool(preempting, 1)
+    await apply_gang(api, ns, "low", 1, pool, LOW)
+    (low,) = await running(api, ns, "app=low", 1)
+    await apply_gang(api, ns, "polite", 1, pool, NEVER)
+
+    async def decided() -> dict[str, Any] | None:
+        gang = await get(api, GANGS, ns, "pg-polite")
+        conditions = ((gang or {}).get("status") or {}).get("conditions") or []
+        found = next((c for c in conditions if c["type"] == "Unschedulable" and c["status"] == "True"), None)
+        return found if found and "preemptionPolicy: Never" in found["message"] else None
+
+    await eventually(decided, timeout=60, what="quorum's decision not to preempt for pg-polite")
+    (still,) = await running(api, ns, "app=low", 1)
+    assert still["metadata"]["uid"] == low["metadata"]["uid"], "the low-priority pod kept running"
+    (polite,) = await live(api, ns, "app=polite")
+    assert gated(polite) and not polite["spec"].get("nodeName"), "gated: kube-scheduler never saw it"
+    assert not polite.get("status", {}).get("nominatedNodeName"), "no native preemption was nominated"
+    events = await client.CoreV1Api(api).list_namespaced_event(ns)
+    assert not [e for e in events.items if e.reason in ("Preempted", "Preempting")], "nothing taken"
     await assert_no_overcommit(api)
