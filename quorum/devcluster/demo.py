@@ -1,6 +1,7 @@
 """`make demo`: bring up the local control plane with quorum-webhooks and quorum-operator (the
 operator with its ServiceAccount's token), and show, acting as a CKS customer (cluster-admin by
-RBAC, not system:masters), the seeds' admission policies and a gang held, then admitted whole."""
+RBAC, not system:masters), the seeds' admission policies, a gang held, then admitted whole, and a
+low-priority gang preempted whole by a high-priority one. `--instance NAME`: another instance."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from importlib.resources import files
 
 from quorum.devcluster.build import BuildError
 from quorum.devcluster.cluster import REPO_ROOT, ClusterError, Instance
+from quorum.devcluster.nodes import TestPool
 
 NODE_COLUMNS = ",".join(
     (
@@ -26,6 +28,7 @@ NODE_COLUMNS = ",".join(
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = subparsers.add_parser("demo", help="start the local control plane and show it")
+    demo.add_argument("--instance", default="default", help="the instance to start and show")
     demo.set_defaults(func=run)
 
 
@@ -34,7 +37,7 @@ def section(title: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    instance = Instance("default")
+    instance = Instance(getattr(args, "instance", "default"))
     try:
         instance.up()
         section("versions")
@@ -55,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         policies(instance)
         gangs(instance)
         workloads(instance)
+        preemption(instance)
     except (BuildError, ClusterError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -286,3 +290,95 @@ def workloads(instance: Instance) -> None:
     )
     section("Clean up")
     as_customer(instance, "delete", "namespace", GANG_NAMESPACE, NAMESPACE, WAS_NAMESPACE, "--wait=false")
+
+
+PREEMPT_NAMESPACE = "quorum-demo-preemption"
+PRIORITIES = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: quorum-demo-low}
+value: 10
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: quorum-demo-high}
+value: 1000
+"""
+
+
+def gang_of_whole_nodes(name: str, pods: int, priority: str, pool: TestPool) -> str:
+    """A PodGroup and a Deployment of `pods` x 8 GPUs in `pool`, as JSON documents."""
+    group = {
+        "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"minMember": pods},
+    }
+    container = {
+        "name": "c",
+        "image": "registry.k8s.io/pause:3.10",
+        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+    }
+    spec = {"schedulerName": "cw-coscheduler", "priorityClassName": priority, "containers": [container]}
+    labels = {"app": name, "pod-group.scheduling.sigs.k8s.io": name}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": pods,
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": labels}, "spec": {**spec, **pool.pod_spec()}},
+        },
+    }
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": [group, deployment]})
+
+
+def preemption(instance: Instance) -> None:
+    """Issue 15: a low-priority gang fills 2 whole nodes; a high-priority gang of 2 x 8 GPUs
+    arrives; quorum preempts the low gang whole, and its pods come back held at the gate."""
+    fresh_namespace(instance, PREEMPT_NAMESPACE)
+    ns = ("-n", PREEMPT_NAMESPACE)
+    pool = TestPool("demo-preempt", 2)
+    instance.kubectl("delete", "node", *pool.names, "--ignore-not-found", check=False)
+    nodes = {"apiVersion": "v1", "kind": "List", "items": pool.nodes}
+    instance.kubectl("create", "-f", "-", who="platform", input_text=json.dumps(nodes))
+    instance.kubectl("wait", "--for=condition=Ready", "node", *pool.names, "--timeout=60s", check=False)
+    section("Preemption (issue 15): two nodes of 8 GPUs, full with a low-priority gang (priority 10)")
+    as_customer(instance, "apply", "-f", "-", stdin=PRIORITIES)
+    as_customer(
+        instance, *ns, "apply", "-f", "-", stdin=gang_of_whole_nodes("low", 2, "quorum-demo-low", pool)
+    )
+    wait_for(instance, *ns, "get", "gang", "pg-low", until="Running")
+    as_customer(instance, *ns, "get", "pods", "-o", "wide")
+    section("A high-priority gang (priority 1000, 2 x 8 GPUs) arrives: quorum preempts the low gang whole")
+    as_customer(
+        instance, *ns, "apply", "-f", "-", stdin=gang_of_whole_nodes("high", 2, "quorum-demo-high", pool)
+    )
+    wait_for(instance, *ns, "get", "gang", "pg-high", until="Running")
+    wait_for(instance, *ns, "get", "events", "--field-selector=reason=Preempted", until="Preempted")
+    as_customer(instance, *ns, "get", "gangs")
+    as_customer(
+        instance,
+        *ns,
+        "get",
+        "pods",
+        "-o",
+        "custom-columns=POD:.metadata.name,NODE:.spec.nodeName,PHASE:.status.phase,"
+        "GATES:.spec.schedulingGates[*].name",
+    )
+    as_customer(instance, *ns, "get", "events", "--field-selector=reason=Preempting")
+    as_customer(instance, *ns, "get", "events", "--field-selector=reason=Preempted")
+    as_customer(
+        instance,
+        *ns,
+        "get",
+        "gang",
+        "pg-low",
+        "-o",
+        "jsonpath={range .status.conditions[?(@.type=='Preempted')]}"
+        "{.type}={.status} ({.reason}): {.message}{'\\n'}{end}",
+    )
+    section("Clean up")
+    as_customer(instance, "delete", "namespace", PREEMPT_NAMESPACE, "--wait=false")
+    instance.kubectl("delete", "node", *pool.names, "--wait=false", check=False)
