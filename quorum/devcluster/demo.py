@@ -335,7 +335,7 @@ def gang_of_whole_nodes(name: str, pods: int, priority: str, pool: TestPool) -> 
 
 
 def preemption(instance: Instance) -> None:
-    """Issue 15: a low-priority gang fills 2 whole nodes; a high-priority gang of 2 x 8 GPUs
+    """A low-priority gang fills 2 whole nodes; a high-priority gang of 2 x 8 GPUs
     arrives; quorum preempts the low gang whole, and its pods come back held at the gate."""
     fresh_namespace(instance, PREEMPT_NAMESPACE)
     ns = ("-n", PREEMPT_NAMESPACE)
@@ -344,7 +344,7 @@ def preemption(instance: Instance) -> None:
     nodes = {"apiVersion": "v1", "kind": "List", "items": pool.nodes}
     instance.kubectl("create", "-f", "-", who="platform", input_text=json.dumps(nodes))
     instance.kubectl("wait", "--for=condition=Ready", "node", *pool.names, "--timeout=60s", check=False)
-    section("Preemption (issue 15): two nodes of 8 GPUs, full with a low-priority gang (priority 10)")
+    section("Preemption: two nodes of 8 GPUs, full with a low-priority gang (priority 10)")
     as_customer(instance, "apply", "-f", "-", stdin=PRIORITIES)
     as_customer(
         instance, *ns, "apply", "-f", "-", stdin=gang_of_whole_nodes("low", 2, "quorum-demo-low", pool)
