@@ -1,4 +1,4 @@
-"""Whole-gang preemption on the local control plane (issue 15, docs/preemption.md).
+"""Whole-gang preemption on the local control plane (docs/preemption.md).
 
 An instance of its own (`b-preempt`, operator defaults). A pool of 8 nodes x 8 GPUs is kept
 full by 6 low-priority gangs (priority 10; Deployments of 2, 1, 1, 2, 1, 1 pods x 8 GPUs, all
