@@ -13,16 +13,24 @@ Pure rules, tested with plain data; the operator's recovery task applies them.
   Kueue, JobSet) and bare pods or pods of any other owner are reported, not touched.
 - **Backoff.** After a recovery the gang waits `base * 2^(n-1)` seconds (n: recoveries in a
   row, the wait capped) before it is planned again; a gang that binds whole resets n.
+- **Member loss.** A gang that ran whole (minMember pods bound) and keeps fewer than minMember of
+  its released pods — a member deleted, evicted or failed — has lost members. Its policy says
+  what follows: `Replace` (the replacements are released alone) or `RestartGang` (the rest is
+  recovered by owner kind as above, so the gang is admitted again whole). Not a loss: a gang
+  none of whose members is left (all evicted or suspended at once: it re-forms whole anyway), a
+  gang with a Succeeded member (it is finishing), a gang whose remaining members are being taken
+  too (they carry `DisruptionTarget`), or one preempted by quorum.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 JOB_CONTROLLER = "kubernetes.io/job-controller"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+MEMBER_LOSS_ANNOTATION = "quorum.dev/member-loss-policy"
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,3 +154,85 @@ def job_may_resume(active: int | None, terminating: int | None) -> bool:
     """A suspended Job is resumed only when none of its pods is left, so that none of the old
     pods can fail after the resume and count against its backoffLimit."""
     return not active and not terminating
+
+
+# -- a running gang that loses members ---------------------------------------------------------
+
+
+class MemberLossPolicy(StrEnum):
+    REPLACE = "Replace"
+    """The replacements of lost members are released alone; the rest runs on."""
+    RESTART_GANG = "RestartGang"
+    """The rest is recovered by owner kind; the gang is admitted again whole."""
+
+
+def member_loss_policy(
+    values: Iterable[str | None], default: MemberLossPolicy
+) -> tuple[MemberLossPolicy, str | None]:
+    """The policy a gang's `quorum.dev/member-loss-policy` annotations say (the group object's,
+    or every pod's of a label-only gang; None: not set), and what is wrong with them, if
+    anything: a value that is not a policy, or pods that disagree, leave the default."""
+    found = sorted({v for v in values if v is not None})
+    if not found:
+        return default, None
+    if len(found) == 1 and found[0] in {p.value for p in MemberLossPolicy}:
+        return MemberLossPolicy(found[0]), None
+    return default, (
+        f"annotation {MEMBER_LOSS_ANNOTATION} must be Replace or RestartGang (alike on every pod of a "
+        f"label-only gang); found {', '.join(repr(v[:40]) for v in found[:4])}: the cluster default "
+        f"{default.value} applies"
+    )
+
+
+class MemberState(StrEnum):
+    HELD = "held"  # released (bound, or binding) and active: it holds its place in the gang
+    GATED = "gated"  # waiting at quorum's gate: a replacement, say
+    DELETED = "deleted"  # terminating, or gone
+    FAILED = "failed"
+    SUCCEEDED = "succeeded"
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    name: str
+    state: MemberState
+    node: str | None = None
+    disrupted: bool = False  # carries the DisruptionTarget condition: someone is taking it
+
+
+@dataclass(frozen=True, slots=True)
+class MemberLoss:
+    min_member: int
+    left: int  # members that still hold their place
+    lost: tuple[Member, ...]  # those known to have been lost (bound once, now deleted or failed)
+
+    def describe(self) -> str:
+        """What happened, in numbers, for an Event and `status.recovery.message`."""
+        if not self.lost:
+            return f"members lost: {self.left} left, minMember {self.min_member}"
+        shown = ", ".join(f"pod {m.name} on node {m.node} {m.state.value}" for m in self.lost[:5])
+        more = f" and {len(self.lost) - 5} more" if len(self.lost) > 5 else ""
+        return (
+            f"{len(self.lost)} of {self.left + len(self.lost)} members lost ({shown}{more}); "
+            f"{self.left} left, minMember {self.min_member}"
+        )
+
+
+def member_loss(
+    members: Sequence[Member], *, min_member: int, was_whole: bool, preempted: bool = False
+) -> MemberLoss | None:
+    """Whether a gang has lost members: it ran whole (`was_whole`: minMember pods bound since its
+    last decision) and fewer than minMember members hold their place now, but some still do.
+    None when it never ran whole (it is still being released), when none is left (evicted or
+    suspended whole: it re-forms whole by itself), when a member Succeeded (the gang is
+    finishing), or when the rest is being taken as well (`DisruptionTarget` on them, or
+    `preempted` by quorum since its decision)."""
+    held = [m for m in members if m.state is MemberState.HELD]
+    if not was_whole or preempted or not held or len(held) >= min_member:
+        return None
+    if any(m.state is MemberState.SUCCEEDED for m in members) or any(m.disrupted for m in held):
+        return None
+    lost = tuple(
+        m for m in members if m.state in (MemberState.DELETED, MemberState.FAILED) and m.node is not None
+    )
+    return MemberLoss(min_member, len(held), lost)

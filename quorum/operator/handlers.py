@@ -152,6 +152,7 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
             preemption=PreemptionLoopSettings(
                 config.preemption, config.preemption_timeout_seconds, config.preemption_retry_seconds
             ),
+            member_loss_policy=config.member_loss_policy,
         ),
         health,
     )

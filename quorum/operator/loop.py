@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from quorum.core.fit import FitSettings, why_not
-from quorum.core.lifecycle import BackoffPolicy
+from quorum.core.lifecycle import BackoffPolicy, MemberLossPolicy
 from quorum.core.model import Gang, Node, Pod, Toleration, fits, subtract
 from quorum.core.planner import Hold, Plan, Planner, PlannerSettings, Release
 from quorum.core.preemption import Preemption
@@ -82,6 +82,7 @@ class LoopSettings:
     crash_after: int = 0  # tests only: SIGKILL this process after that many pod releases
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
     preemption: PreemptionLoopSettings = field(default_factory=PreemptionLoopSettings)
+    member_loss_policy: MemberLossPolicy = MemberLossPolicy.REPLACE  # gangs without the annotation
 
 
 def planner_settings(org: str | None, starvation_seconds: float) -> PlannerSettings:
@@ -168,7 +169,7 @@ class GangLoop:
         self.dirty = asyncio.Event()
         self.ledger = Ledger()
         self.records = GangRecords(api, store, settings.status_interval_seconds)
-        self.recoverer = Recoverer(api, settings.backoff, self.ledger)
+        self.recoverer = Recoverer(api, settings.backoff, self.ledger, settings.member_loss_policy)
         self.preempter = Preempter(api, store, bound, settings.preemption, settings.planner)
         self.work = GangWork(
             settings.gang_concurrency,

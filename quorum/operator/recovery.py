@@ -19,6 +19,7 @@ from quorum.core.lifecycle import (
     Action,
     BackoffPolicy,
     JobFacts,
+    MemberLossPolicy,
     Owner,
     is_partially_placed,
     job_may_resume,
@@ -44,10 +45,17 @@ class Recoverer:
     """Applies the lifecycle rules. `due` (pure, cheap) says whether a gang has anything to be
     done this pass; `check` does it, in the gang's own task."""
 
-    def __init__(self, api: KubeApi, backoff: BackoffPolicy, ledger: Ledger) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        backoff: BackoffPolicy,
+        ledger: Ledger,
+        policy: MemberLossPolicy = MemberLossPolicy.REPLACE,
+    ) -> None:
         self.api = api
         self.backoff = backoff
         self.ledger = ledger
+        self.policy = policy  # for gangs whose annotation does not say
         # The decision recovered per gang, also before the watch shows our own status write.
         self.recovered: dict[tuple[str, str], int] = {}
         self.stuck: set[str] = set()  # pods of running gangs already replaced or reported

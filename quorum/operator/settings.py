@@ -7,6 +7,7 @@ from __future__ import annotations
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from quorum.core.lifecycle import MemberLossPolicy
 from quorum.install import DEFAULT_NAMESPACE
 
 
@@ -46,6 +47,10 @@ class OperatorSettings(BaseSettings):
     """A preemption whose gang has not bound by then ends: the nodes reserved for it are freed."""
     preemption_retry_seconds: float = Field(default=10.0, ge=0)
     """A held gang for which preemption found nothing to take is asked again after this long."""
+    member_loss_policy: MemberLossPolicy = MemberLossPolicy.REPLACE
+    """What a running gang that drops below minMember gets, unless its annotation
+    quorum.dev/member-loss-policy says otherwise: Replace (its replacements are released alone)
+    or RestartGang (the rest is evicted and the gang admitted again whole); docs/lifecycle.md."""
     test_crash_after: int = Field(default=0, ge=0)
     """Tests only: SIGKILL the process after this many pod releases (0: never)."""
 
