@@ -13,6 +13,7 @@ condition.
 | `PlanningFailed` | quorum's own work on it failed (an error, a refused write); retried with backoff |
 | `Preempting` | quorum is taking lower-priority work's room for it (docs/preemption.md) |
 | `Preempted` | it was preempted for a higher-priority gang and is not admitted again yet |
+| `Restarted` | it lost members while running and was restarted whole (RestartGang), not admitted again yet |
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ CONDITION_TYPES = (
     "PlanningFailed",
     "Preempting",
     "Preempted",
+    "Restarted",
 )
 # Hold reasons that mean "no room for the whole gang now": Unschedulable=True, and the
 # starvation guard's clock runs.
@@ -131,6 +133,7 @@ def conditions(state: GangState) -> list[JSON]:
         planning_failed(state.failure),
         preempting(state.preemption),
         preempted(state.preempted, readmitted=status == "True"),
+        restarted(state.recovery, readmitted=status == "True"),
     ]
 
 
@@ -180,8 +183,20 @@ def compose_recovering(
             planning_failed(failure),
             preempting(None),
             preempted(preempted_by, readmitted=False),
+            restarted(recovery, readmitted=False),
         ],
     )
+
+
+def restarted(recovery: Mapping[str, Any] | None, readmitted: bool) -> JSON:
+    """True from a restart after a member loss until the gang is admitted again; the message
+    (what was lost, what quorum did) stays until the next recovery."""
+    if (recovery or {}).get("reason") != "MemberLost":
+        return {"type": "Restarted", "status": "False", "reason": "NotRestarted", "message": ""}
+    message = str((recovery or {}).get("message", ""))
+    if readmitted:
+        return {"type": "Restarted", "status": "False", "reason": "Readmitted", "message": message}
+    return {"type": "Restarted", "status": "True", "reason": "MemberLost", "message": message}
 
 
 def partially_placed(recovery: Mapping[str, Any] | None) -> JSON:

@@ -111,6 +111,12 @@ PARTIAL_PLACEMENTS = Counter(
     "pods bound and a released pod unbound; a count.",
     registry=REGISTRY,
 )
+GANG_RESTARTS = Counter(
+    "quorum_operator_gang_restarts_total",
+    "Running gangs that lost members below minMember and were restarted whole (member-loss policy "
+    "RestartGang); a count.",
+    registry=REGISTRY,
+)
 RECOVERIES = Counter(
     "quorum_operator_recoveries_total",
     "Recovery steps taken for partially placed gangs, by action (DeletePod, SuspendJob, Report, "

@@ -133,6 +133,7 @@ async def test_metrics_show_leader_cache_and_the_operator_metrics(
         "quorum_operator_releases_total",
         "quorum_operator_pods_released_total",
         "quorum_operator_partial_placements_total",
+        "quorum_operator_gang_restarts_total",
         "quorum_operator_recoveries_total",
         "quorum_operator_gang_failures_total",
         "quorum_operator_leader",
