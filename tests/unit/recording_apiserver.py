@@ -25,7 +25,7 @@ JSON = dict[str, Any]
 # (group, version) -> (plural, kind, namespaced, subresources): what discovery shows.
 RESOURCES: dict[tuple[str, str], list[tuple[str, str, bool, tuple[str, ...]]]] = {
     ("", "v1"): [
-        ("pods", "Pod", True, ("status",)),
+        ("pods", "Pod", True, ("status", "eviction")),
         ("nodes", "Node", False, ("status",)),
         ("namespaces", "Namespace", False, ()),
         ("events", "Event", True, ()),
@@ -35,6 +35,7 @@ RESOURCES: dict[tuple[str, str], list[tuple[str, str, bool, tuple[str, ...]]]] =
     ("events.k8s.io", "v1"): [("events", "Event", True, ())],
     ("apps", "v1"): [("statefulsets", "StatefulSet", True, ("status",))],
     ("batch", "v1"): [("jobs", "Job", True, ("status",))],
+    ("policy", "v1"): [("poddisruptionbudgets", "PodDisruptionBudget", True, ("status",))],
     ("quorum.dev", "v1alpha1"): [("gangs", "Gang", True, ("status",))],
     ("scheduling.sigs.k8s.io", "v1alpha1"): [("podgroups", "PodGroup", True, ("status",))],
     ("scheduling.x-k8s.io", "v1alpha1"): [("podgroups", "PodGroup", True, ("status",))],

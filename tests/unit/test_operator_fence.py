@@ -67,12 +67,21 @@ class Verdict:
         return not self.matched or not self.failed
 
 
-def judge(operation: str, resource: str, old: JSON | None, new: JSON | None, user: str = OPERATOR) -> Verdict:
+def judge(
+    operation: str,
+    resource: str,
+    old: JSON | None,
+    new: JSON | None,
+    user: str = OPERATOR,
+    sub: str = "",
+) -> Verdict:
     condition, variables, validations = programs()
+    kind = {"jobs": "Job", "nodes": "Node"}.get(resource, "Pod")
     request = {
         "operation": operation,
         "resource": {"group": "batch" if resource == "jobs" else "", "version": "v1", "resource": resource},
-        "kind": {"kind": "Job" if resource == "jobs" else "Pod"},
+        "subResource": sub,
+        "kind": {"kind": kind},
         "namespace": "ml",
         "name": "x",
         "userInfo": {"username": user, "groups": ["system:authenticated"]},
@@ -197,6 +206,64 @@ def test_every_release_patch_passes(pod: JSON, node: str | None) -> None:
     assert not verdict.failed, verdict  # whether or not the match condition let it through
     if "affinity" not in pod["spec"]:
         assert not verdict.matched, "a plain release is let through by the match condition"
+
+
+@settings(max_examples=100, deadline=None)
+@given(gated_pods(), st.sampled_from(["node-1", "node-9"]))
+def test_a_preemptors_release_may_add_its_reservation_toleration_and_no_other(pod: JSON, node: str) -> None:
+    ops = release_patch(pod, node, tolerate="t0k3n")
+    assert ops is not None
+    new: JSON = jsonpatch.apply_patch(pod, ops)
+    assert not judge("UPDATE", "pods", pod, new).failed
+    other = copy.deepcopy(new)
+    other["spec"]["tolerations"][-1]["key"] = "node.kubernetes.io/unschedulable"
+    assert judge("UPDATE", "pods", pod, other).failed == (1,)
+    twice = copy.deepcopy(new)
+    twice["spec"]["tolerations"].append(twice["spec"]["tolerations"][-1])
+    assert judge("UPDATE", "pods", pod, twice).failed == (1,)
+
+
+def a_node(taints: list[JSON]) -> JSON:
+    return {
+        "metadata": {"name": "n1", "labels": {"zone": "a"}},
+        "spec": {"taints": taints, "providerID": "kwok://n1"},
+    }
+
+
+RESERVED = {"key": "quorum.dev/reserved", "value": "t0k3n", "effect": "NoSchedule"}
+FOREIGN = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
+
+
+def test_a_node_may_gain_or_lose_only_reservation_taints() -> None:
+    assert not judge("UPDATE", "nodes", a_node([FOREIGN]), a_node([FOREIGN, RESERVED])).failed
+    assert not judge("UPDATE", "nodes", a_node([RESERVED]), a_node([])).failed
+    assert judge("UPDATE", "nodes", a_node([FOREIGN]), a_node([])).failed == (7,), "a foreign taint"
+    assert judge("UPDATE", "nodes", a_node([]), a_node([FOREIGN])).failed == (7,)
+    cordoned = a_node([RESERVED])
+    cordoned["spec"]["unschedulable"] = True
+    assert judge("UPDATE", "nodes", a_node([]), cordoned).failed == (7,)
+    relabelled = a_node([RESERVED])
+    relabelled["metadata"]["labels"]["zone"] = "b"
+    assert judge("UPDATE", "nodes", a_node([]), relabelled).failed == (0,)
+
+
+def a_status(conditions: list[JSON], phase: str = "Running") -> JSON:
+    pod = {"metadata": {"name": "v", "labels": {}}, "spec": {"containers": [{"name": "c"}]}}
+    return {**pod, "status": {"phase": phase, "conditions": conditions}}
+
+
+READY = {"type": "Ready", "status": "True"}
+TARGET = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByQuorum", "message": "m"}
+
+
+def test_a_pods_status_may_gain_only_the_disruption_target_condition() -> None:
+    assert not judge("UPDATE", "pods", a_status([READY]), a_status([READY, TARGET]), sub="status").failed
+    assert judge("UPDATE", "pods", a_status([READY]), a_status([TARGET]), sub="status").failed == (6,)
+    assert judge(
+        "UPDATE", "pods", a_status([READY]), a_status([READY, TARGET], "Failed"), sub="status"
+    ).failed == (6,)
+    plain = judge("UPDATE", "pods", a_status([READY]), a_status([READY, TARGET]), sub="status")
+    assert plain.matched, "a status write never takes the release's fast path"
 
 
 # -- anything else is refused -----------------------------------------------------------------

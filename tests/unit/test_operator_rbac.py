@@ -186,6 +186,8 @@ def seed(fake: RecordingApiserver) -> None:
         },
     )
     fake.put("", "pods", gang_pod("ml", "p-0", "g"))
+    fake.put("", "pods", gang_pod("ml", "victim", "v"))  # preemption evicts it
+    fake.put("", "nodes", {"metadata": {"name": "node-1"}, "spec": {}})
     fake.put("", "pods", gang_pod("team", "q-0", "h"))  # a gang without a Gang object
     gang = {
         "apiVersion": f"{GANG_GROUP}/{GANG_VERSION}",
@@ -202,6 +204,10 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
     gang = fake.objects[(GANG_GROUP, GANG_PLURAL, "ml", "g")]
     uid = fake.objects[("batch", "jobs", "ml", "train")]["metadata"]["uid"]
     groups = [(g, v) for g, v in GROUP_APIS.values()]
+    victim = fake.objects[("", "pods", "ml", "victim")]
+    node = fake.objects[("", "nodes", None, "node-1")]
+    reserved = {"key": "quorum.dev/reserved", "value": "t0k3n", "effect": "NoSchedule"}
+    tainted = {**node, "spec": {"taints": [reserved]}}
     return {
         "release_pod": [lambda: live.release_pod(pod, "node-1"), lambda: live.release_pod(pod, None)],
         "create_gang": [lambda: live.create_gang("ml", "new", {"minMember": 2}, None)],
@@ -225,6 +231,12 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
         "read_job": [lambda: live.read_job("ml", "train")],
         "statefulset_pod_management": [lambda: live.statefulset_pod_management("ml", "db")],
         "delete_pod": [lambda: live.delete_pod(pod)],
+        "taint_node": [
+            lambda: live.taint_node(node, "t0k3n", add=True),
+            lambda: live.taint_node(tainted, "t0k3n", add=False),
+        ],
+        "mark_disruption_target": [lambda: live.mark_disruption_target(victim, "PreemptionByQuorum", "m")],
+        "evict_pod": [lambda: live.evict_pod(victim, dry_run=True), lambda: live.evict_pod(victim)],
     }
 
 
