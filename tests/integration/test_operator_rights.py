@@ -225,13 +225,6 @@ async def test_rbac_refuses_what_the_operator_does_not_use(
     by_rbac(await refused(core.read_namespaced_pod("other", namespace)), "get", "pods", where)
     whole = await client.CoreV1Api(api).read_namespaced_pod("other", namespace)
     by_rbac(await refused(core.replace_namespaced_pod("other", namespace, whole)), "update", "pods", where)
-    status: JSON = {"status": {"conditions": []}}
-    by_rbac(
-        await refused(core.patch_namespaced_pod_status("other", namespace, status)),
-        "patch",
-        "pods/status",
-        where,
-    )
     by_rbac(await refused(core.list_namespace()), "list", "namespaces", where)
     by_rbac(await refused(core.list_namespaced_secret(namespace)), "list", "secrets", where)
     apps = client.AppsV1Api(op)
@@ -243,6 +236,55 @@ async def test_rbac_refuses_what_the_operator_does_not_use(
         "scheduling.sigs.k8s.io", "v1alpha1", namespace, "podgroups", "pg", {"spec": {"minMember": 1}}
     )
     by_rbac(await refused(group), "patch", "podgroups", where)
+
+
+FOREIGN = {"key": "dedicated", "value": "x", "effect": "NoSchedule"}
+
+
+async def test_preemptions_writes_are_fenced_to_the_taint_the_condition_and_evictions(
+    fenced: Instance, op: client.ApiClient, api: client.ApiClient, namespace: str
+) -> None:
+    """What preemption may do as the operator (docs/preemption.md), and only that."""
+    core = client.CoreV1Api(op)
+    await client.CoreV1Api(api).create_namespaced_pod(
+        namespace, {"metadata": {"name": "victim"}, "spec": {"containers": [PAUSE]}}
+    )
+    target = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByQuorum", "message": "m"}
+    await core.patch_namespaced_pod_status("victim", namespace, {"status": {"conditions": [target]}})
+    ready = {"type": "PodScheduled", "status": "False", "reason": "Forged"}
+    by_fence(
+        await refused(
+            core.patch_namespaced_pod_status("victim", namespace, {"status": {"conditions": [ready]}})
+        ),
+        "only the DisruptionTarget condition",
+    )
+    node = f"fence-{secrets.token_hex(3)}"
+    await client.CoreV1Api(api).create_node({"metadata": {"name": node}, "spec": {"taints": [FOREIGN]}})
+    try:
+        reserved = {"key": "quorum.dev/reserved", "value": "t0k3n", "effect": "NoSchedule"}
+        await core.patch_node(node, [{"op": "add", "path": "/spec/taints/-", "value": reserved}])
+
+        async def swept() -> bool:  # a reservation of no preemption in flight: the operator removes it
+            taints = (await client.CoreV1Api(api).read_node(node)).spec.taints or []
+            return [t.key for t in taints] == [FOREIGN["key"]]
+
+        await eventually(swept, timeout=30, what="the stray reservation taint removed by the operator")
+        remove_foreign = [{"op": "remove", "path": "/spec/taints/0"}]
+        by_fence(await refused(core.patch_node(node, remove_foreign)), "only the quorum.dev/reserved taints")
+    finally:
+        await client.CoreV1Api(api).delete_node(node)
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "victim", "namespace": namespace},
+    }
+    await core.create_namespaced_pod_eviction("victim", namespace, eviction)
+
+    async def evicted() -> bool:
+        return not [p for p in await pods(api, namespace) if p["metadata"]["name"] == "victim"]
+
+    await eventually(evicted, timeout=30, what="the victim evicted")
+    await client.PolicyV1Api(op).list_pod_disruption_budget_for_all_namespaces()
 
 
 async def test_the_webhook_servers_identity_may_do_nothing(fenced: Instance, api: client.ApiClient) -> None:
