@@ -132,7 +132,7 @@ async def test_a_stray_reservation_taint_is_removed() -> None:
     assert taints(store, "n0") == []
 
 
-async def test_a_victim_job_whose_suspend_is_quorums_is_suspended_not_evicted_and_resumed_once_empty() -> None:
+async def test_a_victim_job_whose_suspend_is_quorums_is_suspended_not_evicted_then_resumed() -> None:
     store, bound = cluster(2, {})
     job_owner = {"kind": "Job", "name": "train", "uid": "job-uid", "controller": True}
     store.groups[("scheduling.sigs.k8s.io", NS, "train")] = podgroup("train", 2)
@@ -144,7 +144,11 @@ async def test_a_victim_job_whose_suspend_is_quorums_is_suspended_not_evicted_an
         bound.upsert(p)
     held(store, "high", 2, 1000)
     api = FakeApi(store)
-    api.jobs[(NS, "train")] = {"metadata": {"name": "train", "uid": "job-uid"}, "spec": {}, "status": {"active": 2}}
+    api.jobs[(NS, "train")] = {
+        "metadata": {"name": "train", "uid": "job-uid"},
+        "spec": {},
+        "status": {"active": 2},
+    }
     loop = GangLoop(api, store, bound, settings())
     await step(loop)
     assert api.evicted == [] and api.jobs[(NS, "train")]["spec"]["suspend"] is True
