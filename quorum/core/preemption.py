@@ -138,7 +138,7 @@ class Preemption:
 @dataclass(frozen=True, slots=True)
 class NoPreemption:
     gang: Gang
-    reason: str  # NothingToPreempt | WouldNotFit | DisruptionBudget
+    reason: str  # NothingToPreempt | WouldNotFit | DisruptionBudget | Fits (nothing is needed)
     message: str
     checks: int = 0
 
@@ -233,6 +233,9 @@ def choose_victims(
         for name, node in nodes.items()
         if name in free and any(why_not(pod, node, planner.fit) is None for pod in gang.shapes)
     }
+    checker = _Checker(gang, eligible, free, planner)
+    if checker.placement([]) is not None:
+        return NoPreemption(gang, "Fits", "it fits without taking anything", checker.checks)
     lower = [w for w in work if may_take(gang.priority, interruptable, w)]
     useful = [w for w in lower if any(p.node in eligible for p in w.pods)]
     blocked: list[str] = []
@@ -252,7 +255,6 @@ def choose_victims(
             f"no running work on the {len(eligible)} nodes it may use is of lower priority than "
             f"{gang.priority} (or of equal priority and interruptable) and preemptible",
         )
-    checker = _Checker(gang, eligible, free, planner)
     if checker.placement(candidates) is None:
         why = (
             f"it would not fit even with all {len(candidates)} lower-priority work items it may take gone "
