@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import Instance
+from quorum.devcluster.cluster import REPO_ROOT, Instance
 from quorum.devcluster.config import ClusterSpec
 from tests.integration.test_gang_lifecycle import job
-from tests.integration.test_gangs import GANGS, gated, get, pods
+from tests.integration.test_gangs import GANGS, deployment, gated, get, pods
 from tests.integration.test_preemption import HIGH, LOW, apply_gang, make_pool
 from tests.kube import api_client, assert_no_overcommit, create_namespace, create_podgroup, eventually
 
@@ -144,4 +144,119 @@ async def test_preemption_policy_never_takes_nothing_and_the_native_plugin_sees_
     assert not polite.get("status", {}).get("nominatedNodeName"), "no native preemption was nominated"
     events = await client.CoreV1Api(api).list_namespaced_event(ns)
     assert not [e for e in events.items if e.reason in ("Preempted", "Preempting")], "nothing taken"
+    await assert_no_overcommit(api)
+
+
+async def unschedulable_says(api: client.ApiClient, ns: str, gang: str, text: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | None:
+        found = await get(api, GANGS, ns, gang)
+        conditions = ((found or {}).get("status") or {}).get("conditions") or []
+        held = next((c for c in conditions if c["type"] == "Unschedulable" and c["status"] == "True"), None)
+        return held if held and text in held["message"] else None
+
+    return await eventually(probe, timeout=60, what=f"{gang}'s Unschedulable message to say {text!r}")
+
+
+async def test_of_two_possible_victims_the_interruptable_one_is_taken(
+    preempting: Instance, api: client.ApiClient, ns: str
+) -> None:
+    pool = await make_pool(preempting, 2)
+    await apply_gang(api, ns, "steady", 1, pool, LOW)
+    (steady,) = await running(api, ns, "app=steady", 1)
+    soft = {"qos.coreweave.cloud/interruptable": "true"}
+    await apply_gang(api, ns, "spot", 1, pool, LOW, labels=soft)
+    await running(api, ns, "app=spot", 1)
+    await apply_gang(api, ns, "urgent", 1, pool, HIGH)
+    await running(api, ns, "app=urgent", 1)
+    (still,) = await running(api, ns, "app=steady", 1)
+    assert still["metadata"]["uid"] == steady["metadata"]["uid"], "the non-interruptable gang kept running"
+
+    async def spot_back_gated() -> list[dict[str, Any]] | None:
+        found = await live(api, ns, "app=spot")
+        return found if len(found) == 1 and gated(found[0]) else None
+
+    await eventually(spot_back_gated, timeout=60, what="the interruptable gang back and gated")
+    await assert_no_overcommit(api)
+
+
+async def test_equal_priority_and_not_interruptable_takes_nothing(
+    preempting: Instance, api: client.ApiClient, ns: str
+) -> None:
+    pool = await make_pool(preempting, 1)
+    await apply_gang(api, ns, "first", 1, pool, LOW)
+    (first,) = await running(api, ns, "app=first", 1)
+    await apply_gang(api, ns, "second", 1, pool, LOW)
+    await unschedulable_says(api, ns, "pg-second", "no preemption (NothingToPreempt)")
+    (still,) = await running(api, ns, "app=first", 1)
+    assert still["metadata"]["uid"] == first["metadata"]["uid"]
+    await assert_no_overcommit(api)
+
+
+async def test_a_disruption_budget_keeps_its_pod_and_the_gang_says_so(
+    preempting: Instance, api: client.ApiClient, ns: str
+) -> None:
+    pool = await make_pool(preempting, 1)
+    await apply_gang(api, ns, "guarded", 1, pool, LOW)
+    (guarded,) = await running(api, ns, "app=guarded", 1)
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep-guarded"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+    }
+    policy = client.PolicyV1Api(api)
+    await policy.create_namespaced_pod_disruption_budget(ns, pdb)
+
+    async def counted() -> bool:
+        status = (await policy.read_namespaced_pod_disruption_budget("keep-guarded", ns)).status
+        return bool(status and status.observed_generation and status.current_healthy == 1)
+
+    await eventually(counted, timeout=60, what="the budget counting its one healthy pod")
+    await apply_gang(api, ns, "urgent", 1, pool, HIGH)
+    held = await unschedulable_says(api, ns, "pg-urgent", "no preemption (DisruptionBudget)")
+    assert f"{ns}/keep-guarded" in held["message"], held
+    (still,) = await running(api, ns, "app=guarded", 1)
+    assert still["metadata"]["uid"] == guarded["metadata"]["uid"]
+    await assert_no_overcommit(api)
+
+
+async def test_ordinary_pods_flooding_the_pool_do_not_take_the_room_freed_for_the_preemptor(
+    preempting: Instance, api: client.ApiClient, ns: str
+) -> None:
+    pool = await make_pool(preempting, 2)
+    await apply_gang(api, ns, "low", 2, pool, LOW)
+    await running(api, ns, "app=low", 2)
+    flood = deployment("flood", 6, 8, pool, None)  # no gang: the default scheduler's pods
+    flood["spec"]["template"]["spec"].update(schedulerName="default-scheduler", priorityClassName=LOW)
+    await client.AppsV1Api(api).create_namespaced_deployment(ns, flood)
+    await apply_gang(api, ns, "urgent", 2, pool, HIGH)
+    urgent = await running(api, ns, "app=urgent", 2)
+    assert sorted(p["spec"]["nodeName"] for p in urgent) == sorted(pool.names)
+    bound = [p for p in await live(api, ns, "app=flood") if p["spec"].get("nodeName")]
+    assert not bound, f"ordinary pods took reserved room: {[p['spec']['nodeName'] for p in bound]}"
+    await assert_no_overcommit(api)
+
+
+async def test_seed_004_preemption_example_as_written_takes_room_from_low_priority_work(
+    preempting: Instance, api: client.ApiClient, ns: str
+) -> None:
+    """The example, unchanged, in a cluster whose GPUs are all taken by low-priority pods."""
+    gpu_nodes = [
+        n
+        for n in (await client.CoreV1Api(api).list_node(label_selector="gpu.nvidia.com/class")).items
+        if not n.spec.unschedulable
+        and (n.metadata.labels or {}).get("node.coreweave.cloud/state") == "production"
+        and not any(t.effect == "NoSchedule" for t in n.spec.taints or [])
+    ]
+    filler = deployment("filler", len(gpu_nodes), 8, None, None)
+    filler["spec"]["template"]["spec"].update(schedulerName="default-scheduler", priorityClassName=LOW)
+    await client.AppsV1Api(api).create_namespaced_deployment(ns, filler)
+    before = {p["metadata"]["uid"] for p in await running(api, ns, "app=filler", len(gpu_nodes))}
+    example = (REPO_ROOT / "examples/seed-004-workload-aware/preemption.yaml").read_text()
+    applied = preempting.kubectl("-n", ns, "apply", "-f", "-", input_text=example)
+    assert applied.returncode == 0, applied.stderr
+    await running(api, ns, "job-name=urgent", 2)
+    after = {p["metadata"]["uid"] for p in await live(api, ns, "app=filler")}
+    taken = before - after
+    assert len(taken) == 1, f"one low-priority pod (8 GPUs) frees room for 2 × 1 GPU: {len(taken)} taken"
     await assert_no_overcommit(api)
