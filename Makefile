@@ -3,6 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 NAME ?= default
 SIZE ?=
+SLURM ?=
 PYTEST_ARGS ?=
 # The venv lives outside the repo (~/.cache/quorum/venv/<hash>), shared by clones.
 PY = PYTHONPATH="$(CURDIR)" "$$(hack/ensure-venv)/bin/python"
@@ -19,8 +20,8 @@ venv: ## create the Python venv (outside the repo, reused)
 build: ## build and cache etcd, Kubernetes 1.36 and kwok from Go modules
 	@$(PY) -m quorum dev build
 
-up: ## start the local control plane NAME (default `default`) in the background
-	@$(PY) -m quorum dev up --name $(NAME) $(if $(SIZE),--size $(SIZE))
+up: ## start the local control plane NAME (default `default`) in the background; SLURM=1 adds Slurm
+	@$(PY) -m quorum dev up --name $(NAME) $(if $(SIZE),--size $(SIZE)) $(if $(SLURM),--slurm)
 
 down: ## stop the processes of instance NAME
 	@$(PY) -m quorum dev down --name $(NAME)

@@ -24,6 +24,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     up.add_argument("--pool", type=Path, default=None, help="a node-pool file")
     up.add_argument("--qps", type=float, default=None, help="scheduler/controller client QPS")
     up.add_argument("--burst", type=int, default=None)
+    up.add_argument("--slurm", action="store_true", help="with a real Slurm cluster and quorum-sunk-scheduler")
     down = cmds.add_parser("down", help="stop an instance's recorded processes")
     down.add_argument("--name", default="default")
     down.add_argument("--all", action="store_true", help="every instance under .quorum/")
@@ -40,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
         elif args.dev_command == "up":
             # No option: keep a running instance as it is (`make up` twice is a no-op).
             spec = None
-            if any(v is not None for v in (args.pool, args.size, args.qps, args.burst)):
-                spec = ClusterSpec(name=args.name, pool_file=args.pool, pool_size=args.size)
+            if any(v is not None for v in (args.pool, args.size, args.qps, args.burst)) or args.slurm:
+                spec = ClusterSpec(name=args.name, pool_file=args.pool, pool_size=args.size, slurm=args.slurm)
                 if args.qps is not None:
                     spec = dataclasses.replace(spec, client_qps=args.qps)
                 if args.burst is not None:

@@ -9,6 +9,7 @@ that started them; `down()` stops exactly the recorded PIDs.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -24,6 +25,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from quorum.devcluster import slurm
 from quorum.devcluster.build import BinaryCache, ensure_binaries
 from quorum.devcluster.config import (
     ClusterSpec,
@@ -36,7 +40,7 @@ from quorum.devcluster.config import (
 )
 from quorum.devcluster.identities import write_identities
 from quorum.devcluster.kubeconfig import RestClient, probe, write_kubeconfig
-from quorum.devcluster.nodes import load_pool, render_nodes, scale_pool
+from quorum.devcluster.nodes import NodePool, load_pool, node_groups, render_nodes, scale_pool
 from quorum.devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
 from quorum.devcluster.webhooks import local_webhook_configurations
 from quorum.install import OPERATOR_SERVICE_ACCOUNT, operator_username, render, render_files
@@ -189,12 +193,14 @@ class Instance:
             say(f"instance {self.name!r} is up with other settings; restarting it")
         spec = spec or ClusterSpec(name=self.name)
         self.down(quiet=True)  # whatever is left of an earlier, broken start
+        if spec.slurm:
+            slurm.ensure_installed()
         self.binaries  # build first if needed  # noqa: B018
         started = time.monotonic()
         shutil.rmtree(self.layout.root, ignore_errors=True)
         for d in (self.layout.pki, self.layout.logs, self.layout.etcd_data):
             d.mkdir(parents=True)
-        ports = Ports(*free_ports(8))
+        ports = Ports(*free_ports(11 if spec.slurm else 8))
         server = f"https://127.0.0.1:{ports.apiserver}"
         state = InstanceState(spec, ports, [], time.time(), server)
         self._save(state)
@@ -227,6 +233,9 @@ class Instance:
             self._wait_nodes_ready(count, timeout=120)
             if spec.operator and spec.install_manifests:
                 start("quorum-operator", lambda: probe(f"http://127.0.0.1:{ports.operator}/healthz"))
+            if spec.slurm:
+                self._start_slurm(spec, state, start)
+                say(f"  Slurm up: SLURM_CONF={self.slurm_layout.conf} ({time.monotonic() - started:.1f}s)")
         except BaseException:
             self.down(quiet=True)
             raise
@@ -246,7 +255,14 @@ class Instance:
                 print(f"instance {self.name!r} is not running", file=sys.stderr)
             return []
         live = [p for p in processes if is_alive(p)]
+        has_slurm = any(p.name == "slurmctld" and is_alive(p) for p in processes)
+        if has_slurm:
+            slurm.cancel_everything(self.slurm_layout)
         killed = stop(processes)
+        if self.slurm_layout.root.is_dir():
+            for pid in slurm.leftover_job_processes(self.slurm_layout):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         state = self.state()
         if state is not None:
             self._save(InstanceState(state.spec, state.ports, [], state.started_at, state.server))
@@ -289,6 +305,7 @@ class Instance:
         processes = [p for p in state.processes if p.name != component] + [record]
         self._save(InstanceState(state.spec, state.ports, processes, state.started_at, state.server))
         url = {
+            "quorum-sunk-scheduler": f"http://127.0.0.1:{state.ports.sunk}/healthz",
             "quorum-webhooks": f"https://127.0.0.1:{state.ports.webhooks}/readyz",
             "quorum-operator": f"http://127.0.0.1:{state.ports.operator}/healthz",
             "kube-scheduler": f"https://127.0.0.1:{state.ports.scheduler}/healthz",
@@ -297,7 +314,63 @@ class Instance:
 
     # -- steps ---------------------------------------------------------------------------
 
+    @property
+    def slurm_layout(self) -> slurm.SlurmLayout:
+        return slurm.SlurmLayout(self.layout.root / "slurm")
+
+    def _start_slurm(self, spec: ClusterSpec, state: InstanceState, start: Callable[..., None]) -> None:
+        """munged, slurmctld, one slurmd per node, slurmrestd, then quorum-sunk-scheduler with its
+        own ServiceAccount's token (manifests/optional/sunk-scheduler.yaml)."""
+        ports, layout = state.ports, self.slurm_layout
+        nodes = render_nodes(self._pool(spec))
+        slurm_nodes = slurm.slurm_nodes(nodes, free_ports(len(nodes)), self._node_groups(spec))
+        slurm.prepare(layout, slurm_nodes, ports.slurmctld, f"http://127.0.0.1:{ports.sunk}")
+        sock = layout.munge_socket
+        start("munged", lambda: sock.exists())
+        start("slurmctld", lambda: slurm.run(layout, "scontrol", "ping", timeout=5).returncode == 0)
+        for node in slurm_nodes:
+            record = self._spawn(f"slurmd:{node.name}", state)
+            state.processes.append(record)
+        self._save(state)
+        slurm.wait_registered(layout, slurm_nodes)
+        start(
+            "slurmrestd",
+            lambda: probe(f"http://127.0.0.1:{ports.slurmrestd}/openapi/v3") or _answers(ports.slurmrestd),
+        )
+        self._sunk_identity(spec)
+        start("quorum-sunk-scheduler", lambda: probe(f"http://127.0.0.1:{ports.sunk}/readyz"))
+
+    def _sunk_identity(self, spec: ClusterSpec) -> None:
+        docs = [
+            d for d in yaml.safe_load_all(render_files(["optional/sunk-scheduler.yaml"], spec.namespace)) if d
+        ]
+        rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
+        self.kubectl(
+            "apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac})
+        )
+        token = self.kubectl(
+            "create", "token", "quorum-sunk-scheduler", f"--namespace={spec.namespace}", "--duration=720h"
+        ).stdout.strip()
+        state = self.state()
+        assert state is not None
+        write_kubeconfig(
+            self.layout.kubeconfig("quorum-sunk-scheduler"),
+            server=state.server,
+            ca_pem=(self.layout.pki / "ca.crt").read_bytes(),
+            user=f"system:serviceaccount:{spec.namespace}:quorum-sunk-scheduler",
+            token=token,
+            namespace=spec.namespace,
+        )
+
     def _spawn(self, component: str, state: InstanceState) -> ProcessRecord:
+        if component in ("munged", "slurmctld", "slurmrestd") or component.startswith("slurmd:"):
+            layout = self.slurm_layout
+            argv = slurm.daemon_argv(component, layout, state.ports.slurmrestd)
+            env = {k: v for k, v in os.environ.items() if k != "SLURM_JWT"} | slurm.env(layout)
+            if component == "slurmrestd":
+                env["SLURM_JWT"] = "daemon"  # slurmrestd authenticates its clients' tokens
+            log = layout.logs / f"{component.replace(':', '-')}.out"
+            return spawn(component, argv, log, self.layout.root, env)
         binaries = self.binaries
         binary = Path(sys.executable) if component.startswith("quorum-") else binaries.path(component)
         argv = component_args(
@@ -315,6 +388,17 @@ class Instance:
             "QUORUM_OPERATOR_NAMESPACE": state.spec.namespace,
             "QUORUM_WEBHOOKS_OPERATOR_USERS": json.dumps([operator_username(state.spec.namespace)]),
         }
+        if component == "quorum-sunk-scheduler":
+            layout = self.slurm_layout
+            env.update(slurm.env(layout))
+            env.update(
+                {
+                    "QUORUM_SUNK_SLURM_URL": f"http://127.0.0.1:{state.ports.slurmrestd}",
+                    "QUORUM_SUNK_SLURM_JWT_KEY_FILE": str(layout.jwt_key),
+                    "QUORUM_SUNK_HOOK_URL": f"http://127.0.0.1:{state.ports.sunk}",
+                    "QUORUM_SUNK_SLURM_KILL_WAIT_SECONDS": str(slurm.KILL_WAIT_SECONDS),
+                }
+            )
         return spawn(component, argv, self.layout.log(component), self.layout.root, env)
 
     def _register_webhooks(self, ports: Ports, namespace: str) -> None:
@@ -375,12 +459,24 @@ class Instance:
             namespace=spec.namespace,
         )
 
-    def _create_nodes(self, spec: ClusterSpec) -> int:
-        """Register the pool's nodes as the platform identity (like CKS's node lifecycle)."""
+    @staticmethod
+    def _pool(spec: ClusterSpec) -> NodePool:
         pool = load_pool(spec.pool_file)
-        if spec.pool_size is not None:
-            pool = scale_pool(pool, spec.pool_size)
-        nodes = render_nodes(pool)
+        return scale_pool(pool, spec.pool_size) if spec.pool_size is not None else pool
+
+    def _node_groups(self, spec: ClusterSpec) -> dict[str, str]:
+        return node_groups(self._pool(spec))
+
+    def _create_nodes(self, spec: ClusterSpec) -> int:
+        """Register the pool's nodes as the platform identity (like CKS's node lifecycle); with
+        Slurm, GPU nodes also show SUNK's `sunk.coreweave.com/accelerator` (seed 002)."""
+        nodes = render_nodes(self._pool(spec))
+        if spec.slurm:
+            for node in nodes:
+                capacity = node["status"]["capacity"]
+                if "nvidia.com/gpu" in capacity:
+                    capacity[slurm.ACCELERATOR] = capacity["nvidia.com/gpu"]
+                    node["status"]["allocatable"] = dict(capacity)
         items = json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes})
         self.kubectl("create", "-f", "-", "-o", "name", who="platform", input_text=items)
         return len(nodes)
@@ -408,7 +504,16 @@ class Instance:
             "# source me: . .quorum/env\n"
             f"export KUBECONFIG={self.state_root / 'kubeconfig'}\n"
             f'export PATH={bindir}:"$PATH"\n'
+            + (f"export SLURM_CONF={self.slurm_layout.conf}\n" if self.slurm_layout.conf.exists() else "")
         )
+
+
+def _answers(port: int) -> bool:
+    """Whether something accepts connections on 127.0.0.1:port (slurmrestd answers 401 to an
+    unauthenticated probe)."""
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+    return False
 
 
 def kwok_stages(built: Path) -> list[Path]:

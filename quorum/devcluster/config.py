@@ -53,6 +53,7 @@ class ClusterSpec:
     operator: bool = True  # run quorum-operator with its ServiceAccount's token
     extra_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     namespace: str = DEFAULT_NAMESPACE  # where quorum is installed (`quorum manifests --namespace`)
+    slurm: bool = False  # a real Slurm cluster beside it and quorum-sunk-scheduler (docs/sunk.md)
 
     def feature_gates_flag(self) -> str:
         return ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
@@ -72,6 +73,7 @@ class ClusterSpec:
             "operator": self.operator,
             "extra_args": {k: list(v) for k, v in self.extra_args.items()},
             "namespace": self.namespace,
+            "slurm": self.slurm,
         }
 
 
@@ -85,6 +87,9 @@ class Ports:
     kwok: int
     webhooks: int
     operator: int
+    slurmctld: int = 0  # with `slurm`: slurmctld, slurmrestd, the SUNK scheduler's hook API
+    slurmrestd: int = 0
+    sunk: int = 0
 
     def to_json(self) -> dict[str, int]:
         return dict(self.__dict__)
@@ -246,6 +251,15 @@ def component_args(
             "--log-level=WARNING",
             *spec.extra_args.get(component, ()),
         ]
+    elif component == "quorum-sunk-scheduler":
+        return [
+            str(binary),
+            "-m",
+            "quorum.sunk.main",
+            f"--kubeconfig={layout.kubeconfig('quorum-sunk-scheduler')}",
+            f"--address=127.0.0.1:{ports.sunk}",
+            *spec.extra_args.get(component, ()),
+        ]
     elif component == "quorum-operator":
         return [
             str(binary),
@@ -276,6 +290,7 @@ def spec_from_json(data: Mapping[str, Any]) -> ClusterSpec:
         operator=data.get("operator", True),
         extra_args={k: tuple(v) for k, v in data["extra_args"].items()},
         namespace=data.get("namespace", DEFAULT_NAMESPACE),
+        slurm=data.get("slurm", False),
     )
 
 

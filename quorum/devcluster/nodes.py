@@ -179,6 +179,12 @@ def render_nodes(pool: NodePool) -> list[Node]:
     return nodes
 
 
+def node_groups(pool: NodePool) -> dict[str, str]:
+    """{node name: the name of its pool group}, the names `render_nodes` gives."""
+    width = max(3, len(str(max((g.count for g in pool.groups), default=1))))
+    return {f"{g.prefix}-{i:0{width}d}": g.name for g in pool.groups for i in range(g.count)}
+
+
 class TestPool:
     """A test's own nodes: labelled and tainted with `test.quorum.dev/pool=<name>`, so only
     pods that select and tolerate that pool (`pod_spec()`) land there."""

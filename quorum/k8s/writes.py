@@ -252,7 +252,12 @@ async def delete_gang(api: client.ApiClient, namespace: str, name: str) -> None:
 
 
 async def post_event(
-    api: client.ApiClient, obj: dict[str, Any], reason: str, message: str, warning: bool = False
+    api: client.ApiClient,
+    obj: dict[str, Any],
+    reason: str,
+    message: str,
+    warning: bool = False,
+    component: str = COMPONENT,
 ) -> None:
     """One Event on `obj` (a Gang, a group object or a pod), shown by `kubectl describe`."""
     meta = obj["metadata"]
@@ -269,9 +274,9 @@ async def post_event(
         "reason": reason,
         "message": message[:1024],
         "type": "Warning" if warning else "Normal",
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
-        "reportingInstance": COMPONENT,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": component,
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,
         "count": 1,
@@ -407,5 +412,74 @@ async def evict_pod(api: client.ApiClient, pod: dict[str, Any], dry_run: bool = 
             return False
         if err.status == 429:
             raise EvictionRefused(str(err.body or err.reason)) from None
+        raise
+    return True
+
+
+# -- the SUNK scheduler's writes (quorum.sunk) ----------------------------------------------------
+
+
+async def bind_pod(api: client.ApiClient, pod: dict[str, Any], node: str) -> bool:
+    """Bind a pod to a node (the Binding API, uid-checked); False if it is gone, bound already
+    or replaced."""
+    meta = pod["metadata"]
+    body = {
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+    }
+    try:
+        await discard(
+            client.CoreV1Api(api).create_namespaced_pod_binding(
+                meta["name"],
+                meta["namespace"],
+                body,  # type: ignore[arg-type]
+                _preload_content=False,
+            )
+        )
+    except ApiException as err:
+        if err.status in (404, 409):
+            return False
+        raise
+    return True
+
+
+def toleration_patch(pod: dict[str, Any], toleration: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The JSON patch that adds one toleration to a pending pod (Kubernetes lets tolerations be
+    added, never changed or removed); None if the pod has it already."""
+    tolerations = (pod.get("spec") or {}).get("tolerations")
+    if tolerations and toleration in tolerations:
+        return None
+    test = {"op": "test", "path": "/metadata/uid", "value": pod["metadata"]["uid"]}
+    if not tolerations:
+        return [test, {"op": "add", "path": "/spec/tolerations", "value": [toleration]}]
+    return [test, {"op": "add", "path": "/spec/tolerations/-", "value": toleration}]
+
+
+async def patch_pod(api: client.ApiClient, pod: dict[str, Any], ops: list[dict[str, Any]]) -> bool:
+    """A JSON patch of a pod; False if it is gone or was replaced."""
+    meta = pod["metadata"]
+    try:
+        await discard(
+            client.CoreV1Api(api).patch_namespaced_pod(
+                meta["name"], meta["namespace"], ops, _preload_content=False
+            )
+        )
+    except ApiException as err:
+        if err.status in (404, 409, 422):
+            return False
+        raise
+    return True
+
+
+async def patch_node(api: client.ApiClient, name: str, ops: list[dict[str, Any]]) -> bool:
+    """A JSON patch of a node (taints, annotations); False if it is gone or the patch's tests
+    failed (someone changed the node meanwhile: read it again and retry)."""
+    try:
+        await discard(client.CoreV1Api(api).patch_node(name, ops, _preload_content=False))
+    except ApiException as err:
+        if err.status in (404, 409, 422):
+            return False
         raise
     return True

@@ -1,0 +1,104 @@
+"""The hook API the Slurm side calls (an aiohttp app on the scheduler's hook port):
+
+- `POST /hooks/prolog?job=&node=`: lock the node for the job (taint, wait for evictions); a
+  non-2xx answer fails the prolog, and Slurm requeues the job and drains the node.
+- `POST /hooks/epilog?job=&node=`: unlock the node unless another job still runs there.
+- `POST /hooks/stop?job=`: the placeholder job was told to stop: delete its pods and answer once
+  they are gone (504 if they are not, before the script's time runs out: it then drains the node).
+- `GET /healthz`, `GET /readyz` (watches listed and a pass made), `GET /metrics`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import prometheus_client
+from aiohttp import web
+
+from quorum.sunk.scheduler import SunkScheduler
+from quorum.sunk.slurm import SlurmError
+
+log = logging.getLogger("quorum.sunk.hooks")
+SCHEDULER: web.AppKey[SunkScheduler] = web.AppKey("scheduler", SunkScheduler)
+HOOKS = prometheus_client.Counter(
+    "quorum_sunk_hooks_total", "Hook API calls by hook and result", ["hook", "result"]
+)
+
+
+def _job(request: web.Request) -> int:
+    try:
+        return int(request.query["job"])
+    except (KeyError, ValueError):
+        raise web.HTTPBadRequest(text="job= (a Slurm job id) is required\n") from None
+
+
+def _node(request: web.Request) -> str:
+    node = request.query.get("node", "")
+    if not node or len(node) > 253:
+        raise web.HTTPBadRequest(text="node= (a Slurm node name) is required\n")
+    return node
+
+
+async def prolog(request: web.Request) -> web.Response:
+    job, node = _job(request), _node(request)
+    try:
+        ok, message = await request.app[SCHEDULER].lock(job, node)
+    except SlurmError as err:
+        ok, message = False, str(err)
+    HOOKS.labels("prolog", "ok" if ok else "failed").inc()
+    log.info("prolog job %s node %s: %s", job, node, message)
+    return web.Response(status=200 if ok else 503, text=message + "\n")
+
+
+async def epilog(request: web.Request) -> web.Response:
+    job, node = _job(request), _node(request)
+    try:
+        ok, message = await request.app[SCHEDULER].unlock(job, node)
+    except SlurmError as err:
+        ok, message = False, str(err)
+    HOOKS.labels("epilog", "ok" if ok else "failed").inc()
+    log.info("epilog job %s node %s: %s", job, node, message)
+    return web.Response(status=200 if ok else 503, text=message + "\n")
+
+
+async def stop(request: web.Request) -> web.Response:
+    job = _job(request)
+    try:
+        gone = await request.app[SCHEDULER].stop_job(job)
+    except SlurmError as err:
+        HOOKS.labels("stop", "failed").inc()
+        return web.Response(status=503, text=f"{err}\n")
+    HOOKS.labels("stop", "gone" if gone else "timeout").inc()
+    log.info("stop job %s: pods %s", job, "gone" if gone else "still there")
+    return web.Response(
+        status=200 if gone else 504, text=("pods gone" if gone else "pods still there") + "\n"
+    )
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def readyz(request: web.Request) -> web.Response:
+    scheduler = request.app[SCHEDULER]
+    ready = scheduler.pods_synced.is_set() and scheduler.nodes_synced.is_set() and scheduler.passes > 0
+    text = "ready" if ready else "starting"
+    if scheduler.last_error:
+        text += f"; last pass: {scheduler.last_error}"
+    return web.Response(status=200 if ready else 503, text=text + "\n")
+
+
+async def metrics(request: web.Request) -> web.Response:
+    return web.Response(body=prometheus_client.generate_latest(), content_type="text/plain")
+
+
+def make_app(scheduler: SunkScheduler) -> web.Application:
+    app = web.Application()
+    app[SCHEDULER] = scheduler
+    app.router.add_post("/hooks/prolog", prolog)
+    app.router.add_post("/hooks/epilog", epilog)
+    app.router.add_post("/hooks/stop", stop)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics)
+    return app

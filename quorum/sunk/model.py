@@ -1,0 +1,546 @@
+"""What the SUNK scheduler decides, as pure functions over plain pods and jobs.
+
+- `validate()`: is a pod schedulable through Slurm at all (annotations passable to Slurm,
+  non-zero CPU and memory requests, the grace-period rule)? Errors name the field and the fix.
+- `placeholder()`: the one Slurm submission for a pod or a whole gang. Pods of one shape are the
+  tasks of one job component; a gang of several shapes is a heterogeneous job (Slurm 22.05 gives
+  each component nodes of its own), so Slurm places the gang all or nothing.
+- `assign()`: which pod goes to which node of an allocation.
+- `ended()`: why a job that is no longer running ended, in words for an Event.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from quorum.core.quantity import parse_quantity
+
+PREFIX = "sunk.coreweave.com/"
+PARTITION = PREFIX + "partition"
+ACCOUNT = PREFIX + "account"
+QOS = PREFIX + "qos"
+TIME_LIMIT = PREFIX + "timelimit"  # minutes, or Slurm's [days-]hours:minutes:seconds forms
+EXCLUSIVE = PREFIX + "exclusive"  # none (whole node) | user | ok (share)
+NODES = PREFIX + "nodes"  # Slurm node names the pod may use, comma-separated
+COMMENT = PREFIX + "comment"
+RESERVATION = PREFIX + "reservation"
+ANNOTATIONS = (PARTITION, ACCOUNT, QOS, TIME_LIMIT, EXCLUSIVE, NODES, COMMENT, RESERVATION)
+LOCK = PREFIX + "lock"  # the taint key; also the node annotation with the lock state
+LOCK_STATES = ("false", "pending", "locked", "locked_strict")
+ACCELERATOR = PREFIX + "accelerator"
+GPU = "nvidia.com/gpu"
+MARKER = "quorum-sunk"  # first word of every placeholder job's comment
+STARTED = ": started"  # what the placeholder script appends to the comment when it runs
+
+# Values Slurm's parser accepts: names of partitions, accounts, QOS and reservations.
+_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_NODE_LIST = re.compile(r"^[A-Za-z0-9_.\-]{1,253}(,[A-Za-z0-9_.\-]{1,253}){0,255}$")
+_TIME = re.compile(r"^(?:(\d{1,4})-)?(\d{1,5})(?::(\d{1,2}))?(?::(\d{1,2}))?$")
+_MAX_COMMENT = 512
+MAX_GANG_PODS = 4096
+
+
+class InvalidPod(ValueError):
+    """The pod cannot be passed to Slurm; the message says what is wrong and how to fix it."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one pod asks Slurm for."""
+
+    cpus: int
+    memory_mib: int
+    gpus: int
+
+
+@dataclass(frozen=True)
+class Options:
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time_limit_minutes: int | None = None
+    exclusive: str | None = None
+    nodes: tuple[str, ...] = ()
+    comment: str | None = None
+    reservation: str | None = None
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """A validated pod: who it is, its shape, its Slurm options."""
+
+    namespace: str
+    name: str
+    uid: str
+    shape: Shape
+    options: Options
+
+
+def _requests(pod: Mapping[str, Any]) -> dict[str, float]:
+    """Effective requests: the sum of the containers', or the largest init container's if more."""
+    spec = pod.get("spec") or {}
+    total: dict[str, float] = {}
+    for container in spec.get("containers") or []:
+        for key, value in ((container.get("resources") or {}).get("requests") or {}).items():
+            total[key] = total.get(key, 0.0) + float(parse_quantity(str(value)))
+    for container in spec.get("initContainers") or []:
+        for key, value in ((container.get("resources") or {}).get("requests") or {}).items():
+            total[key] = max(total.get(key, 0.0), float(parse_quantity(str(value))))
+    return total
+
+
+def time_limit_minutes(text: str) -> int:
+    """Slurm's time forms: minutes, minutes:seconds, hours:minutes:seconds, days-hours[:min[:s]]."""
+    m = _TIME.match(text.strip())
+    if not m:
+        raise ValueError(text)
+    days, a, b, c = m.groups()
+    if days is not None:
+        minutes = int(days) * 1440 + int(a) * 60 + int(b or 0) + (1 if int(c or 0) else 0)
+    elif c is not None:
+        minutes = int(a) * 60 + int(b) + (1 if int(c) else 0)
+    elif b is not None:
+        minutes = int(a) + (1 if int(b) else 0)
+    else:
+        minutes = int(a)
+    if minutes <= 0:
+        raise ValueError(text)
+    return minutes
+
+
+def validate(pod: Mapping[str, Any], kill_wait_seconds: int) -> PodRequest:
+    """The pod as Slurm will see it, or InvalidPod with every problem found."""
+    meta = pod.get("metadata") or {}
+    spec = pod.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    problems: list[str] = []
+    try:
+        requests = _requests(pod)
+    except (ValueError, TypeError, ArithmeticError) as err:
+        raise InvalidPod(f"a resource request is not a Kubernetes quantity ({err})") from None
+    cpu, memory, gpus = requests.get("cpu", 0.0), requests.get("memory", 0.0), requests.get(GPU, 0.0)
+    if not cpu > 0:
+        problems.append("the pod requests no CPU: set resources.requests.cpu on its containers")
+    if not memory > 0:
+        problems.append("the pod requests no memory: set resources.requests.memory on its containers")
+    if gpus != int(gpus) or gpus < 0:
+        problems.append(f"{GPU} must be a whole number of GPUs, not {gpus:g}")
+    for value in (cpu, memory, gpus):
+        if not math.isfinite(value) or value > 1e15:
+            problems.append("a resource request is out of range")
+            break
+    grace = spec.get("terminationGracePeriodSeconds", 30)
+    limit = kill_wait_seconds - 5
+    if not isinstance(grace, int) or grace >= limit:
+        problems.append(
+            f"terminationGracePeriodSeconds is {grace} (30 if unset); it must be below {limit} "
+            f"(Slurm's KillWait of {kill_wait_seconds}s minus 5s), so that the pod is gone before "
+            "Slurm kills its job: set it to at most " + str(max(limit - 1, 0))
+        )
+    options = _options(annotations, problems)
+    if problems:
+        raise InvalidPod("; ".join(problems))
+    shape = Shape(
+        cpus=max(1, math.ceil(cpu - 1e-9)),
+        memory_mib=max(1, math.ceil(memory / 2**20)),
+        gpus=int(gpus),
+    )
+    return PodRequest(meta.get("namespace", ""), meta.get("name", ""), meta.get("uid", ""), shape, options)
+
+
+def _options(annotations: Mapping[str, Any], problems: list[str]) -> Options:
+    def text(key: str) -> str | None:
+        value = annotations.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            problems.append(f"annotation {key} is empty")
+            return None
+        return value.strip()
+
+    def name(key: str) -> str | None:
+        value = text(key)
+        if value is not None and not _NAME.match(value):
+            problems.append(f"annotation {key}={value[:80]!r} is not a Slurm name (letters, digits, _ . -)")
+            return None
+        return value
+
+    limit = None
+    if (raw := text(TIME_LIMIT)) is not None:
+        try:
+            limit = time_limit_minutes(raw)
+        except ValueError:
+            problems.append(
+                f"annotation {TIME_LIMIT}={raw[:80]!r} is not a Slurm time limit "
+                "(minutes, or [days-]hours:minutes:seconds)"
+            )
+    exclusive = text(EXCLUSIVE)
+    if exclusive is not None and exclusive not in ("none", "user", "ok"):
+        problems.append(f"annotation {EXCLUSIVE}={exclusive[:80]!r} must be none, user or ok")
+        exclusive = None
+    nodes: tuple[str, ...] = ()
+    if (raw := text(NODES)) is not None:
+        if _NODE_LIST.match(raw):
+            nodes = tuple(raw.split(","))
+        else:
+            problems.append(f"annotation {NODES} must be Slurm node names separated by commas")
+    comment = text(COMMENT)
+    if comment is not None and (len(comment) > _MAX_COMMENT or not comment.isprintable()):
+        problems.append(f"annotation {COMMENT} must be printable and at most {_MAX_COMMENT} characters")
+        comment = None
+    return Options(
+        partition=name(PARTITION),
+        account=name(ACCOUNT),
+        qos=name(QOS),
+        time_limit_minutes=limit,
+        exclusive=exclusive,
+        nodes=nodes,
+        comment=comment,
+        reservation=name(RESERVATION),
+    )
+
+
+# -- the placeholder job -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Component:
+    """Pods of one shape and options: the tasks of one job (or of one hetjob component)."""
+
+    shape: Shape
+    options: Options
+    pods: tuple[PodRequest, ...]
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    """One Slurm submission: for a pod, or for a gang (`gang` = namespace/name)."""
+
+    key: str  # `pod/<ns>/<name>/<uid>` or `gang/<ns>/<name>`: the job's comment names it
+    components: tuple[Component, ...]
+    gang: str | None = None
+
+    @property
+    def pods(self) -> tuple[PodRequest, ...]:
+        return tuple(p for c in self.components for p in c.pods)
+
+
+def plan_placeholder(pods: Sequence[PodRequest], gang: str | None = None) -> Placeholder:
+    """The submission for one pod, or for all pods of a gang (grouped by shape and options, in
+    the order first seen)."""
+    if not pods:
+        raise ValueError("a placeholder needs at least one pod")
+    if len(pods) > MAX_GANG_PODS:
+        raise InvalidPod(f"a gang of {len(pods)} pods is more than {MAX_GANG_PODS} Slurm tasks")
+    groups: dict[tuple[Shape, Options], list[PodRequest]] = {}
+    for pod in pods:
+        groups.setdefault((pod.shape, pod.options), []).append(pod)
+    components = tuple(Component(shape, opts, tuple(members)) for (shape, opts), members in groups.items())
+    if gang is not None:
+        key = f"gang/{gang}"
+    else:
+        only = pods[0]
+        key = f"pod/{only.namespace}/{only.name}/{only.uid}"
+    return Placeholder(key, components, gang)
+
+
+def job_comment(placeholder: Placeholder, user_comment: str | None = None) -> str:
+    """The job's comment: how the scheduler finds its pods again after a restart."""
+    text = f"{MARKER} {placeholder.key}"
+    return f"{text} {user_comment}" if user_comment else text
+
+
+def key_of_comment(comment: str | None) -> str | None:
+    """The placeholder key in a job comment quorum wrote, None for any other job."""
+    if not comment or not comment.startswith(MARKER + " "):
+        return None
+    return comment.removesuffix(STARTED).split(" ", 2)[1]
+
+
+def job_name(key: str) -> str:
+    """What squeue shows: `ns/pod` for a pod's job, `ns/gang` for a gang's."""
+    parts = key.split("/")
+    return "/".join(parts[1:3])[:128]
+
+
+def started(comment: str | None) -> bool:
+    return bool(comment) and str(comment).endswith(STARTED)
+
+
+def placeholder_script(hook_url: str) -> str:
+    """The batch script: mark the job started, then wait; when Slurm stops the job (cancel,
+    preemption, time limit), ask the scheduler to delete the pods and wait until they are gone;
+    if they are still there just before KillWait, drain the node with a reason."""
+    return f"""#!/bin/bash
+# quorum SUNK placeholder: the pods of this job run in Kubernetes, not here.
+scontrol update JobId="$SLURM_JOB_ID" Comment="$QUORUM_COMMENT{STARTED}"
+stop() {{
+  if ! curl --silent --fail --max-time "$QUORUM_STOP_SECONDS" -X POST \\
+      "{hook_url}/hooks/stop?job=$SLURM_JOB_ID"; then
+    scontrol update NodeName="$SLURMD_NODENAME" State=DRAIN \\
+      Reason="quorum: pods of job $SLURM_JOB_ID still running at KillWait"
+  fi
+  exit 0
+}}
+trap stop TERM
+sleep infinity &
+wait $!
+"""
+
+
+def _component_body(component: Component, comment: str, env: Mapping[str, str]) -> dict[str, Any]:
+    shape, opts = component.shape, component.options
+    tasks = len(component.pods)
+    body: dict[str, Any] = {
+        "name": job_name(key_of_comment(comment) or "quorum"),
+        "comment": comment,
+        "tasks": tasks,
+        "cpus_per_task": shape.cpus,
+        "memory_per_cpu": math.ceil(shape.memory_mib / shape.cpus),
+        "environment": dict(env),
+        "current_working_directory": "/tmp",
+        "standard_output": "/dev/null",
+        "standard_error": "/dev/null",
+        "requeue": False,
+    }
+    if shape.gpus:
+        body["gpus_per_task"] = str(shape.gpus)
+    if opts.partition:
+        body["partition"] = opts.partition
+    if opts.account:
+        body["account"] = opts.account
+    if opts.qos:
+        body["qos"] = opts.qos
+    if opts.reservation:
+        body["reservation"] = opts.reservation
+    if opts.time_limit_minutes:
+        body["time_limit"] = opts.time_limit_minutes
+    if opts.exclusive == "none":
+        body["exclusive"] = "true"
+    elif opts.exclusive == "user":
+        body["exclusive"] = "user"
+    elif opts.exclusive == "ok":
+        body["oversubscribe"] = True
+    if opts.nodes:
+        # slurmrestd 0.0.38 takes no node list; each node carries a feature named after itself.
+        body["constraints"] = "|".join(opts.nodes)
+    return body
+
+
+def submission(
+    placeholder: Placeholder, hook_url: str, stop_seconds: int, extra_env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """The body of `POST /slurm/v0.0.38/job/submit`."""
+    first_comment = next((c.options.comment for c in placeholder.components if c.options.comment), None)
+    comment = job_comment(placeholder, first_comment)
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+        "QUORUM_COMMENT": comment,
+        "QUORUM_STOP_SECONDS": str(stop_seconds),
+        **(extra_env or {}),
+    }
+    bodies = [_component_body(c, comment, env) for c in placeholder.components]
+    script = placeholder_script(hook_url)
+    if len(bodies) == 1:
+        return {"script": script, "job": bodies[0]}
+    return {"script": script, "jobs": bodies}
+
+
+# -- allocations ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeShare:
+    """What one node of an allocation gave one job component."""
+
+    node: str
+    cpus: int
+    gpus: int
+
+
+def tasks_on(shares: Sequence[NodeShare], shape: Shape) -> list[str]:
+    """The node of each task, in order: a node holds as many tasks as its CPUs and GPUs cover."""
+    found: list[str] = []
+    for share in shares:
+        by_cpu = share.cpus // shape.cpus
+        by_gpu = share.gpus // shape.gpus if shape.gpus else by_cpu
+        found += [share.node] * min(by_cpu, by_gpu)
+    return found
+
+
+def assign(component: Component, shares: Sequence[NodeShare]) -> dict[str, str] | None:
+    """{pod uid: node} for a component's pods, None if the allocation does not hold them all."""
+    nodes = tasks_on(shares, component.shape)
+    if len(nodes) < len(component.pods):
+        return None
+    return {pod.uid: node for pod, node in zip(component.pods, nodes, strict=False)}
+
+
+_GRES = re.compile(r"gpu(?::[A-Za-z0-9_\-]+)?:(\d+)")
+
+
+def gpus_of_gres(detail: str) -> int:
+    """GPUs in one `gres_detail` entry, e.g. 'gpu:2(IDX:0-1)' -> 2."""
+    m = _GRES.search(detail or "")
+    return int(m.group(1)) if m else 0
+
+
+@dataclass(frozen=True)
+class JobEnd:
+    reason: str  # Event reason
+    message: str
+
+
+_ENDS = {
+    "CANCELLED": ("SlurmJobCancelled", "was cancelled in Slurm"),
+    "PREEMPTED": ("SlurmJobPreempted", "was preempted by a higher-priority Slurm job"),
+    "TIMEOUT": ("SlurmJobTimeLimit", "reached its time limit"),
+    "NODE_FAIL": ("SlurmNodeFailed", "lost a node"),
+    "BOOT_FAIL": ("SlurmNodeFailed", "could not boot its node"),
+    "FAILED": ("SlurmJobFailed", "failed"),
+    "COMPLETED": ("SlurmJobEnded", "ended"),
+    "OUT_OF_MEMORY": ("SlurmJobFailed", "ran out of memory"),
+    "DEADLINE": ("SlurmJobTimeLimit", "reached its deadline"),
+}
+
+
+def ended(job_id: int, state: str, reason: str | None = None) -> JobEnd:
+    """Why the pods of a job that stopped running are deleted, for an Event."""
+    event, words = _ENDS.get(state, ("SlurmJobEnded", f"ended ({state})"))
+    extra = f" ({reason})" if reason and reason not in ("None", "") else ""
+    return JobEnd(event, f"Slurm job {job_id} {words}{extra}; the pod is deleted with it")
+
+
+@dataclass
+class Counts:
+    """What a reconcile pass did (the scheduler's metrics count these)."""
+
+    submitted: int = 0
+    bound: int = 0
+    deleted: int = 0
+    cancelled: int = 0
+    invalid: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+# -- nodes: the lock and the drain ---------------------------------------------------------------
+
+LOCK_TAINT = {"key": LOCK, "value": "true", "effect": "NoExecute"}
+LOCK_TOLERATION = {"key": LOCK, "operator": "Equal", "value": "true", "effect": "NoExecute"}
+DRAIN_ANNOTATION = PREFIX + "drain"  # the reason of a drain that came from Slurm
+OUR_DRAIN = "quorum: Kubernetes node"  # how the reasons of drains quorum made begin
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def lock_patch(node: Mapping[str, Any], state: str) -> list[dict[str, Any]] | None:
+    """The JSON patch that puts a node in lock state `state` (false | pending | locked |
+    locked_strict): the NoExecute taint on for every state but false, and the state in the
+    node's `sunk.coreweave.com/lock` annotation. None if the node is in that state already."""
+    if state not in LOCK_STATES:
+        raise ValueError(state)
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    taints = list(spec.get("taints") or [])
+    annotations = meta.get("annotations") or {}
+    has_taint = any(t.get("key") == LOCK for t in taints)
+    want_taint = state != "false"
+    if has_taint == want_taint and annotations.get(LOCK, "false") == state:
+        return None
+    ops: list[dict[str, Any]] = [{"op": "test", "path": "/spec/taints", "value": spec.get("taints")}]
+    if want_taint and not has_taint:
+        if taints:
+            ops.append({"op": "add", "path": "/spec/taints/-", "value": LOCK_TAINT})
+        else:
+            ops = [{"op": "add", "path": "/spec/taints", "value": [LOCK_TAINT]}]
+    elif has_taint and not want_taint:
+        kept = [t for t in taints if t.get("key") != LOCK]
+        ops.append({"op": "replace", "path": "/spec/taints", "value": kept})
+    if not annotations:
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": {LOCK: state}})
+    else:
+        ops.append({"op": "add", "path": f"/metadata/annotations/{_escape(LOCK)}", "value": state})
+    return ops
+
+
+def tolerates_lock(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod tolerates `sunk.coreweave.com/lock=true:NoExecute` (Kubernetes' rules)."""
+    for t in (pod.get("spec") or {}).get("tolerations") or []:
+        if t.get("effect") not in (None, "", "NoExecute"):
+            continue
+        op = t.get("operator") or "Equal"
+        if op == "Exists" and t.get("key") in (None, "", LOCK):
+            return True
+        if op == "Equal" and t.get("key") == LOCK and t.get("value") == "true":
+            return True
+    return False
+
+
+def drain_reason(node: Mapping[str, Any]) -> str | None:
+    """Why a Kubernetes node's Slurm node must be drained (cordoned, not Ready, or not in
+    production), None if it may run jobs."""
+    spec, meta = node.get("spec") or {}, node.get("metadata") or {}
+    state = (meta.get("labels") or {}).get("node.coreweave.cloud/state", "production")
+    if spec.get("unschedulable"):
+        return f"{OUR_DRAIN} cordoned"
+    conditions = (node.get("status") or {}).get("conditions") or []
+    ready = next((c.get("status") for c in conditions if c.get("type") == "Ready"), None)
+    if conditions and ready != "True":
+        return f"{OUR_DRAIN} not Ready"
+    if state != "production":
+        return f"{OUR_DRAIN} in state {state}"
+    return None
+
+
+@dataclass(frozen=True)
+class NodeSync:
+    drain: str | None = None  # drain the Slurm node with this reason
+    resume: bool = False  # resume it (quorum drained it and the reason has passed)
+    annotate: str | None = None  # the Slurm drain reason to show on the Kubernetes node ("" removes)
+
+
+def sync_node(
+    node: Mapping[str, Any], slurm_state: str, slurm_flags: Sequence[str], slurm_reason: str | None
+) -> NodeSync:
+    """What keeps a Kubernetes node and its Slurm node in step: the Kubernetes side drains and
+    resumes Slurm; a drain made in Slurm by someone else shows on the node as an annotation."""
+    want = drain_reason(node)
+    drained = "DRAIN" in {f.upper() for f in slurm_flags} or slurm_state.lower().startswith("drain")
+    ours = (slurm_reason or "").startswith(OUR_DRAIN)
+    shown = ((node.get("metadata") or {}).get("annotations") or {}).get(DRAIN_ANNOTATION)
+    if want and not drained:
+        return NodeSync(drain=want)
+    if want and drained and ours and slurm_reason != want:
+        return NodeSync(drain=want)
+    if not want and drained and ours:
+        return NodeSync(resume=True)
+    if drained and not ours and shown != (slurm_reason or "drained in Slurm"):
+        return NodeSync(annotate=slurm_reason or "drained in Slurm")
+    if not drained and shown is not None:
+        return NodeSync(annotate="")
+    return NodeSync()
+
+
+_RANGE_PART = re.compile(r"[^,\[]+(?:\[[^\]]*\])?")
+
+
+def expand_nodelist(nodes: str | None) -> list[str]:
+    """Node names of a Slurm node list: 'gpu-[001-003],cpu-1' -> gpu-001, gpu-002, gpu-003, cpu-1."""
+    out: list[str] = []
+    for part in _RANGE_PART.findall(nodes or ""):
+        m = re.fullmatch(r"(.*)\[(.*)\]", part)
+        if not m:
+            out.append(part)
+            continue
+        prefix, ranges = m.groups()
+        for r in ranges.split(","):
+            lo, _, hi = r.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                continue
+            out += [f"{prefix}{i:0{len(lo)}d}" for i in range(int(lo), int(hi or lo) + 1)][:4096]
+    return out

@@ -1,0 +1,442 @@
+"""The SUNK scheduler's reconciler: pods whose schedulerName is ours, and the Slurm jobs that
+stand for them, kept in step in both directions (docs/sunk.md).
+
+One pass (`reconcile`), every `poll_seconds` and whenever a pod changes:
+1. list Slurm's jobs; the ones quorum submitted name their pod or gang in their comment;
+2. a live job whose pods are all gone is cancelled (pod deleted -> job cancelled);
+3. an ended job's pods are deleted with an Event saying why (cancelled, preempted, time limit);
+4. a pending pod (or a complete gang) with no live job is validated and submitted; a pod that
+   fails validation gets a Warning Event and is not tried again until it changes;
+5. a job that runs and whose script has marked its comment `: started` has its pods bound to
+   the nodes Slurm allocated (Binding API), after they gain the lock toleration.
+Everything is read again each pass, so a restarted scheduler reconciles what it finds: no
+orphan job, no orphan pod. Slurm being down holds new work and touches nothing running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from datetime import datetime
+from typing import Any
+
+import orjson
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from quorum.core.gangs import BadMinAvailable, GangMarker, GangSource, gang_markers, parse_min_available
+from quorum.k8s import reads, writes
+from quorum.k8s.watch import watch_objects
+from quorum.sunk import model
+from quorum.sunk.settings import SunkSettings
+from quorum.sunk.slurm import Job, SlurmError, SlurmRest, drain_node, resume_node
+
+log = logging.getLogger("quorum.sunk")
+COMPONENT = "quorum-sunk-scheduler"
+JSON = dict[str, Any]
+GROUP_APIS = {
+    GangSource.SIGS_POD_GROUP: ("scheduling.sigs.k8s.io", "v1alpha1", "podgroups"),
+    GangSource.X_POD_GROUP: ("scheduling.x-k8s.io", "v1alpha1", "podgroups"),
+}
+
+
+class ObjectIndex:
+    """Objects of one kind by uid (the watch keeps it current)."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, JSON] = {}
+
+    def upsert(self, obj: JSON) -> None:
+        self.items[obj["metadata"]["uid"]] = obj
+
+    def delete(self, obj: JSON) -> None:
+        self.items.pop(obj["metadata"]["uid"], None)
+
+    def replace_all(self, objs: list[JSON]) -> None:
+        self.items = {o["metadata"]["uid"]: o for o in objs}
+
+
+def _stamp(value: Any) -> float:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def fingerprint(pod: JSON) -> str:
+    """What validation looked at: a pod is tried again only when this changes."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    seen = [meta.get("annotations") or {}, spec.get("containers"), spec.get("initContainers"),
+            spec.get("terminationGracePeriodSeconds")]  # fmt: skip
+    return hashlib.sha256(orjson.dumps(seen, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+class SunkScheduler:
+    def __init__(self, settings: SunkSettings, api: client.ApiClient, slurm: SlurmRest) -> None:
+        self.settings = settings
+        self.api = api
+        self.slurm = slurm
+        self.pods = ObjectIndex()
+        self.nodes = ObjectIndex()
+        self.pods_synced = asyncio.Event()
+        self.nodes_synced = asyncio.Event()
+        self.changed = asyncio.Event()
+        self.invalid: dict[str, str] = {}  # pod uid -> fingerprint that failed validation
+        self.waiting_note: dict[str, str] = {}  # gang key -> last "waiting for members" message
+        self.node_locks: dict[str, asyncio.Lock] = {}
+        self.passes = 0
+        self.last_error: str | None = None
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        core = client.CoreV1Api(self.api)
+        tasks = [
+            asyncio.create_task(
+                watch_objects(
+                    core.list_pod_for_all_namespaces, [self.pods], self.pods_synced, self.changed.set, "pods"
+                )
+            ),
+            asyncio.create_task(
+                watch_objects(core.list_node, [self.nodes], self.nodes_synced, self.changed.set, "nodes")
+            ),
+        ]
+        try:
+            await self.pods_synced.wait()
+            await self.nodes_synced.wait()
+            while True:
+                self.changed.clear()
+                try:
+                    await self.reconcile()
+                    await self.sync_nodes()
+                    self.last_error = None
+                except SlurmError as err:
+                    self.last_error = str(err)
+                    log.warning("pass skipped: %s", err)
+                except Exception as err:  # one bad pass must not end the scheduler
+                    self.last_error = f"{type(err).__name__}: {err}"
+                    log.exception("pass failed")
+                self.passes += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.changed.wait(), self.settings.poll_seconds)
+        finally:
+            for task in tasks:
+                task.cancel()
+
+    def ours(self) -> list[JSON]:
+        return [
+            p for p in self.pods.items.values()
+            if (p.get("spec") or {}).get("schedulerName") == self.settings.scheduler_name
+        ]  # fmt: skip
+
+    # -- one pass --------------------------------------------------------------------------------
+
+    async def reconcile(self) -> model.Counts:
+        counts = model.Counts()
+        jobs = await self.slurm.jobs()
+        by_key: dict[str, list[Job]] = {}
+        for job in jobs:
+            key = model.key_of_comment(job.comment)
+            if key is not None:
+                by_key.setdefault(key, []).append(job)
+        pods = [p for p in self.ours() if not p["metadata"].get("deletionTimestamp")]
+        pods_of: dict[str, list[JSON]] = {}
+        for pod in pods:
+            pods_of.setdefault(self.key_of_pod(pod), []).append(pod)
+        for key, components in by_key.items():
+            live = [j for j in components if j.alive]
+            mine = pods_of.get(key, [])
+            if live and not mine:
+                await self.slurm.cancel(live[0].group_id)
+                counts.cancelled += 1
+                log.info("job %s cancelled: its pods are gone (%s)", live[0].group_id, key)
+            elif not live and mine:
+                counts.deleted += await self.delete_for_ended(components, mine)
+        for key, mine in pods_of.items():
+            live = [j for j in by_key.get(key, []) if j.alive]
+            pending = [p for p in mine if not (p.get("spec") or {}).get("nodeName")]
+            if not live and pending:
+                ended_at = max((j.end_time or 0 for j in by_key.get(key, [])), default=0)
+                fresh = [p for p in pending if _stamp(p["metadata"].get("creationTimestamp")) > ended_at]
+                if fresh:
+                    counts.submitted += await self.submit(key, fresh, counts)
+            elif live and pending:
+                counts.bound += await self.bind(key, live, mine)
+        return counts
+
+    def key_of_pod(self, pod: JSON) -> str:
+        marker = self.marker(pod)
+        meta = pod["metadata"]
+        if marker is None:
+            return f"pod/{meta['namespace']}/{meta['name']}/{meta['uid']}"
+        return f"gang/{meta['namespace']}/{marker.gang_name}"
+
+    @staticmethod
+    def marker(pod: JSON) -> GangMarker | None:
+        spec = pod.get("spec") or {}
+        group = (spec.get("schedulingGroup") or {}).get("podGroupName")
+        markers = gang_markers(pod["metadata"].get("labels") or {}, group)
+        return markers[0] if markers else None
+
+    async def event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
+        await writes.post_event(self.api, obj, reason, message, warning, component=COMPONENT)
+
+    # -- submit ----------------------------------------------------------------------------------
+
+    async def submit(self, key: str, pending: list[JSON], counts: model.Counts) -> int:
+        requests = []
+        for pod in sorted(pending, key=lambda p: p["metadata"]["name"]):
+            uid, seen = pod["metadata"]["uid"], fingerprint(pod)
+            if self.invalid.get(uid) == seen:
+                return 0
+            try:
+                requests.append(model.validate(pod, self.settings.slurm_kill_wait_seconds))
+            except model.InvalidPod as err:
+                self.invalid[uid] = seen
+                counts.invalid += 1
+                await self.event(pod, "FailedValidation", f"not passed to Slurm: {err}", warning=True)
+                return 0
+        gang = None
+        if key.startswith("gang/"):
+            _, namespace, gang_name = key.split("/", 2)
+            need = await self.gang_size(pending[0])
+            if need is None or len(requests) < need:
+                note = f"waiting for the gang's members: {len(requests)} of {need or '?'} pods exist"
+                if self.waiting_note.get(key) != note:
+                    self.waiting_note[key] = note
+                    await self.event(pending[0], "WaitingForGang", note)
+                return 0
+            gang = f"{namespace}/{gang_name}"
+        try:
+            placeholder = model.plan_placeholder(requests, gang)
+        except model.InvalidPod as err:
+            await self.event(pending[0], "FailedValidation", f"not passed to Slurm: {err}", warning=True)
+            return 0
+        body = model.submission(placeholder, self.settings.hook_url, self.settings.stop_seconds)
+        try:
+            job_id = await self.slurm.submit(body)
+        except SlurmError as err:
+            # Slurm refused the job itself (no such partition, too large for any node): the pod
+            # hears it and is not submitted again until it changes.
+            for pod in pending:
+                self.invalid[pod["metadata"]["uid"]] = fingerprint(pod)
+            await self.event(pending[0], "SlurmRejected", f"Slurm did not take the job: {err}", warning=True)
+            return 0
+        self.waiting_note.pop(key, None)
+        words = "pod" if gang is None else f"gang of {len(requests)} pods"
+        for pod in pending:
+            await self.event(
+                pod, "SlurmJobSubmitted", f"placeholder Slurm job {job_id} submitted for this {words}"
+            )
+        log.info("submitted job %s for %s", job_id, key)
+        return 1
+
+    async def gang_size(self, pod: JSON) -> int | None:
+        """The gang's minMember: its label, or its PodGroup; None if it cannot be read."""
+        marker = self.marker(pod)
+        if marker is None:
+            return 1
+        if marker.source is GangSource.LABELS:
+            try:
+                return parse_min_available(marker.min_available)
+            except BadMinAvailable:
+                return None
+        api = GROUP_APIS.get(marker.source)
+        if api is None:
+            return None
+        group, version, plural = api
+        try:
+            obj = await client.CustomObjectsApi(self.api).get_namespaced_custom_object(
+                group, version, pod["metadata"]["namespace"], plural, marker.group
+            )
+        except ApiException:
+            return None
+        value = (obj.get("spec") or {}).get("minMember")
+        return value if isinstance(value, int) and value > 0 else None
+
+    # -- bind ------------------------------------------------------------------------------------
+
+    async def bind(self, key: str, live: list[Job], mine: list[JSON]) -> int:
+        if not all(j.job_state == "RUNNING" for j in live) or not any(model.started(j.comment) for j in live):
+            return 0
+        requests = []
+        by_uid = {p["metadata"]["uid"]: p for p in mine}
+        for pod in sorted(mine, key=lambda p: p["metadata"]["name"]):
+            try:
+                requests.append(model.validate(pod, self.settings.slurm_kill_wait_seconds))
+            except model.InvalidPod:
+                return 0
+        gang = key.split("/", 1)[1] if key.startswith("gang/") else None
+        placeholder = model.plan_placeholder(requests, gang)
+        components = sorted(live, key=lambda j: j.het_job_offset)
+        if len(components) != len(placeholder.components):
+            log.warning("job %s has %d components for %d shapes; cancelling it", live[0].group_id,
+                        len(components), len(placeholder.components))  # fmt: skip
+            await self.slurm.cancel(live[0].group_id)
+            return 0
+        where: dict[str, str] = {}
+        for component, job in zip(placeholder.components, components, strict=True):
+            got = model.assign(component, job.shares())
+            if got is None:
+                log.warning("job %s: its allocation %s does not hold its pods", job.job_id, job.shares())
+                return 0
+            where.update(got)
+        bound = 0
+        for uid, node in where.items():
+            pod = by_uid[uid]
+            if (pod.get("spec") or {}).get("nodeName"):
+                continue
+            ops = writes.toleration_patch(pod, model.LOCK_TOLERATION)
+            if ops is not None and not await writes.patch_pod(self.api, pod, ops):
+                continue
+            if await writes.bind_pod(self.api, pod, node):
+                bound += 1
+                job = live[0]
+                await self.event(
+                    pod,
+                    "Scheduled",
+                    f"bound to {node} by Slurm job {job.group_id} (partition {job.partition})",
+                )
+        return bound
+
+    # -- jobs that ended -------------------------------------------------------------------------
+
+    async def delete_for_ended(self, components: list[Job], mine: list[JSON]) -> int:
+        job = max(components, key=lambda j: j.end_time or 0)
+        end = model.ended(job.group_id, job.job_state, job.state_reason)
+        ended_at = job.end_time or 0
+        deleted = 0
+        for pod in mine:
+            if _stamp(pod["metadata"].get("creationTimestamp")) > ended_at:
+                continue  # made after the job ended: the next submission's
+            await self.event(pod, end.reason, end.message, warning=True)
+            if await writes.delete_pod(self.api, pod):
+                deleted += 1
+        return deleted
+
+    async def stop_job(self, job_id: int) -> bool:
+        """The placeholder script was told to stop: delete the job's pods and wait until they are
+        gone (True), or until `stop_seconds` passed (False)."""
+        jobs = await self.slurm.job(job_id)
+        key = next((k for k in (model.key_of_comment(j.comment) for j in jobs) if k), None)
+        if key is None:
+            return True
+        end = model.ended(
+            job_id, jobs[0].job_state if jobs else "CANCELLED", jobs[0].state_reason if jobs else None
+        )
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.stop_seconds
+        asked: set[str] = set()
+        while True:
+            mine = [p for p in self.ours() if self.key_of_pod(p) == key]
+            if not mine:
+                return True
+            for pod in mine:
+                uid = pod["metadata"]["uid"]
+                if uid not in asked and not pod["metadata"].get("deletionTimestamp"):
+                    asked.add(uid)
+                    await self.event(pod, end.reason, end.message, warning=True)
+                    await writes.delete_pod(self.api, pod)
+            if loop.time() > deadline:
+                return False
+            await asyncio.sleep(0.2)
+
+    # -- node locking ----------------------------------------------------------------------------
+
+    def node_named(self, name: str) -> JSON | None:
+        return next((n for n in self.nodes.items.values() if n["metadata"]["name"] == name), None)
+
+    async def set_lock(self, name: str, state: str) -> bool:
+        """Put a node in a lock state; retried on a node someone changed meanwhile."""
+        node = self.node_named(name)
+        for _ in range(10):
+            if node is None:
+                return False
+            ops = model.lock_patch(node, state)
+            if ops is None or await writes.patch_node(self.api, name, ops):
+                return True
+            node = await reads.node(self.api, name)
+        return False
+
+    def blocking_pods(self, node: str) -> list[JSON]:
+        """Pods on `node` that do not tolerate the lock (the taint manager evicts them)."""
+        return [
+            p for p in self.pods.items.values()
+            if (p.get("spec") or {}).get("nodeName") == node
+            and not model.tolerates_lock(p)
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]  # fmt: skip
+
+    async def lock(self, job_id: int, node: str) -> tuple[bool, str]:
+        """Prolog: taint the node, wait until every pod that does not tolerate it is gone."""
+        jobs = await self.slurm.job(job_id)
+        strict = any(model.key_of_comment(j.comment) for j in jobs)
+        async with self.node_locks.setdefault(node, asyncio.Lock()):
+            if self.node_named(node) is None:
+                return True, f"{node} is not a Kubernetes node; nothing to lock"
+            if not await self.set_lock(node, "pending"):
+                return False, f"could not taint {node}"
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.settings.lock_timeout_seconds
+            while blocking := self.blocking_pods(node):
+                if loop.time() > deadline:
+                    names = ", ".join(
+                        f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in blocking[:5]
+                    )
+                    return (
+                        False,
+                        f"pods still on {node} after {self.settings.lock_timeout_seconds:.0f}s: {names}",
+                    )
+                await asyncio.sleep(0.2)
+            await self.set_lock(node, "locked_strict" if strict else "locked")
+        return True, f"{node} locked for job {job_id}"
+
+    async def unlock(self, job_id: int, node: str) -> tuple[bool, str]:
+        """Epilog: lift the lock unless another live job still runs on the node."""
+        async with self.node_locks.setdefault(node, asyncio.Lock()):
+            jobs = await self.slurm.jobs()
+            group = next((j.group_id for j in jobs if j.job_id == job_id), job_id)
+            others = [
+                j for j in jobs
+                if j.group_id != group and j.job_state in ("RUNNING", "CONFIGURING", "SUSPENDED")
+                and node in model.expand_nodelist(j.nodes)
+            ]  # fmt: skip
+            if others:
+                return True, f"{node} stays locked: job {others[0].job_id} runs there"
+            if self.node_named(node) is None:
+                return True, f"{node} is not a Kubernetes node"
+            ok = await self.set_lock(node, "false")
+        return ok, f"{node} unlocked after job {job_id}"
+
+    # -- nodes: Kubernetes <-> Slurm -------------------------------------------------------------
+
+    async def sync_nodes(self) -> None:
+        slurm_nodes = {n.name: n for n in await self.slurm.nodes()}
+        for node in list(self.nodes.items.values()):
+            name = node["metadata"]["name"]
+            found = slurm_nodes.get(name)
+            if found is None:
+                continue
+            step = model.sync_node(node, found.state, found.state_flags, found.reason)
+            if step.drain:
+                code, out = await drain_node(name, step.drain)
+                log.info("drained %s in Slurm (%s): %s", name, step.drain, out if code else "ok")
+            elif step.resume:
+                code, out = await resume_node(name)
+                log.info("resumed %s in Slurm: %s", name, out if code else "ok")
+            elif step.annotate is not None:
+                await self.annotate_drain(node, step.annotate)
+
+    async def annotate_drain(self, node: JSON, reason: str) -> None:
+        key = "/metadata/annotations/" + model.DRAIN_ANNOTATION.replace("/", "~1")
+        annotations = node["metadata"].get("annotations")
+        ops: list[JSON]
+        if reason == "":
+            ops = [{"op": "remove", "path": key}]
+        elif not annotations:
+            ops = [{"op": "add", "path": "/metadata/annotations", "value": {model.DRAIN_ANNOTATION: reason}}]
+        else:
+            ops = [{"op": "add", "path": key, "value": reason}]
+        await writes.patch_node(self.api, node["metadata"]["name"], ops)
