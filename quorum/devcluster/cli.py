@@ -24,7 +24,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     up.add_argument("--pool", type=Path, default=None, help="a node-pool file")
     up.add_argument("--qps", type=float, default=None, help="scheduler/controller client QPS")
     up.add_argument("--burst", type=int, default=None)
-    up.add_argument("--slurm", action="store_true", help="with a real Slurm cluster and quorum-sunk-scheduler")
+    up.add_argument(
+        "--slurm", action="store_true", help="with a real Slurm cluster and quorum-sunk-scheduler"
+    )
     down = cmds.add_parser("down", help="stop an instance's recorded processes")
     down.add_argument("--name", default="default")
     down.add_argument("--all", action="store_true", help="every instance under .quorum/")

@@ -279,7 +279,8 @@ def placeholder_script(hook_url: str) -> str:
 # quorum SUNK placeholder: the pods of this job run in Kubernetes, not here.
 scontrol update JobId="$SLURM_JOB_ID" Comment="$QUORUM_COMMENT{STARTED}"
 stop() {{
-  if ! curl --silent --fail --max-time "$QUORUM_STOP_SECONDS" -X POST \\
+  if ! curl --silent --fail --max-time "$QUORUM_STOP_SECONDS" --retry 1000 --retry-delay 1 \\
+      --retry-all-errors --retry-max-time "$QUORUM_STOP_SECONDS" -X POST \\
       "{hook_url}/hooks/stop?job=$SLURM_JOB_ID"; then
     scontrol update NodeName="$SLURMD_NODENAME" State=DRAIN \\
       Reason="quorum: pods of job $SLURM_JOB_ID still running at KillWait"
@@ -408,8 +409,15 @@ _ENDS = {
 }
 
 
-def ended(job_id: int, state: str, reason: str | None = None) -> JobEnd:
-    """Why the pods of a job that stopped running are deleted, for an Event."""
+def ended(job_id: int, state: str, reason: str | None = None, preempted: bool = False) -> JobEnd:
+    """Why the pods of a job that stopped (or is stopping) are deleted, for an Event. While a
+    job stops Slurm shows it COMPLETING; a preempted one has its preempt_time set."""
+    if preempted:
+        state = "PREEMPTED"
+    elif state in ("COMPLETING", "RUNNING", "CONFIGURING") and reason in ("TimeLimit", "Deadline"):
+        state = "TIMEOUT"
+    elif state in ("COMPLETING", "RUNNING", "CONFIGURING"):
+        state = "CANCELLED"
     event, words = _ENDS.get(state, ("SlurmJobEnded", f"ended ({state})"))
     extra = f" ({reason})" if reason and reason not in ("None", "") else ""
     return JobEnd(event, f"Slurm job {job_id} {words}{extra}; the pod is deleted with it")

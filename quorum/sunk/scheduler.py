@@ -19,10 +19,12 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import time
 from datetime import datetime
 from typing import Any
 
 import orjson
+import prometheus_client
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -34,6 +36,12 @@ from quorum.sunk.settings import SunkSettings
 from quorum.sunk.slurm import Job, SlurmError, SlurmRest, drain_node, resume_node
 
 log = logging.getLogger("quorum.sunk")
+PASSES = prometheus_client.Counter("quorum_sunk_passes_total", "Reconcile passes, by result", ["result"])
+ACTIONS = prometheus_client.Counter(
+    "quorum_sunk_actions_total",
+    "What passes did: jobs submitted and cancelled, pods bound, deleted and refused (invalid)",
+    ["action"],
+)
 COMPONENT = "quorum-sunk-scheduler"
 JSON = dict[str, Any]
 GROUP_APIS = {
@@ -109,14 +117,19 @@ class SunkScheduler:
             while True:
                 self.changed.clear()
                 try:
-                    await self.reconcile()
+                    counts = await self.reconcile()
                     await self.sync_nodes()
                     self.last_error = None
+                    PASSES.labels("ok").inc()
+                    for action in ("submitted", "bound", "deleted", "cancelled", "invalid"):
+                        ACTIONS.labels(action).inc(getattr(counts, action))
                 except SlurmError as err:
                     self.last_error = str(err)
+                    PASSES.labels("slurm_error").inc()
                     log.warning("pass skipped: %s", err)
                 except Exception as err:  # one bad pass must not end the scheduler
                     self.last_error = f"{type(err).__name__}: {err}"
+                    PASSES.labels("error").inc()
                     log.exception("pass failed")
                 self.passes += 1
                 with contextlib.suppress(TimeoutError):
@@ -305,8 +318,8 @@ class SunkScheduler:
 
     async def delete_for_ended(self, components: list[Job], mine: list[JSON]) -> int:
         job = max(components, key=lambda j: j.end_time or 0)
-        end = model.ended(job.group_id, job.job_state, job.state_reason)
-        ended_at = job.end_time or 0
+        end = model.ended(job.group_id, job.job_state, job.state_reason, bool(job.preempt_time))
+        ended_at = job.end_time or time.time()  # 0 while Slurm has not recorded the end yet
         deleted = 0
         for pod in mine:
             if _stamp(pod["metadata"].get("creationTimestamp")) > ended_at:
@@ -323,9 +336,8 @@ class SunkScheduler:
         key = next((k for k in (model.key_of_comment(j.comment) for j in jobs) if k), None)
         if key is None:
             return True
-        end = model.ended(
-            job_id, jobs[0].job_state if jobs else "CANCELLED", jobs[0].state_reason if jobs else None
-        )
+        first = jobs[0]
+        end = model.ended(job_id, first.job_state, first.state_reason, bool(first.preempt_time))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.stop_seconds
         asked: set[str] = set()

@@ -62,6 +62,7 @@ class Job(BaseModel):
     job_resources: JobResources | None = None
     user_name: str | None = None
     end_time: int | None = None
+    preempt_time: int | None = None
 
     @property
     def alive(self) -> bool:

@@ -1,0 +1,357 @@
+"""The SUNK scheduler against a real Slurm 22.05 (munge, slurmctld, slurmrestd, one slurmd per
+kwok node) on an instance of its own (`t-sunk`, pool data/pool-slurm.yaml: slurm-gpu-000..003,
+slurm-cpu-000, a cordoned GPU node). Each test names the nodes it uses, so tests do not meet."""
+
+from __future__ import annotations
+
+import re
+import secrets
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from quorum.devcluster import slurm
+from quorum.devcluster.cluster import Instance
+from quorum.devcluster.config import ClusterSpec
+from quorum.sunk import model
+from tests.kube import api_client, create_namespace, eventually, raw_json
+
+pytestmark = pytest.mark.cluster
+
+POOL = Path(__file__).resolve().parents[2] / "quorum" / "devcluster" / "data" / "pool-slurm.yaml"
+SCHEDULER = "tenant-slurm-slurm-scheduler"
+
+
+@pytest.fixture(scope="module")
+def sunk() -> Iterator[Instance]:
+    instance = Instance("t-sunk")
+    instance.up(ClusterSpec(name=instance.name, pool_file=POOL, slurm=True))
+    try:
+        yield instance
+    finally:
+        instance.down(quiet=True)
+
+
+@pytest.fixture
+async def api(sunk: Instance) -> AsyncIterator[client.ApiClient]:
+    api = await api_client(sunk.kubeconfig("admin"))
+    async with api:
+        yield api
+
+
+@pytest.fixture
+async def ns(api: client.ApiClient) -> AsyncIterator[str]:
+    name = f"sunk-{secrets.token_hex(3)}"
+    await create_namespace(api, name)
+    yield name
+    await client.CoreV1Api(api).delete_namespace(name, propagation_policy="Background")
+
+
+def run(sunk: Instance, *argv: str) -> str:
+    proc = slurm.run(sunk.slurm_layout, *argv)
+    assert proc.returncode == 0, f"{' '.join(argv)}: {proc.stderr}"
+    return proc.stdout.strip()
+
+
+def job_states(sunk: Instance) -> dict[int, tuple[str, str, str]]:
+    """{job id: (state, nodes, comment)} of every job slurmctld still knows."""
+    out = run(sunk, "squeue", "--noheader", "--states=all", "--format=%i|%T|%N|%k")
+    found = {}
+    for line in out.splitlines():
+        job, state, nodes, comment = line.split("|", 3)
+        if job.isdigit():
+            found[int(job)] = (state, nodes, comment)
+    return found
+
+
+def jobs_of(sunk: Instance, pod_name: str) -> dict[int, tuple[str, str, str]]:
+    return {j: s for j, s in job_states(sunk).items() if f"/{pod_name}/" in s[2]}
+
+
+async def job_ended(sunk: Instance, job: int) -> bool:
+    """Slurm no longer runs the job (or has forgotten it)."""
+    state = job_states(sunk).get(job, ("GONE",))[0]
+    return state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
+
+
+def pod(name: str, gpus: int = 2, annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    requests = {"cpu": "2", "memory": "4Gi"}
+    if gpus:
+        requests["nvidia.com/gpu"] = str(gpus)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {
+            "schedulerName": SCHEDULER,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "resources": {
+                        "requests": requests,
+                        "limits": {k: v for k, v in requests.items() if "/" in k},
+                    },
+                }
+            ],
+            **spec,
+        },
+    }
+
+
+async def read_pod(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
+    found: dict[str, Any] = await raw_json(
+        client.CoreV1Api(api).read_namespaced_pod(name, ns, _preload_content=False)
+    )
+    # Unparsed answers are not checked by the client: a 404 arrives as a Status object.
+    return None if found.get("kind") == "Status" else found
+
+
+async def bound(api: client.ApiClient, ns: str, name: str) -> str | None:
+    found = await read_pod(api, ns, name)
+    return (found or {}).get("spec", {}).get("nodeName")
+
+
+async def events(api: client.ApiClient, ns: str, name: str) -> list[tuple[str, str]]:
+    listing = await raw_json(client.CoreV1Api(api).list_namespaced_event(ns, _preload_content=False))
+    return [(e["reason"], e["message"]) for e in listing["items"] if e["involvedObject"]["name"] == name]
+
+
+async def node_lock(api: client.ApiClient, name: str) -> str:
+    node = await raw_json(client.CoreV1Api(api).read_node(name, _preload_content=False))
+    return str((node["metadata"].get("annotations") or {}).get(model.LOCK, "false"))
+
+
+def passes(sunk: Instance) -> float:
+    state = sunk.state()
+    assert state is not None
+    text = urllib.request.urlopen(f"http://127.0.0.1:{state.ports.sunk}/metrics", timeout=5).read().decode()
+    return sum(float(v) for v in re.findall(r'^quorum_sunk_passes_total\{result="ok"\} (\S+)$', text, re.M))
+
+
+async def test_a_pod_runs_where_slurm_put_it_and_its_deletion_cancels_the_job(
+    sunk: Instance, api: client.ApiClient, ns: str
+) -> None:
+    core = client.CoreV1Api(api)
+    await core.create_namespaced_pod(ns, pod("p1", annotations={model.NODES: "slurm-gpu-000"}))
+    node = await eventually(lambda: bound(api, ns, "p1"), timeout=60, what="p1 bound")
+    (job, (state, slurm_node, comment)), *_ = jobs_of(sunk, "p1").items()
+    assert (node, slurm_node, state) == ("slurm-gpu-000", "slurm-gpu-000", "RUNNING")
+    assert comment.endswith(model.STARTED)
+    assert await node_lock(api, node) == "locked_strict"
+    reasons = [r for r, _ in await events(api, ns, "p1")]
+    assert "SlurmJobSubmitted" in reasons and "Scheduled" in reasons
+    found = await read_pod(api, ns, "p1")
+    assert found is not None and model.tolerates_lock(found)
+
+    await core.delete_namespaced_pod("p1", ns)
+    await eventually(lambda: job_ended(sunk, job), timeout=60, what=f"job {job} cancelled")
+
+    async def unlocked() -> bool:
+        return await node_lock(api, node) == "false"
+
+    await eventually(unlocked, timeout=30, what=f"{node} unlocked by the epilog")
+
+
+async def test_a_pod_that_slurm_cannot_take_gets_an_event_and_no_job_until_it_changes(
+    sunk: Instance, api: client.ApiClient, ns: str
+) -> None:
+    bad = pod("bad", gpus=0)
+    bad["spec"]["terminationGracePeriodSeconds"] = 30
+    del bad["spec"]["containers"][0]["resources"]["requests"]["memory"]
+    bad["metadata"]["annotations"] = {model.EXCLUSIVE: "sometimes"}
+    await client.CoreV1Api(api).create_namespaced_pod(ns, bad)
+
+    async def refused() -> str | None:
+        return next((m for r, m in await events(api, ns, "bad") if r == "FailedValidation"), None)
+
+    message = await eventually(refused, timeout=30, what="a FailedValidation Event")
+    assert "memory" in message and "terminationGracePeriodSeconds is 30" in message and "exclusive" in message
+    seen = passes(sunk)
+
+    async def later() -> bool:
+        return passes(sunk) >= seen + 3
+
+    await eventually(later, timeout=30, what="three more scheduler passes")
+    assert jobs_of(sunk, "bad") == {}
+    assert [r for r, _ in await events(api, ns, "bad")].count("FailedValidation") == 1
+    assert await bound(api, ns, "bad") is None
+
+
+async def test_cancelling_the_job_in_slurm_deletes_the_pod_and_says_why(
+    sunk: Instance, api: client.ApiClient, ns: str
+) -> None:
+    await client.CoreV1Api(api).create_namespaced_pod(
+        ns, pod("p2", annotations={model.NODES: "slurm-gpu-001"})
+    )
+    await eventually(lambda: bound(api, ns, "p2"), timeout=60, what="p2 bound")
+    (job,) = jobs_of(sunk, "p2")
+    run(sunk, "scancel", str(job))
+
+    async def gone() -> bool:
+        return await read_pod(api, ns, "p2") is None
+
+    await eventually(gone, timeout=60, what="p2 deleted")
+    messages = dict(await events(api, ns, "p2"))
+    assert "SlurmJobCancelled" in messages, messages
+    assert f"Slurm job {job} was cancelled" in messages["SlurmJobCancelled"]
+
+
+async def test_a_slurm_batch_job_locks_its_node_and_evicts_pods_that_do_not_tolerate_the_lock(
+    sunk: Instance, api: client.ApiClient, ns: str
+) -> None:
+    core = client.CoreV1Api(api)
+    tolerations = [{"key": "is_gpu", "operator": "Exists"}]
+    plain = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "plain"},
+        "spec": {
+            "nodeName": "slurm-gpu-003",
+            "tolerations": tolerations,
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    daemon = {**plain, "metadata": {"name": "daemon"}}
+    daemon["spec"] = {**plain["spec"], "tolerations": [*tolerations, model.LOCK_TOLERATION]}
+    await core.create_namespaced_pod(ns, plain)
+    await core.create_namespaced_pod(ns, daemon)
+
+    async def running(name: str) -> bool:
+        found = await read_pod(api, ns, name)
+        return bool(found) and found["status"].get("phase") == "Running"
+
+    await eventually(lambda: running("plain"), timeout=30, what="plain running")
+    out = run(
+        sunk,
+        "sbatch",
+        "--parsable",
+        "-w",
+        "slurm-gpu-003",
+        "--gres=gpu:8",
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "sleep 5",
+    )
+    job = int(out.split(";")[0])
+
+    async def evicted() -> bool:
+        return await read_pod(api, ns, "plain") is None
+
+    await eventually(evicted, timeout=60, what="plain evicted by the lock taint")
+    await eventually(lambda: job_ended(sunk, job), timeout=60, what=f"batch job {job} done")
+    assert job_states(sunk)[job][0] == "COMPLETED"
+    assert await running("daemon"), "a pod that tolerates the lock stays"
+
+    async def unlocked() -> bool:
+        return await node_lock(api, "slurm-gpu-003") == "false"
+
+    await eventually(unlocked, timeout=30, what="slurm-gpu-003 unlocked")
+
+
+async def test_preemption_both_ways_by_partition_priority(
+    sunk: Instance, api: client.ApiClient, ns: str
+) -> None:
+    core = client.CoreV1Api(api)
+    # A Slurm job in the high partition preempts a pod's placeholder: the pod is deleted.
+    await core.create_namespaced_pod(ns, pod("low", gpus=8, annotations={model.NODES: "slurm-gpu-002"}))
+    await eventually(lambda: bound(api, ns, "low"), timeout=60, what="low bound")
+    high = run(sunk, "sbatch", "--parsable", "-p", "gpu-high", "-w", "slurm-gpu-002", "--gres=gpu:8",
+               "-o", "/dev/null", "--wrap", "sleep 3")  # fmt: skip
+
+    async def low_gone() -> bool:
+        return await read_pod(api, ns, "low") is None
+
+    await eventually(low_gone, timeout=90, what="the preempted pod deleted")
+    messages = dict(await events(api, ns, "low"))
+    assert "SlurmJobPreempted" in messages, messages
+    await eventually(lambda: job_ended(sunk, int(high)), timeout=60, what="the high job done")
+
+    # A pod in the high partition preempts a Slurm batch job.
+    batch = int(run(sunk, "sbatch", "--parsable", "-p", "gpu", "-w", "slurm-gpu-002", "--gres=gpu:8",
+                    "-o", "/dev/null", "--wrap", "sleep 600"))  # fmt: skip
+
+    async def batch_running() -> bool:
+        return job_states(sunk).get(batch, ("",))[0] == "RUNNING"
+
+    await eventually(batch_running, timeout=60, what="the batch job running")
+    urgent = pod("urgent", gpus=8, annotations={model.NODES: "slurm-gpu-002", model.PARTITION: "gpu-high"})
+    await core.create_namespaced_pod(ns, urgent)
+    node = await eventually(lambda: bound(api, ns, "urgent"), timeout=90, what="urgent bound")
+    assert node == "slurm-gpu-002"
+    assert job_states(sunk)[batch][0] == "PREEMPTED"
+    await core.delete_namespaced_pod("urgent", ns)
+
+
+async def test_a_restarted_scheduler_leaves_no_orphan_and_a_pod_left_at_killwait_drains_its_node(
+    sunk: Instance, api: client.ApiClient, ns: str
+) -> None:
+    core = client.CoreV1Api(api)
+    await core.create_namespaced_pod(ns, pod("a", annotations={model.NODES: "slurm-gpu-000"}))
+    await core.create_namespaced_pod(ns, pod("b", annotations={model.NODES: "slurm-gpu-001"}))
+    await eventually(lambda: bound(api, ns, "a"), timeout=60, what="a bound")
+    await eventually(lambda: bound(api, ns, "b"), timeout=60, what="b bound")
+    (job_a,), (job_b,) = jobs_of(sunk, "a"), jobs_of(sunk, "b")
+
+    sunk.stop_component("quorum-sunk-scheduler")
+    try:
+        await core.delete_namespaced_pod("a", ns, grace_period_seconds=0)
+        run(sunk, "scancel", str(job_b))  # its script cannot reach the scheduler: it drains the node
+
+        def drained() -> str | None:
+            line = run(sunk, "sinfo", "--noheader", "--Node", "--nodes=slurm-gpu-001", "--format=%T|%E")
+            return line if line.startswith("drain") else None
+
+        async def drained_async() -> str | None:
+            return drained()
+
+        line = await eventually(drained_async, timeout=60, what="slurm-gpu-001 drained at KillWait")
+        assert f"pods of job {job_b} still running at KillWait" in line
+        assert job_states(sunk)[job_a][0] == "RUNNING", (
+            "nobody cancelled a's job while the scheduler was down"
+        )
+    finally:
+        sunk.start_component("quorum-sunk-scheduler")
+
+    await eventually(lambda: job_ended(sunk, job_a), timeout=60, what="a's orphan job cancelled")
+
+    async def b_gone() -> bool:
+        return await read_pod(api, ns, "b") is None
+
+    await eventually(b_gone, timeout=60, what="b, whose job was cancelled, deleted")
+    run(sunk, "scontrol", "update", "NodeName=slurm-gpu-001", "State=RESUME")
+
+
+async def test_a_cordoned_kubernetes_node_is_drained_in_slurm_and_resumed_when_uncordoned(
+    sunk: Instance, api: client.ApiClient
+) -> None:
+    core = client.CoreV1Api(api)
+    name = "slurm-cpu-000"
+
+    def state() -> str:
+        return run(sunk, "sinfo", "--noheader", "--Node", f"--nodes={name}", "--format=%T|%E")
+
+    async def drained() -> str | None:
+        line = state()
+        return line if line.startswith("drain") else None
+
+    async def resumed() -> str | None:
+        line = state()
+        return line if line.startswith("idle") else None
+
+    await core.patch_node(name, {"spec": {"unschedulable": True}})
+    try:
+        line = await eventually(drained, timeout=30, what=f"{name} drained in Slurm")
+        assert "cordoned" in line
+    finally:
+        await core.patch_node(name, {"spec": {"unschedulable": False}})
+    await eventually(resumed, timeout=30, what=f"{name} resumed in Slurm")
+    assert "drain" in run(
+        sunk, "sinfo", "--noheader", "--Node", "--nodes=slurm-gpu-cordoned-000", "--format=%T"
+    )
