@@ -51,19 +51,25 @@ GROUP_APIS = {
 
 
 class ObjectIndex:
-    """Objects of one kind by uid (the watch keeps it current)."""
+    """Objects of one core/v1 kind by uid (the watch keeps it current). A list's items carry no
+    apiVersion and kind; they are filled in, as Events name the object by them."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
         self.items: dict[str, JSON] = {}
 
     def upsert(self, obj: JSON) -> None:
+        obj.setdefault("apiVersion", "v1")
+        obj.setdefault("kind", self.kind)
         self.items[obj["metadata"]["uid"]] = obj
 
     def delete(self, obj: JSON) -> None:
         self.items.pop(obj["metadata"]["uid"], None)
 
     def replace_all(self, objs: list[JSON]) -> None:
-        self.items = {o["metadata"]["uid"]: o for o in objs}
+        self.items = {}
+        for obj in objs:
+            self.upsert(obj)
 
 
 def _stamp(value: Any) -> float:
@@ -86,8 +92,8 @@ class SunkScheduler:
         self.settings = settings
         self.api = api
         self.slurm = slurm
-        self.pods = ObjectIndex()
-        self.nodes = ObjectIndex()
+        self.pods = ObjectIndex("Pod")
+        self.nodes = ObjectIndex("Node")
         self.pods_synced = asyncio.Event()
         self.nodes_synced = asyncio.Event()
         self.changed = asyncio.Event()

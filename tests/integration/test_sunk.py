@@ -114,7 +114,8 @@ async def read_pod(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] 
 
 async def bound(api: client.ApiClient, ns: str, name: str) -> str | None:
     found = await read_pod(api, ns, name)
-    return (found or {}).get("spec", {}).get("nodeName")
+    node: str | None = (found or {}).get("spec", {}).get("nodeName")
+    return node
 
 
 async def events(api: client.ApiClient, ns: str, name: str) -> list[tuple[str, str]]:
@@ -207,7 +208,7 @@ async def test_a_slurm_batch_job_locks_its_node_and_evicts_pods_that_do_not_tole
 ) -> None:
     core = client.CoreV1Api(api)
     tolerations = [{"key": "is_gpu", "operator": "Exists"}]
-    plain = {
+    plain: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "plain"},
@@ -224,7 +225,7 @@ async def test_a_slurm_batch_job_locks_its_node_and_evicts_pods_that_do_not_tole
 
     async def running(name: str) -> bool:
         found = await read_pod(api, ns, name)
-        return bool(found) and found["status"].get("phase") == "Running"
+        return found is not None and found["status"].get("phase") == "Running"
 
     await eventually(lambda: running("plain"), timeout=30, what="plain running")
     out = run(
