@@ -135,7 +135,7 @@ def validate(pod: Mapping[str, Any], kill_wait_seconds: int) -> PodRequest:
             break
     grace = spec.get("terminationGracePeriodSeconds", 30)
     limit = kill_wait_seconds - 5
-    if not isinstance(grace, int) or grace >= limit:
+    if isinstance(grace, bool) or not isinstance(grace, int) or grace >= limit:
         problems.append(
             f"terminationGracePeriodSeconds is {grace} (30 if unset); it must be below {limit} "
             f"(Slurm's KillWait of {kill_wait_seconds}s minus 5s), so that the pod is gone before "

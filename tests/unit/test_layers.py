@@ -1,4 +1,5 @@
-"""Layering: quorum.core is pure (no I/O libraries, no other quorum layer)."""
+"""Layering: quorum.core and the SUNK scheduler's decisions (quorum/sunk/model.py) are pure (no
+I/O libraries, no other quorum layer but core)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
-CORE = Path(__file__).resolve().parents[2] / "quorum" / "core"
+QUORUM = Path(__file__).resolve().parents[2] / "quorum"
+CORE = QUORUM / "core"
+PURE = [*sorted(CORE.rglob("*.py")), QUORUM / "sunk" / "model.py"]
 FORBIDDEN = (
     "kopf",
     "kubernetes_asyncio",
@@ -20,6 +23,7 @@ FORBIDDEN = (
     "quorum.operator",
     "quorum.webhooks",
     "quorum.devcluster",
+    "quorum.sunk",
 )
 
 
@@ -33,7 +37,7 @@ def imports_of(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("module", sorted(CORE.rglob("*.py")), ids=lambda p: p.name)
+@pytest.mark.parametrize("module", PURE, ids=lambda p: p.name)
 def test_core_imports_no_io(module: Path) -> None:
     bad = {n for n in imports_of(module) if any(n == f or n.startswith(f + ".") for f in FORBIDDEN)}
     assert not bad, f"{module.name} imports {sorted(bad)}; quorum.core must stay pure"
