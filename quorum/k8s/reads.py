@@ -65,15 +65,3 @@ async def serves(api: client.ApiClient, group: str, version: str) -> bool:
     except ApiException:
         return False
     return any(g.name == group and any(v.version == version for v in g.versions) for g in groups.groups)
-
-
-async def node(api: client.ApiClient, name: str) -> dict[str, Any] | None:
-    """One node as plain JSON, None if it is gone."""
-    try:
-        response: Any = await client.CoreV1Api(api).read_node(name, _preload_content=False)
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    data: dict[str, Any] = await response.json()
-    return data

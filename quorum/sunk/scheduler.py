@@ -29,9 +29,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.gangs import BadMinAvailable, GangMarker, GangSource, gang_markers, parse_min_available
-from quorum.k8s import reads, writes
 from quorum.k8s.watch import watch_objects
-from quorum.sunk import model
+from quorum.sunk import kube, model
 from quorum.sunk.settings import SunkSettings
 from quorum.sunk.slurm import Job, SlurmError, SlurmRest, drain_node, resume_node
 
@@ -200,7 +199,7 @@ class SunkScheduler:
         return markers[0] if markers else None
 
     async def event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
-        await writes.post_event(self.api, obj, reason, message, warning, component=COMPONENT)
+        await kube.post_event(self.api, obj, reason, message, warning, component=COMPONENT)
 
     # -- submit ----------------------------------------------------------------------------------
 
@@ -307,10 +306,10 @@ class SunkScheduler:
             pod = by_uid[uid]
             if (pod.get("spec") or {}).get("nodeName"):
                 continue
-            ops = writes.toleration_patch(pod, model.LOCK_TOLERATION)
-            if ops is not None and not await writes.patch_pod(self.api, pod, ops):
+            ops = kube.toleration_patch(pod, model.LOCK_TOLERATION)
+            if ops is not None and not await kube.patch_pod(self.api, pod, ops):
                 continue
-            if await writes.bind_pod(self.api, pod, node):
+            if await kube.bind_pod(self.api, pod, node):
                 bound += 1
                 job = live[0]
                 await self.event(
@@ -331,7 +330,7 @@ class SunkScheduler:
             if _stamp(pod["metadata"].get("creationTimestamp")) > ended_at:
                 continue  # made after the job ended: the next submission's
             await self.event(pod, end.reason, end.message, warning=True)
-            if await writes.delete_pod(self.api, pod):
+            if await kube.delete_pod(self.api, pod):
                 deleted += 1
         return deleted
 
@@ -356,7 +355,7 @@ class SunkScheduler:
                 if uid not in asked and not pod["metadata"].get("deletionTimestamp"):
                     asked.add(uid)
                     await self.event(pod, end.reason, end.message, warning=True)
-                    await writes.delete_pod(self.api, pod)
+                    await kube.delete_pod(self.api, pod)
             if loop.time() > deadline:
                 return False
             await asyncio.sleep(0.2)
@@ -373,9 +372,9 @@ class SunkScheduler:
             if node is None:
                 return False
             ops = model.lock_patch(node, state)
-            if ops is None or await writes.patch_node(self.api, name, ops):
+            if ops is None or await kube.patch_node(self.api, name, ops):
                 return True
-            node = await reads.node(self.api, name)
+            node = await kube.node(self.api, name)
         return False
 
     def blocking_pods(self, node: str) -> list[JSON]:
@@ -457,4 +456,4 @@ class SunkScheduler:
             ops = [{"op": "add", "path": "/metadata/annotations", "value": {model.DRAIN_ANNOTATION: reason}}]
         else:
             ops = [{"op": "add", "path": key, "value": reason}]
-        await writes.patch_node(self.api, node["metadata"]["name"], ops)
+        await kube.patch_node(self.api, node["metadata"]["name"], ops)
