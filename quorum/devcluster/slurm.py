@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from quorum.core.quantity import parse_quantity
+from quorum.sunk.model import drain_reason
 
 PACKAGES = ("munge", "slurmctld", "slurmd", "slurmrestd", "slurm-client", "slurm-wlm-jwt-plugin")
 BINARIES = ("munged", "slurmctld", "slurmd", "slurmrestd", "sinfo", "scontrol")
@@ -31,7 +32,6 @@ HIGH_SUFFIX = "-high"
 KILL_WAIT_SECONDS = 30  # slurm.conf KillWait; the SUNK scheduler's --slurm-kill-wait must match
 REST_API = "v0.0.38"  # the newest OpenAPI plugin of Slurm 22.05
 ACCELERATOR = "sunk.coreweave.com/accelerator"
-STATE_LABEL = "node.coreweave.cloud/state"
 
 
 class SlurmError(RuntimeError):
@@ -56,14 +56,8 @@ def slurm_nodes(
     the partition named after its pool group (`groups`: node name -> group)."""
     found = []
     for node, port in zip(nodes, ports, strict=True):
-        meta, spec = node["metadata"], node.get("spec") or {}
+        meta = node["metadata"]
         capacity = node["status"]["capacity"]
-        labels = meta.get("labels") or {}
-        reason = None
-        if spec.get("unschedulable"):
-            reason = "quorum: Kubernetes node cordoned"
-        elif labels.get(STATE_LABEL, "production") != "production":
-            reason = f"quorum: Kubernetes node in state {labels[STATE_LABEL]}"
         found.append(
             SlurmNode(
                 name=meta["name"],
@@ -72,7 +66,7 @@ def slurm_nodes(
                 gpus=int(parse_quantity(capacity.get("nvidia.com/gpu", "0"))),
                 partition=groups.get(meta["name"], "default"),
                 port=port,
-                down_reason=reason,
+                down_reason=drain_reason(node),
             )
         )
     return found

@@ -103,7 +103,7 @@ class LiveApi:
 
     async def taint_node(self, node: JSON, token: str, add: bool) -> bool:
         ops = writes.taint_patch(node, token) if add else writes.untaint_patch(node, token or None)
-        return True if ops is None else await writes.patch_node_taints(self.api, node, ops)
+        return True if ops is None else await writes.patch_node(self.api, node, ops)
 
     async def mark_disruption_target(self, pod: JSON, reason: str, message: str) -> bool:
         return await writes.mark_disruption_target(self.api, pod, reason, message)

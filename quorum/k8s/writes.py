@@ -349,9 +349,9 @@ def untaint_patch(node: dict[str, Any], token: str | None) -> list[dict[str, Any
     return None
 
 
-async def patch_node_taints(api: client.ApiClient, node: dict[str, Any], ops: list[dict[str, Any]]) -> bool:
-    """Apply a taint patch; False if the node is gone or its taints changed meanwhile (the
-    caller reads the node again and retries)."""
+async def patch_node(api: client.ApiClient, node: dict[str, Any], ops: list[dict[str, Any]]) -> bool:
+    """Apply a JSON patch to a node (its taints, its annotations); False if the node is gone or
+    the patch's tests failed because it changed meanwhile (the caller reads it again and retries)."""
     try:
         await discard(client.CoreV1Api(api).patch_node(node["metadata"]["name"], ops, _preload_content=False))
     except ApiException as err:

@@ -39,26 +39,25 @@ def _node(request: web.Request) -> str:
     return node
 
 
-async def prolog(request: web.Request) -> web.Response:
+async def _node_hook(request: web.Request, hook: str) -> web.Response:
+    """The prolog locks the node for the job, the epilog unlocks it; 503 fails the script."""
     job, node = _job(request), _node(request)
+    scheduler = request.app[SCHEDULER]
     try:
-        ok, message = await request.app[SCHEDULER].lock(job, node)
+        ok, message = await (scheduler.lock if hook == "prolog" else scheduler.unlock)(job, node)
     except SlurmError as err:
         ok, message = False, str(err)
-    HOOKS.labels("prolog", "ok" if ok else "failed").inc()
-    log.info("prolog job %s node %s: %s", job, node, message)
+    HOOKS.labels(hook, "ok" if ok else "failed").inc()
+    log.info("%s job %s node %s: %s", hook, job, node, message)
     return web.Response(status=200 if ok else 503, text=message + "\n")
+
+
+async def prolog(request: web.Request) -> web.Response:
+    return await _node_hook(request, "prolog")
 
 
 async def epilog(request: web.Request) -> web.Response:
-    job, node = _job(request), _node(request)
-    try:
-        ok, message = await request.app[SCHEDULER].unlock(job, node)
-    except SlurmError as err:
-        ok, message = False, str(err)
-    HOOKS.labels("epilog", "ok" if ok else "failed").inc()
-    log.info("epilog job %s node %s: %s", job, node, message)
-    return web.Response(status=200 if ok else 503, text=message + "\n")
+    return await _node_hook(request, "epilog")
 
 
 async def stop(request: web.Request) -> web.Response:

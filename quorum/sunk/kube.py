@@ -1,7 +1,7 @@
 """Every call quorum-sunk-scheduler makes to the apiserver beyond its watches: bind, the lock
-toleration, pod deletion and Events (shared with the operator's `quorum.k8s.writes`), node
-patches and one node read. Its rights (manifests/optional/sunk-scheduler.yaml) cover exactly
-these; tests/unit/sunk/test_rbac.py checks that."""
+toleration, one node read, and from the operator's `quorum.k8s.writes` pod deletion, Events and
+node patches. Its rights (manifests/optional/sunk-scheduler.yaml) cover exactly these;
+tests/unit/sunk/test_rbac.py checks that."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.k8s.writes import delete_pod, discard, post_event
+from quorum.k8s.writes import delete_pod, discard, patch_node, post_event
 
 __all__ = ["bind_pod", "delete_pod", "node", "patch_node", "patch_pod", "post_event", "toleration_patch"]
 
@@ -62,18 +62,6 @@ async def patch_pod(api: client.ApiClient, pod: dict[str, Any], ops: list[dict[s
                 meta["name"], meta["namespace"], ops, _preload_content=False
             )
         )
-    except ApiException as err:
-        if err.status in (404, 409, 422):
-            return False
-        raise
-    return True
-
-
-async def patch_node(api: client.ApiClient, name: str, ops: list[dict[str, Any]]) -> bool:
-    """A JSON patch of a node (taints, annotations); False if it is gone or the patch's tests
-    failed (someone changed the node meanwhile: read it again and retry)."""
-    try:
-        await discard(client.CoreV1Api(api).patch_node(name, ops, _preload_content=False))
     except ApiException as err:
         if err.status in (404, 409, 422):
             return False

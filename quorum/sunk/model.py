@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from quorum.core.quantity import parse_quantity
@@ -432,7 +432,6 @@ class Counts:
     deleted: int = 0
     cancelled: int = 0
     invalid: int = 0
-    errors: list[str] = field(default_factory=list)
 
 
 # -- nodes: the lock and the drain ---------------------------------------------------------------

@@ -20,7 +20,6 @@ import contextlib
 import hashlib
 import logging
 import time
-from datetime import datetime
 from typing import Any
 
 import orjson
@@ -29,6 +28,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.gangs import BadMinAvailable, GangMarker, GangSource, gang_markers, parse_min_available
+from quorum.k8s.convert import timestamp
 from quorum.k8s.watch import watch_objects
 from quorum.sunk import kube, model
 from quorum.sunk.settings import SunkSettings
@@ -69,13 +69,6 @@ class ObjectIndex:
         self.items = {}
         for obj in objs:
             self.upsert(obj)
-
-
-def _stamp(value: Any) -> float:
-    try:
-        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
 
 
 def fingerprint(pod: JSON) -> str:
@@ -177,7 +170,7 @@ class SunkScheduler:
             pending = [p for p in mine if not (p.get("spec") or {}).get("nodeName")]
             if not live and pending:
                 ended_at = max((j.end_time or 0 for j in by_key.get(key, [])), default=0)
-                fresh = [p for p in pending if _stamp(p["metadata"].get("creationTimestamp")) > ended_at]
+                fresh = [p for p in pending if timestamp(p["metadata"].get("creationTimestamp")) > ended_at]
                 if fresh:
                     counts.submitted += await self.submit(key, fresh, counts)
             elif live and pending:
@@ -327,7 +320,7 @@ class SunkScheduler:
         ended_at = job.end_time or time.time()  # 0 while Slurm has not recorded the end yet
         deleted = 0
         for pod in mine:
-            if _stamp(pod["metadata"].get("creationTimestamp")) > ended_at:
+            if timestamp(pod["metadata"].get("creationTimestamp")) > ended_at:
                 continue  # made after the job ended: the next submission's
             await self.event(pod, end.reason, end.message, warning=True)
             if await kube.delete_pod(self.api, pod):
@@ -372,7 +365,7 @@ class SunkScheduler:
             if node is None:
                 return False
             ops = model.lock_patch(node, state)
-            if ops is None or await kube.patch_node(self.api, name, ops):
+            if ops is None or await kube.patch_node(self.api, node, ops):
                 return True
             node = await kube.node(self.api, name)
         return False
@@ -456,4 +449,4 @@ class SunkScheduler:
             ops = [{"op": "add", "path": "/metadata/annotations", "value": {model.DRAIN_ANNOTATION: reason}}]
         else:
             ops = [{"op": "add", "path": key, "value": reason}]
-        await kube.patch_node(self.api, node["metadata"]["name"], ops)
+        await kube.patch_node(self.api, node, ops)
