@@ -25,6 +25,11 @@ X_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 LABEL_GANG_NAME = "pod-group.scheduling.sigs.k8s.io/name"
 LABEL_GANG_MIN_AVAILABLE = "pod-group.scheduling.sigs.k8s.io/min-available"
 
+# On a Gang that quorum-sunk-scheduler writes (a gang Slurm places; docs/sunk.md) this label
+# says `slurm`, and quorum-operator leaves the object alone.
+PLACED_BY_LABEL = "quorum.dev/placed-by"
+PLACED_BY_SLURM = "slurm"
+
 DEFAULT_SCHEDULER = "default-scheduler"
 COSCHEDULER_NAMES = ("cw-coscheduler", "coscheduler")
 QUORUM_SCHEDULER_NAMES = ("", DEFAULT_SCHEDULER, *COSCHEDULER_NAMES)

@@ -150,15 +150,21 @@ async def get_gang(api: client.ApiClient, namespace: str, name: str) -> dict[str
 
 
 async def create_gang(
-    api: client.ApiClient, namespace: str, name: str, spec: dict[str, Any], owner: dict[str, Any] | None
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    spec: dict[str, Any],
+    owner: dict[str, Any] | None,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    """Create a Gang; the existing one if it is there already."""
     body: dict[str, Any] = {
         "apiVersion": f"{GANG_GROUP}/{GANG_VERSION}",
         "kind": "Gang",
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": {"app.kubernetes.io/managed-by": "quorum"},
+            "labels": {"app.kubernetes.io/managed-by": "quorum", **(labels or {})},
         },
         "spec": spec,
     }

@@ -22,6 +22,7 @@ import kopf
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM
 from quorum.core.lifecycle import BackoffPolicy
 from quorum.k8s import reads
 from quorum.k8s.api import LiveApi
@@ -162,7 +163,14 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         ("nodes", core.list_node, [store_nodes(store)]),
         (
             "gangs.quorum.dev",
-            functools.partial(custom.list_cluster_custom_object, "quorum.dev", "v1alpha1", "gangs"),
+            # Gangs Slurm places are quorum-sunk-scheduler's to write (docs/sunk.md), not ours.
+            functools.partial(
+                custom.list_cluster_custom_object,
+                "quorum.dev",
+                "v1alpha1",
+                "gangs",
+                label_selector=f"{PLACED_BY_LABEL}!={PLACED_BY_SLURM}",
+            ),
             [store_gangs(store)],
         ),
         (

@@ -1,7 +1,8 @@
 """Every call quorum-sunk-scheduler makes to the apiserver beyond its watches: bind, the lock
-toleration, one node read, and from the operator's `quorum.k8s.writes` pod deletion, Events and
-node patches. Its rights (manifests/optional/sunk-scheduler.yaml) cover exactly these;
-tests/unit/sunk/test_rbac.py checks that."""
+toleration, one node read, and from the operator's `quorum.k8s.writes` pod deletion, Events,
+node patches and the Gang objects of gangs Slurm places. Its rights
+(manifests/optional/sunk-scheduler.yaml) cover exactly these; tests/unit/sunk/test_rbac.py
+checks that."""
 
 from __future__ import annotations
 
@@ -10,9 +11,28 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.k8s.writes import delete_pod, discard, patch_node, post_event
+from quorum.k8s.writes import (
+    create_gang,
+    delete_gang,
+    delete_pod,
+    discard,
+    patch_gang_status,
+    patch_node,
+    post_event,
+)
 
-__all__ = ["bind_pod", "delete_pod", "node", "patch_node", "patch_pod", "post_event", "toleration_patch"]
+__all__ = [
+    "bind_pod",
+    "create_gang",
+    "delete_gang",
+    "delete_pod",
+    "node",
+    "patch_gang_status",
+    "patch_node",
+    "patch_pod",
+    "post_event",
+    "toleration_patch",
+]
 
 
 async def bind_pod(api: client.ApiClient, pod: dict[str, Any], node: str) -> bool:

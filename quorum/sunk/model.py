@@ -434,6 +434,119 @@ class Counts:
     invalid: int = 0
 
 
+# -- gangs: the Gang object of a gang Slurm places -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlurmJobFacts:
+    job_id: int
+    state: str  # Slurm's job_state of its first component
+    reason: str | None  # Slurm's state_reason (why a pending job waits: Resources, Priority, ...)
+    partition: str | None
+    nodes: str | None
+    started: bool  # its placeholder script has marked the comment
+
+
+@dataclass(frozen=True)
+class SlurmGangFacts:
+    """Everything the status of a gang Slurm places is composed from."""
+
+    min_member: int
+    counts: Mapping[str, int]  # members, bound, running, succeeded, failed
+    job: SlurmJobFacts | None  # its live placeholder job, if any
+    note: tuple[str, str] | None  # (reason, message) of why it was not submitted, if it was not
+
+
+def group_min_member(group: Mapping[str, Any], workload_api: bool) -> int | None:
+    """A PodGroup's gang size: `spec.minMember` (the scheduling.sigs.k8s.io and x-k8s.io
+    PodGroups), or a Kubernetes 1.36 PodGroup's `spec.schedulingPolicy.gang.minCount` (1 under
+    the `basic` policy); None if it is not a whole number from 1 to MAX_GANG_PODS."""
+    spec = group.get("spec")
+    if not isinstance(spec, Mapping):
+        return None
+    if workload_api:
+        policy = spec.get("schedulingPolicy")
+        if not isinstance(policy, Mapping) or "gang" not in policy:
+            return 1
+        gang = policy.get("gang")
+        value = gang.get("minCount") if isinstance(gang, Mapping) else None
+    else:
+        value = spec.get("minMember")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_GANG_PODS:
+        return None
+    return value
+
+
+def _condition(kind: str, status: bool, reason: str, message: str) -> dict[str, str]:
+    return {"type": kind, "status": "True" if status else "False", "reason": reason, "message": message}
+
+
+def slurm_gang_status(
+    facts: SlurmGangFacts, previous: Mapping[str, Any] | None, stamp: str
+) -> dict[str, Any]:
+    """The Gang status of a gang Slurm places: the same phase, counters and Admitted condition
+    as the operator's gangs, `Unschedulable` while Slurm holds the whole job for lack of room, and
+    `status.slurm` naming the job. A condition keeps its lastTransitionTime while its status is
+    unchanged (`previous` is the status written before)."""
+    counts = {k: int(facts.counts.get(k, 0)) for k in ("members", "bound", "running", "succeeded", "failed")}
+    job = facts.job
+    admitted = job is not None and job.state == "RUNNING" and job.started
+    if admitted:
+        assert job is not None
+        why = ("SlurmAllocated", f"Slurm job {job.job_id} holds {job.nodes} for the whole gang")
+    elif job is not None:
+        waits = job.reason if job.reason not in (None, "", "None") else job.state
+        why = (
+            "SlurmPending",
+            f"Slurm job {job.job_id} is {job.state} ({waits}) in partition {job.partition}: Slurm places "
+            f"all {facts.min_member} pods at once or none of them",
+        )
+    elif facts.note is not None:
+        why = facts.note
+    elif counts["members"] < facts.min_member:
+        why = ("WaitingForMembers", f"{counts['members']} of {facts.min_member} pods exist")
+    else:
+        why = ("NotSubmitted", "not yet submitted to Slurm")
+    no_room = job is not None and job.state == "PENDING" and job.reason in ("Resources", "ReqNodeNotAvail")
+    conditions = [
+        _condition("Admitted", admitted, *why),
+        _condition(
+            "Unschedulable",
+            no_room,
+            "SlurmResources" if no_room else "Schedulable",
+            why[1] if no_room else "",
+        ),
+    ]
+    before = {c.get("type"): c for c in (previous or {}).get("conditions") or [] if isinstance(c, dict)}
+    for condition in conditions:
+        old = before.get(condition["type"])
+        kept = old is not None and old.get("status") == condition["status"] and old.get("lastTransitionTime")
+        condition["lastTransitionTime"] = kept or stamp
+    if counts["succeeded"] >= facts.min_member:
+        phase = "Finished"
+    elif counts["failed"] and counts["failed"] + counts["succeeded"] >= counts["members"] > 0:
+        phase = "Failed"
+    elif admitted and counts["bound"] >= facts.min_member:
+        phase = "Running"
+    elif job is not None:
+        phase = "Scheduling"
+    else:
+        phase = "Pending"
+    status: dict[str, Any] = {"phase": phase, **counts, "conditions": conditions}
+    status["slurm"] = (
+        None
+        if job is None
+        else {
+            "jobId": job.job_id,
+            "state": job.state,
+            "reason": job.reason or "",
+            "partition": job.partition or "",
+            "nodes": job.nodes or "",
+        }
+    )
+    return status
+
+
 # -- nodes: the lock and the drain ---------------------------------------------------------------
 
 LOCK_TAINT = {"key": LOCK, "value": "true", "effect": "NoExecute"}

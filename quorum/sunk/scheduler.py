@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import hashlib
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -27,7 +29,15 @@ import prometheus_client
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.core.gangs import BadMinAvailable, GangMarker, GangSource, gang_markers, parse_min_available
+from quorum.core.gangs import (
+    PLACED_BY_LABEL,
+    PLACED_BY_SLURM,
+    BadMinAvailable,
+    GangMarker,
+    GangSource,
+    gang_markers,
+    parse_min_available,
+)
 from quorum.k8s.convert import timestamp
 from quorum.k8s.watch import watch_objects
 from quorum.sunk import kube, model
@@ -44,9 +54,19 @@ ACTIONS = prometheus_client.Counter(
 COMPONENT = "quorum-sunk-scheduler"
 JSON = dict[str, Any]
 GROUP_APIS = {
-    GangSource.SIGS_POD_GROUP: ("scheduling.sigs.k8s.io", "v1alpha1", "podgroups"),
-    GangSource.X_POD_GROUP: ("scheduling.x-k8s.io", "v1alpha1", "podgroups"),
+    GangSource.SIGS_POD_GROUP: ("scheduling.sigs.k8s.io", "v1alpha1"),
+    GangSource.X_POD_GROUP: ("scheduling.x-k8s.io", "v1alpha1"),
+    GangSource.WORKLOAD_POD_GROUP: ("scheduling.k8s.io", "v1alpha2"),
 }
+
+
+@dataclass(frozen=True)
+class GangGroup:
+    """What a gang's group says: its size (None if it cannot be read) and the object itself
+    (None for a label-only gang), which owns the gang's Gang."""
+
+    min_member: int | None
+    group: JSON | None = None
 
 
 class ObjectIndex:
@@ -90,7 +110,9 @@ class SunkScheduler:
         self.nodes_synced = asyncio.Event()
         self.changed = asyncio.Event()
         self.invalid: dict[str, str] = {}  # pod uid -> fingerprint that failed validation
-        self.waiting_note: dict[str, str] = {}  # gang key -> last "waiting for members" message
+        self.gang_notes: dict[str, tuple[str, str]] = {}  # gang key -> why it is not submitted
+        self.gang_groups: dict[str, GangGroup] = {}  # gang key -> its group, read when needed
+        self.gang_written: dict[str, JSON] = {}  # gang key -> the Gang status last written
         self.node_locks: dict[str, asyncio.Lock] = {}
         self.passes = 0
         self.last_error: str | None = None
@@ -175,6 +197,7 @@ class SunkScheduler:
                     counts.submitted += await self.submit(key, fresh, counts)
             elif live and pending:
                 counts.bound += await self.bind(key, live, mine)
+        await self.write_gangs(pods_of, by_key)
         return counts
 
     def key_of_pod(self, pod: JSON) -> str:
@@ -207,23 +230,34 @@ class SunkScheduler:
             except model.InvalidPod as err:
                 self.invalid[uid] = seen
                 counts.invalid += 1
-                await self.event(pod, "FailedValidation", f"not passed to Slurm: {err}", warning=True)
+                await self.refuse(key, pod, "FailedValidation", f"not passed to Slurm: {err}")
                 return 0
         gang = None
         if key.startswith("gang/"):
             _, namespace, gang_name = key.split("/", 2)
-            need = await self.gang_size(pending[0])
+            if others := self.other_schedulers(pending[0]):
+                note = (
+                    f"pods of gang {gang_name} name other schedulers ({others}): a gang is placed by one "
+                    f"scheduler; give every pod of the group schedulerName {self.settings.scheduler_name}"
+                )
+                if self.gang_notes.get(key) != ("MixedSchedulers", note):
+                    await self.refuse(key, pending[0], "MixedSchedulers", note)
+                return 0
+            need = (await self.read_group(key, pending[0])).min_member
             if need is None or len(requests) < need:
                 note = f"waiting for the gang's members: {len(requests)} of {need or '?'} pods exist"
-                if self.waiting_note.get(key) != note:
-                    self.waiting_note[key] = note
+                if need is None:
+                    note += " (its group is missing, or its size is not a whole number from 1 to 4096)"
+                if self.gang_notes.get(key) != ("WaitingForMembers", note):
+                    self.gang_notes[key] = ("WaitingForMembers", note)
                     await self.event(pending[0], "WaitingForGang", note)
                 return 0
             gang = f"{namespace}/{gang_name}"
         try:
             placeholder = model.plan_placeholder(requests, gang)
         except model.InvalidPod as err:
-            await self.event(pending[0], "FailedValidation", f"not passed to Slurm: {err}", warning=True)
+            if self.gang_notes.get(key, ("", ""))[1] != f"not passed to Slurm: {err}":
+                await self.refuse(key, pending[0], "FailedValidation", f"not passed to Slurm: {err}")
             return 0
         body = model.submission(placeholder, self.settings.hook_url, self.settings.stop_seconds)
         try:
@@ -233,9 +267,9 @@ class SunkScheduler:
             # hears it and is not submitted again until it changes.
             for pod in pending:
                 self.invalid[pod["metadata"]["uid"]] = fingerprint(pod)
-            await self.event(pending[0], "SlurmRejected", f"Slurm did not take the job: {err}", warning=True)
+            await self.refuse(key, pending[0], "SlurmRejected", f"Slurm did not take the job: {err}")
             return 0
-        self.waiting_note.pop(key, None)
+        self.gang_notes.pop(key, None)
         words = "pod" if gang is None else f"gang of {len(requests)} pods"
         for pod in pending:
             await self.event(
@@ -244,28 +278,132 @@ class SunkScheduler:
         log.info("submitted job %s for %s", job_id, key)
         return 1
 
-    async def gang_size(self, pod: JSON) -> int | None:
-        """The gang's minMember: its label, or its PodGroup; None if it cannot be read."""
+    async def refuse(self, key: str, pod: JSON, reason: str, message: str) -> None:
+        """A Warning Event on the pod; a gang's Gang says it too."""
+        if key.startswith("gang/"):
+            self.gang_notes[key] = (reason, message)
+        await self.event(pod, reason, message, warning=True)
+
+    def other_schedulers(self, pod: JSON) -> str:
+        """The other schedulers that pods of this pod's gang name, if any."""
+        gang = self.marker(pod)
+        namespace = pod["metadata"]["namespace"]
+        names = set()
+        for other in self.pods.items.values():
+            if other["metadata"]["namespace"] != namespace or other["metadata"].get("deletionTimestamp"):
+                continue
+            marker = self.marker(other)
+            if marker is not None and gang is not None and marker.gang_name == gang.gang_name:
+                names.add((other.get("spec") or {}).get("schedulerName") or "default-scheduler")
+        names.discard(self.settings.scheduler_name)
+        return ", ".join(sorted(names))
+
+    async def read_group(self, key: str, pod: JSON) -> GangGroup:
+        """The gang's size and group: its label, or its PodGroup of any of the three APIs."""
         marker = self.marker(pod)
         if marker is None:
-            return 1
+            return GangGroup(1)
         if marker.source is GangSource.LABELS:
             try:
-                return parse_min_available(marker.min_available)
+                return GangGroup(parse_min_available(marker.min_available))
             except BadMinAvailable:
-                return None
-        api = GROUP_APIS.get(marker.source)
-        if api is None:
-            return None
-        group, version, plural = api
+                return GangGroup(None)  # the webhook refuses such pods; they wait here
+        group, version = GROUP_APIS[marker.source]
         try:
             obj = await client.CustomObjectsApi(self.api).get_namespaced_custom_object(
-                group, version, pod["metadata"]["namespace"], plural, marker.group
+                group, version, pod["metadata"]["namespace"], "podgroups", marker.group
             )
         except ApiException:
+            return GangGroup(None)
+        obj.setdefault("apiVersion", f"{group}/{version}")
+        obj.setdefault("kind", "PodGroup")
+        read = GangGroup(model.group_min_member(obj, group == "scheduling.k8s.io"), obj)
+        self.gang_groups[key] = read
+        return read
+
+    # -- the Gang objects of gangs Slurm places ------------------------------------------------
+
+    async def write_gangs(self, pods_of: dict[str, list[JSON]], by_key: dict[str, list[Job]]) -> None:
+        """Each gang's Gang, written when its status changes (docs/sunk.md, "Gangs"). A gang
+        whose pods are gone has its final status written once; a label-only one's Gang is then
+        deleted (nothing else owns it)."""
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        for key in sorted(set(pods_of) | set(self.gang_written)):
+            if not key.startswith("gang/"):
+                continue
+            mine = pods_of.get(key, [])
+            try:
+                await self.write_gang(key, mine, [j for j in by_key.get(key, []) if j.alive], stamp)
+            except ApiException as err:  # this gang's write only; the next pass tries again
+                self.gang_written.pop(key, None)
+                log.warning("writing the Gang of %s failed: %s", key, err.reason)
+
+    async def write_gang(self, key: str, mine: list[JSON], live: list[Job], stamp: str) -> None:
+        _, namespace, name = key.split("/", 2)
+        group = self.gang_groups.get(key)
+        if mine and group is None:
+            group = await self.read_group(key, mine[0])
+        if not mine and not live:
+            if name.startswith(f"{GangSource.LABELS}-"):  # nothing else owns a label gang's Gang
+                await kube.delete_gang(self.api, namespace, name)
+            self.gang_written.pop(key, None)
+            self.gang_groups.pop(key, None)
+            self.gang_notes.pop(key, None)
+            return
+        min_member = (group.min_member if group else None) or 1
+        job = None
+        if live:
+            first = min(live, key=lambda j: j.het_job_offset)
+            job = model.SlurmJobFacts(
+                first.group_id,
+                first.job_state,
+                first.state_reason,
+                first.partition,
+                ",".join(j.nodes for j in live if j.nodes) or None,
+                any(model.started(j.comment) for j in live),
+            )
+        phases = [(p.get("status") or {}).get("phase") for p in mine]
+        counts = {
+            "members": len(mine),
+            "bound": sum(1 for p in mine if (p.get("spec") or {}).get("nodeName")),
+            "running": phases.count("Running"),
+            "succeeded": phases.count("Succeeded"),
+            "failed": phases.count("Failed"),
+        }
+        facts = model.SlurmGangFacts(min_member, counts, job, None if live else self.gang_notes.get(key))
+        previous = self.gang_written.get(key)
+        status = model.slurm_gang_status(facts, previous, stamp)
+        if previous is not None and status == previous:
+            return
+        if previous is None:
+            gang = await self.ensure_gang(namespace, name, min_member, group)
+            if gang is None:
+                return
+            previous = gang.get("status")
+            status = model.slurm_gang_status(facts, previous, stamp)
+        if await kube.patch_gang_status(self.api, namespace, name, status):
+            self.gang_written[key] = status
+
+    async def ensure_gang(
+        self, namespace: str, name: str, min_member: int, group: GangGroup | None
+    ) -> JSON | None:
+        """The gang's Gang, made if need be; None if one of quorum-operator's has its name."""
+        owner = None
+        source: JSON = {"kind": "Labels", "name": name.removeprefix("lbl-")}
+        if group is not None and group.group is not None:
+            meta = group.group["metadata"]
+            source = {"apiVersion": group.group["apiVersion"], "kind": "PodGroup", "name": meta["name"],
+                      "uid": meta["uid"]}  # fmt: skip
+            owner = {**{k: source[k] for k in ("apiVersion", "kind", "name", "uid")},
+                     "blockOwnerDeletion": False, "controller": False}  # fmt: skip
+        spec = {"source": source, "minMember": min_member}
+        gang = await kube.create_gang(
+            self.api, namespace, name, spec, owner, labels={PLACED_BY_LABEL: PLACED_BY_SLURM}
+        )
+        if (gang["metadata"].get("labels") or {}).get(PLACED_BY_LABEL) != PLACED_BY_SLURM:
+            log.warning("Gang %s/%s is quorum-operator's; not writing it", namespace, name)
             return None
-        value = (obj.get("spec") or {}).get("minMember")
-        return value if isinstance(value, int) and value > 0 else None
+        return gang
 
     # -- bind ------------------------------------------------------------------------------------
 

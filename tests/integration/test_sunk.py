@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
+from quorum.core.gangs import PLACED_BY_LABEL
 from quorum.devcluster import slurm
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.config import ClusterSpec
@@ -59,7 +60,9 @@ def run(sunk: Instance, *argv: str) -> str:
 
 def job_states(sunk: Instance) -> dict[int, tuple[str, str, str]]:
     """{job id: (state, nodes, comment)} of every job slurmctld still knows."""
-    out = run(sunk, "squeue", "--noheader", "--states=all", "--format=%i|%T|%N|%k")
+    out = run(
+        sunk, "squeue", "--noheader", "--states=all", "--format=%A|%T|%N|%k"
+    )  # %A: hetjob components too
     found = {}
     for line in out.splitlines():
         job, state, nodes, comment = line.split("|", 3)
@@ -356,3 +359,112 @@ async def test_a_cordoned_kubernetes_node_is_drained_in_slurm_and_resumed_when_u
     assert "drain" in run(
         sunk, "sinfo", "--noheader", "--Node", "--nodes=slurm-gpu-cordoned-000", "--format=%T"
     )
+
+
+async def read_gang(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
+    found: dict[str, Any] = await raw_json(
+        client.CustomObjectsApi(api).get_namespaced_custom_object(
+            "quorum.dev", "v1alpha1", ns, "gangs", name, _preload_content=False
+        )
+    )
+    return None if found.get("kind") == "Status" else found
+
+
+def condition(gang: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    conditions = ((gang or {}).get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == kind), {})
+
+
+async def test_a_gang_is_one_slurm_job_placed_all_or_nothing_and_its_gang_tells_the_story(
+    sunk: Instance, api: client.ApiClient, ns: str
+) -> None:
+    core = client.CoreV1Api(api)
+    # Slurm's gpu partition has four GPU nodes; a batch job takes one of them.
+    blocker = int(run(sunk, "sbatch", "--parsable", "-p", "gpu", "-w", "slurm-gpu-003", "--gres=gpu:8",
+                      "-o", "/dev/null", "--wrap", "sleep 600"))  # fmt: skip
+    await client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "scheduling.x-k8s.io", "v1alpha1", ns, "podgroups",
+        {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "train"},
+         "spec": {"minMember": 4}},
+    )  # fmt: skip
+    names = [f"worker-{i}" for i in range(4)]
+    for name in names:
+        member = pod(name, gpus=8, annotations={model.PARTITION: "gpu"})
+        member["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "train"}
+        await core.create_namespaced_pod(ns, member)
+
+    async def held_for_room() -> dict[str, Any] | None:
+        gang = await read_gang(api, ns, "xpg-train")
+        return gang if condition(gang, "Unschedulable").get("reason") == "SlurmResources" else None
+
+    # Slurm decided: the whole gang waits for room, and no pod of it has a node.
+    gang = await eventually(held_for_room, timeout=90, what="the Gang held by Slurm for room")
+    assert gang["metadata"]["labels"][PLACED_BY_LABEL] == "slurm"
+    assert gang["status"]["phase"] == "Scheduling" and gang["status"]["members"] == 4
+    assert condition(gang, "Admitted")["status"] == "False"
+    job = gang["status"]["slurm"]["jobId"]
+    assert job_states(sunk)[job][0] == "PENDING"
+    assert [await bound(api, ns, n) for n in names] == [None] * 4
+    assert len([j for j, s in job_states(sunk).items() if "gang/" + ns + "/xpg-train" in s[2]]) == 1
+
+    run(sunk, "scancel", str(blocker))
+
+    async def running() -> dict[str, Any] | None:
+        gang = await read_gang(api, ns, "xpg-train")
+        return gang if (gang or {}).get("status", {}).get("phase") == "Running" else None
+
+    gang = await eventually(running, timeout=90, what="the whole gang bound")
+    nodes = [await bound(api, ns, n) for n in names]
+    assert sorted(n or "" for n in nodes) == [f"slurm-gpu-00{i}" for i in range(4)]
+    assert condition(gang, "Admitted")["reason"] == "SlurmAllocated"
+    assert gang["status"]["bound"] == 4 and gang["spec"]["minMember"] == 4
+    assert gang["metadata"]["ownerReferences"][0]["name"] == "train"
+
+    for name in names:
+        await core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+    await eventually(lambda: job_ended(sunk, job), timeout=60, what=f"gang job {job} cancelled")
+
+
+async def test_a_gang_of_two_shapes_is_a_heterogeneous_job_submitted_once_all_its_pods_exist(
+    sunk: Instance, api: client.ApiClient, ns: str
+) -> None:
+    core = client.CoreV1Api(api)
+    labels = {
+        "pod-group.scheduling.sigs.k8s.io/name": "mpi",
+        "pod-group.scheduling.sigs.k8s.io/min-available": "3",
+    }
+    launcher = pod("launcher", gpus=0, annotations={model.PARTITION: "cpu"})
+    workers = [pod(f"w{i}", gpus=4, annotations={model.PARTITION: "gpu"}) for i in range(2)]
+    for member in (launcher, *workers):
+        member["metadata"]["labels"] = labels
+    await core.create_namespaced_pod(ns, launcher)
+    await core.create_namespaced_pod(ns, workers[0])
+
+    async def waiting() -> dict[str, Any] | None:
+        gang = await read_gang(api, ns, "lbl-mpi")
+        return gang if condition(gang, "Admitted").get("reason") == "WaitingForMembers" else None
+
+    gang = await eventually(waiting, timeout=60, what="the Gang waiting for its third pod")
+    assert "2 of 3 pods exist" in condition(gang, "Admitted")["message"]
+    assert not [s for s in job_states(sunk).values() if f"gang/{ns}/lbl-mpi" in s[2]]
+
+    await core.create_namespaced_pod(ns, workers[1])
+
+    async def running() -> dict[str, Any] | None:
+        gang = await read_gang(api, ns, "lbl-mpi")
+        return gang if (gang or {}).get("status", {}).get("phase") == "Running" else None
+
+    gang = await eventually(running, timeout=90, what="the mixed gang bound")
+    assert await bound(api, ns, "launcher") == "slurm-cpu-000"
+    worker_nodes = {await bound(api, ns, "w0"), await bound(api, ns, "w1")}
+    assert worker_nodes <= {f"slurm-gpu-00{i}" for i in range(4)}
+    components = [s for s in job_states(sunk).values() if f"gang/{ns}/lbl-mpi" in s[2]]
+    assert len(components) == 2, components  # one heterogeneous job: a component per shape
+
+    for name in ("launcher", "w0", "w1"):
+        await core.delete_namespaced_pod(name, ns, grace_period_seconds=0)
+
+    async def gang_deleted() -> bool:
+        return await read_gang(api, ns, "lbl-mpi") is None
+
+    await eventually(gang_deleted, timeout=60, what="the label gang's Gang deleted with its pods")

@@ -23,10 +23,14 @@ NEEDS: dict[str, set[tuple[str, str, str]]] = {
     "get_namespaced_custom_object": {
         ("scheduling.x-k8s.io", "podgroups", "get"),
         ("scheduling.sigs.k8s.io", "podgroups", "get"),
+        ("scheduling.k8s.io", "podgroups", "get"),
     },
     # Shared with the operator (quorum.k8s.writes), called through quorum.sunk.kube:
     "delete_pod": {("", "pods", "delete")},
     "post_event": {("", "events", "create")},
+    "create_gang": {("quorum.dev", "gangs", "create"), ("quorum.dev", "gangs", "get")},  # get on 409
+    "delete_gang": {("quorum.dev", "gangs", "delete")},
+    "patch_gang_status": {("quorum.dev", "gangs/status", "patch")},
 }
 
 
