@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 PY = PYTHONPATH="$(CURDIR)" "$$(hack/ensure-venv)/bin/python"
 VENV_BIN = "$$(hack/ensure-venv)/bin"
 
-.PHONY: help venv build up down status demo jobset-demo test lint typecheck hadolint unit integration bench bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption clean
+.PHONY: help venv build up down status demo jobset-demo test lint typecheck hadolint unit integration bench bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -54,7 +54,7 @@ test: lint typecheck hadolint ## everything: lint, types, Dockerfile, unit, pack
 	@$(PY) -m quorum dev build
 	@$(PY) -m pytest --durations=10 $(PYTEST_ARGS)
 
-bench: bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption ## all benchmarks (results in bench/results/)
+bench: bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk ## all benchmarks (results in bench/results/)
 
 bench-planner: ## the planner alone: full and incremental passes, 1,000-10,000 nodes, 100-5,000 gangs
 	@$(PY) -m tests.bench.planner
@@ -80,6 +80,9 @@ bench-fuzz: ## 100,000 hostile AdmissionReviews at the running quorum-webhooks: 
 
 bench-preemption: ## 6 high-priority gangs preempting low-priority ones in a full 8-node pool: latency, victims, lost GPU-seconds (~1 min)
 	@$(PY) -m tests.bench.preemption
+
+bench-sunk: ## pods through a real Slurm (quorum-sunk-scheduler) beside quorum's gang path: pods/s, create->bind p50/p99 for 1- and 16-pod gangs (~5 min)
+	@$(PY) -m tests.bench.sunk
 
 bench-control-plane: ## local control plane start-up time and memory, 22 and 1,000 nodes
 	@$(PY) -m tests.bench.control_plane

@@ -1,7 +1,9 @@
 """`make demo`: bring up the local control plane with quorum-webhooks and quorum-operator (the
 operator with its ServiceAccount's token), and show, acting as a CKS customer (cluster-admin by
-RBAC, not system:masters), the seeds' admission policies, a gang held, then admitted whole, and a
-low-priority gang preempted whole by a high-priority one. `--instance NAME`: another instance."""
+RBAC, not system:masters), the seeds' admission policies, a gang held, then admitted whole, a
+low-priority gang preempted whole by a high-priority one, and Slurm scheduling pods (the SUNK Pod
+Scheduler, docs/sunk.md: the instance runs a real Slurm beside it). `--instance NAME`: another
+instance."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ import sys
 import time
 from importlib.resources import files
 
+from quorum.devcluster import slurm
 from quorum.devcluster.build import BuildError
 from quorum.devcluster.cluster import REPO_ROOT, ClusterError, Instance
+from quorum.devcluster.config import ClusterSpec
 from quorum.devcluster.nodes import TestPool
 
 NODE_COLUMNS = ",".join(
@@ -39,7 +43,7 @@ def section(title: str) -> None:
 def run(args: argparse.Namespace) -> int:
     instance = Instance(getattr(args, "instance", "default"))
     try:
-        instance.up()
+        instance.up(ClusterSpec(name=instance.name, slurm=True))
         section("versions")
         print(instance.kubectl("version").stdout.strip())
         section("nodes (fake, shaped like CoreWeave CKS nodes; kwok plays the kubelets)")
@@ -59,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
         gangs(instance)
         workloads(instance)
         preemption(instance)
+        sunk(instance)
     except (BuildError, ClusterError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -382,3 +387,116 @@ def preemption(instance: Instance) -> None:
     section("Clean up")
     as_customer(instance, "delete", "namespace", PREEMPT_NAMESPACE, "--wait=false")
     instance.kubectl("delete", "node", *pool.names, "--wait=false", check=False)
+
+
+SUNK_NAMESPACE = "quorum-demo-sunk"
+SUNK_POD = """
+apiVersion: v1
+kind: Pod
+metadata:
+  name: trainer
+  annotations: {sunk.coreweave.com/partition: gpu, sunk.coreweave.com/nodes: gpu-h100-014}
+spec:
+  schedulerName: tenant-slurm-slurm-scheduler
+  terminationGracePeriodSeconds: 5
+  containers:
+    - name: c
+      image: registry.k8s.io/pause:3.10
+      resources:
+        requests: {cpu: "4", memory: 16Gi, nvidia.com/gpu: "4"}
+        limits: {nvidia.com/gpu: "4"}
+"""
+SUNK_GANG = """
+apiVersion: scheduling.x-k8s.io/v1alpha1
+kind: PodGroup
+metadata: {name: ranks}
+spec: {minMember: 2}
+---
+apiVersion: batch/v1
+kind: Job
+metadata: {name: ranks}
+spec:
+  completions: 2
+  parallelism: 2
+  template:
+    metadata:
+      labels: {scheduling.x-k8s.io/pod-group: ranks}
+      annotations:
+        sunk.coreweave.com/partition: gpu
+        sunk.coreweave.com/nodes: "gpu-h100-012,gpu-h100-013"
+        pod-complete.stage.kwok.x-k8s.io/delay: 600s
+    spec:
+      schedulerName: tenant-slurm-slurm-scheduler
+      terminationGracePeriodSeconds: 5
+      restartPolicy: Never
+      containers:
+        - name: c
+          image: registry.k8s.io/pause:3.10
+          resources:
+            requests: {cpu: "8", memory: 32Gi, nvidia.com/gpu: "8"}
+            limits: {nvidia.com/gpu: "8"}
+"""
+SUNK_BYSTANDER = """
+apiVersion: v1
+kind: Pod
+metadata: {name: bystander}
+spec:
+  nodeName: gpu-h100-015
+  tolerations: [{key: is_gpu, operator: Exists}]
+  containers: [{name: c, image: registry.k8s.io/pause:3.10}]
+"""
+
+
+def as_slurm_user(instance: Instance, *argv: str) -> str:
+    """Run a Slurm command against the instance's Slurm and show it and what it printed."""
+    print(f"\n$ {' '.join(argv)}", flush=True)
+    done = slurm.run(instance.slurm_layout, *argv)
+    text = (done.stdout + done.stderr).rstrip()
+    print("\n".join("  " + line for line in text.splitlines()), flush=True)
+    return done.stdout.strip()
+
+
+def sunk(instance: Instance) -> None:
+    """Seed 003: a pod whose schedulerName is the SUNK scheduler's runs where Slurm put it; a
+    gang is one Slurm job; a Slurm batch job locks its node and the pod there that does not
+    tolerate the lock is evicted (seed 002)."""
+    fresh_namespace(instance, SUNK_NAMESPACE)
+    ns = ("-n", SUNK_NAMESPACE)
+    squeue = ("squeue", "--format=%.6i %.9P %.40j %.8T %.10M %N")
+    section("SUNK (seed 003): a pod with schedulerName tenant-slurm-slurm-scheduler; Slurm places it")
+    as_customer(instance, *ns, "apply", "-f", "-", stdin=SUNK_POD)
+    wait_for(instance, *ns, "get", "pod", "trainer", "-o", "wide", until="gpu-h100-014", seconds=60)
+    as_customer(instance, *ns, "get", "pods", "-o", "wide")
+    as_slurm_user(instance, *squeue)
+    as_customer(instance, *ns, "get", "events", "--field-selector=involvedObject.name=trainer")
+    section("A gang through Slurm: a PodGroup of 2 pods is one Slurm job, placed all or nothing")
+    as_customer(instance, *ns, "apply", "-f", "-", stdin=SUNK_GANG)
+    wait_for(instance, *ns, "get", "gang", "xpg-ranks", until="Running", seconds=60)
+    as_customer(instance, *ns, "get", "pods", "-l", "scheduling.x-k8s.io/pod-group=ranks", "-o", "wide")
+    as_slurm_user(instance, *squeue)
+    as_customer(instance, *ns, "get", "gang", "xpg-ranks", "-o", "wide")
+    section("Node locking (seed 002): a Slurm batch job on gpu-h100-015 evicts the pod there that does not "
+            "tolerate sunk.coreweave.com/lock")  # fmt: skip
+    as_customer(instance, *ns, "apply", "-f", "-", stdin=SUNK_BYSTANDER)
+    wait_for(instance, *ns, "get", "pod", "bystander", until="Running", seconds=30)
+    as_customer(instance, *ns, "get", "pods", "-o", "wide")
+    as_slurm_user(instance, "sbatch", "-w", "gpu-h100-015", "--gres=gpu:8", "-o", "/dev/null",
+                  "--wrap", "sleep 30")  # fmt: skip
+    for _ in range(120):
+        if "bystander" not in instance.kubectl(*ns, "get", "pods", check=False).stdout:
+            break
+        time.sleep(0.5)
+    as_slurm_user(instance, *squeue)
+    as_customer(
+        instance,
+        "get",
+        "node",
+        "gpu-h100-015",
+        "-o",
+        "custom-columns=NODE:.metadata.name,LOCK:.metadata.annotations.sunk\\.coreweave\\.com/lock,"
+        "TAINTS:.spec.taints[*].key",
+    )
+    as_customer(instance, *ns, "get", "events", "--field-selector=involvedObject.name=bystander")
+    as_customer(instance, *ns, "get", "pods", "-o", "wide")
+    section("Clean up: deleting the pods cancels their Slurm jobs")
+    as_customer(instance, "delete", "namespace", SUNK_NAMESPACE, "--wait=false")

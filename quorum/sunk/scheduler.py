@@ -3,7 +3,7 @@ stand for them, kept in step in both directions (docs/sunk.md).
 
 One pass (`reconcile`), every `poll_seconds` and whenever a pod changes:
 1. list Slurm's jobs; the ones quorum submitted name their pod or gang in their comment;
-2. a live job whose pods are all gone is cancelled (pod deleted -> job cancelled);
+2. a live job whose pods are all gone or finished is cancelled (pod deleted -> job cancelled);
 3. an ended job's pods are deleted with an Event saying why (cancelled, preempted, time limit);
 4. a pending pod (or a complete gang) with no live job is validated and submitted; a pod that
    fails validation gets a Warning Event and is not tried again until it changes;
@@ -99,6 +99,11 @@ def fingerprint(pod: JSON) -> str:
     return hashlib.sha256(orjson.dumps(seen, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
+def finished(pod: JSON) -> bool:
+    """A pod that has run to its end: it needs no allocation, and is left for its owner."""
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
 class SunkScheduler:
     def __init__(self, settings: SunkSettings, api: client.ApiClient, slurm: SlurmRest) -> None:
         self.settings = settings
@@ -174,17 +179,22 @@ class SunkScheduler:
             key = model.key_of_comment(job.comment)
             if key is not None:
                 by_key.setdefault(key, []).append(job)
-        pods = [p for p in self.ours() if not p["metadata"].get("deletionTimestamp")]
-        pods_of: dict[str, list[JSON]] = {}
-        for pod in pods:
-            pods_of.setdefault(self.key_of_pod(pod), []).append(pod)
+        members_of: dict[str, list[JSON]] = {}  # what the Gangs count: finished pods too
+        pods_of: dict[str, list[JSON]] = {}  # the pods that still need their allocation
+        for pod in self.ours():
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
+            key = self.key_of_pod(pod)
+            members_of.setdefault(key, []).append(pod)
+            if not finished(pod):
+                pods_of.setdefault(key, []).append(pod)
         for key, components in by_key.items():
             live = [j for j in components if j.alive]
             mine = pods_of.get(key, [])
             if live and not mine:
                 await self.slurm.cancel(live[0].group_id)
                 counts.cancelled += 1
-                log.info("job %s cancelled: its pods are gone (%s)", live[0].group_id, key)
+                log.info("job %s cancelled: its pods are gone or finished (%s)", live[0].group_id, key)
             elif not live and mine:
                 counts.deleted += await self.delete_for_ended(components, mine)
         for key, mine in pods_of.items():
@@ -197,7 +207,7 @@ class SunkScheduler:
                     counts.submitted += await self.submit(key, fresh, counts)
             elif live and pending:
                 counts.bound += await self.bind(key, live, mine)
-        await self.write_gangs(pods_of, by_key)
+        await self.write_gangs(members_of, by_key)
         return counts
 
     def key_of_pod(self, pod: JSON) -> str:
@@ -478,7 +488,7 @@ class SunkScheduler:
         deadline = loop.time() + self.settings.stop_seconds
         asked: set[str] = set()
         while True:
-            mine = [p for p in self.ours() if self.key_of_pod(p) == key]
+            mine = [p for p in self.ours() if self.key_of_pod(p) == key and not finished(p)]
             if not mine:
                 return True
             for pod in mine:

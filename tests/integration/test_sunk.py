@@ -468,3 +468,20 @@ async def test_a_gang_of_two_shapes_is_a_heterogeneous_job_submitted_once_all_it
         return await read_gang(api, ns, "lbl-mpi") is None
 
     await eventually(gang_deleted, timeout=60, what="the label gang's Gang deleted with its pods")
+
+
+async def test_a_pod_that_runs_to_its_end_gives_back_its_allocation_and_is_kept(
+    sunk: Instance, api: client.ApiClient, ns: str
+) -> None:
+    annotations = {model.NODES: "slurm-gpu-001", "pod-complete.stage.kwok.x-k8s.io/delay": "3s"}
+    await client.CoreV1Api(api).create_namespaced_pod(ns, pod("done", annotations=annotations))
+    await eventually(lambda: bound(api, ns, "done"), timeout=60, what="done bound")
+    (job,) = jobs_of(sunk, "done")
+
+    async def succeeded() -> bool:
+        return ((await read_pod(api, ns, "done")) or {}).get("status", {}).get("phase") == "Succeeded"
+
+    await eventually(succeeded, timeout=60, what="the pod completed")
+    await eventually(lambda: job_ended(sunk, job), timeout=60, what=f"job {job} ended with its pod")
+    assert await read_pod(api, ns, "done") is not None, "a finished pod is its owner's to delete"
+    assert "SlurmJobCancelled" not in dict(await events(api, ns, "done"))
