@@ -479,7 +479,8 @@ async def test_a_pod_that_runs_to_its_end_gives_back_its_allocation_and_is_kept(
     (job,) = jobs_of(sunk, "done")
 
     async def succeeded() -> bool:
-        return ((await read_pod(api, ns, "done")) or {}).get("status", {}).get("phase") == "Succeeded"
+        phase = ((await read_pod(api, ns, "done")) or {}).get("status", {}).get("phase")
+        return bool(phase == "Succeeded")
 
     await eventually(succeeded, timeout=60, what="the pod completed")
     await eventually(lambda: job_ended(sunk, job), timeout=60, what=f"job {job} ended with its pod")
