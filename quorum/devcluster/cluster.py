@@ -469,10 +469,13 @@ class Instance:
 
     def _create_nodes(self, spec: ClusterSpec) -> int:
         """Register the pool's nodes as the platform identity (like CKS's node lifecycle); with
-        Slurm, GPU nodes also show SUNK's `sunk.coreweave.com/accelerator` (seed 002)."""
+        Slurm, every node is a Slurm node, labelled `quorum.dev/slurm-node=true` (what the
+        DaemonSet warning of quorum-webhooks looks for), and GPU nodes also show SUNK's
+        `sunk.coreweave.com/accelerator` (seed 002)."""
         nodes = render_nodes(self._pool(spec))
         if spec.slurm:
             for node in nodes:
+                node["metadata"].setdefault("labels", {})[slurm.SLURM_NODE_LABEL] = "true"
                 capacity = node["status"]["capacity"]
                 if "nvidia.com/gpu" in capacity:
                     capacity[slurm.ACCELERATOR] = capacity["nvidia.com/gpu"]

@@ -32,6 +32,7 @@ HIGH_SUFFIX = "-high"
 KILL_WAIT_SECONDS = 30  # slurm.conf KillWait; the SUNK scheduler's --slurm-kill-wait must match
 REST_API = "v0.0.38"  # the newest OpenAPI plugin of Slurm 22.05
 ACCELERATOR = "sunk.coreweave.com/accelerator"
+SLURM_NODE_LABEL = "quorum.dev/slurm-node"  # quorum-webhooks' `sunk_node_label` default
 
 
 class SlurmError(RuntimeError):

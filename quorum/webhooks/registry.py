@@ -24,6 +24,7 @@ from quorum.webhooks.policies import (
     ordered_statefulset,
     quorum_labels,
     reserved_labels,
+    sunk_daemonsets,
 )
 from quorum.webhooks.review import AdmissionRequest, Decision
 from quorum.webhooks.settings import WebhookSettings
@@ -80,6 +81,14 @@ WEBHOOKS: tuple[Webhook, ...] = (
         frozenset({"Pod"}) | WORKLOAD_KINDS,
         (interruptable.validate,),
         OnError.DENY,
+    ),
+    Webhook(
+        "validate-sunk-daemonsets",
+        "/validate/sunk-daemonsets",
+        False,
+        frozenset({"DaemonSet"}),
+        (sunk_daemonsets.validate,),
+        OnError.ALLOW,  # it only warns: an error must not stop a DaemonSet
     ),
     Webhook(
         "validate-gangs",

@@ -65,6 +65,14 @@ class WebhookSettings(BaseModel):
     interruptable_label: str = "qos.coreweave.cloud/interruptable"
     interruptable_on_gang: InterruptableOnGang = InterruptableOnGang.WARN
 
+    # -- DaemonSets on SUNK nodes -----------------------------------------------------------
+    sunk_daemonset_warnings: bool = True
+    """Warn when a DaemonSet that can run on SUNK (Slurm) nodes lacks their tolerations."""
+    sunk_node_label: str = "quorum.dev/slurm-node"
+    """The node label SUNK nodes carry as "true"; a DaemonSet that rules it out is not warned."""
+    sunk_reserved_value: str | None = None
+    """The org's value of the `node.coreweave.cloud/reserved` taint; None: any value will do."""
+
     # -- gangs ------------------------------------------------------------------------------
     quorum_scheduler_names: tuple[str, ...] = QUORUM_SCHEDULER_NAMES
     """Pods asking for one of these schedulers are quorum's; any other scheduler's are not."""

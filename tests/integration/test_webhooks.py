@@ -182,6 +182,42 @@ async def test_interruptable_true_on_a_gang_deployment_warns_the_client(
     assert quiet.returncode == 0 and "Warning:" not in quiet.stderr
 
 
+async def test_a_daemonset_that_would_be_evicted_from_sunk_nodes_warns_the_client(
+    cluster: Instance, namespace: str
+) -> None:
+    bare = yaml.safe_load((EXAMPLES / "seed-002-sunk" / "daemonset.yaml").read_text())
+    bare["metadata"]["name"] = "no-tolerations"
+    del bare["spec"]["template"]["spec"]["tolerations"]
+    created = kubectl(cluster, "customer", "-n", namespace, "create", "-f", "-", stdin=json.dumps(bare))
+    assert created.returncode == 0, created.stderr
+    assert "Warning:" in created.stderr and "SUNK (Slurm) nodes" in created.stderr
+    assert (
+        "sunk.coreweave.com/lock=true:NoExecute, is_cpu_compute, is_gpu, node.coreweave.cloud/reserved"
+        in (created.stderr)
+    )
+    # The same webhook, called for the example: it answers without a warning.
+    example = kubectl(
+        cluster,
+        "customer",
+        "-n",
+        namespace,
+        "create",
+        "-f",
+        str(EXAMPLES / "seed-002-sunk" / "daemonset.yaml"),
+    )
+    assert example.returncode == 0 and "Warning:" not in example.stderr, example.stderr
+    # An update that does not touch its placement is not judged again; one that does is.
+    same = kubectl(cluster, "customer", "-n", namespace, "label", "daemonset", "no-tolerations", "team=a")
+    assert same.returncode == 0 and "Warning:" not in same.stderr, same.stderr
+    patch = json.dumps(
+        {"spec": {"template": {"spec": {"tolerations": [{"key": "is_gpu", "operator": "Exists"}]}}}}
+    )
+    changed = kubectl(
+        cluster, "customer", "-n", namespace, "patch", "daemonset", "no-tolerations", "-p", patch
+    )
+    assert changed.returncode == 0 and "Warning:" in changed.stderr and "is_gpu," not in changed.stderr
+
+
 async def _create_gated_pod(api: client.ApiClient, namespace: str, name: str) -> None:
     """A gang pod whose PodGroup does not exist: the webhook gates it and quorum leaves it gated."""
     await client.CoreV1Api(api).create_namespaced_pod(
