@@ -21,7 +21,7 @@ import datetime
 import hashlib
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -67,6 +67,10 @@ class GangGroup:
 
     min_member: int | None
     group: JSON | None = None
+    read_at: float = field(default_factory=time.monotonic)
+
+
+GROUP_REFRESH_SECONDS = 10.0  # how often a waiting gang's PodGroup is read again
 
 
 class ObjectIndex:
@@ -118,6 +122,8 @@ class SunkScheduler:
         self.gang_notes: dict[str, tuple[str, str]] = {}  # gang key -> why it is not submitted
         self.gang_groups: dict[str, GangGroup] = {}  # gang key -> its group, read when needed
         self.gang_written: dict[str, JSON] = {}  # gang key -> the Gang status last written
+        self.schedulers_of: dict[tuple[str, str], set[str]] = {}  # (ns, gang) -> schedulerNames
+        self.schedulers_pass = -1
         self.node_locks: dict[str, asyncio.Lock] = {}
         self.passes = 0
         self.last_error: str | None = None
@@ -253,7 +259,15 @@ class SunkScheduler:
                 if self.gang_notes.get(key) != ("MixedSchedulers", note):
                     await self.refuse(key, pending[0], "MixedSchedulers", note)
                 return 0
-            need = (await self.read_group(key, pending[0])).min_member
+            group = self.gang_groups.get(key)
+            if (
+                group is None
+                or group.min_member is None
+                or len(requests) >= group.min_member
+                or (time.monotonic() - group.read_at > GROUP_REFRESH_SECONDS)
+            ):  # read again before a submission, and now and then while it waits
+                group = await self.read_group(key, pending[0])
+            need = group.min_member
             if need is None or len(requests) < need:
                 note = f"waiting for the gang's members: {len(requests)} of {need or '?'} pods exist"
                 if need is None:
@@ -295,18 +309,21 @@ class SunkScheduler:
         await self.event(pod, reason, message, warning=True)
 
     def other_schedulers(self, pod: JSON) -> str:
-        """The other schedulers that pods of this pod's gang name, if any."""
-        gang = self.marker(pod)
-        namespace = pod["metadata"]["namespace"]
-        names = set()
-        for other in self.pods.items.values():
-            if other["metadata"]["namespace"] != namespace or other["metadata"].get("deletionTimestamp"):
-                continue
-            marker = self.marker(other)
-            if marker is not None and gang is not None and marker.gang_name == gang.gang_name:
-                names.add((other.get("spec") or {}).get("schedulerName") or "default-scheduler")
-        names.discard(self.settings.scheduler_name)
-        return ", ".join(sorted(names))
+        """The other schedulers that pods of this pod's gang name, if any (from an index of
+        every gang's schedulers, made once per pass)."""
+        if self.schedulers_pass != self.passes:
+            self.schedulers_pass, self.schedulers_of = self.passes, {}
+            for other in self.pods.items.values():
+                marker = self.marker(other)
+                if marker is not None and not other["metadata"].get("deletionTimestamp"):
+                    gang = (other["metadata"]["namespace"], marker.gang_name)
+                    name = (other.get("spec") or {}).get("schedulerName") or "default-scheduler"
+                    self.schedulers_of.setdefault(gang, set()).add(name)
+        marker = self.marker(pod)
+        if marker is None:
+            return ""
+        names = self.schedulers_of.get((pod["metadata"]["namespace"], marker.gang_name), set())
+        return ", ".join(sorted(names - {self.settings.scheduler_name}))
 
     async def read_group(self, key: str, pod: JSON) -> GangGroup:
         """The gang's size and group: its label, or its PodGroup of any of the three APIs."""
@@ -353,12 +370,10 @@ class SunkScheduler:
         group = self.gang_groups.get(key)
         if mine and group is None:
             group = await self.read_group(key, mine[0])
-        if not mine and not live:
-            if name.startswith(f"{GangSource.LABELS}-"):  # nothing else owns a label gang's Gang
-                await kube.delete_gang(self.api, namespace, name)
-            self.gang_written.pop(key, None)
-            self.gang_groups.pop(key, None)
-            self.gang_notes.pop(key, None)
+        gone = not mine and not live
+        if gone and name.startswith(f"{GangSource.LABELS}-"):  # nothing else owns a label gang's Gang
+            await kube.delete_gang(self.api, namespace, name)
+            self.forget_gang(key)
             return
         min_member = (group.min_member if group else None) or 1
         job = None
@@ -383,16 +398,21 @@ class SunkScheduler:
         facts = model.SlurmGangFacts(min_member, counts, job, None if live else self.gang_notes.get(key))
         previous = self.gang_written.get(key)
         status = model.slurm_gang_status(facts, previous, stamp)
-        if previous is not None and status == previous:
-            return
         if previous is None:
             gang = await self.ensure_gang(namespace, name, min_member, group)
             if gang is None:
                 return
             previous = gang.get("status")
             status = model.slurm_gang_status(facts, previous, stamp)
-        if await kube.patch_gang_status(self.api, namespace, name, status):
+        if status != previous and await kube.patch_gang_status(self.api, namespace, name, status):
             self.gang_written[key] = status
+        if gone:  # its last status is written (the PodGroup keeps the Gang): nothing more to do
+            self.forget_gang(key)
+
+    def forget_gang(self, key: str) -> None:
+        self.gang_written.pop(key, None)
+        self.gang_groups.pop(key, None)
+        self.gang_notes.pop(key, None)
 
     async def ensure_gang(
         self, namespace: str, name: str, min_member: int, group: GangGroup | None

@@ -486,3 +486,27 @@ async def test_a_pod_that_runs_to_its_end_gives_back_its_allocation_and_is_kept(
     await eventually(lambda: job_ended(sunk, job), timeout=60, what=f"job {job} ended with its pod")
     assert await read_pod(api, ns, "done") is not None, "a finished pod is its owner's to delete"
     assert "SlurmJobCancelled" not in dict(await events(api, ns, "done"))
+
+
+async def test_a_gang_whose_pods_name_two_schedulers_is_refused_in_words(
+    sunk: Instance, api: client.ApiClient, ns: str
+) -> None:
+    core = client.CoreV1Api(api)
+    labels = {
+        "pod-group.scheduling.sigs.k8s.io/name": "mixed",
+        "pod-group.scheduling.sigs.k8s.io/min-available": "2",
+    }
+    ours = pod("by-slurm", gpus=1)
+    theirs = pod("by-quorum", gpus=1)
+    del theirs["spec"]["schedulerName"]
+    for member in (ours, theirs):
+        member["metadata"]["labels"] = labels
+    await core.create_namespaced_pod(ns, theirs)
+    await core.create_namespaced_pod(ns, ours)
+
+    async def refused() -> str | None:
+        return next((m for r, m in await events(api, ns, "by-slurm") if r == "MixedSchedulers"), None)
+
+    message = await eventually(refused, timeout=30, what="a MixedSchedulers Event")
+    assert "default-scheduler" in message and SCHEDULER in message
+    assert not [s for s in job_states(sunk).values() if f"gang/{ns}/lbl-mixed" in s[2]]
