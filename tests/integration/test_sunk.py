@@ -441,11 +441,13 @@ async def test_a_gang_of_two_shapes_is_a_heterogeneous_job_submitted_once_all_it
     await core.create_namespaced_pod(ns, workers[0])
 
     async def waiting() -> dict[str, Any] | None:
-        gang = await read_gang(api, ns, "lbl-mpi")
-        return gang if condition(gang, "Admitted").get("reason") == "WaitingForMembers" else None
+        # The Gang may first be written when only the launcher is seen: wait for both pods.
+        admitted = condition(await read_gang(api, ns, "lbl-mpi"), "Admitted")
+        if admitted.get("reason") != "WaitingForMembers":
+            return None
+        return admitted if "2 of 3 pods exist" in admitted.get("message", "") else None
 
-    gang = await eventually(waiting, timeout=60, what="the Gang waiting for its third pod")
-    assert "2 of 3 pods exist" in condition(gang, "Admitted")["message"]
+    await eventually(waiting, timeout=60, what="the Gang waiting for its third pod, 2 of 3 seen")
     assert not [s for s in job_states(sunk).values() if f"gang/{ns}/lbl-mpi" in s[2]]
 
     await core.create_namespaced_pod(ns, workers[1])
