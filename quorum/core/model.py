@@ -155,7 +155,7 @@ class Gang:
     held_since: float | None = None
     # All pods in one domain of this node label (a rack, a block, a zone), or anywhere.
     topology_key: str | None = None
-    # Kubernetes 1.36's `disruptionMode` (Pod | PodGroup), kept for whole-gang preemption later.
+    # Kubernetes 1.36's `disruptionMode` (Pod | PodGroup): how this gang may be preempted.
     disruption_mode: str | None = None
     # One pod of each shape among its pods, in order (computed once: the planner asks often).
     shapes: tuple[Pod, ...] = field(init=False, repr=False, compare=False)

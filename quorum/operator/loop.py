@@ -36,7 +36,7 @@ from quorum.core.fit import FitSettings, why_not
 from quorum.core.lifecycle import BackoffPolicy, MemberLossPolicy
 from quorum.core.model import Gang, Node, Pod, Toleration, fits, subtract
 from quorum.core.planner import Hold, Plan, Planner, PlannerSettings, Release
-from quorum.core.preemption import Preemption
+from quorum.core.preemption import NoPreemption, Preemption
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import node_from_api, pod_from_api, pod_requests
 from quorum.k8s.usage import BoundPods
@@ -622,6 +622,11 @@ class GangLoop:
 
     # -- preemption ---------------------------------------------------------------------------
 
+    async def preempt(self, view: GangView, preemption: Preemption, now: float) -> None:
+        """The gang's preemption task: its Gang object first (the victims' Events name it)."""
+        gang = await self.records.ensure_gang(view)
+        await self.preempter.execute(view, gang, preemption, now)
+
     def start_preemption_upkeep(self, views: dict[GangKey, GangView], now: float) -> None:
         """End the preemptions that are done, gone or late; remove reservation taints of none."""
         for key, record, why, warn in self.preempter.due_ends(views, now):
@@ -652,15 +657,18 @@ class GangLoop:
         }
         candidate = self.preempter.candidate(held, nodes, self.planner.index.free, views, busy, now)
         if candidate is not None:
-            outcome = await asyncio.to_thread(self.preempter.decide, candidate)
+            try:
+                outcome: Preemption | NoPreemption | None = await asyncio.to_thread(
+                    self.preempter.decide, candidate
+                )
+            except Exception as err:  # that gang's trouble: it backs off, the pass goes on
+                self.fail(candidate.key, "preempt", describe(err))
+                outcome = None
             if isinstance(outcome, Preemption):
                 view = plannable[candidate.key]
-                gang = await self.records.ensure_gang(view)
                 timeout = self.settings.gang_timeout_seconds * (1 + len(outcome.victims) / 16)
-                self.work.start(
-                    candidate.key, "preempt", self.preempter.execute(view, gang, outcome, now), timeout
-                )
-            else:
+                self.work.start(candidate.key, "preempt", self.preempt(view, outcome, now), timeout)
+            elif outcome is not None:
                 self.preempter.found_nothing(candidate.key, outcome, now)
         for key, why in self.preempter.why_not.items():
             hold = holds.get(key)

@@ -127,7 +127,7 @@ RECOVERIES = Counter(
 GANG_FAILURES = Counter(
     "quorum_operator_gang_failures_total",
     "A gang's work that raised an exception and was isolated (the other gangs went on), by stage "
-    "(assemble, plan, release, status, recover); a count.",
+    "(assemble, plan, release, status, recover, preempt); a count.",
     ("stage",),
     registry=REGISTRY,
 )

@@ -29,7 +29,7 @@ GangKey = tuple[str, str]
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    stage: str  # assemble | plan | release | status | recover
+    stage: str  # assemble | plan | release | status | recover | preempt
     message: str  # the error in a sentence
     count: int  # failures in a row
     delay: float  # seconds of backoff

@@ -456,7 +456,7 @@ async def test_a_gang_of_two_shapes_is_a_heterogeneous_job_submitted_once_all_it
         gang = await read_gang(api, ns, "lbl-mpi")
         return gang if (gang or {}).get("status", {}).get("phase") == "Running" else None
 
-    gang = await eventually(running, timeout=90, what="the mixed gang bound")
+    await eventually(running, timeout=90, what="the mixed gang bound")
     assert await bound(api, ns, "launcher") == "slurm-cpu-000"
     worker_nodes = {await bound(api, ns, "w0"), await bound(api, ns, "w1")}
     assert worker_nodes <= {f"slurm-gpu-00{i}" for i in range(4)}

@@ -5,13 +5,14 @@ evicted, a PodDisruptionBudget refusal taking nothing, and the end removing the 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Any
 
 from quorum.k8s.usage import BoundPods
 from quorum.operator.gangs import Store
 from quorum.operator.loop import GangLoop
 from tests.unit.fake_api import FakeApi
-from tests.unit.test_loop import NS, REPLICA_SET, cluster, pod, podgroup, settings, step
+from tests.unit.test_loop import NS, REPLICA_SET, cluster, pod, podgroup, released, settings, step
 
 JSON = dict[str, Any]
 
@@ -160,3 +161,25 @@ async def test_a_victim_job_whose_suspend_is_quorums_is_suspended_not_evicted_th
     loop.recoverer.polled.clear()
     await step(loop)
     assert api.jobs[(NS, "train")]["spec"]["suspend"] is False, "resumed once its pods are gone"
+
+
+async def test_a_preemption_whose_first_write_fails_backs_off_alone_and_the_pass_goes_on() -> None:
+    store, bound = cluster(3, {})
+    running(store, bound, "low", 2, 10, ["n0", "n1"])
+    held(store, "high", 2, 1000)
+    held(store, "small", 1, 0)
+    api = FakeApi(store)
+    api.fail("create_gang", when=lambda ns, name, *rest: name == "pg-high")  # its Gang: 500, always
+    loop = GangLoop(api, store, bound, settings())
+    await step(loop)  # raised out of the pass before: nothing else happened
+    assert released(store, "small") == ["small-0"], "another gang is released in the same pass"
+    assert api.evicted == [] and all(taints(store, n) == [] for n in ("n0", "n1", "n2"))
+    failure = loop.work.failures[(NS, "pg-high")]
+    assert failure.stage == "preempt" and "etcdserver: request timed out" in failure.sentence()
+    told = [(name, m) for name, r, m, warn in api.events if r == "PlanningFailed" and warn]
+    assert told == [("high-0", failure.sentence())], "no Gang yet: told on its first pod"
+
+    api.heal()
+    loop.work.failures[(NS, "pg-high")] = dataclasses.replace(failure, until=0.0)
+    await step(loop)  # its backoff over: the preemption is decided again and goes ahead
+    assert sorted(api.evicted) == ["low-0", "low-1"]
