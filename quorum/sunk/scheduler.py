@@ -42,7 +42,7 @@ from quorum.k8s.convert import timestamp
 from quorum.k8s.watch import watch_objects
 from quorum.sunk import kube, model
 from quorum.sunk.settings import SunkSettings
-from quorum.sunk.slurm import Job, SlurmError, SlurmRest, drain_node, resume_node
+from quorum.sunk.slurm import Job, SlurmError, SlurmRest, SlurmUnavailable, drain_node, resume_node
 
 log = logging.getLogger("quorum.sunk")
 PASSES = prometheus_client.Counter("quorum_sunk_passes_total", "Reconcile passes, by result", ["result"])
@@ -286,6 +286,8 @@ class SunkScheduler:
         body = model.submission(placeholder, self.settings.hook_url, self.settings.stop_seconds)
         try:
             job_id = await self.slurm.submit(body)
+        except SlurmUnavailable:
+            raise  # not an answer about this job: the pass is skipped and tried again
         except SlurmError as err:
             # Slurm refused the job itself (no such partition, too large for any node): the pod
             # hears it and is not submitted again until it changes.

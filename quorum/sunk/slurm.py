@@ -34,6 +34,18 @@ class SlurmError(RuntimeError):
     """slurmrestd answered with an error, or not at all."""
 
 
+class SlurmUnavailable(SlurmError):
+    """No answer from Slurm about the request itself: slurmrestd unreachable or timed out, an
+    answer that is not slurmrestd's, or slurmctld out of reach behind it. The request may or may
+    not have been carried out; ask again later (a pass reads every job before it submits)."""
+
+
+# Slurm's errno ranges that mean "could not talk to the controller", not "the controller said
+# no" (slurm/slurm_errno.h): communication and protocol, slurmctld communication, sockets; and
+# EINTR, EAGAIN ("temporarily unable to accept job"), ETIMEDOUT.
+TRANSIENT_ERRNOS = frozenset({4, 11, 110, *range(1000, 1100), *range(1800, 1900), *range(5000, 5100)})
+
+
 class JobResourcesNode(BaseModel):
     model_config = ConfigDict(extra="ignore")
     nodename: str
@@ -137,16 +149,8 @@ class SlurmRest:
                 raw = await r.read()
                 status = r.status
         except (aiohttp.ClientError, TimeoutError, OSError) as err:
-            raise SlurmError(f"slurmrestd {method} {path}: {type(err).__name__}: {err}") from None
-        try:
-            answer = orjson.loads(raw) if raw else {}
-        except orjson.JSONDecodeError:
-            raise SlurmError(f"slurmrestd {method} {path}: HTTP {status}, not JSON: {raw[:200]!r}") from None
-        errors = [e for e in answer.get("errors") or [] if e.get("error_number") or e.get("error")]
-        if status >= 400 or errors:
-            text = "; ".join(str(e.get("error") or e.get("description") or e) for e in errors)
-            raise SlurmError(f"slurmrestd {method} {path}: HTTP {status}: {text or raw[:200]!r}")
-        return dict(answer)
+            raise SlurmUnavailable(f"slurmrestd {method} {path}: {type(err).__name__}: {err}") from None
+        return answer_of(method, path, status, raw)
 
     async def ping(self) -> bool:
         answer = await self._call("GET", "/ping")
@@ -187,6 +191,30 @@ class SlurmRest:
         if self._session is not None:
             await self._session.close()
             self._session = None
+
+
+def answer_of(method: str, path: str, status: int, raw: bytes) -> dict[str, Any]:
+    """slurmrestd's answer, or the error it carries: `SlurmUnavailable` when it is not Slurm
+    refusing the request (see `TRANSIENT_ERRNOS`), `SlurmError` when it is."""
+    where = f"slurmrestd {method} {path}: HTTP {status}"
+    try:
+        answer = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError:
+        raise SlurmUnavailable(f"{where}, not JSON: {raw[:200]!r}") from None
+    if not isinstance(answer, dict):
+        raise SlurmUnavailable(f"{where}, not an object: {raw[:200]!r}")
+    listed = answer.get("errors")
+    errors = [
+        e for e in (listed if isinstance(listed, list) else [])
+        if isinstance(e, dict) and (e.get("error_number") or e.get("error"))
+    ]  # fmt: skip
+    if status < 400 and not errors:
+        return answer
+    text = "; ".join(str(e.get("error") or e.get("description") or e) for e in errors) or repr(raw[:200])
+    numbers = {n for e in errors if isinstance(n := e.get("error_number"), int)}
+    if (not errors and status >= 500) or numbers & TRANSIENT_ERRNOS:
+        raise SlurmUnavailable(f"{where}: {text}")
+    raise SlurmError(f"{where}: {text}")
 
 
 async def scontrol(*args: str, timeout: float = 15.0) -> tuple[int, str]:
