@@ -396,6 +396,8 @@ class Instance:
                     "QUORUM_SUNK_SLURM_URL": f"http://127.0.0.1:{state.ports.slurmrestd}",
                     "QUORUM_SUNK_SLURM_JWT_KEY_FILE": str(layout.jwt_key),
                     "QUORUM_SUNK_HOOK_URL": f"http://127.0.0.1:{state.ports.sunk}",
+                    "QUORUM_SUNK_HOOK_TOKEN_FILE": str(layout.hook_token),
+                    "QUORUM_SUNK_SLURM_HOOK_TOKEN_PATH": str(layout.hook_token),
                     "QUORUM_SUNK_SLURM_KILL_WAIT_SECONDS": str(slurm.KILL_WAIT_SECONDS),
                 }
             )

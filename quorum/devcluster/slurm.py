@@ -14,6 +14,7 @@ ports (`slurm_conf`, `gres_conf`, `hook_script`), unit-tested without starting a
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import subprocess
 import time
@@ -96,6 +97,11 @@ class SlurmLayout:
         return self.root / "jwt.key"
 
     @property
+    def hook_token(self) -> Path:
+        """The SUNK hook API's shared secret: the scheduler's copy and the Slurm nodes' at once."""
+        return self.root / "hook.token"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 
@@ -176,17 +182,18 @@ def gres_conf(nodes: Sequence[SlurmNode], layout: SlurmLayout) -> str:
     return "\n".join(lines) + "\n"
 
 
-def hook_script(hook_url: str, event: str) -> str:
+def hook_script(hook_url: str, event: str, token: Path) -> str:
     """The prolog or epilog: ask quorum's hook API to lock (prolog) or unlock (epilog) this node
     for this job, and wait for its answer. A prolog that fails makes Slurm requeue the job and
     drain the node, so the node is never used unlocked; curl retries for a while first, so a
-    restarting scheduler does not drain nodes."""
+    restarting scheduler does not drain nodes. The token reaches curl on stdin, not in argv."""
     return (
         "#!/bin/sh\n"
         "# Written by quorum: node locking through the SUNK scheduler's hook API.\n"
-        f"exec curl --silent --show-error --fail --max-time 110 --retry 20 --retry-delay 2 "
-        f"--retry-all-errors -X POST "
-        f'"{hook_url}/hooks/{event}?job=$SLURM_JOB_ID&node=$SLURMD_NODENAME&user=$SLURM_JOB_USER"\n'
+        f"printf 'Authorization: Bearer %s\\n' \"$(cat {token})\" | "
+        f"curl --silent --show-error --fail --max-time 110 --retry 20 --retry-delay 2 "
+        f"--retry-all-errors -H @- -X POST "
+        f'"{hook_url}/hooks/{event}?job=$SLURM_JOB_ID&node=$SLURMD_NODENAME"\n'
     )
 
 
@@ -231,6 +238,8 @@ def prepare(layout: SlurmLayout, nodes: Sequence[SlurmNode], ctld_port: int, hoo
     key.chmod(0o400)
     layout.jwt_key.write_bytes(os.urandom(32))
     layout.jwt_key.chmod(0o600)
+    layout.hook_token.write_text(secrets.token_hex(32))
+    layout.hook_token.chmod(0o600)
     for n in nodes:
         (layout.root / "spool" / n.name).mkdir(parents=True, exist_ok=True)
         for i in range(n.gpus):
@@ -241,7 +250,7 @@ def prepare(layout: SlurmLayout, nodes: Sequence[SlurmNode], ctld_port: int, hoo
     (layout.root / "gres.conf").write_text(gres_conf(nodes, layout))
     for event in ("prolog", "epilog"):
         script = layout.root / f"{event}.sh"
-        script.write_text(hook_script(hook_url, event))
+        script.write_text(hook_script(hook_url, event, layout.hook_token))
         script.chmod(0o755)
 
 

@@ -6,11 +6,17 @@
 - `POST /hooks/stop?job=`: the placeholder job was told to stop: delete its pods and answer once
   they are gone (504 if they are not, before the script's time runs out: it then drains the node).
 - `GET /healthz`, `GET /readyz` (watches listed and a pass made), `GET /metrics`.
+
+The hooks taint nodes and delete pods, so they answer only callers that send the shared secret
+(`Authorization: Bearer`, 401 otherwise), and the prolog and epilog only for a node the job was
+given (403 otherwise): a stolen secret still cannot lock a node no job of Slurm's runs on.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
+from collections.abc import Awaitable, Callable
 
 import prometheus_client
 from aiohttp import web
@@ -20,6 +26,7 @@ from quorum.sunk.slurm import SlurmError
 
 log = logging.getLogger("quorum.sunk.hooks")
 SCHEDULER: web.AppKey[SunkScheduler] = web.AppKey("scheduler", SunkScheduler)
+TOKEN: web.AppKey[bytes] = web.AppKey("token", bytes)
 HOOKS = prometheus_client.Counter(
     "quorum_sunk_hooks_total", "Hook API calls by hook and result", ["hook", "result"]
 )
@@ -39,11 +46,34 @@ def _node(request: web.Request) -> str:
     return node
 
 
+@web.middleware
+async def authenticated(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """/hooks/* only with the shared secret; the probes and /metrics for anyone."""
+    if request.path.startswith("/hooks/"):
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), request.app[TOKEN]):
+            hook = request.path.removeprefix("/hooks/")
+            HOOKS.labels(hook if hook in ("prolog", "epilog", "stop") else "other", "unauthenticated").inc()
+            log.warning("hook %s refused: no valid token (from %s)", request.path, request.remote)
+            raise web.HTTPUnauthorized(
+                text="hook calls need `Authorization: Bearer <the token in QUORUM_SUNK_HOOK_TOKEN_FILE>`\n"
+            )
+    return await handler(request)
+
+
 async def _node_hook(request: web.Request, hook: str) -> web.Response:
-    """The prolog locks the node for the job, the epilog unlocks it; 503 fails the script."""
+    """The prolog locks the node for the job, the epilog unlocks it; 503 fails the script; 403 is
+    a call for a node the job was not given (or a job still running, to the epilog)."""
     job, node = _job(request), _node(request)
     scheduler = request.app[SCHEDULER]
     try:
+        refused = await scheduler.not_the_jobs_node(job, node, ended=hook == "epilog")
+        if refused is not None:
+            HOOKS.labels(hook, "forbidden").inc()
+            log.warning("%s job %s node %s refused: %s", hook, job, node, refused)
+            return web.Response(status=403, text=refused + "\n")
         ok, message = await (scheduler.lock if hook == "prolog" else scheduler.unlock)(job, node)
     except SlurmError as err:
         ok, message = False, str(err)
@@ -91,9 +121,10 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=prometheus_client.generate_latest(), content_type="text/plain")
 
 
-def make_app(scheduler: SunkScheduler) -> web.Application:
-    app = web.Application()
+def make_app(scheduler: SunkScheduler, token: str) -> web.Application:
+    app = web.Application(middlewares=[authenticated])
     app[SCHEDULER] = scheduler
+    app[TOKEN] = token.encode()
     app.router.add_post("/hooks/prolog", prolog)
     app.router.add_post("/hooks/epilog", epilog)
     app.router.add_post("/hooks/stop", stop)

@@ -19,11 +19,11 @@ from quorum.sunk.settings import SunkSettings
 from quorum.sunk.slurm import SlurmRest
 
 
-async def serve(settings: SunkSettings, host: str, port: int) -> None:
+async def serve(settings: SunkSettings, token: str, host: str, port: int) -> None:
     api = await api_client()
     slurm = SlurmRest.from_key_file(settings.slurm_url, settings.slurm_jwt_key_file, settings.slurm_user)
     scheduler = SunkScheduler(settings, api, slurm)
-    runner = web.AppRunner(make_app(scheduler), access_log=None)
+    runner = web.AppRunner(make_app(scheduler, token), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     try:
@@ -53,10 +53,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as err:
         print(f"quorum-sunk-scheduler: invalid QUORUM_SUNK_* setting:\n{err}", file=sys.stderr)
         return 2
+    try:
+        token = settings.hook_token_file.read_text().strip()
+    except OSError as err:
+        print(f"quorum-sunk-scheduler: cannot read QUORUM_SUNK_HOOK_TOKEN_FILE: {err}", file=sys.stderr)
+        return 2
+    if len(token) < 16:
+        print(
+            f"quorum-sunk-scheduler: {settings.hook_token_file} holds {len(token)} characters; the hook "
+            "API's token needs at least 16 (e.g. `openssl rand -hex 32`)",
+            file=sys.stderr,
+        )
+        return 2
     host, _, port = args.address.rpartition(":")
     try:
         # In a cluster the hook API must be reachable from the Slurm nodes (through its Service).
-        asyncio.run(serve(settings, host or "0.0.0.0", int(port)))  # noqa: S104
+        asyncio.run(serve(settings, token, host or "0.0.0.0", int(port)))  # noqa: S104
     except KeyboardInterrupt:
         return 0
     return 0

@@ -274,15 +274,18 @@ def started(comment: str | None) -> bool:
 def placeholder_script(hook_url: str) -> str:
     """The batch script: mark the job started, then wait; when Slurm stops the job (cancel,
     preemption, time limit), ask the scheduler to delete the pods and wait until they are gone;
-    if they are still there just before KillWait, drain the node with a reason."""
+    if they are still there just before KillWait, drain the job's nodes (every component's) with
+    a reason. The hook token goes to curl on stdin, never in its argv where `ps` shows it."""
     return f"""#!/bin/bash
 # quorum SUNK placeholder: the pods of this job run in Kubernetes, not here.
 scontrol update JobId="$SLURM_JOB_ID" Comment="$QUORUM_COMMENT{STARTED}"
 stop() {{
-  if ! curl --silent --fail --max-time "$QUORUM_STOP_SECONDS" --retry 1000 --retry-delay 1 \\
-      --retry-all-errors --retry-max-time "$QUORUM_STOP_SECONDS" -X POST \\
+  if ! printf 'Authorization: Bearer %s\\n' "$(cat "$QUORUM_HOOK_TOKEN_FILE" 2>/dev/null)" | \\
+      curl --silent --fail --max-time "$QUORUM_STOP_SECONDS" --retry 1000 --retry-delay 1 \\
+      --retry-all-errors --retry-max-time "$QUORUM_STOP_SECONDS" -H @- -X POST \\
       "{hook_url}/hooks/stop?job=$SLURM_JOB_ID"; then
-    scontrol update NodeName="$SLURMD_NODENAME" State=DRAIN \\
+    nodes=$(squeue --noheader --jobs="$SLURM_JOB_ID" --format=%N 2>/dev/null | paste -sd, -)
+    scontrol update NodeName="${{nodes:-$SLURMD_NODENAME}}" State=DRAIN \\
       Reason="quorum: pods of job $SLURM_JOB_ID still running at KillWait"
   fi
   exit 0
@@ -333,16 +336,20 @@ def _component_body(component: Component, comment: str, env: Mapping[str, str]) 
 
 
 def submission(
-    placeholder: Placeholder, hook_url: str, stop_seconds: int, extra_env: Mapping[str, str] | None = None
+    placeholder: Placeholder,
+    hook_url: str,
+    stop_seconds: int,
+    hook_token_path: str,
 ) -> dict[str, Any]:
-    """The body of `POST /slurm/v0.0.38/job/submit`."""
+    """The body of `POST /slurm/v0.0.38/job/submit`; `hook_token_path`: the hook API's secret
+    on the Slurm nodes (the path only: the job's environment is readable by its user)."""
     first_comment = next((c.options.comment for c in placeholder.components if c.options.comment), None)
     comment = job_comment(placeholder, first_comment)
     env = {
         "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
         "QUORUM_COMMENT": comment,
         "QUORUM_STOP_SECONDS": str(stop_seconds),
-        **(extra_env or {}),
+        "QUORUM_HOOK_TOKEN_FILE": hook_token_path,
     }
     bodies = [_component_body(c, comment, env) for c in placeholder.components]
     script = placeholder_script(hook_url)

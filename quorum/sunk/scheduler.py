@@ -283,7 +283,12 @@ class SunkScheduler:
             if self.gang_notes.get(key, ("", ""))[1] != f"not passed to Slurm: {err}":
                 await self.refuse(key, pending[0], "FailedValidation", f"not passed to Slurm: {err}")
             return 0
-        body = model.submission(placeholder, self.settings.hook_url, self.settings.stop_seconds)
+        body = model.submission(
+            placeholder,
+            self.settings.hook_url,
+            self.settings.stop_seconds,
+            str(self.settings.slurm_hook_token_path),
+        )
         try:
             job_id = await self.slurm.submit(body)
         except SlurmUnavailable:
@@ -548,6 +553,18 @@ class SunkScheduler:
             and not model.tolerates_lock(p)
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         ]  # fmt: skip
+
+    async def not_the_jobs_node(self, job_id: int, node: str, ended: bool) -> str | None:
+        """Why a prolog (or, `ended`, an epilog) call for this job and node is not one Slurm
+        made: the job is unknown, was not given the node, or (epilog) still runs. None: it is."""
+        jobs = await self.slurm.job(job_id)
+        if not jobs:
+            return f"Slurm knows no job {job_id}"
+        if not any(node in model.expand_nodelist(j.nodes) for j in jobs):
+            return f"job {job_id} was not given node {node}"
+        if ended and any(j.job_state in ("RUNNING", "CONFIGURING", "SUSPENDED") for j in jobs):
+            return f"job {job_id} still runs; its epilog comes after it ends"
+        return None
 
     async def lock(self, job_id: int, node: str) -> tuple[bool, str]:
         """Prolog: taint the node, wait until every pod that does not tolerate it is gone."""

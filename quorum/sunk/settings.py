@@ -23,6 +23,11 @@ class SunkSettings(BaseSettings):
     """Slurm's KillWait: pods' terminationGracePeriodSeconds must be below it minus 5 s."""
     hook_url: str = "http://127.0.0.1:8091"
     """Where the prolog, epilog and placeholder script reach the hook API (a Service in a cluster)."""
+    hook_token_file: Path = Path("/etc/quorum-sunk/hook.token")
+    """The hook API's shared secret: callers send `Authorization: Bearer <its content>`. The
+    hooks taint nodes and delete pods, so the scheduler does not start without it."""
+    slurm_hook_token_path: Path = Path("/etc/slurm/quorum-hook.token")
+    """Where the same secret is on the Slurm nodes (root only): the placeholder script reads it."""
     poll_seconds: float = Field(default=1.0, gt=0, le=60)
     """How often Slurm's jobs are listed (slurmrestd has no watch)."""
     lock_timeout_seconds: float = Field(default=100.0, gt=0, le=3600)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -512,3 +513,54 @@ async def test_a_gang_whose_pods_name_two_schedulers_is_refused_in_words(
     message = await eventually(refused, timeout=30, what="a MixedSchedulers Event")
     assert "default-scheduler" in message and SCHEDULER in message
     assert not [s for s in job_states(sunk).values() if f"gang/{ns}/lbl-mixed" in s[2]]
+
+
+def call_hook(sunk: Instance, path: str, token: str | None) -> tuple[int, str]:
+    state = sunk.state()
+    assert state is not None
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{state.ports.sunk}{path}", data=b"", headers=headers, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+async def test_the_hook_api_answers_only_slurm_for_the_nodes_of_the_job(
+    sunk: Instance, api: client.ApiClient
+) -> None:
+    token = sunk.slurm_layout.hook_token.read_text().strip()
+    job = int(
+        run(sunk, "sbatch", "--parsable", "-w", "slurm-gpu-002", "--gres=gpu:1", "-o", "/dev/null",
+            "--wrap", "sleep 300").split(";")[0]
+    )  # fmt: skip
+
+    async def locked() -> bool:  # the real prolog, with the token from its file
+        return await node_lock(api, "slurm-gpu-002") == "locked"
+
+    await eventually(locked, timeout=60, what="slurm-gpu-002 locked by the prolog of a batch job")
+
+    for given in (None, "", "not-the-token", token + "x"):
+        status, text = call_hook(sunk, f"/hooks/epilog?job={job}&node=slurm-gpu-002", given)
+        assert status == 401 and "Authorization: Bearer" in text, (given, status, text)
+    status, _ = call_hook(sunk, f"/hooks/stop?job={job}", None)
+    assert status == 401
+
+    status, text = call_hook(sunk, f"/hooks/prolog?job={job}&node=slurm-gpu-001", token)
+    assert (status, text.strip()) == (403, f"job {job} was not given node slurm-gpu-001")
+    assert await node_lock(api, "slurm-gpu-001") == "false"
+    status, text = call_hook(sunk, f"/hooks/epilog?job={job}&node=slurm-gpu-002", token)
+    assert (status, text.strip()) == (403, f"job {job} still runs; its epilog comes after it ends")
+    status, text = call_hook(sunk, "/hooks/prolog?job=999999&node=slurm-gpu-002", token)
+    assert (status, text.strip()) == (403, "Slurm knows no job 999999")
+    assert await node_lock(api, "slurm-gpu-002") == "locked", "no refused call changed the lock"
+
+    run(sunk, "scancel", str(job))
+
+    async def unlocked() -> bool:  # the real epilog, with the token from its file
+        return await node_lock(api, "slurm-gpu-002") == "false"
+
+    await eventually(unlocked, timeout=60, what="slurm-gpu-002 unlocked by the epilog")

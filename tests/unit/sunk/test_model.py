@@ -16,6 +16,7 @@ from quorum.devcluster import slurm as devslurm
 from quorum.sunk import model
 
 KILL_WAIT = 30
+TOKEN_PATH = "/etc/slurm/quorum-hook.token"
 
 
 def pod(
@@ -148,7 +149,7 @@ def test_any_pod_a_tenant_writes_is_either_valid_or_refused_in_words(
     shape = request.shape
     assert shape.cpus >= 1 and shape.memory_mib >= 1 and shape.gpus >= 0
     assert isinstance(grace, int) and not isinstance(grace, bool) and grace < KILL_WAIT - 5
-    body = model.submission(model.plan_placeholder([request]), "http://hooks", 25)
+    body = model.submission(model.plan_placeholder([request]), "http://hooks", 25, TOKEN_PATH)
     assert body["job"]["tasks"] == 1 and body["job"]["cpus_per_task"] == shape.cpus
 
 
@@ -164,7 +165,7 @@ def test_one_pod_is_one_job_whose_comment_names_the_pod() -> None:
         pod("a", gpus="2", annotations={model.PARTITION: "gpu", model.EXCLUSIVE: "user"})
     )
     placeholder = model.plan_placeholder([request])
-    body = model.submission(placeholder, "http://hooks:8091", 25)
+    body = model.submission(placeholder, "http://hooks:8091", 25, TOKEN_PATH)
     job = body["job"]
     assert job["gpus_per_task"] == "2" and job["partition"] == "gpu" and job["exclusive"] == "user"
     assert job["name"] == "ml/a" and job["memory_per_cpu"] * job["cpus_per_task"] >= 4096
@@ -172,6 +173,8 @@ def test_one_pod_is_one_job_whose_comment_names_the_pod() -> None:
     assert model.key_of_comment(job["comment"] + model.STARTED) == "pod/ml/a/uid-a"
     assert model.started(job["comment"] + model.STARTED) and not model.started(job["comment"])
     assert "http://hooks:8091/hooks/stop" in body["script"]
+    assert job["environment"]["QUORUM_HOOK_TOKEN_FILE"] == TOKEN_PATH, "the path, never the token"
+    assert '"$(cat "$QUORUM_HOOK_TOKEN_FILE"' in body["script"] and "-H @-" in body["script"]
     assert model.key_of_comment("someone else's job") is None
 
 
@@ -179,10 +182,12 @@ def test_a_gang_of_two_shapes_is_a_heterogeneous_job_and_one_shape_a_job_of_task
     workers = [pod(f"w{i}", gpus="8") for i in range(3)]
     launcher = pod("launcher", cpu="1", memory="1Gi")
     mixed = model.plan_placeholder(requests_of(launcher, *workers), "ml/pg-train")
-    body = model.submission(mixed, "http://hooks", 25)
+    body = model.submission(mixed, "http://hooks", 25, TOKEN_PATH)
     assert [c["tasks"] for c in body["jobs"]] == [1, 3]
     assert all(model.key_of_comment(c["comment"]) == "gang/ml/pg-train" for c in body["jobs"])
-    uniform = model.submission(model.plan_placeholder(requests_of(*workers), "ml/pg-w"), "http://hooks", 25)
+    uniform = model.submission(
+        model.plan_placeholder(requests_of(*workers), "ml/pg-w"), "http://hooks", 25, TOKEN_PATH
+    )
     assert uniform["job"]["tasks"] == 3 and uniform["job"]["gpus_per_task"] == "8"
 
 
@@ -344,7 +349,6 @@ def test_slurm_conf_mirrors_the_pool_with_a_high_partition_beside_each(tmp_path:
         devslurm.gres_conf(found, layout)
         == f"NodeName=g-000 Name=gpu File={tmp_path}/dev/g-000/nvidia[0-7]\n"
     )
-    assert (
-        "http://127.0.0.1:8091/hooks/prolog?job=$SLURM_JOB_ID&node=$SLURMD_NODENAME"
-        in devslurm.hook_script("http://127.0.0.1:8091", "prolog")
-    )
+    prolog = devslurm.hook_script("http://127.0.0.1:8091", "prolog", layout.hook_token)
+    assert "http://127.0.0.1:8091/hooks/prolog?job=$SLURM_JOB_ID&node=$SLURMD_NODENAME" in prolog
+    assert f'"$(cat {layout.hook_token})" | curl' in prolog and "-H @-" in prolog
