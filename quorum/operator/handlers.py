@@ -42,7 +42,7 @@ from quorum.operator.gangs import (
 from quorum.operator.health import Health, monitor_event_loop_lag, serve
 from quorum.operator.leader import LeaseSettings, lead
 from quorum.operator.loop import GangLoop, LoopSettings, planner_settings
-from quorum.operator.preemption import PreemptionLoopSettings
+from quorum.operator.preemption import SYSTEM_NAMESPACES, PreemptionLoopSettings
 from quorum.operator.settings import OperatorSettings
 
 log = logging.getLogger("quorum.operator")
@@ -151,7 +151,10 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
             crash_after=config.test_crash_after,
             backoff=BackoffPolicy(config.backoff_seconds, config.backoff_cap_seconds),
             preemption=PreemptionLoopSettings(
-                config.preemption, config.preemption_timeout_seconds, config.preemption_retry_seconds
+                config.preemption,
+                config.preemption_timeout_seconds,
+                config.preemption_retry_seconds,
+                protected_namespaces=SYSTEM_NAMESPACES | {config.namespace},
             ),
             member_loss_policy=config.member_loss_policy,
         ),

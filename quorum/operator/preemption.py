@@ -56,6 +56,7 @@ from quorum.operator.gangs import JSON, GangView, Store
 log = logging.getLogger("quorum.operator.preemption")
 GangKey = tuple[str, str]
 REASON = "PreemptionByQuorum"
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-node-lease", "kube-public"})
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ class PreemptionLoopSettings:
     retry_seconds: float = 10.0
     """A gang for which preemption found nothing to take is asked again after this long."""
     decision: PreemptionSettings = field(default_factory=PreemptionSettings)
+    protected_namespaces: frozenset[str] = SYSTEM_NAMESPACES
+    """Whose pods are never victims: the cluster's own and quorum's (the operator's fence in the
+    apiserver refuses its evictions there too, manifests/47-operator-fence.yaml)."""
 
 
 @dataclass(frozen=True)
@@ -218,7 +222,8 @@ class Preempter:
             groups = {k: group_facts(v) for k, v in views.items()}
             exclude = busy | {key}  # gangs being released: their room is reserved, not bound
 
-            running = [f.running for f in self.bound.facts.values()]
+            protected = self.settings.protected_namespaces
+            running = [f.running for f in self.bound.facts.values() if f.running.namespace not in protected]
             work = [w for w in units(running, groups) if not excluded(w, exclude)]
             budgets = budgets_of(self.store.pdbs, self.bound)
             return Candidate(key, gang, is_interruptable(view), dict(nodes), dict(free), work, budgets)

@@ -284,7 +284,31 @@ async def test_preemptions_writes_are_fenced_to_the_taint_the_condition_and_evic
         return not [p for p in await pods(api, namespace) if p["metadata"]["name"] == "victim"]
 
     await eventually(evicted, timeout=30, what="the victim evicted")
-    await client.PolicyV1Api(op).list_pod_disruption_budget_for_all_namespaces()
+    budgets = await client.PolicyV1Api(op).list_pod_disruption_budget_for_all_namespaces()
+    assert isinstance(budgets.items, list), "RBAC lets preemption read the budgets"
+
+    # Evictions are fenced by namespace: never the cluster's own pods, nor quorum's.
+    system_pod = f"fence-{secrets.token_hex(3)}"
+    await client.CoreV1Api(api).create_namespaced_pod(
+        "kube-system", {"metadata": {"name": system_pod}, "spec": {"containers": [PAUSE]}}
+    )
+    try:
+        body = {**eviction, "metadata": {"name": system_pod, "namespace": "kube-system"}}
+
+        async def policy_loaded() -> bool:  # its informer may be a moment behind: ask dry-run
+            try:
+                await core.create_namespaced_pod_eviction(system_pod, "kube-system", body, dry_run="All")
+            except ApiException as err:
+                return err.status == 403
+            return False
+
+        await eventually(policy_loaded, timeout=30, what="the eviction fence loaded")
+        err = await refused(core.create_namespaced_pod_eviction(system_pod, "kube-system", body))
+        assert err.status == 403 and "quorum-operator-eviction-fence" in str(err.body), err.body
+        assert f"may not evict pod kube-system/{system_pod}" in str(err.body), err.body
+        assert await client.CoreV1Api(api).read_namespaced_pod(system_pod, "kube-system")
+    finally:
+        await client.CoreV1Api(api).delete_namespaced_pod(system_pod, "kube-system", grace_period_seconds=0)
 
 
 async def test_the_webhook_servers_identity_may_do_nothing(fenced: Instance, api: client.ApiClient) -> None:

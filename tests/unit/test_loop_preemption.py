@@ -11,6 +11,7 @@ from typing import Any
 from quorum.k8s.usage import BoundPods
 from quorum.operator.gangs import Store
 from quorum.operator.loop import GangLoop
+from quorum.operator.preemption import PreemptionLoopSettings
 from tests.unit.fake_api import FakeApi
 from tests.unit.test_loop import NS, REPLICA_SET, cluster, pod, podgroup, released, settings, step
 
@@ -183,3 +184,32 @@ async def test_a_preemption_whose_first_write_fails_backs_off_alone_and_the_pass
     loop.work.failures[(NS, "pg-high")] = dataclasses.replace(failure, until=0.0)
     await step(loop)  # its backoff over: the preemption is decided again and goes ahead
     assert sorted(api.evicted) == ["low-0", "low-1"]
+
+
+async def test_the_pods_of_system_namespaces_and_quorums_own_are_never_victims() -> None:
+    store, bound = cluster(2, {})
+    for i, namespace in enumerate(["kube-system", "quorum-system"]):
+        p = pod(f"sys{i}", 0)
+        del p["metadata"]["labels"]["quorum.dev/gang"]
+        p["metadata"].update(namespace=namespace, labels={})
+        p["spec"].update(schedulingGates=[], nodeName=f"n{i}", priority=0)
+        p["status"] = {"phase": "Running"}
+        store.pods[p["metadata"]["uid"]] = p
+        bound.upsert(p)
+    held(store, "high", 2, 1000)
+    api = FakeApi(store)
+    protected = frozenset({"kube-system", "kube-node-lease", "kube-public", "quorum-system"})
+    loop = GangLoop(
+        api, store, bound, settings(preemption=PreemptionLoopSettings(protected_namespaces=protected))
+    )
+    await step(loop)
+    await step(loop)  # the status written after the decision
+    assert api.evicted == [] and taints(store, "n0") == [] and taints(store, "n1") == []
+    conditions = store.gangs[(NS, "pg-high")]["status"]["conditions"]
+    unschedulable = next(c for c in conditions if c["type"] == "Unschedulable")
+    assert "no preemption (NothingToPreempt)" in unschedulable["message"], unschedulable
+
+    # The control: the same pods, were their namespaces not protected, would be taken.
+    unprotected = settings(preemption=PreemptionLoopSettings(protected_namespaces=frozenset()))
+    await step(GangLoop(api, store, bound, unprotected))
+    assert sorted(api.evicted) == ["sys0-0", "sys1-0"]
