@@ -15,6 +15,7 @@ from kubernetes_asyncio import client
 
 from quorum.devcluster.cluster import REPO_ROOT, Instance
 from quorum.devcluster.config import ClusterSpec
+from quorum.devcluster.nodes import TestPool
 from tests.integration.test_gang_lifecycle import job
 from tests.integration.test_gangs import GANGS, deployment, gated, get, pods
 from tests.integration.test_preemption import HIGH, LOW, apply_gang, make_pool
@@ -259,4 +260,62 @@ async def test_seed_004_preemption_example_as_written_takes_room_from_low_priori
     after = {p["metadata"]["uid"] for p in await live(api, ns, "app=filler")}
     taken = before - after
     assert len(taken) == 1, f"one low-priority pod (8 GPUs) frees room for 2 × 1 GPU: {len(taken)} taken"
+    await assert_no_overcommit(api)
+
+
+def elastic_objects(pool: TestPool) -> list[tuple[str, dict[str, Any]]]:
+    """A 1.36 Workload and PodGroup of two 8-GPU low-priority pods, `disruptionMode: Pod`."""
+    policy = {"gang": {"minCount": 2}}
+    template = {"name": "workers", "schedulingPolicy": policy, "disruptionMode": "Pod"}
+    ref = {"workload": {"workloadName": "elastic", "podGroupTemplateName": "workers"}}
+    group_spec = {"podGroupTemplateRef": ref, "schedulingPolicy": policy, "disruptionMode": "Pod"}
+    container = {
+        "name": "c",
+        "image": "registry.k8s.io/pause:3.10",
+        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+    }
+    pod_spec = {
+        "schedulingGroup": {"podGroupName": "elastic-workers"},
+        "priorityClassName": LOW,
+        "containers": [container],
+        **pool.pod_spec(),
+    }
+    return [
+        (
+            "workloads",
+            {"kind": "Workload", "metadata": {"name": "elastic"}, "spec": {"podGroupTemplates": [template]}},
+        ),
+        ("podgroups", {"kind": "PodGroup", "metadata": {"name": "elastic-workers"}, "spec": group_spec}),
+        *[
+            ("pods", {"metadata": {"name": f"elastic-{i}", "labels": {"app": "elastic"}}, "spec": pod_spec})
+            for i in range(2)
+        ],
+    ]
+
+
+async def test_a_podgroup_with_disruption_mode_pod_gives_up_only_the_pods_needed(
+    preempting: Instance, api: client.ApiClient, ns: str
+) -> None:
+    """Kubernetes 1.36's `disruptionMode: Pod`: its owner lets its pods go one by one, so a
+    preemptor needing one node takes one of its pods, not the whole gang."""
+    pool = await make_pool(preempting, 2)
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    for plural, body in elastic_objects(pool):
+        if plural == "pods":
+            await core.create_namespaced_pod(ns, body)
+        else:
+            body = {"apiVersion": "scheduling.k8s.io/v1alpha2", **body}
+            await custom.create_namespaced_custom_object("scheduling.k8s.io", "v1alpha2", ns, plural, body)
+    before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await running(api, ns, "app=elastic", 2)}
+
+    await apply_gang(api, ns, "urgent", 1, pool, HIGH)  # one node's worth: 8 GPUs
+    (urgent,) = await running(api, ns, "app=urgent", 1)
+    left = await live(api, ns, "app=elastic")
+    assert len(left) == 1, f"one pod taken, not the gang: {[p['metadata']['name'] for p in left]}"
+    (kept,) = left
+    assert kept["metadata"]["uid"] == before[kept["metadata"]["name"]], "the other pod was not touched"
+    assert kept["status"]["phase"] == "Running" and kept["spec"]["nodeName"] != urgent["spec"]["nodeName"]
+    events = (await core.list_namespaced_event(ns)).items
+    preempted = {e.involved_object.name for e in events if e.reason == "Preempted"}
+    assert preempted and kept["metadata"]["name"] not in preempted, preempted
     await assert_no_overcommit(api)

@@ -107,3 +107,54 @@ async def test_a_pass_never_raises_and_every_gang_is_accounted_for(
         failed = next(c for c in status["conditions"] if c["type"] == "PlanningFailed")
         if failed["status"] == "True":
             assert "failed" in failed["message"]
+
+
+@st.composite
+def huge_gang(draw: st.DrawFn) -> tuple[JSON, list[JSON]]:
+    """One gang of 1,000-1,600 pods: a launcher and workers, every worker of its own shape (a
+    distinct CPU request) or all alike, its minMember anywhere from 1 to above its pod count."""
+    size = draw(st.integers(min_value=1_000, max_value=1_600))
+    distinct = draw(st.booleans())
+    gpus = draw(st.sampled_from(["1", "8", "9"]))  # 9: no node has room for one pod
+    group = podgroup("huge", 1)
+    group["spec"]["minMember"] = draw(st.integers(min_value=1, max_value=size + 5))
+    pods = []
+    for i in range(size):
+        p = pod("huge", i)
+        requests = {"cpu": "1"} if i == 0 else {"nvidia.com/gpu": gpus, "cpu": f"{i if distinct else 1}m"}
+        p["spec"]["containers"][0]["resources"]["requests"] = requests
+        pods.append(p)
+    return group, pods
+
+
+@settings(
+    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(nodes=st.integers(min_value=1, max_value=200), gang=huge_gang())
+async def test_a_huge_gang_of_a_thousand_shapes_neither_raises_nor_keeps_a_small_gang_waiting(
+    nodes: int, gang: tuple[JSON, list[JSON]]
+) -> None:
+    store = Store()
+    for i in range(nodes):
+        n = node(f"n{i}")
+        store.nodes[n["metadata"]["name"]] = n
+    spare = node("spare")
+    store.nodes["spare"] = spare
+    group, pods = gang
+    store.groups[("scheduling.sigs.k8s.io", NS, "huge")] = group
+    small = podgroup("small", 1)
+    store.groups[("scheduling.sigs.k8s.io", NS, "small")] = small
+    for p in [*pods, pod("small", 0, gpus=1)]:
+        store.pods[p["metadata"]["uid"]] = p
+    bound = BoundPods()
+    bound.replace_all(list(store.pods.values()))
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, loop_settings())
+    for _ in range(2):
+        await loop.step()  # raises nothing
+        await settle(loop)
+    status = store.gangs[(NS, "pg-huge")]["status"]
+    admitted = next(c for c in status["conditions"] if c["type"] == "Admitted")
+    if admitted["status"] != "True":  # held, with words; its room was not taken: the small gang goes
+        assert admitted["reason"] and admitted["message"], admitted
+        assert not store.pods["small-0"]["spec"]["schedulingGates"], "the small gang released beside it"
