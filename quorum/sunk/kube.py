@@ -1,6 +1,7 @@
 """Every call quorum-sunk-scheduler makes to the apiserver beyond its watches: bind, the lock
-toleration, one node read, and from the operator's `quorum.k8s.writes` pod deletion, Events,
-node patches and the Gang objects of gangs Slurm places. Its rights
+toleration, one node read, a node's SlurmCordon condition, and from the operator's
+`quorum.k8s.writes` pod deletion, Events, node patches and the Gang objects of gangs Slurm
+places. Its rights
 (manifests/optional/sunk-scheduler.yaml) cover exactly these; tests/unit/sunk/test_rbac.py
 checks that."""
 
@@ -16,6 +17,7 @@ from quorum.k8s.writes import (
     delete_gang,
     delete_pod,
     discard,
+    now,
     patch_gang_status,
     patch_node,
     post_event,
@@ -27,10 +29,12 @@ __all__ = [
     "delete_gang",
     "delete_pod",
     "node",
+    "now",
     "patch_gang_status",
     "patch_node",
     "patch_pod",
     "post_event",
+    "set_node_condition",
     "toleration_patch",
 ]
 
@@ -84,6 +88,19 @@ async def patch_pod(api: client.ApiClient, pod: dict[str, Any], ops: list[dict[s
         )
     except ApiException as err:
         if err.status in (404, 409, 422):
+            return False
+        raise
+    return True
+
+
+async def set_node_condition(api: client.ApiClient, name: str, condition: dict[str, Any]) -> bool:
+    """Set one condition of a node's status (a strategic merge by type: the kubelet's, here
+    kwok's, conditions are left as they are); False if the node is gone."""
+    body = {"status": {"conditions": [condition]}}
+    try:
+        await discard(client.CoreV1Api(api).patch_node_status(name, body, _preload_content=False))
+    except ApiException as err:
+        if err.status == 404:
             return False
         raise
     return True

@@ -624,33 +624,90 @@ def drain_reason(node: Mapping[str, Any]) -> str | None:
     return None
 
 
+SLURM_CORDON = "SlurmCordon"  # the node condition of a Slurm node Slurm itself took out (SUNK's)
+
+
+def taken_out_in_slurm(
+    slurm_state: str, slurm_flags: Sequence[str], slurm_reason: str | None
+) -> tuple[str, str] | None:
+    """(reason, message) when Slurm keeps a node from jobs for a reason of its own (drained by
+    an admin or a health check, down, not responding); None when it may run jobs or quorum
+    drained it for its Kubernetes node."""
+    if (slurm_reason or "").startswith(OUR_DRAIN):
+        return None
+    flags = {f.upper() for f in slurm_flags}
+    state = slurm_state.lower()
+    if state.startswith(("down", "fail")) or "NOT_RESPONDING" in flags:
+        return "SlurmDown", slurm_reason or "down in Slurm"
+    if "DRAIN" in flags or state.startswith("drain"):
+        return "SlurmDrain", slurm_reason or "drained in Slurm"
+    return None
+
+
+def cordon_condition(
+    node: Mapping[str, Any], taken_out: tuple[str, str] | None, now: str
+) -> dict[str, Any] | None:
+    """The `SlurmCordon` condition the node should get, None if it has it already (or never had
+    it and Slurm has not taken the node out)."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    current = next((c for c in conditions if isinstance(c, dict) and c.get("type") == SLURM_CORDON), None)
+    if current is None and taken_out is None:
+        return None
+    status = "True" if taken_out else "False"
+    reason, message = taken_out or ("SlurmAvailable", "Slurm may run jobs on this node")
+    message = message[:1024]
+    if current is not None and (current.get("status"), current.get("reason"), current.get("message")) == (
+        status,
+        reason,
+        message,
+    ):
+        return None
+    kept = current is not None and current.get("status") == status and current.get("lastTransitionTime")
+    return {
+        "type": SLURM_CORDON,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": kept or now,
+    }
+
+
 @dataclass(frozen=True)
 class NodeSync:
     drain: str | None = None  # drain the Slurm node with this reason
     resume: bool = False  # resume it (quorum drained it and the reason has passed)
     annotate: str | None = None  # the Slurm drain reason to show on the Kubernetes node ("" removes)
+    condition: dict[str, Any] | None = None  # the node's SlurmCordon condition to write
 
 
 def sync_node(
-    node: Mapping[str, Any], slurm_state: str, slurm_flags: Sequence[str], slurm_reason: str | None
+    node: Mapping[str, Any],
+    slurm_state: str,
+    slurm_flags: Sequence[str],
+    slurm_reason: str | None,
+    now: str = "",
 ) -> NodeSync:
     """What keeps a Kubernetes node and its Slurm node in step: the Kubernetes side drains and
-    resumes Slurm; a drain made in Slurm by someone else shows on the node as an annotation."""
+    resumes Slurm; a node Slurm took out itself (drained by someone else, down) shows on the
+    Kubernetes node as an annotation with the reason and the condition `SlurmCordon`, as in SUNK."""
     want = drain_reason(node)
     drained = "DRAIN" in {f.upper() for f in slurm_flags} or slurm_state.lower().startswith("drain")
     ours = (slurm_reason or "").startswith(OUR_DRAIN)
+    taken_out = taken_out_in_slurm(slurm_state, slurm_flags, slurm_reason)
+    condition = cordon_condition(node, taken_out, now)
     shown = ((node.get("metadata") or {}).get("annotations") or {}).get(DRAIN_ANNOTATION)
     if want and not drained:
-        return NodeSync(drain=want)
+        return NodeSync(drain=want, condition=condition)
     if want and drained and ours and slurm_reason != want:
-        return NodeSync(drain=want)
+        return NodeSync(drain=want, condition=condition)
     if not want and drained and ours:
-        return NodeSync(resume=True)
-    if drained and not ours and shown != (slurm_reason or "drained in Slurm"):
-        return NodeSync(annotate=slurm_reason or "drained in Slurm")
-    if not drained and shown is not None:
-        return NodeSync(annotate="")
-    return NodeSync()
+        return NodeSync(resume=True, condition=condition)
+    if taken_out and shown != taken_out[1]:
+        return NodeSync(annotate=taken_out[1], condition=condition)
+    if not taken_out and shown is not None:
+        return NodeSync(annotate="", condition=condition)
+    return NodeSync(condition=condition)
 
 
 _RANGE_PART = re.compile(r"[^,\[]+(?:\[[^\]]*\])?")

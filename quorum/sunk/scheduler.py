@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import hashlib
 import logging
 import time
@@ -361,7 +360,7 @@ class SunkScheduler:
         """Each gang's Gang, written when its status changes (docs/sunk.md, "Gangs"). A gang
         whose pods are gone has its final status written once; a label-only one's Gang is then
         deleted (nothing else owns it)."""
-        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        stamp = kube.now()
         for key in sorted(set(pods_of) | set(self.gang_written)):
             if not key.startswith("gang/"):
                 continue
@@ -616,7 +615,9 @@ class SunkScheduler:
             found = slurm_nodes.get(name)
             if found is None:
                 continue
-            step = model.sync_node(node, found.state, found.state_flags, found.reason)
+            step = model.sync_node(node, found.state, found.state_flags, found.reason, kube.now())
+            if step.condition is not None:
+                await kube.set_node_condition(self.api, name, step.condition)
             if step.drain:
                 code, out = await drain_node(name, step.drain)
                 log.info("drained %s in Slurm (%s): %s", name, step.drain, out if code else "ok")

@@ -362,6 +362,45 @@ async def test_a_cordoned_kubernetes_node_is_drained_in_slurm_and_resumed_when_u
     )
 
 
+async def test_a_node_drained_in_slurm_by_an_admin_shows_on_its_kubernetes_node_until_resumed(
+    sunk: Instance, api: client.ApiClient
+) -> None:
+    """SUNK's way back: a drain made in Slurm is left alone, and shows on the Kubernetes node as
+    the `sunk.coreweave.com/drain` annotation and the `SlurmCordon` condition."""
+    name = "slurm-cpu-000"
+
+    async def node() -> dict[str, Any]:
+        found: dict[str, Any] = await raw_json(client.CoreV1Api(api).read_node(name, _preload_content=False))
+        return found
+
+    def cordon(found: dict[str, Any]) -> dict[str, Any]:
+        conditions = found["status"].get("conditions") or []
+        return next((c for c in conditions if c["type"] == model.SLURM_CORDON), {})
+
+    async def shown() -> dict[str, Any] | None:
+        found = await node()
+        drained = (found["metadata"].get("annotations") or {}).get(model.DRAIN_ANNOTATION) == "bad DIMM"
+        return found if drained and cordon(found).get("status") == "True" else None
+
+    async def cleared() -> dict[str, Any] | None:
+        found = await node()
+        gone = model.DRAIN_ANNOTATION not in (found["metadata"].get("annotations") or {})
+        return found if gone and cordon(found).get("status") == "False" else None
+
+    run(sunk, "scontrol", "update", f"NodeName={name}", "State=DRAIN", "Reason=bad DIMM")
+    try:
+        found = await eventually(shown, timeout=30, what=f"{name}'s Slurm drain shown on the node")
+        assert (cordon(found)["reason"], cordon(found)["message"]) == ("SlurmDrain", "bad DIMM")
+        assert not found["spec"].get("unschedulable"), "the Kubernetes side is told, not cordoned"
+        assert {c["type"] for c in found["status"]["conditions"]} >= {"Ready", model.SLURM_CORDON}
+        line = run(sunk, "sinfo", "--noheader", "--Node", f"--nodes={name}", "--format=%T|%E")
+        assert line.startswith("drain") and "bad DIMM" in line, f"someone else's drain is not undone: {line}"
+    finally:
+        run(sunk, "scontrol", "update", f"NodeName={name}", "State=RESUME")
+    found = await eventually(cleared, timeout=30, what=f"{name}'s SlurmCordon False once resumed")
+    assert cordon(found)["reason"] == "SlurmAvailable"
+
+
 async def read_gang(api: client.ApiClient, ns: str, name: str) -> dict[str, Any] | None:
     found: dict[str, Any] = await raw_json(
         client.CustomObjectsApi(api).get_namespaced_custom_object(

@@ -310,11 +310,85 @@ def test_kubernetes_drains_and_resumes_slurm_and_a_slurm_drain_shows_on_the_node
     not_ready = node()
     not_ready["status"]["conditions"] = [{"type": "Ready", "status": "Unknown"}]
     assert model.sync_node(not_ready, "idle", [], None).drain == "quorum: Kubernetes node not Ready"
-    by_admin = model.sync_node(node(), "idle", ["DRAIN"], "bad GPU")
-    assert by_admin == model.NodeSync(annotate="bad GPU"), "someone else's drain is shown, not undone"
+    by_admin = model.sync_node(node(), "idle", ["DRAIN"], "bad GPU", NOW)
+    assert by_admin.annotate == "bad GPU", "someone else's drain is shown, not undone"
+    assert not by_admin.drain and not by_admin.resume
+    assert by_admin.condition == {
+        "type": "SlurmCordon",
+        "status": "True",
+        "reason": "SlurmDrain",
+        "message": "bad GPU",
+        "lastHeartbeatTime": NOW,
+        "lastTransitionTime": NOW,
+    }
     shown = node(annotations={model.DRAIN_ANNOTATION: "bad GPU"})
-    assert model.sync_node(shown, "idle", ["DRAIN"], "bad GPU") == model.NodeSync()
-    assert model.sync_node(shown, "idle", [], None) == model.NodeSync(annotate="")
+    shown["status"]["conditions"].append(by_admin.condition)
+    assert model.sync_node(shown, "idle", ["DRAIN"], "bad GPU", LATER) == model.NodeSync()
+    back = model.sync_node(shown, "idle", [], None, LATER)
+    assert back.annotate == "" and back.condition is not None
+    assert (back.condition["status"], back.condition["reason"]) == ("False", "SlurmAvailable")
+    assert back.condition["lastTransitionTime"] == LATER
+
+
+NOW, LATER = "2026-11-24T10:00:00Z", "2026-11-24T10:05:00Z"
+
+
+def test_a_slurm_node_down_or_not_responding_shows_on_the_kubernetes_node() -> None:
+    down = model.sync_node(node(), "down", ["NOT_RESPONDING"], "Not responding", NOW)
+    assert down.annotate == "Not responding" and not down.drain
+    assert down.condition is not None
+    assert (down.condition["status"], down.condition["reason"]) == ("True", "SlurmDown")
+    quiet = model.sync_node(node(), "idle", ["NOT_RESPONDING"], None, NOW)
+    assert quiet.annotate == "down in Slurm"
+    ours = model.sync_node(node(), "down", ["DRAIN"], "quorum: Kubernetes node not Ready", NOW)
+    assert ours.condition is None, "a node quorum drained for its Kubernetes node is not Slurm's cordon"
+    assert model.sync_node(node(), "idle", [], None, NOW) == model.NodeSync(), (
+        "no condition on a node never out"
+    )
+
+
+SLURM_STATES = st.sampled_from(
+    ["idle", "allocated", "mixed", "down", "drain", "draining", "fail", "", "IDLE"]
+)
+SLURM_FLAGS = st.lists(
+    st.sampled_from(["DRAIN", "NOT_RESPONDING", "COMPLETING", "drain", "RESERVED"]), max_size=3
+)
+SLURM_REASONS = st.one_of(
+    st.none(), st.text(max_size=40), st.just("quorum: Kubernetes node cordoned"), st.just("x" * 5000)
+)
+
+
+@given(
+    state=SLURM_STATES,
+    flags=SLURM_FLAGS,
+    reason=SLURM_REASONS,
+    unschedulable=st.booleans(),
+    before=st.one_of(st.none(), st.tuples(SLURM_STATES, SLURM_FLAGS, SLURM_REASONS)),
+)
+def test_the_slurm_cordon_condition_says_what_slurm_did_and_is_written_once(
+    state: str,
+    flags: list[str],
+    reason: str | None,
+    unschedulable: bool,
+    before: tuple[str, list[str], str | None] | None,
+) -> None:
+    current = node(unschedulable=unschedulable)
+    if before is not None:  # the condition an earlier Slurm state left on the node
+        earlier = model.sync_node(current, *before, NOW).condition
+        if earlier is not None:
+            current["status"]["conditions"].append(earlier)
+    step = model.sync_node(current, state, flags, reason, LATER)
+    taken_out = model.taken_out_in_slurm(state, flags, reason)
+    if step.condition is not None:
+        assert step.condition["status"] == ("True" if taken_out else "False")
+        assert len(step.condition["message"]) <= 1024
+        kept = [c for c in current["status"]["conditions"] if c["type"] != "SlurmCordon"]
+        current["status"]["conditions"] = [*kept, step.condition]
+    again = model.sync_node(current, state, flags, reason, LATER)
+    assert again.condition is None, "once written, the same state writes nothing"
+    cordon = [c for c in current["status"]["conditions"] if c["type"] == "SlurmCordon"]
+    assert (cordon[0]["status"] == "True") == bool(taken_out) if cordon else not taken_out
+    assert not (taken_out and (reason or "").startswith(model.OUR_DRAIN))
 
 
 # -- the local Slurm cluster's files ----------------------------------------------------------------

@@ -18,6 +18,7 @@ NEEDS: dict[str, set[tuple[str, str, str]]] = {
     "list_node": {("", "nodes", "list"), ("", "nodes", "watch")},
     "read_node": {("", "nodes", "get")},
     "patch_node": {("", "nodes", "patch")},
+    "patch_node_status": {("", "nodes/status", "patch")},
     "patch_namespaced_pod": {("", "pods", "patch")},
     "create_namespaced_pod_binding": {("", "pods/binding", "create")},
     "get_namespaced_custom_object": {
