@@ -616,16 +616,26 @@ class SunkScheduler:
             if found is None:
                 continue
             step = model.sync_node(node, found.state, found.state_flags, found.reason, kube.now())
-            if step.condition is not None:
-                await kube.set_node_condition(self.api, name, step.condition)
-            if step.drain:
-                code, out = await drain_node(name, step.drain)
-                log.info("drained %s in Slurm (%s): %s", name, step.drain, out if code else "ok")
-            elif step.resume:
-                code, out = await resume_node(name)
-                log.info("resumed %s in Slurm: %s", name, out if code else "ok")
-            elif step.annotate is not None:
-                await self.annotate_drain(node, step.annotate)
+            try:
+                await self.apply_node_sync(node, step)
+            except ApiException as err:  # this node's writes only; the next pass tries again
+                log.warning("keeping node %s in step with Slurm failed: %s", name, err.reason)
+
+    async def set_node_condition(self, name: str, condition: JSON) -> None:
+        await kube.set_node_condition(self.api, name, condition)
+
+    async def apply_node_sync(self, node: JSON, step: model.NodeSync) -> None:
+        name = node["metadata"]["name"]
+        if step.condition is not None:
+            await self.set_node_condition(name, step.condition)
+        if step.drain:
+            code, out = await drain_node(name, step.drain)
+            log.info("drained %s in Slurm (%s): %s", name, step.drain, out if code else "ok")
+        elif step.resume:
+            code, out = await resume_node(name)
+            log.info("resumed %s in Slurm: %s", name, out if code else "ok")
+        elif step.annotate is not None:
+            await self.annotate_drain(node, step.annotate)
 
     async def annotate_drain(self, node: JSON, reason: str) -> None:
         key = "/metadata/annotations/" + model.DRAIN_ANNOTATION.replace("/", "~1")
