@@ -630,17 +630,19 @@ SLURM_CORDON = "SlurmCordon"  # the node condition of a Slurm node Slurm itself 
 def taken_out_in_slurm(
     slurm_state: str, slurm_flags: Sequence[str], slurm_reason: str | None
 ) -> tuple[str, str] | None:
-    """(reason, message) when Slurm keeps a node from jobs for a reason of its own (down or
-    failed, drained by an admin or a health check); None when it may run jobs or quorum drained
-    it for its Kubernetes node. A bare NOT_RESPONDING flag is not a take-out: Slurm sets it for a
-    moment after every RESUME and on a missed ping, and marks the node DOWN itself once
-    SlurmdTimeout passes, so counting it would make the condition flap."""
-    if (slurm_reason or "").startswith(OUR_DRAIN):
-        return None
+    """(reason, message) when Slurm keeps a node from jobs for a reason of its own: down or
+    failed (whatever the reason text: quorum's drain of a node whose Kubernetes node is not Ready
+    overwrites Slurm's reason, not its state), or drained by an admin or a health check. None
+    when it may run jobs or the only thing keeping it is quorum's drain for its Kubernetes node.
+    A bare NOT_RESPONDING flag is not a take-out: Slurm sets it for a moment after every RESUME
+    and on a missed ping, and marks the node DOWN itself once SlurmdTimeout passes, so counting
+    it would make the condition flap."""
     flags = {f.upper() for f in slurm_flags}
     state = slurm_state.lower()
     if state.startswith(("down", "fail")):
         return "SlurmDown", slurm_reason or "down in Slurm"
+    if (slurm_reason or "").startswith(OUR_DRAIN):
+        return None
     if "DRAIN" in flags or state.startswith("drain"):
         return "SlurmDrain", slurm_reason or "drained in Slurm"
     return None

@@ -345,8 +345,12 @@ def test_a_slurm_node_down_shows_on_the_kubernetes_node_and_a_missed_ping_does_n
     drained = model.sync_node(node(), "idle", ["DRAIN", "NOT_RESPONDING"], "bad DIMM", NOW)
     assert drained.condition is not None and drained.condition["reason"] == "SlurmDrain"
     assert model.sync_node(node(), "idle", ["NOT_RESPONDING"], None, NOW) == model.NodeSync()
-    ours = model.sync_node(node(), "down", ["DRAIN"], "quorum: Kubernetes node not Ready", NOW)
+    ours = model.sync_node(node(), "idle", ["DRAIN"], "quorum: Kubernetes node not Ready", NOW)
     assert ours.condition is None, "a node quorum drained for its Kubernetes node is not Slurm's cordon"
+    # Slurm had the node down, then quorum drained it for its NotReady Kubernetes node: the drain
+    # replaced Slurm's reason, not its state, and the node is still down in Slurm.
+    both = model.sync_node(node(), "down", ["DRAIN"], "quorum: Kubernetes node not Ready", NOW)
+    assert both.condition is not None and both.condition["reason"] == "SlurmDown"
     assert model.sync_node(node(), "idle", [], None, NOW) == model.NodeSync(), (
         "no condition on a node never out"
     )
@@ -393,7 +397,9 @@ def test_the_slurm_cordon_condition_says_what_slurm_did_and_is_written_once(
     assert again.condition is None, "once written, the same state writes nothing"
     cordon = [c for c in current["status"]["conditions"] if c["type"] == "SlurmCordon"]
     assert (cordon[0]["status"] == "True") == bool(taken_out) if cordon else not taken_out
-    assert not (taken_out and (reason or "").startswith(model.OUR_DRAIN))
+    if (reason or "").startswith(model.OUR_DRAIN):  # quorum's own drain is never shown as Slurm's
+        assert taken_out is None or taken_out[0] == "SlurmDown"
+        assert (taken_out is None) != state.lower().startswith(("down", "fail"))
 
 
 # -- the local Slurm cluster's files ----------------------------------------------------------------
