@@ -627,6 +627,11 @@ def drain_reason(node: Mapping[str, Any]) -> str | None:
 SLURM_CORDON = "SlurmCordon"  # the node condition of a Slurm node Slurm itself took out (SUNK's)
 
 
+def drained_in_slurm(slurm_state: str, slurm_flags: Sequence[str]) -> bool:
+    """A DRAIN flag, or a state Slurm reports as drain(ing|ed): no new jobs go there."""
+    return "DRAIN" in {f.upper() for f in slurm_flags} or slurm_state.lower().startswith("drain")
+
+
 def taken_out_in_slurm(
     slurm_state: str, slurm_flags: Sequence[str], slurm_reason: str | None
 ) -> tuple[str, str] | None:
@@ -637,13 +642,11 @@ def taken_out_in_slurm(
     A bare NOT_RESPONDING flag is not a take-out: Slurm sets it for a moment after every RESUME
     and on a missed ping, and marks the node DOWN itself once SlurmdTimeout passes, so counting
     it would make the condition flap."""
-    flags = {f.upper() for f in slurm_flags}
-    state = slurm_state.lower()
-    if state.startswith(("down", "fail")):
+    if slurm_state.lower().startswith(("down", "fail")):
         return "SlurmDown", slurm_reason or "down in Slurm"
     if (slurm_reason or "").startswith(OUR_DRAIN):
         return None
-    if "DRAIN" in flags or state.startswith("drain"):
+    if drained_in_slurm(slurm_state, slurm_flags):
         return "SlurmDrain", slurm_reason or "drained in Slurm"
     return None
 
@@ -696,7 +699,7 @@ def sync_node(
     resumes Slurm; a node Slurm took out itself (drained by someone else, down) shows on the
     Kubernetes node as an annotation with the reason and the condition `SlurmCordon`, as in SUNK."""
     want = drain_reason(node)
-    drained = "DRAIN" in {f.upper() for f in slurm_flags} or slurm_state.lower().startswith("drain")
+    drained = drained_in_slurm(slurm_state, slurm_flags)
     ours = (slurm_reason or "").startswith(OUR_DRAIN)
     taken_out = taken_out_in_slurm(slurm_state, slurm_flags, slurm_reason)
     condition = cordon_condition(node, taken_out, now)

@@ -63,6 +63,19 @@ def gang(draw: st.DrawFn, name: str) -> tuple[JSON | None, list[JSON]]:
     return group, pods
 
 
+async def two_passes(store: Store) -> FakeApi:
+    """Two passes of the loop over what the store holds (the second sees what the first wrote);
+    a pass that raises fails the test."""
+    bound = BoundPods()
+    bound.replace_all(list(store.pods.values()))
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, loop_settings())
+    for _ in range(2):
+        await loop.step()
+        await settle(loop)
+    return api
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     nodes=st.integers(min_value=0, max_value=6),
@@ -85,13 +98,7 @@ async def test_a_pass_never_raises_and_every_gang_is_accounted_for(
             store.groups[("scheduling.sigs.k8s.io", NS, group["metadata"]["name"])] = group
         for p in pods:
             store.pods[p["metadata"]["uid"]] = p
-    bound = BoundPods()
-    bound.replace_all(list(store.pods.values()))
-    api = FakeApi(store)
-    loop = GangLoop(api, store, bound, loop_settings())
-    for _ in range(2):
-        await loop.step()  # raises nothing
-        await settle(loop)
+    api = await two_passes(store)
     told = {name for name, reason, _, _ in api.events if reason == "WaitingForGroup"}
     for group, pods in gangs:
         if not pods:
@@ -146,13 +153,7 @@ async def test_a_huge_gang_of_a_thousand_shapes_neither_raises_nor_keeps_a_small
     store.groups[("scheduling.sigs.k8s.io", NS, "small")] = small
     for p in [*pods, pod("small", 0, gpus=1)]:
         store.pods[p["metadata"]["uid"]] = p
-    bound = BoundPods()
-    bound.replace_all(list(store.pods.values()))
-    api = FakeApi(store)
-    loop = GangLoop(api, store, bound, loop_settings())
-    for _ in range(2):
-        await loop.step()  # raises nothing
-        await settle(loop)
+    await two_passes(store)
     status = store.gangs[(NS, "pg-huge")]["status"]
     admitted = next(c for c in status["conditions"] if c["type"] == "Admitted")
     if admitted["status"] != "True":  # held, with words; its room was not taken: the small gang goes

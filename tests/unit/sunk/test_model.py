@@ -300,6 +300,9 @@ def test_who_tolerates_the_lock(tolerations: list[dict[str, Any]], tolerated: bo
     assert model.tolerates_lock({"spec": {"tolerations": tolerations}}) is tolerated
 
 
+NOW, LATER = "2026-11-24T10:00:00Z", "2026-11-24T10:05:00Z"
+
+
 def test_kubernetes_drains_and_resumes_slurm_and_a_slurm_drain_shows_on_the_node() -> None:
     cordoned = node(unschedulable=True)
     assert model.sync_node(cordoned, "idle", [], None).drain == "quorum: Kubernetes node cordoned"
@@ -328,9 +331,6 @@ def test_kubernetes_drains_and_resumes_slurm_and_a_slurm_drain_shows_on_the_node
     assert back.annotate == "" and back.condition is not None
     assert (back.condition["status"], back.condition["reason"]) == ("False", "SlurmAvailable")
     assert back.condition["lastTransitionTime"] == LATER
-
-
-NOW, LATER = "2026-11-24T10:00:00Z", "2026-11-24T10:05:00Z"
 
 
 def test_a_slurm_node_down_shows_on_the_kubernetes_node_and_a_missed_ping_does_not() -> None:
