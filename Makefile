@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 PY = PYTHONPATH="$(CURDIR)" "$$(hack/ensure-venv)/bin/python"
 VENV_BIN = "$$(hack/ensure-venv)/bin"
 
-.PHONY: help venv build up down status demo jobset-demo test lint typecheck hadolint unit integration bench bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk clean
+.PHONY: help venv build up down status demo jobset-demo test lint typecheck hadolint unit integration soak bench bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -46,6 +46,9 @@ hadolint: ## lint the Dockerfile
 
 unit: ## unit tests only (no cluster)
 	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+soak: ## the disruption model test, long: 20,000 random examples (~10 min; make test runs 400 with a fixed seed)
+	@QUORUM_SOAK=1 $(PY) -m pytest tests/unit/test_disruption_model.py -p no:cacheprovider --hypothesis-show-statistics
 
 integration: ## tests on the real local control plane
 	@$(PY) -m pytest -m cluster $(PYTEST_ARGS)

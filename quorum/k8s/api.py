@@ -38,11 +38,18 @@ class KubeApi(Protocol):
 
     async def post_event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None: ...
 
-    async def delete_pod(self, pod: JSON) -> bool: ...
+    async def delete_pod(self, pod: JSON) -> bool:
+        """Delete exactly this version of the pod (uid and resourceVersion preconditions): False
+        if it is gone or changed since it was read."""
+        ...
 
     async def set_job_suspend(self, namespace: str, name: str, uid: str, suspend: bool) -> bool: ...
 
     async def read_job(self, namespace: str, name: str) -> JSON | None: ...
+
+    async def read_gang_pods(self, namespace: str, gang: str) -> list[JSON]:
+        """The gang's pods as the apiserver has them now (not as the watch last showed them)."""
+        ...
 
     async def statefulset_pod_management(self, namespace: str, name: str) -> str | None: ...
 
@@ -90,13 +97,16 @@ class LiveApi:
         await writes.post_event(self.api, obj, reason, message, warning)
 
     async def delete_pod(self, pod: JSON) -> bool:
-        return await writes.delete_pod(self.api, pod)
+        return await writes.delete_pod(self.api, pod, unchanged=True)
 
     async def set_job_suspend(self, namespace: str, name: str, uid: str, suspend: bool) -> bool:
         return await writes.set_job_suspend(self.api, namespace, name, uid, suspend)
 
     async def read_job(self, namespace: str, name: str) -> JSON | None:
         return await reads.job(self.api, namespace, name)
+
+    async def read_gang_pods(self, namespace: str, gang: str) -> list[JSON]:
+        return await reads.gang_pods(self.api, namespace, gang)
 
     async def statefulset_pod_management(self, namespace: str, name: str) -> str | None:
         return await reads.statefulset_pod_management(self.api, namespace, name)

@@ -295,11 +295,14 @@ async def post_event(
         log.warning("event %s on %s/%s not posted: %s", reason, meta["namespace"], meta["name"], err.reason)
 
 
-async def delete_pod(api: client.ApiClient, pod: dict[str, Any]) -> bool:
-    """Delete exactly this pod (uid precondition, so a pod made again under the name survives);
-    False if it is gone already."""
+async def delete_pod(api: client.ApiClient, pod: dict[str, Any], unchanged: bool = False) -> bool:
+    """Delete exactly this pod (uid precondition, so a pod made again under the name survives;
+    with `unchanged`, also its resourceVersion: a pod bound since it was read is not deleted);
+    False if it is gone already, or changed."""
     meta = pod["metadata"]
-    body = {"preconditions": {"uid": meta["uid"]}}
+    body: dict[str, Any] = {"preconditions": {"uid": meta["uid"]}}
+    if unchanged and meta.get("resourceVersion"):
+        body["preconditions"]["resourceVersion"] = meta["resourceVersion"]
     try:
         await client.CoreV1Api(api).delete_namespaced_pod(meta["name"], meta["namespace"], body=body)  # type: ignore[arg-type]
     except ApiException as err:

@@ -41,7 +41,7 @@ from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import node_from_api, pod_from_api, pod_requests
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT
-from quorum.operator import metrics
+from quorum.operator import clock, metrics
 from quorum.operator.conditions import (
     GangStatus,
     backoff_message,
@@ -54,7 +54,7 @@ from quorum.operator.gangs import JSON, GangView, Store, assemble, is_gated, orp
 from quorum.operator.health import Health
 from quorum.operator.ledger import Ledger, recorded_placement
 from quorum.operator.preemption import Preempter, PreemptionLoopSettings
-from quorum.operator.recovery import Recoverer
+from quorum.operator.recovery import Recoverer, disruption_of
 from quorum.operator.status import GangRecords, StatusWrite, now_rfc3339
 from quorum.operator.work import Failure, GangWork, describe
 
@@ -169,7 +169,9 @@ class GangLoop:
         self.dirty = asyncio.Event()
         self.ledger = Ledger()
         self.records = GangRecords(api, store, settings.status_interval_seconds)
-        self.recoverer = Recoverer(api, settings.backoff, self.ledger, settings.member_loss_policy)
+        self.recoverer = Recoverer(
+            api, self.records, settings.backoff, self.ledger, settings.member_loss_policy
+        )
         self.preempter = Preempter(api, store, bound, settings.preemption, settings.planner)
         self.work = GangWork(
             settings.gang_concurrency,
@@ -243,10 +245,10 @@ class GangLoop:
         wait = self.settings.resync_seconds
         for due in (self.next_backoff_end, self.next_forming_due):
             if due:
-                wait = max(0.05, min(wait, due - time.time()))
+                wait = max(0.05, min(wait, due - clock.time()))
         for due in (self.records.pacing.next_due, self.work.next_retry()):
             if due:  # a deferred status write, the end of a gang's failure backoff
-                wait = max(0.05, min(wait, due - time.monotonic()))
+                wait = max(0.05, min(wait, due - clock.monotonic()))
         # Not asyncio.wait_for: on Python 3.11 it can swallow a cancel that arrives as the wait
         # ends, and leader election cancels this task once when the Lease is lost.
         with contextlib.suppress(TimeoutError):
@@ -281,7 +283,7 @@ class GangLoop:
     async def step(self) -> None:
         self.timings = {}
         self.lap_started = time.monotonic()
-        now = time.time()
+        now = clock.time()
         self.start_orphan_releases()
         # From here to the plan's snapshot, no await: the usage (`used`) and the nodes it changed
         # must be taken together, or a node that changes in between is synced into the
@@ -361,7 +363,7 @@ class GangLoop:
                         Gang(*key, view.min_member, ()), "WaitingForOtherGates", view.blocked() or ""
                     )
                 continue
-            gang = self.store.gangs.get(key)
+            gang = self.records.gang(key)
             until = self.recoverer.backoff_until(key, gang)
             if until > now:
                 recovery = {"failures": 1, **recovery_of(gang), "nextAttemptTime": iso_deadline(until)}
@@ -416,7 +418,7 @@ class GangLoop:
         placement = [(pod.uid, node.name) for pod, node in release.placement]
         try:
             gang = await self.records.ensure_gang(view)
-            attempt = attempt_of(gang) + 1
+            attempt = attempt_of(self.records.gang(view.key) or gang) + 1
             entries = [
                 {"pod": pod.name, "uid": pod.uid, "node": node.name} for pod, node in release.placement
             ]
@@ -428,7 +430,7 @@ class GangLoop:
                 self.ledger.drop(uid)
             raise
         self.complete_at[view.key] = member_complete_time(view)
-        metrics.RELEASE_LATENCY.observe(max(0.0, time.time() - self.complete_at[view.key]))
+        metrics.RELEASE_LATENCY.observe(max(0.0, clock.time() - self.complete_at[view.key]))
         pods = {p["metadata"]["uid"]: p for p in view.gated}
         _, (results, error) = await asyncio.gather(
             self.records.write_group_released(view, recorded),  # it says the gang is being scheduled
@@ -500,11 +502,14 @@ class GangLoop:
         capacity the gang was promised is what it gets): pods whose patch failed in this
         process, and, once after a restart, the still gated pods of a recorded release that had
         begun (some of its pods released). Those are checked for room on their recorded nodes
-        first; if they no longer fit there, the gang is recovered. A release not finished within
-        the gang's scheduleTimeoutSeconds is given up: its gated pods are planned anew."""
+        first; those that no longer fit there are planned anew, like any gated pod (the gang's
+        running pods stay: only the timeout, `recovery.py`, ever recovers a gang). A release not
+        finished within the gang's scheduleTimeoutSeconds is given up: its gated pods are
+        planned anew."""
+        tokens = self.preempter.tokens()
         for key in sorted(self.resumed):
             self.resumed.discard(key)
-            view, gang = views.get(key), self.store.gangs.get(key)
+            view, gang = views.get(key), self.records.gang(key)
             if view is None or gang is None or self.recoverer.recovered_already(key, gang):
                 continue
             try:
@@ -514,16 +519,20 @@ class GangLoop:
                 pending = [(e, p) for e, p in present if is_gated(p)]
                 if not pending or len(pending) == len(present):
                     continue  # nothing left, or nothing started: the planner decides as usual
-                short = self.room_for(key, pending, nodes)
+                fitting = self.room_for(key, pending, nodes, tokens.get(key))
             except Exception as err:
                 self.fail(key, "release", describe(err))
                 continue
-            if short:
-                self.work.start(key, "recover", self.recover_stale(view, gang, short))
-            else:
-                self.unfinished[key] = {e["uid"] for e, _ in pending}
+            if len(fitting) < len(pending):
+                log.info(
+                    "%s/%s: %d pods of the recorded release no longer fit their planned nodes: planned anew",
+                    *key,
+                    len(pending) - len(fitting),
+                )
+            if fitting:
+                self.unfinished[key] = fitting
         for key, uids in list(self.unfinished.items()):
-            view, gang = views.get(key), self.store.gangs.get(key)
+            view, gang = views.get(key), self.records.gang(key)
             if self.work.blocks_planning(key) or self.work.backing_off(key):
                 continue
             recorded = {e["uid"]: e["node"] for e in recorded_placement(gang)}
@@ -540,26 +549,29 @@ class GangLoop:
                 continue
             self.work.start(key, "release", self.continue_release(view, gang, to_release))
 
-    def room_for(self, key: GangKey, pending: list[tuple[JSON, JSON]], nodes: dict[str, Node]) -> str:
-        """Reserve the recorded nodes of `pending` pods if they all still fit there now; else
-        reserve nothing and say why not."""
+    def room_for(
+        self, key: GangKey, pending: list[tuple[JSON, JSON]], nodes: dict[str, Node], token: str | None
+    ) -> set[str]:
+        """Reserve the recorded node of each `pending` pod that still fits there now (with the
+        toleration of its gang's reservation, if the gang preempts); the uids reserved."""
         used = self.ledger.usage(self.bound.used)
         taken: dict[str, dict[str, int]] = {}
         fit_settings = self.settings.planner.fit
+        reserved: set[str] = set()
         for entry, pod in pending:
             node = nodes.get(entry["node"])
             if node is None:
-                return f"its planned node {entry['node']} is gone"
+                continue
             model = pod_from_api(pod)
-            if reason := why_not(model, node, fit_settings):
-                return f"its planned node {node.name} may no longer be used ({reason})"
+            if token is not None:
+                model = replace(model, tolerations=(*model.tolerations, reservation_toleration(token)))
             room = taken.get(node.name) or subtract(node.allocatable, used.get(node.name, {}))
-            if not fits(model.requests, room):
-                return f"its planned node {node.name} has no room left for pod {model.name}"
+            if why_not(model, node, fit_settings) or not fits(model.requests, room):
+                continue
             taken[node.name] = subtract(room, model.requests)
-        for entry, pod in pending:
             self.ledger.reserve(key, entry["uid"], entry["node"], pod_requests(pod))
-        return ""
+            reserved.add(entry["uid"])
+        return reserved
 
     async def continue_release(self, view: GangView, gang: JSON, pending: list[tuple[JSON, str]]) -> None:
         results, error = await self.release_pods(view.key, pending)
@@ -576,19 +588,6 @@ class GangLoop:
             )
         if error is not None:
             raise error
-
-    async def recover_stale(self, view: GangView, gang: JSON, why: str) -> None:
-        bound, unbound = self.recoverer.bound_and_unbound(view)
-        await self.recoverer.recover(
-            view,
-            gang,
-            recovery_of(gang),
-            attempt_of(gang),
-            bound,
-            unbound,
-            time.time(),
-            why=f"the recorded release could not be finished: {why}",
-        )
 
     def start_orphan_releases(self) -> None:
         found = [
@@ -681,7 +680,7 @@ class GangLoop:
 
     def start_recoveries(self, views: dict[GangKey, GangView], now: float) -> None:
         for key, view in views.items():
-            gang = self.store.gangs.get(key)
+            gang = self.records.gang(key)
             if gang is None or self.work.blocks_planning(key) or self.work.backing_off(key):
                 continue
             try:
@@ -689,12 +688,16 @@ class GangLoop:
                     self.work.start(key, "recover", self.recoverer.check(view, gang, now))
             except Exception as err:
                 self.fail(key, "recover", describe(err))
-        for key, gang in list(self.store.gangs.items()):
+        for key in list(self.store.gangs):
             if key in views or self.work.blocks_planning(key) or self.work.backing_off(key):
                 continue
+            gang = self.records.gang(key) or {}
             try:
                 recovery = recovery_of(gang)
-                if recovery.get("suspendedJobs") and self.recoverer.may_poll(key):  # its pods are all gone
+                if decision := disruption_of(gang):  # recorded, not finished; no pod left to show
+                    min_member = int((gang.get("spec") or {}).get("minMember") or 1)
+                    self.work.start(key, "recover", self.recoverer.finish(key, min_member, decision, None))
+                elif recovery.get("suspendedJobs") and self.recoverer.may_poll(key):  # its pods are all gone
                     self.work.start(key, "recover", self.recoverer.resume_jobs(key[0], key[1], [], gang))
                 elif (recovery.get("failures") or recovery.get("suspendedJobs")) and (
                     write := self.records.recovering_due(key, gang, None)
@@ -751,7 +754,7 @@ class GangLoop:
         """The time from a released gang's last member to minMember of its pods bound."""
         started = self.complete_at.get(view.key)
         if started is not None and counts["bound"] >= (view.min_member or 1):
-            metrics.BOUND_LATENCY.observe(max(0.0, time.time() - started))
+            metrics.BOUND_LATENCY.observe(max(0.0, clock.time() - started))
             del self.complete_at[view.key]
 
     def forming(self, live: set[GangKey], holds: dict[GangKey, Hold], now: float) -> set[GangKey]:
@@ -849,8 +852,12 @@ class GangLoop:
 def tolerating(gang: Gang, token: str) -> Gang:
     """The gang as the planner sees it while nodes are reserved for it: its pods tolerate the
     reservation's taint (their release adds the toleration)."""
-    toleration = Toleration(RESERVED_TAINT, "Equal", token, "NoSchedule")
+    toleration = reservation_toleration(token)
     return replace(gang, pods=tuple(replace(p, tolerations=(*p.tolerations, toleration)) for p in gang.pods))
+
+
+def reservation_toleration(token: str) -> Toleration:
+    return Toleration(RESERVED_TAINT, "Equal", token, "NoSchedule")
 
 
 def attempt_of(gang: JSON) -> int:
@@ -866,5 +873,5 @@ def member_complete_time(view: GangView) -> float:
     minMember pods): from then on it waited only for quorum."""
     created = sorted(timestamp(p["metadata"].get("creationTimestamp")) for p in view.pods)
     if not created:
-        return time.time()
+        return clock.time()
     return created[min(len(created), max(1, view.min_member or 1)) - 1]

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
 
 from quorum.core.lifecycle import (
     MEMBER_LOSS_ANNOTATION,
@@ -39,15 +38,46 @@ from quorum.core.lifecycle import (
     plan_recovery,
 )
 from quorum.k8s.api import KubeApi
-from quorum.operator import metrics
+from quorum.operator import clock, metrics
 from quorum.operator.conditions import backoff_until, iso, iso_deadline, recovery_of, timestamp
 from quorum.operator.gangs import JSON, GangView, phase_of
 from quorum.operator.ledger import Ledger
+from quorum.operator.status import GangRecords
 
 log = logging.getLogger("quorum.operator.recovery")
 
 
-MEMBER_LOST = "MemberLost"  # status.recovery.reason of a restart (a partial placement's: PartiallyPlaced)
+PARTIALLY_PLACED = "PartiallyPlaced"  # status.recovery.reason and status.disruption.reason
+MEMBER_LOST = "MemberLost"  # ... of a restart (RestartGang)
+STUCK_POD = "StuckPod"  # status.disruption.reason of replacing a running gang's pods that never bound
+EVENTS = {  # the Event that tells a disruption done: (reason, warning)
+    PARTIALLY_PLACED: ("PartiallyPlaced", True),
+    MEMBER_LOST: ("GangRestarted", True),
+    STUCK_POD: ("StuckPodReplaced", False),
+}
+
+
+def disruption(
+    reason: str, attempt: int, now: float, message: str, pods: list[JSON], jobs: list[JSON]
+) -> JSON:
+    """The record of a decision to delete pods or suspend Jobs (`status.disruption`)."""
+    return {
+        "reason": reason,
+        "attempt": attempt,
+        "time": iso(now),
+        "message": message,
+        "pods": pods,
+        "jobs": jobs,
+    }
+
+
+def disruption_of(gang: JSON | None) -> JSON:
+    record = ((gang or {}).get("status") or {}).get("disruption") or {}
+    return record if isinstance(record, dict) else {}
+
+
+def is_active(pod: JSON) -> bool:
+    return phase_of(pod) not in ("Succeeded", "Failed") and not pod["metadata"].get("deletionTimestamp")
 
 
 def controller_of(pod: JSON) -> Owner | None:
@@ -64,11 +94,13 @@ class Recoverer:
     def __init__(
         self,
         api: KubeApi,
+        records: GangRecords,
         backoff: BackoffPolicy,
         ledger: Ledger,
         policy: MemberLossPolicy = MemberLossPolicy.REPLACE,
     ) -> None:
         self.api = api
+        self.records = records
         self.backoff = backoff
         self.ledger = ledger
         self.policy = policy  # for gangs whose annotation does not say
@@ -87,7 +119,7 @@ class Recoverer:
     def may_poll(self, key: tuple[str, str], every: float = 2.0) -> bool:
         """Whether a suspended Job of the gang may be looked at again (not every pass: its
         pods can take minutes to go)."""
-        return time.monotonic() - self.polled.get(key, -every) >= every
+        return clock.monotonic() - self.polled.get(key, -every) >= every
 
     def recovered_already(self, key: tuple[str, str], gang: JSON) -> bool:
         """The gang's recorded decision has been recovered (by this process or on record)."""
@@ -109,7 +141,11 @@ class Recoverer:
         """What recovery has to do for this gang now, if anything: `resume-jobs`,
         `clean-slate`, `replace-stuck`, `recover`, `restart-gang` or `warn-policy`. (It notes,
         in memory only, the gangs it sees whole.)"""
-        if gang is None or view.min_member is None or view.basic:
+        if gang is None:
+            return None
+        if disruption_of(gang):
+            return "finish-disruption"  # recorded and not done (a leader died in between, a write failed)
+        if view.min_member is None or view.basic:
             return None
         recovery = recovery_of(gang)
         if recovery.get("suspendedJobs"):
@@ -199,12 +235,14 @@ class Recoverer:
         """Do what `due` says (it is asked again: the gang may have moved on meanwhile)."""
         what = self.due(view, gang, now)
         recovery = recovery_of(gang)
-        if what == "resume-jobs":
+        if what == "finish-disruption":
+            await self.finish(view.key, view.min_member or 1, disruption_of(gang), view.group)
+        elif what == "resume-jobs":
             await self.resume_jobs(view.namespace, view.name, view.pods, gang)
         elif what == "clean-slate":
-            await self.record(view.namespace, view.name, gang, {**recovery, "failures": 0})
+            await self.record(view.key, {**recovery, "failures": 0})
         elif what == "replace-stuck":
-            await self.replace_stuck(view, gang, self.bound_and_unbound(view)[1])
+            await self.replace_stuck(view, gang, self.bound_and_unbound(view)[1], now)
         elif what == "recover":
             bound, unbound = self.bound_and_unbound(view)
             admission = (gang.get("status") or {}).get("admission") or {}
@@ -228,41 +266,119 @@ class Recoverer:
         bound: int,
         unbound: list[JSON],
         now: float,
-        why: str | None = None,
     ) -> None:
+        """A partially placed gang: all its pods recovered by owner kind, then a backoff."""
         metrics.PARTIAL_PLACEMENTS.inc()
-        members = [(p["metadata"]["name"], controller_of(p)) for p in view.active]
-        jobs, job_uids, _ = await self.read_jobs(view.namespace, members)
-        plan = plan_recovery(members, jobs)
-        suspended = await self.carry_out(view, plan, view.active, job_uids, recovery)
+        plan, pods, jobs = await self.plan(view, view.active)
         failures = int(recovery.get("failures") or 0) + 1
         delay = self.backoff.delay(failures)
-        self.backoffs[view.key] = float(math.ceil(now + delay))  # as written (whole seconds)
         names = ", ".join(sorted(p["metadata"]["name"] for p in unbound)[:5])
-        what = why or (
+        message = (
             f"{bound} of {view.min_member} pods bound {view.schedule_timeout}s after the release "
-            f"({len(unbound)} released pods never bound: {names})"
+            f"({len(unbound)} released pods never bound: {names}); {plan.summary()}; next try after "
+            f"{delay:.0f}s backoff ({failures} in a row)"
         )
-        message = f"{what}; {plan.summary()}; next try after {delay:.0f}s backoff ({failures} in a row)"
-        await self.record(
-            view.namespace,
-            view.name,
-            gang,
-            {
-                "attempt": attempt,
-                "failures": failures,
-                "time": iso(now),
-                "nextAttemptTime": iso_deadline(now + delay),
-                "message": message,
-                "suspendedJobs": sorted(set(suspended)),
-                "reason": "PartiallyPlaced",
-            },
-        )
-        self.recovered[view.key] = attempt  # only once recorded: a recovery that failed is tried again
-        log.warning("%s/%s partially placed: %s", view.namespace, view.name, message)
-        for obj in (gang, view.group):
+        record = {
+            "attempt": attempt,
+            "failures": failures,
+            "time": iso(now),
+            "nextAttemptTime": iso_deadline(now + delay),
+            "message": message,
+            "suspendedJobs": sorted({*(recovery.get("suspendedJobs") or []), *(j["name"] for j in jobs)}),
+            "reason": PARTIALLY_PLACED,
+        }
+        self.backoffs[view.key] = float(math.ceil(now + delay))  # as written (whole seconds)
+        decision = disruption(PARTIALLY_PLACED, attempt, now, message, pods, jobs)
+        await self.disrupt(view, {"recovery": record, "disruption": decision})
+
+    async def plan(self, view: GangView, members: list[JSON]) -> tuple[RecoveryPlan, list[JSON], list[JSON]]:
+        """What recovering `members` by owner kind takes: the plan, the pods it deletes and the
+        Jobs it suspends (name and uid each, for the decision's record)."""
+        owners = [(p["metadata"]["name"], controller_of(p)) for p in members]
+        jobs, job_uids, _ = await self.read_jobs(view.namespace, owners)
+        plan = plan_recovery(owners, jobs)
+        by_name = {p["metadata"]["name"]: p for p in members}
+        pods = [
+            {"name": s.target, "uid": by_name[s.target]["metadata"]["uid"]}
+            for s in plan.of(Action.DELETE_POD)
+        ]
+        suspend = [{"name": s.target, "uid": job_uids[s.target]} for s in plan.of(Action.SUSPEND_JOB)]
+        for step in plan.steps:
+            metrics.RECOVERIES.labels(action=step.action.value).inc()
+        return plan, pods, suspend
+
+    async def disrupt(self, view: GangView, record: JSON) -> None:
+        """The one place quorum deletes a gang's pods or suspends its Jobs (docs/lifecycle.md,
+        "When quorum removes a pod"): the decision is recorded on the Gang first
+        (`status.disruption`), so that a leader killed at any point leaves its reason behind and
+        the next one finishes it; then `finish` acts on a fresh read of the gang's pods."""
+        if not await self.records.patch(view.key, record):
+            return  # the Gang is gone: nothing is done without a record
+        decision = record["disruption"]
+        if decision["reason"] != STUCK_POD:
+            self.recovered[view.key] = decision["attempt"]
+        await self.finish(view.key, view.min_member or 1, decision, view.group)
+
+    async def finish(self, key: tuple[str, str], min_member: int, decision: JSON, group: JSON | None) -> None:
+        """Carry out a recorded decision: read the gang's pods afresh; if minMember of them are
+        bound the gang runs, and the decision is withdrawn with nothing deleted; else delete
+        the named pods (uid precondition) and suspend the named Jobs, tell it in an Event, and
+        clear the record. A new leader may repeat any step; none does harm twice."""
+        fresh = [p for p in await self.api.read_gang_pods(*key) if is_active(p)]
+        by_uid = {p["metadata"]["uid"]: p for p in fresh}
+        bound = sum(1 for p in fresh if (p.get("spec") or {}).get("nodeName"))
+        reason = str(decision.get("reason"))
+        targets = [by_uid[t["uid"]] for t in decision.get("pods") or [] if t.get("uid") in by_uid]
+        gang = self.records.gang(key)
+        if reason == STUCK_POD:  # only pods that still never bound; the gang runs on
+            targets = [p for p in targets if not (p.get("spec") or {}).get("nodeName")]
+        elif bound >= min_member:
+            await self.withdraw(key, gang, group, f"{bound} of minMember {min_member} pods are bound")
+            return
+        limit = asyncio.Semaphore(16)
+
+        async def delete(pod: JSON) -> None:
+            async with limit:
+                await self.api.delete_pod(pod)
+            self.going(pod["metadata"]["uid"])
+
+        await asyncio.gather(*(delete(p) for p in targets))
+        for job in decision.get("jobs") or []:
+            if await self.api.set_job_suspend(key[0], job["name"], job["uid"], True):
+                for pod in fresh:  # the Job controller deletes them
+                    owner = controller_of(pod)
+                    if owner is not None and owner.kind == "Job" and owner.uid == job["uid"]:
+                        self.going(pod["metadata"]["uid"])
+        message = str(decision.get("message") or "")
+        log.warning("%s/%s: %s", *key, message)
+        event, warning = EVENTS.get(reason, ("PartiallyPlaced", True))
+        for obj in (gang, group):
             if obj is not None:
-                await self.api.post_event(obj, "PartiallyPlaced", message, warning=True)
+                await self.api.post_event(obj, event, message, warning=warning)
+        await self.records.patch(key, {"disruption": None})
+
+    def going(self, uid: str) -> None:
+        """A pod quorum deleted (or whose Job it suspended): its room is no longer promised, and
+        the store's copy shows it terminating until the watch does, so that the next pass
+        neither counts it as a member nor releases a replacement beside it."""
+        self.ledger.drop(uid)
+        pod = self.records.store.pods.get(uid)
+        if pod is not None:
+            pod["metadata"]["deletionTimestamp"] = iso(clock.time())
+
+    async def withdraw(self, key: tuple[str, str], gang: JSON | None, group: JSON | None, why: str) -> None:
+        """A recorded recovery found the gang running after all: nothing deleted, no backoff."""
+        recovery = recovery_of(gang)
+        message = f"recovery withdrawn: {why} at the last look; nothing was deleted"
+        fields: JSON = {"disruption": None}
+        if recovery.get("attempt") == disruption_of(gang).get("attempt"):
+            fields["recovery"] = {**recovery, "failures": 0, "nextAttemptTime": None, "message": message}
+        self.backoffs.pop(key, None)
+        await self.records.patch(key, fields)
+        log.info("%s/%s: %s", *key, message)
+        for obj in (gang, group):
+            if obj is not None:
+                await self.api.post_event(obj, "RecoveryWithdrawn", message)
 
     async def read_jobs(
         self, namespace: str, members: list[tuple[str, Owner | None]]
@@ -284,90 +400,42 @@ class Recoverer:
                 suspended.append(name)
         return jobs, job_uids, suspended
 
-    async def carry_out(
-        self,
-        view: GangView,
-        plan: RecoveryPlan,
-        members: list[JSON],
-        job_uids: dict[str, str],
-        recovery: JSON,
-    ) -> list[str]:
-        """Delete the plan's pods and suspend its Jobs; the suspended Jobs on record, with those
-        suspended now."""
-        pods = {p["metadata"]["name"]: p for p in members}
-        for step in plan.steps:
-            metrics.RECOVERIES.labels(action=step.action.value).inc()
-        deletes = asyncio.Semaphore(16)
-
-        async def delete(pod: JSON) -> None:
-            async with deletes:
-                await self.api.delete_pod(pod)
-            self.ledger.drop(pod["metadata"]["uid"])  # deleted: its room is no longer promised
-
-        await asyncio.gather(*(delete(pods[step.target]) for step in plan.of(Action.DELETE_POD)))
-        suspended = list(recovery.get("suspendedJobs") or [])
-        for step in plan.of(Action.SUSPEND_JOB):
-            if await self.api.set_job_suspend(view.namespace, step.target, job_uids[step.target], True):
-                suspended.append(step.target)
-                for pod in view.active:  # the Job controller deletes them
-                    owner = controller_of(pod)
-                    if owner is not None and owner.kind == "Job" and owner.name == step.target:
-                        self.ledger.drop(pod["metadata"]["uid"])
-        return suspended
-
     async def restart(
         self, view: GangView, gang: JSON, recovery: JSON, attempt: int, loss: MemberLoss, now: float
     ) -> None:
         """RestartGang: the members that still hold their place are recovered by owner kind, so
         that the gang is admitted again whole; once per decision, recorded, told."""
         held = [p for p in view.active if not view.is_gated(p)]
-        members = [(p["metadata"]["name"], controller_of(p)) for p in held]
-        jobs, job_uids, already = await self.read_jobs(view.namespace, members)
+        owners = [(p["metadata"]["name"], controller_of(p)) for p in held]
+        _, _, already = await self.read_jobs(view.namespace, owners)
         if already:  # someone else suspended its Job: every pod of it goes, the gang re-forms whole
             self.recovered[view.key] = attempt
             log.info("%s/%s lost members while Job %s is suspended: left as it is", *view.key, already[0])
             return
-        plan = plan_recovery(members, jobs)
-        suspended = await self.carry_out(view, plan, held, job_uids, recovery)
-        going = {s.target for s in plan.of(Action.DELETE_POD)}
-        jobs_going = set(suspended) - set(recovery.get("suspendedJobs") or [])
-        for pod in view.active:
-            owner = controller_of(pod)
-            if pod["metadata"]["name"] in going or (
-                owner is not None and owner.kind == "Job" and owner.name in jobs_going
-            ):
-                # The store's copy too, until the watch shows it: the next pass must not take
-                # the pods on their way out for a gang still admitted and release a replacement alone.
-                pod["metadata"]["deletionTimestamp"] = iso(now)
+        plan, pods, jobs = await self.plan(view, held)
         message = (
             f"{loss.describe()}; RestartGang: {plan.summary()}; the gang is admitted again once it is whole"
         )
-        await self.record(
-            view.namespace,
-            view.name,
-            gang,
-            {
-                **recovery,
-                "attempt": attempt,
-                "failures": 0,  # it ran whole: no partial placement in a row
-                "time": iso(now),
-                "message": message,
-                "suspendedJobs": sorted(set(suspended)),
-                "reason": MEMBER_LOST,
-            },
-        )
-        self.recovered[view.key] = attempt
+        record = {
+            **recovery,
+            "attempt": attempt,
+            "failures": 0,  # it ran whole: no partial placement in a row
+            "time": iso(now),
+            "message": message,
+            "suspendedJobs": sorted({*(recovery.get("suspendedJobs") or []), *(j["name"] for j in jobs)}),
+            "reason": MEMBER_LOST,
+        }
         self.whole.pop(view.key, None)
         metrics.GANG_RESTARTS.inc()
-        log.warning("%s/%s restarted: %s", view.namespace, view.name, message)
-        for obj in (gang, view.group):
-            if obj is not None:
-                await self.api.post_event(obj, "GangRestarted", message, warning=True)
+        decision = disruption(MEMBER_LOST, attempt, now, message, pods, jobs)
+        await self.disrupt(view, {"recovery": record, "disruption": decision})
 
-    async def replace_stuck(self, view: GangView, gang: JSON, unbound: list[JSON]) -> None:
+    async def replace_stuck(self, view: GangView, gang: JSON, unbound: list[JSON], now: float) -> None:
         """A running gang's pod beyond minMember (or a replacement) released but never bound —
         its planned node was taken: the gang is whole without it, so only that pod is made again
-        (ReplicaSet, StatefulSet) or reported (anything else), once."""
+        (ReplicaSet, StatefulSet: recorded, then deleted) or reported (anything else), once."""
+        replace: list[JSON] = []
+        attempt = attempt_of((gang.get("status") or {}).get("admission") or {})
         for pod in unbound:
             uid = pod["metadata"]["uid"]
             if uid in self.stuck:
@@ -375,25 +443,29 @@ class Recoverer:
             self.stuck.add(uid)
             owner, name = controller_of(pod), pod["metadata"]["name"]
             if owner is not None and owner.kind in ("ReplicaSet", "StatefulSet"):
-                await self.api.delete_pod(pod)
-                message = (
-                    f"pod {name} was released {view.schedule_timeout}s ago and never bound (its planned node "
-                    f"was taken): deleted it for its {owner.kind} to make again; the rest of the gang runs on"
-                )
-                await self.api.post_event(gang, "StuckPodReplaced", message)
-            else:
-                message = (
-                    f"pod {name} was released {view.schedule_timeout}s ago and never bound (its planned node "
-                    f"was taken); quorum does not delete pods of {owner.kind if owner else 'no owner'}: "
-                    f"delete it yourself to retry"
-                )
-                await self.api.post_event(gang, "StuckPod", message, warning=True)
+                replace.append(pod)
+                continue
+            message = (
+                f"pod {name} was released {view.schedule_timeout}s ago and never bound (its planned node "
+                f"was taken); quorum does not delete pods of {owner.kind if owner else 'no owner'}: "
+                f"delete it yourself to retry"
+            )
             log.warning("%s/%s: %s", view.namespace, view.name, message)
+            await self.api.post_event(gang, "StuckPod", message, warning=True)
+        if not replace:
+            return
+        names = ", ".join(p["metadata"]["name"] for p in replace)
+        message = (
+            f"pods {names} were released {view.schedule_timeout}s ago and never bound (their planned nodes "
+            f"were taken): deleted them for their controllers to make again; the rest of the gang runs on"
+        )
+        pods = [{"name": p["metadata"]["name"], "uid": p["metadata"]["uid"]} for p in replace]
+        await self.disrupt(view, {"disruption": disruption(STUCK_POD, attempt, now, message, pods, [])})
 
     async def resume_jobs(self, namespace: str, name: str, pods: list[JSON], gang: JSON) -> None:
         """Resume the Jobs a recovery suspended, each once none of its pods is left. Called also
         for gangs that have no pod at all (a suspended Job's pods are all gone)."""
-        self.polled[(namespace, name)] = time.monotonic()
+        self.polled[(namespace, name)] = clock.monotonic()
         recovery = recovery_of(gang)
         left = []
         for job_name in recovery.get("suspendedJobs") or []:
@@ -412,12 +484,10 @@ class Recoverer:
                     gang, "JobResumed", f"resumed Job {job_name}: none of its old pods is left"
                 )
         if left != recovery.get("suspendedJobs"):
-            await self.record(namespace, name, gang, {**recovery, "suspendedJobs": left})
+            await self.record((namespace, name), {**recovery, "suspendedJobs": left})
 
-    async def record(self, namespace: str, name: str, gang: JSON, recovery: JSON) -> None:
-        await self.api.patch_gang_status(namespace, name, {"recovery": recovery})
-        # The store's copy too: the next pass must not act on what the watch has not shown yet.
-        gang.setdefault("status", {})["recovery"] = recovery
+    async def record(self, key: tuple[str, str], recovery: JSON) -> None:
+        await self.records.patch(key, {"recovery": recovery})
 
 
 def members_of(view: GangView, bound: dict[str, tuple[str, str]]) -> list[Member]:

@@ -15,8 +15,8 @@ gang's own task (`write`), so one gang's slow or failing write delays nobody els
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +25,7 @@ from quorum.core.gangs import GangSource
 from quorum.core.planner import Hold
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import unmodeled_constraints
+from quorum.operator import clock
 from quorum.operator.conditions import (
     CONDITION_TYPES,
     NO_ROOM,
@@ -42,6 +43,8 @@ from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store
 log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
 COUNTERS = ("members", "gated", "released", "bound", "running", "succeeded", "failed")
+# The fields of a Gang's status that record quorum's decisions: what the pass acts on.
+DECISIONS = frozenset({"admission", "recovery", "disruption", "preemption", "preempted"})
 
 
 @dataclass
@@ -87,7 +90,7 @@ class StatusWrite:
 def now_rfc3339() -> str:
     # Not time.gmtime(): it reads the kernel's coarse clock, up to a tick behind time.time(), so
     # a time written just after a deadline could read as the second before it.
-    return iso(time.time())
+    return iso(clock.time())
 
 
 class GangRecords:
@@ -102,6 +105,9 @@ class GangRecords:
         self.transitions: dict[tuple[GangKey, str], tuple[str, str]] = {}  # -> (status, time)
         self.capacity_held: set[GangKey] = set()
         self.last_seen: dict[GangKey, float] = {}  # label-only gangs: when they last had pods
+        # Decisions this process wrote that the Gang watch has not shown yet, per gang: a pass
+        # acts on them, never on the older copy the store still holds.
+        self.unseen: dict[GangKey, JSON] = {}
 
     def resume(self) -> None:
         """A new leader starts from the statuses on record: their transition times are kept,
@@ -128,6 +134,32 @@ class GangRecords:
             if admitted is not None and admitted.get("status") == "False" and admitted.get("reason"):
                 self.reasons[key] = str(admitted["reason"])
 
+    # -- the Gang as this process knows it ------------------------------------------------------
+
+    def gang(self, key: GangKey) -> JSON | None:
+        """The gang's Gang object as the watch shows it, with the decisions this process wrote
+        since on top. A decision counts as shown once the watch delivers a copy that has it
+        (a watch delivers one object's versions in order, so no older copy comes after it)."""
+        gang = self.store.gangs.get(key)
+        unseen = self.unseen.get(key)
+        if gang is None or not unseen:
+            return gang
+        status = gang.get("status") or {}
+        for name in [n for n, value in unseen.items() if status.get(n) == value]:
+            del unseen[name]
+        if not unseen:
+            del self.unseen[key]
+            return gang
+        return {**gang, "status": {**status, **unseen}}
+
+    async def patch(self, key: GangKey, fields: JSON) -> bool:
+        """The one write of a Gang's status in the operator (a merge patch of `fields`); its
+        decisions count from the moment the apiserver took them. False if the Gang is gone."""
+        ok = await self.api.patch_gang_status(key[0], key[1], fields)
+        if ok and (decisions := {n: v for n, v in fields.items() if n in DECISIONS}):
+            self.unseen.setdefault(key, {}).update(copy.deepcopy(decisions))
+        return ok
+
     def held_since(self, key: GangKey) -> float | None:
         """Since when the gang has been held for lack of room (Unschedulable True), if it is."""
         seen = self.transitions.get((key, "Unschedulable"))
@@ -136,7 +168,7 @@ class GangRecords:
     def prune(self, live: Iterable[GangKey]) -> None:
         """Forget what is kept per gang for gangs that are gone (neither pods nor Gang object)."""
         keep = set(live) | set(self.store.gangs)
-        for table in (self.written, self.pacing.written_at, self.reasons, self.last_seen):
+        for table in (self.written, self.pacing.written_at, self.reasons, self.last_seen, self.unseen):
             for key in [k for k in table if k not in keep]:
                 del table[key]
         self.warned_unmodeled &= keep
@@ -154,13 +186,12 @@ class GangRecords:
         counts = view.counts()
         counts["released"] += released_now  # released in this pass: not yet seen by the watch
         counts["gated"] -= released_now
-        gang = self.store.gangs.get(view.key)
-        status = (gang or {}).get("status") or {}
+        status = (self.gang(view.key) or {}).get("status") or {}
         recovery, preemption, preempted = (status.get(k) for k in ("recovery", "preemption", "preempted"))
         return GangState(
             counts=counts,
             min_member=view.min_member or 1,
-            now=time.time(),
+            now=clock.time(),
             basic=view.basic,
             waiting=view.waiting,
             hold=hold,
@@ -180,7 +211,7 @@ class GangRecords:
             return None
         stamp = now_rfc3339()
         timed = self.timed(view.key, status.conditions, stamp)  # the transition's own time
-        if not self.pacing.may_write(view.key, time.monotonic()):
+        if not self.pacing.may_write(view.key, clock.monotonic()):
             return None
         events: list[tuple[str, str, bool]] = []
         if hold is not None and self.reasons.get(view.key) != hold.reason:
@@ -219,9 +250,7 @@ class GangRecords:
         gang = await self.ensure_gang(view)
         await self.warn_unmodeled(view, gang)
         await asyncio.gather(
-            self.api.patch_gang_status(
-                view.namespace, view.name, {**write.status.body, "conditions": write.timed}
-            ),
+            self.patch(view.key, {**write.status.body, "conditions": write.timed}),
             self.write_group(view, write.status, write.timed, write.stamp),
         )
         self.written[view.key] = write.status.body
@@ -312,9 +341,9 @@ class GangRecords:
         status = compose(self.state(view, None, None, planned))
         stamp = now_rfc3339()
         timed = self.timed(view.key, status.conditions, stamp)
-        self.pacing.mark_written(view.key, time.monotonic())
+        self.pacing.mark_written(view.key, clock.monotonic())
         body = {**status.body, "conditions": timed, "admission": admission}
-        await self.api.patch_gang_status(view.namespace, view.name, body)
+        await self.patch(view.key, body)
         self.written[view.key] = status.body
         return StatusWrite(status, timed, stamp)
 
@@ -333,7 +362,7 @@ class GangRecords:
         preempted = (gang.get("status") or {}).get("preempted")
         status = compose_recovering(
             recovery if isinstance(recovery, dict) else {},
-            time.time(),
+            clock.time(),
             failure,
             preempted if isinstance(preempted, dict) else None,
         )
@@ -343,7 +372,7 @@ class GangRecords:
         return StatusWrite(status, self.timed(key, status.conditions, stamp), stamp)
 
     async def write_recovering(self, key: GangKey, write: StatusWrite) -> None:
-        await self.api.patch_gang_status(key[0], key[1], {**write.status.body, "conditions": write.timed})
+        await self.patch(key, {**write.status.body, "conditions": write.timed})
         self.written[key] = write.status.body
 
     async def write_group(self, view: GangView, status: GangStatus, timed: list[JSON], stamp: str) -> None:
@@ -383,7 +412,7 @@ class GangRecords:
     def label_gangs_expired(self, live: set[GangKey], retention: float) -> list[GangKey]:
         """Label-only gangs have no owner: their Gang is deleted once no pod has been left for
         the retention time (so a recovery that deletes every pod keeps the gang's state)."""
-        now = time.monotonic()
+        now = clock.monotonic()
         expired = []
         for key, gang in self.store.gangs.items():
             if key in live or ((gang.get("spec") or {}).get("source") or {}).get("kind") != "Labels":

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +21,7 @@ import orjson
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.lifecycle import BackoffPolicy
+from quorum.operator import clock
 
 log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
@@ -86,7 +86,7 @@ class GangWork:
     def backing_off(self, key: GangKey, now: float | None = None) -> Failure | None:
         """The gang's failure while its backoff lasts (None: free to work on)."""
         failure = self.failures.get(key)
-        if failure is None or failure.until <= (time.monotonic() if now is None else now):
+        if failure is None or failure.until <= (clock.monotonic() if now is None else now):
             return None
         return failure
 
@@ -96,7 +96,7 @@ class GangWork:
 
     def next_retry(self) -> float:
         """Monotonic time of the earliest backoff end still ahead (0: none)."""
-        now = time.monotonic()
+        now = clock.monotonic()
         return min((f.until for f in self.failures.values() if f.until > now), default=0.0)
 
     def start(
@@ -126,7 +126,7 @@ class GangWork:
         before = self.failures.get(key)
         count = (before.count if before is not None else 0) + 1
         delay = self.backoff.delay(count)
-        failure = Failure(stage, message, count, delay, time.monotonic() + delay)
+        failure = Failure(stage, message, count, delay, clock.monotonic() + delay)
         self.failures[key] = failure
         return failure
 

@@ -1,11 +1,17 @@
 """A stateful fake of the operator's `KubeApi` for unit tests of the loop: it keeps pods, Gang
-objects, group statuses, Jobs and Events in the operator's `Store` (as if the watches delivered
-every write at once), and any call can be made to fail or to hang.
+objects, nodes, group statuses, Jobs and Events, and any call can be made to fail or to hang.
 
     api = FakeApi(store)
     api.fail("patch_gang_status", when=lambda ns, name, status: name == "pg-a")  # 500, always
     api.fail("release_pod", times=1)                                             # once
     gate = api.hang("create_gang")                                               # until gate.set()
+
+By default its writes land in the operator's `Store` at once, as if the watches delivered every
+write immediately. With `lag=True` the apiserver's objects (`server`) are apart from what the
+operator's watches have shown (`store`, `bound`): each write is queued as a watch event of its
+kind, and `deliver(kind, n)` hands the next `n` to the operator. Each kind's events arrive in
+order (as a watch's do), the kinds independently of each other: a Gang write can be seen before
+or after the pod writes that came before it. `relist()` is what a new leader lists.
 """
 
 from __future__ import annotations
@@ -13,12 +19,14 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import (
     RESERVED_TAINT,
     EvictionRefused,
@@ -27,7 +35,7 @@ from quorum.k8s.writes import (
     taint_patch,
     untaint_patch,
 )
-from quorum.operator.gangs import Store
+from quorum.operator.gangs import GANG_LABEL, Store
 
 JSON = dict[str, Any]
 
@@ -46,9 +54,17 @@ class Fault:
     gate: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+KINDS = ("pods", "gangs", "nodes")
+
+
 class FakeApi:
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, store: Store, bound: BoundPods | None = None, lag: bool = False) -> None:
+        self.store = store  # what the operator's watches have delivered
+        self.server = copy.deepcopy(store) if lag else store  # what the apiserver holds
+        self.bound = bound
+        self.lag = lag
+        self.queues: dict[str, deque[tuple[Any, JSON | None]]] = {kind: deque() for kind in KINDS}
+        self.versions = itertools.count(100)
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
         self.events: list[tuple[str, str, str, bool]] = []  # (object name, reason, message, warning)
         self.group_statuses: dict[tuple[str, str, str], JSON] = {}  # (api group, ns, name) -> status
@@ -86,6 +102,58 @@ class FakeApi:
                 fault.gate.set()
         self.faults.clear()
 
+    # -- the watches (lag=True) -------------------------------------------------------------------
+
+    def changed(self, kind: str, key: Any, obj: JSON | None) -> None:
+        """An object of the apiserver was written (None: deleted): its watch event is queued."""
+        if obj is not None:
+            obj.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
+        if self.lag:
+            self.queues[kind].append((key, copy.deepcopy(obj)))
+
+    def deliver(self, kind: str, n: int | None = None) -> int:
+        """Hand the next `n` (default: all) queued events of `kind` to the operator's store."""
+        queue = self.queues[kind]
+        count = len(queue) if n is None else min(n, len(queue))
+        for _ in range(count):
+            key, obj = queue.popleft()
+            if kind == "pods":
+                if obj is None:
+                    self.store.pods.pop(key, None)
+                    if self.bound is not None:
+                        self.bound.remove(key)
+                    continue
+                if GANG_LABEL in (obj["metadata"].get("labels") or {}):
+                    self.store.pods[key] = obj
+                if self.bound is not None:
+                    self.bound.upsert(obj)
+            else:
+                table: dict[Any, JSON] = getattr(self.store, kind)
+                if obj is None:
+                    table.pop(key, None)
+                else:
+                    table[key] = obj
+        return count
+
+    def deliver_all(self) -> None:
+        for kind in KINDS:
+            self.deliver(kind)
+
+    def relist(self) -> tuple[Store, BoundPods]:
+        """What a new leader's watches list: the apiserver's objects now (queues emptied)."""
+        for queue in self.queues.values():
+            queue.clear()
+        synced, self.server.synced = self.server.synced, {}
+        store = copy.deepcopy(self.server)
+        self.server.synced = synced
+        store.pods = {
+            uid: p for uid, p in store.pods.items() if GANG_LABEL in (p["metadata"].get("labels") or {})
+        }
+        bound = BoundPods()
+        bound.replace_all(copy.deepcopy(list(self.server.pods.values())))
+        self.store, self.bound = store, bound
+        return store, bound
+
     async def _call(self, method: str, *args: Any) -> None:
         self.calls.append((method, args))
         for fault in self.faults.get(method, []):
@@ -107,7 +175,7 @@ class FakeApi:
     async def release_pod(self, pod: JSON, node: str | None, tolerate: str | None = None) -> bool:
         await self._call("release_pod", pod, node)
         self.tolerated[pod["metadata"]["uid"]] = tolerate
-        current = self.store.pods.get(pod["metadata"]["uid"])
+        current = self.server.pods.get(pod["metadata"]["uid"])
         ops = release_patch(current or pod, node, tolerate)
         if current is None or ops is None:
             return False
@@ -118,33 +186,37 @@ class FakeApi:
         if tolerate is not None:
             updated["spec"].setdefault("tolerations", []).append(reserved_toleration(tolerate))
         self.pinned[pod["metadata"]["uid"]] = node
-        self.store.pods[pod["metadata"]["uid"]] = updated
+        self.server.pods[pod["metadata"]["uid"]] = updated
+        self.changed("pods", pod["metadata"]["uid"], updated)
         return True
 
     async def create_gang(self, namespace: str, name: str, spec: JSON, owner: JSON | None) -> JSON:
         await self._call("create_gang", namespace, name, spec, owner)
-        existing = self.store.gangs.get((namespace, name))
+        existing = self.server.gangs.get((namespace, name))
         if existing is not None:
             return existing
         meta: JSON = {"name": name, "namespace": namespace, "uid": f"gang-{next(self.uids)}"}
         if owner is not None:
             meta["ownerReferences"] = [owner]
         gang = {"apiVersion": "quorum.dev/v1alpha1", "kind": "Gang", "metadata": meta, "spec": spec}
-        self.store.gangs[(namespace, name)] = gang
-        return gang
+        self.server.gangs[(namespace, name)] = gang
+        self.changed("gangs", (namespace, name), gang)
+        return copy.deepcopy(gang)
 
     async def delete_gang(self, namespace: str, name: str) -> None:
         await self._call("delete_gang", namespace, name)
-        self.store.gangs.pop((namespace, name), None)
+        if self.server.gangs.pop((namespace, name), None) is not None:
+            self.changed("gangs", (namespace, name), None)
 
     async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> bool:
         await self._call("patch_gang_status", namespace, name, status)
-        gang = self.store.gangs.get((namespace, name))
+        gang = self.server.gangs.get((namespace, name))
         if gang is None:
             return False
         updated = copy.deepcopy(gang)
         updated.setdefault("status", {}).update(copy.deepcopy(status))  # a merge patch, one level
-        self.store.gangs[(namespace, name)] = updated
+        self.server.gangs[(namespace, name)] = updated
+        self.changed("gangs", (namespace, name), updated)
         return True
 
     async def patch_group_status(
@@ -167,7 +239,14 @@ class FakeApi:
 
     async def delete_pod(self, pod: JSON) -> bool:
         await self._call("delete_pod", pod)
-        return self.store.pods.pop(pod["metadata"]["uid"], None) is not None
+        uid = pod["metadata"]["uid"]
+        current = self.server.pods.get(uid)
+        version = pod["metadata"].get("resourceVersion")
+        if current is None or (version and version != current["metadata"].get("resourceVersion")):
+            return False  # gone, or changed since it was read (409)
+        del self.server.pods[uid]
+        self.changed("pods", uid, None)
+        return True
 
     async def set_job_suspend(self, namespace: str, name: str, uid: str, suspend: bool) -> bool:
         await self._call("set_job_suspend", namespace, name, uid, suspend)
@@ -181,13 +260,22 @@ class FakeApi:
         await self._call("read_job", namespace, name)
         return copy.deepcopy(self.jobs.get((namespace, name)))
 
+    async def read_gang_pods(self, namespace: str, gang: str) -> list[JSON]:
+        await self._call("read_gang_pods", namespace, gang)
+        return [
+            copy.deepcopy(p)
+            for p in self.server.pods.values()
+            if p["metadata"].get("namespace") == namespace
+            and (p["metadata"].get("labels") or {}).get(GANG_LABEL) == gang
+        ]
+
     async def statefulset_pod_management(self, namespace: str, name: str) -> str | None:
         await self._call("statefulset_pod_management", namespace, name)
         return self.statefulsets.get((namespace, name))
 
     async def taint_node(self, node: JSON, token: str, add: bool) -> bool:
         await self._call("taint_node", node, token, add)
-        current = self.store.nodes.get(node["metadata"]["name"])
+        current = self.server.nodes.get(node["metadata"]["name"])
         if current is None:
             return False
         ops = taint_patch(current, token) if add else untaint_patch(current, token or None)
@@ -203,7 +291,8 @@ class FakeApi:
             taints.append({"key": RESERVED_TAINT, "value": token, "effect": "NoSchedule"})
         updated["spec"]["taints"] = taints
         updated["metadata"]["resourceVersion"] = str(next(self.uids))
-        self.store.nodes[node["metadata"]["name"]] = updated
+        self.server.nodes[node["metadata"]["name"]] = updated
+        self.changed("nodes", node["metadata"]["name"], updated)
         return True
 
     async def mark_disruption_target(self, pod: JSON, reason: str, message: str) -> bool:
@@ -218,7 +307,8 @@ class FakeApi:
             raise EvictionRefused("Cannot evict pod as it would violate the pod's disruption budget.")
         if not dry_run:
             self.evicted.append(uid)
-            self.store.pods.pop(uid, None)
+            if self.server.pods.pop(uid, None) is not None:
+                self.changed("pods", uid, None)
         return True
 
     def reasons(self, name: str) -> list[str]:

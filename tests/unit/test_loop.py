@@ -13,6 +13,7 @@ from typing import Any
 from quorum.core.lifecycle import BackoffPolicy
 from quorum.core.planner import PlannerSettings
 from quorum.k8s.usage import BoundPods
+from quorum.operator import clock
 from quorum.operator.gangs import Store
 from quorum.operator.loop import GangLoop, LoopSettings
 from tests.unit.fake_api import FakeApi, server_error
@@ -238,7 +239,7 @@ async def test_a_restart_keeps_released_unbound_pods_reserved_and_finishes_the_r
     assert released(store, "b") == [], "no room is handed out twice: b waits"
 
 
-async def test_a_resumed_release_whose_nodes_filled_meanwhile_is_recovered_not_overcommitted() -> None:
+async def test_a_resumed_release_whose_nodes_filled_meanwhile_is_planned_anew_not_overcommitted() -> None:
     store, bound = cluster(2, {"a": 2}, owner=REPLICA_SET)
     api = FakeApi(store)
     api.fail("release_pod", when=lambda p, n: p["metadata"]["uid"] == "a-1")
@@ -256,10 +257,10 @@ async def test_a_resumed_release_whose_nodes_filled_meanwhile_is_recovered_not_o
     second.resume()
     await step(second)
     assert "a-1" not in api.pinned, "not released onto a full node"
-    recovery = store.gangs[(NS, "pg-a")]["status"]["recovery"]
-    assert recovery["failures"] == 1 and "has no room left for pod a-1" in recovery["message"]
-    assert sorted(api.called("delete_pod"), key=str) and "a-0" not in store.pods, "recovered by owner kind"
-    assert second.ledger.of_gang((NS, "pg-a")) == {}
+    assert api.called("delete_pod") == [], "nothing recovered before the gang's timeout"
+    assert "recovery" not in store.gangs[(NS, "pg-a")]["status"]
+    assert set(second.ledger.of_gang((NS, "pg-a"))) == {"a-0"}, "a-1 is planned anew, a-0 keeps its node"
+    assert released(store, "a") == ["a-0"]
 
 
 async def test_what_the_loop_keeps_per_gang_is_forgotten_when_the_gang_goes() -> None:
@@ -298,22 +299,23 @@ async def test_a_gang_held_for_lack_of_room_gets_capacity_held_once_it_has_starv
 
 
 async def test_a_recovered_gang_waits_out_its_backoff_even_while_the_store_shows_an_older_gang() -> None:
-    store, bound = cluster(2, {"a": 2}, owner=REPLICA_SET)
-    api = FakeApi(store)
-    loop = GangLoop(api, store, bound, settings(backoff=BackoffPolicy(30.0, 30.0)))
-    await step(loop)
-    bind(store, bound, api, ["a-0"])  # a-1 never binds
-    before = copy.deepcopy(store.gangs[(NS, "pg-a")])
-    store.gangs[(NS, "pg-a")]["status"]["admission"]["time"] = "2020-01-01T00:00:00Z"  # timed out
-    await step(loop)
-    assert store.gangs[(NS, "pg-a")]["status"]["recovery"]["failures"] == 1
-    store.gangs[(NS, "pg-a")] = before  # the watch lags: an older Gang, without the recovery
-    for i in range(2, 4):  # the ReplicaSet makes its pods again, gated
-        p = pod("a", i, owner=REPLICA_SET)
-        store.pods[p["metadata"]["uid"]] = p
-    await step(loop)
-    assert released(store, "a") == [], "not planned before the backoff ends"
-    assert loop.records.written[(NS, "pg-a")]["conditions"][0]["reason"] == "Backoff"
+    with clock.using(clock.ManualClock()) as now:
+        store, bound = cluster(2, {"a": 2}, owner=REPLICA_SET)
+        api = FakeApi(store)
+        loop = GangLoop(api, store, bound, settings(backoff=BackoffPolicy(30.0, 30.0)))
+        await step(loop)
+        bind(store, bound, api, ["a-0"])  # a-1 never binds
+        before = copy.deepcopy(store.gangs[(NS, "pg-a")])
+        now.advance(61)  # its timeout ends
+        await step(loop)
+        assert store.gangs[(NS, "pg-a")]["status"]["recovery"]["failures"] == 1
+        store.gangs[(NS, "pg-a")] = before  # the watch lags: an older Gang, without the recovery
+        for i in range(2, 4):  # the ReplicaSet makes its pods again, gated
+            p = pod("a", i, owner=REPLICA_SET)
+            store.pods[p["metadata"]["uid"]] = p
+        await step(loop)
+        assert released(store, "a") == [], "not planned before the backoff ends"
+        assert loop.records.written[(NS, "pg-a")]["conditions"][0]["reason"] == "Backoff"
 
 
 async def test_a_gang_whose_status_write_is_in_flight_is_still_planned_and_released_after_it() -> None:
@@ -363,21 +365,22 @@ async def test_losing_the_lease_stops_the_loop_even_while_events_pour_in() -> No
 
 
 async def test_a_recovery_that_fails_is_tried_again() -> None:
-    store, bound = cluster(2, {"a": 2})  # bare pods: recovery reports them and records it
-    api = FakeApi(store)
-    loop = GangLoop(api, store, bound, settings())
-    await step(loop)
-    bind(store, bound, api, ["a-0"])  # a-1 never binds
-    store.gangs[(NS, "pg-a")]["status"]["admission"]["time"] = "2020-01-01T00:00:00Z"  # timed out
-    api.fail("patch_gang_status", times=1, when=lambda ns, name, status: "recovery" in status)
-    await step(loop)
-    assert loop.work.failures[(NS, "pg-a")].stage == "recover"
-    assert "recovery" not in store.gangs[(NS, "pg-a")]["status"]
-    await asyncio.sleep(0.06)
-    await step(loop)
-    recovery = store.gangs[(NS, "pg-a")]["status"]["recovery"]
-    assert recovery["failures"] == 1 and "left 2 pods as they are" in recovery["message"]
-    assert (NS, "pg-a") not in loop.work.failures
+    with clock.using(clock.ManualClock()) as now:
+        store, bound = cluster(2, {"a": 2})  # bare pods: recovery reports them and records it
+        api = FakeApi(store)
+        loop = GangLoop(api, store, bound, settings())
+        await step(loop)
+        bind(store, bound, api, ["a-0"])  # a-1 never binds
+        now.advance(61)  # its timeout ends
+        api.fail("patch_gang_status", times=1, when=lambda ns, name, status: "recovery" in status)
+        await step(loop)
+        assert loop.work.failures[(NS, "pg-a")].stage == "recover"
+        assert "recovery" not in store.gangs[(NS, "pg-a")]["status"]
+        now.advance(1)  # its failure's backoff ends
+        await step(loop)
+        recovery = store.gangs[(NS, "pg-a")]["status"]["recovery"]
+        assert recovery["failures"] == 1 and "left 2 pods as they are" in recovery["message"]
+        assert (NS, "pg-a") not in loop.work.failures
 
 
 async def test_a_pod_release_the_apiserver_refuses_is_final_and_the_pod_is_planned_anew() -> None:

@@ -229,6 +229,7 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
             lambda: live.set_job_suspend("ml", "train", uid, False),
         ],
         "read_job": [lambda: live.read_job("ml", "train")],
+        "read_gang_pods": [lambda: live.read_gang_pods("ml", "g")],
         "statefulset_pod_management": [lambda: live.statefulset_pod_management("ml", "db")],
         "delete_pod": [lambda: live.delete_pod(pod)],
         "taint_node": [

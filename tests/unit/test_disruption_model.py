@@ -1,0 +1,591 @@
+"""Model test: quorum never deletes, evicts or suspends work that was fine.
+
+A hypothesis state machine drives the real scheduling pass (`GangLoop`) against the lagging fake
+apiserver (`tests/unit/fake_api.py`, `lag=True`), with a fake kube-scheduler, ReplicaSet
+controller and node lifecycle beside it. Its rules interleave gangs arriving and finishing,
+nodes cordoned, filled by foreign pods or failing, member evictions, preemption (gangs of higher
+priority), leader failover after any write (a new leader relists and resumes while the old
+one's tasks are cut off wherever they were), each watch delivered late and on its own, write
+failures, and time passing.
+
+The rule it holds (docs/lifecycle.md, "When quorum removes a pod"), checked by the fake
+apiserver at the moment of every delete, eviction and Job suspension, against what the
+apiserver holds then:
+
+- a bound pod of a gang is deleted only if fewer than minMember of the gang's pods were bound
+  in the gang's last fresh read (quorum reads the gang's pods after recording its decision);
+- a pod is deleted for a partial placement only once the timeout of the gang's current
+  decision has ended (a member-loss restart, `RestartGang`, needs no timeout);
+- every delete or suspension is recorded on the gang's Gang before it is made
+  (`status.disruption` names the pod or Job, under the current decision), and every eviction is
+  named by a preemption recorded on its preemptor's Gang;
+- quorum never promises the same room twice: it releases no pod onto a node whose bound and
+  released gang pods leave no room for it.
+
+And after a quiet spell (faults healed, watches caught up, a few passes): every act above is
+followed by an Event that names it, and no gang stays released but short of minMember bound
+past its timeout.
+
+`make test` runs it with a fixed seed and a bounded number of examples; `make soak` runs it
+long, with random seeds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import copy
+import os
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from quorum.core.lifecycle import BackoffPolicy
+from quorum.k8s.convert import timestamp
+from quorum.k8s.usage import BoundPods
+from quorum.k8s.writes import RESERVED_TAINT
+from quorum.operator import clock
+from quorum.operator.gangs import GANG_LABEL, Store
+from quorum.operator.loop import GangLoop, LoopSettings
+from tests.unit.fake_api import FakeApi
+from tests.unit.test_loop import NS, node, pod, podgroup
+
+JSON = dict[str, Any]
+NODES = 4
+GPUS = 8
+TIMEOUT = 10  # every gang's scheduleTimeoutSeconds
+SOAK = os.environ.get("QUORUM_SOAK") == "1"
+WRITES = (
+    "release_pod",
+    "patch_gang_status",
+    "create_gang",
+    "delete_pod",
+    "post_event",
+    "read_gang_pods",
+    "evict_pod",
+)
+TOLD = {  # the Events that name each kind of act, and whether they must come after it
+    "delete": ({"PartiallyPlaced", "GangRestarted", "StuckPodReplaced"}, True),
+    "eviction": ({"Preempted"}, False),  # told to the victim as the preemption is recorded
+}
+
+
+class InlineExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs the pass's worker-thread work at once: the model's runs are repeatable."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as err:
+            future.set_exception(err)
+        return future
+
+
+@dataclass
+class Act:
+    """A delete, eviction or suspension quorum made, and the Event that must follow it."""
+
+    seq: int
+    gang: str  # the gang's name (its label)
+    what: str  # delete | eviction
+    pod: str
+
+
+class AuditedApi(FakeApi):
+    """The lagging fake apiserver, which checks the rule at every destructive call."""
+
+    def __init__(self, store: Store, bound: BoundPods, clock_: clock.ManualClock) -> None:
+        super().__init__(store, bound, lag=True)
+        self.clock = clock_
+        self.violations: list[str] = []
+        self.acts: list[Act] = []
+        self.seq = 0
+        self.event_log: list[tuple[int, str, str]] = []  # (seq, object name, reason)
+        self.bound_at: dict[str, int] = {}  # pod uid -> seq of its binding
+        self.fresh_read: dict[str, int] = {}  # gang -> seq of quorum's last read of its pods
+        self.deleted_bound: dict[tuple[str, int], set[str]] = {}  # (gang, attempt) -> bound pods deleted
+        self.skip = set(os.environ.get("QUORUM_MODEL_SKIP", "").split(","))  # checks left out, to explore
+
+    def tick(self) -> int:
+        self.seq += 1
+        return self.seq
+
+    def violate(self, message: str, check: str) -> None:
+        if check not in self.skip:
+            self.violations.append(message)
+
+    # -- what the apiserver holds ------------------------------------------------------------
+
+    def gang_pods(self, gang: str) -> list[JSON]:
+        return [
+            p
+            for p in self.server.pods.values()
+            if (p["metadata"].get("labels") or {}).get(GANG_LABEL) == gang
+            and p["status"].get("phase") not in ("Succeeded", "Failed")
+        ]
+
+    def gang_object(self, gang: str) -> JSON:
+        return (self.server.gangs.get((NS, gang)) or {}).get("status") or {}
+
+    def min_member(self, gang: str) -> int:
+        group = self.server.groups.get(("scheduling.sigs.k8s.io", NS, gang.removeprefix("pg-")))
+        return int(((group or {}).get("spec") or {}).get("minMember") or 1)
+
+    def restarts(self, gang: str) -> bool:
+        group = self.server.groups.get(("scheduling.sigs.k8s.io", NS, gang.removeprefix("pg-"))) or {}
+        annotations = group.get("metadata", {}).get("annotations") or {}
+        return annotations.get("quorum.dev/member-loss-policy") == "RestartGang"
+
+    # -- the rule, checked as quorum acts ----------------------------------------------------------
+
+    def check_delete(self, target: JSON) -> None:
+        meta = target["metadata"]
+        current = self.server.pods.get(meta["uid"])
+        gang = (meta.get("labels") or {}).get(GANG_LABEL)
+        if (
+            current is None
+            or gang is None
+            or meta.get("resourceVersion") != current["metadata"]["resourceVersion"]
+        ):
+            return  # refused: gone, or changed since quorum read it
+        status = self.gang_object(gang)
+        admission = status.get("admission") or {}
+        attempt = int(admission.get("attempt") or 0)
+        disruption = status.get("disruption") or {}
+        name = meta["name"]
+        bound_pod = bool(current["spec"].get("nodeName"))
+        need = self.min_member(gang)
+        if bound_pod:
+            read = self.fresh_read.get(gang, self.seq)
+            taken = self.deleted_bound.setdefault((gang, attempt), set())
+            if self.bound_at.get(meta["uid"], 0) <= read:
+                taken.add(meta["uid"])
+            bound = len(
+                taken
+                | {
+                    p["metadata"]["uid"]
+                    for p in self.gang_pods(gang)
+                    if p["spec"].get("nodeName") and self.bound_at.get(p["metadata"]["uid"], 0) <= read
+                }
+            )
+            if bound >= need:
+                self.violate(
+                    f"deleted bound pod {name} of {gang}: {bound} of minMember {need} bound", "bound"
+                )
+        released_at = timestamp(admission.get("time"))
+        restart = self.restarts(gang) and disruption.get("reason") != "PartiallyPlaced"
+        if not restart and self.clock.time() - released_at < TIMEOUT:
+            self.violate(
+                f"deleted pod {name} of {gang} {self.clock.time() - released_at:.0f}s after its decision "
+                f"(attempt {attempt}), before its timeout of {TIMEOUT}s ended",
+                "timeout",
+            )
+        recorded = (
+            isinstance(disruption, dict)
+            and disruption.get("attempt") == attempt
+            and meta["uid"] in {t.get("uid") for t in disruption.get("pods") or []}
+        )
+        if not recorded:
+            self.violate(f"deleted pod {name} of {gang} with no recorded decision naming it", "recorded")
+        self.acts.append(Act(self.tick(), gang, "delete", name))
+        event(f"delete ({disruption.get('reason')})")
+
+    def check_eviction(self, target: JSON) -> None:
+        meta = target["metadata"]
+        current = self.server.pods.get(meta["uid"])
+        if current is None:
+            return
+        gang = (current["metadata"].get("labels") or {}).get(GANG_LABEL)
+        named = False
+        for obj in self.server.gangs.values():
+            for victim in ((obj.get("status") or {}).get("preemption") or {}).get("victims") or []:
+                if victim.get("kind") == "gang" and victim.get("name") == gang:
+                    named = True
+                if victim.get("kind") == "pod" and victim.get("name") == meta["name"]:
+                    named = True
+        if not named:
+            self.violate(f"evicted pod {meta['name']} named by no recorded preemption", "recorded")
+        self.acts.append(Act(self.tick(), gang or meta["name"], "eviction", meta["name"]))
+        event("eviction")
+
+    def check_release(self, target: JSON, node_name: str | None) -> None:
+        current = self.server.pods.get(target["metadata"]["uid"])
+        node_obj = self.server.nodes.get(node_name or "")
+        if current is None or node_obj is None or not _gated(current):
+            return
+
+        def counts(p: JSON) -> bool:
+            """Gang pods bound there or promised it (others' pods quorum may not know of yet)."""
+            uid = p["metadata"]["uid"]
+            if p["status"].get("phase") in ("Succeeded", "Failed") or uid == current["metadata"]["uid"]:
+                return False
+            if GANG_LABEL not in (p["metadata"].get("labels") or {}):
+                return False
+            if p["spec"].get("nodeName"):
+                return bool(p["spec"]["nodeName"] == node_name)
+            return not _gated(p) and self.pinned.get(uid) == node_name
+
+        promised = sum(gpus(p) for p in self.server.pods.values() if counts(p))
+        if promised + gpus(current) > GPUS:
+            self.violate(
+                f"released {current['metadata']['name']} onto {node_name}: {promised} of {GPUS} GPUs "
+                f"bound to or promised to gang pods already",
+                "overcommit",
+            )
+
+    # -- the calls -----------------------------------------------------------------------------
+
+    async def delete_pod(self, pod: JSON) -> bool:
+        if not self.fault_due("delete_pod", pod):
+            self.check_delete(pod)
+        return await super().delete_pod(pod)
+
+    async def evict_pod(self, pod: JSON, dry_run: bool = False) -> bool:
+        if not dry_run and not self.fault_due("evict_pod", pod, dry_run):
+            self.check_eviction(pod)
+        return await super().evict_pod(pod, dry_run)
+
+    async def release_pod(self, pod: JSON, node: str | None, tolerate: str | None = None) -> bool:
+        if not self.fault_due("release_pod", pod, node):
+            self.check_release(pod, node)
+        return await super().release_pod(pod, node, tolerate)
+
+    async def read_gang_pods(self, namespace: str, gang: str) -> list[JSON]:
+        pods = await super().read_gang_pods(namespace, gang)
+        self.fresh_read[gang] = self.tick()
+        return pods
+
+    async def post_event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
+        await super().post_event(obj, reason, message, warning)
+        self.event_log.append((self.tick(), obj["metadata"]["name"], reason))
+
+    def fault_due(self, method: str, *args: Any) -> bool:
+        """Whether the next call of `method` with `args` fails (the check is then moot)."""
+        return any(f.times != 0 and f.when(*args) for f in self.faults.get(method, []))
+
+
+def gpus(p: JSON) -> int:
+    return sum(int(c["resources"]["requests"].get("nvidia.com/gpu", 0)) for c in p["spec"]["containers"])
+
+
+def _gated(p: JSON) -> bool:
+    return any(g.get("name") == "quorum.dev/gang" for g in p["spec"].get("schedulingGates") or [])
+
+
+def loop_settings() -> LoopSettings:
+    return LoopSettings(
+        forming_grace_seconds=0.0,
+        status_interval_seconds=0.0,
+        gang_timeout_seconds=30.0,
+        failure_backoff=BackoffPolicy(1.0, 4.0),
+        backoff=BackoffPolicy(10.0, 40.0),
+    )
+
+
+@dataclass
+class GangSpec:
+    name: str  # the group's name; the gang is "pg-<name>"
+    size: int
+    min_member: int
+    gpus: int
+    priority: int
+    made: int = 0  # pods made so far (names)
+    finished: bool = False
+
+
+@dataclass
+class Model:
+    gangs: dict[str, GangSpec] = field(default_factory=dict)
+    created: int = 0
+    foreign: int = 0
+
+
+class DisruptionMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.runner = asyncio.new_event_loop()
+        self.runner.set_default_executor(InlineExecutor())
+        self.clock = clock.ManualClock(start=1_800_000_000.0)
+        self.clock_use = clock.using(self.clock)
+        self.clock_use.__enter__()
+        server = Store()
+        for i in range(NODES):
+            server.nodes[f"n{i}"] = node(f"n{i}", GPUS)
+        self.api = AuditedApi(server, BoundPods(), self.clock)
+        self.api.server = server
+        store, bound = self.api.relist()
+        self.loop = GangLoop(self.api, store, bound, loop_settings())
+        self.loop.resume()
+        self.model = Model()
+
+    def run(self, work: Coroutine[Any, Any, Any]) -> Any:
+        return self.runner.run_until_complete(work)
+
+    def teardown(self) -> None:
+        try:
+            self.run(self.loop.work.cancel_all())
+            for task in list(self.loop.reports):
+                task.cancel()
+            self.runner.run_until_complete(asyncio.sleep(0))
+        finally:
+            self.runner.close()
+            self.clock_use.__exit__(None, None, None)
+
+    # -- tenants ---------------------------------------------------------------------------------
+
+    @initialize(
+        size=st.integers(1, 4),
+        extra=st.integers(0, 2),
+        gpu=st.sampled_from([2, 4, 8]),
+        restart=st.booleans(),
+    )
+    def a_first_gang(self, size: int, extra: int, gpu: int, restart: bool) -> None:
+        self.a_gang_arrives(size, extra, gpu, 0, restart)
+
+    @rule(
+        size=st.integers(1, 4),
+        extra=st.integers(0, 2),
+        gpu=st.sampled_from([2, 4, 8]),
+        priority=st.sampled_from([0, 0, 100]),
+        restart=st.booleans(),
+    )
+    def a_gang_arrives(self, size: int, extra: int, gpu: int, priority: int, restart: bool) -> None:
+        live = [g for g in self.model.gangs.values() if not g.finished]
+        if len(live) >= 4 or self.model.created >= 6:
+            return
+        name = f"g{self.model.created}"
+        self.model.created += 1
+        spec = GangSpec(name, size + extra, size, gpu, priority)
+        self.model.gangs[name] = spec
+        group = podgroup(name, size)
+        group["spec"]["scheduleTimeoutSeconds"] = TIMEOUT
+        if restart:
+            group["metadata"]["annotations"] = {"quorum.dev/member-loss-policy": "RestartGang"}
+        for table in (self.api.server.groups, self.loop.store.groups):  # groups are not modelled lagging
+            table[("scheduling.sigs.k8s.io", NS, name)] = copy.deepcopy(group)
+        for _ in range(spec.size):
+            self.make_pod(spec)
+
+    def make_pod(self, spec: GangSpec) -> None:
+        owner = {
+            "kind": "ReplicaSet",
+            "name": f"rs-{spec.name}",
+            "uid": f"rs-{spec.name}",
+            "controller": True,
+        }
+        p = pod(spec.name, spec.made, spec.gpus, owner)
+        p["metadata"]["uid"] = f"{spec.name}-{spec.made}"
+        p["metadata"]["name"] = f"{spec.name}-{spec.made}"
+        p["spec"]["priority"] = spec.priority
+        spec.made += 1
+        self.api.server.pods[p["metadata"]["uid"]] = p
+        self.api.changed("pods", p["metadata"]["uid"], p)
+
+    @rule(data=st.data())
+    def a_gang_finishes(self, data: st.DataObject) -> None:
+        live = [g for g in self.model.gangs.values() if not g.finished]
+        if not live:
+            return
+        spec = data.draw(st.sampled_from(live))
+        spec.finished = True
+        for p in self.api.gang_pods(f"pg-{spec.name}"):
+            self.remove_pod(p)
+        for table in (self.api.server.groups, self.loop.store.groups):
+            table.pop(("scheduling.sigs.k8s.io", NS, spec.name), None)
+
+    def remove_pod(self, p: JSON) -> None:
+        uid = p["metadata"]["uid"]
+        if self.api.server.pods.pop(uid, None) is not None:
+            self.api.changed("pods", uid, None)
+
+    @rule()
+    def replica_sets_make_pods_again(self) -> None:
+        """Each ReplicaSet makes its missing pods again (gated by the webhook), a bounded number."""
+        for spec in self.model.gangs.values():
+            missing = spec.size - len(self.api.gang_pods(f"pg-{spec.name}"))
+            while not spec.finished and missing > 0 and spec.made < spec.size + 6:
+                self.make_pod(spec)
+                missing -= 1
+
+    @rule(data=st.data())
+    def someone_evicts_a_member(self, data: st.DataObject) -> None:
+        running = [
+            p
+            for p in self.api.server.pods.values()
+            if p["spec"].get("nodeName") and GANG_LABEL in p["metadata"]["labels"]
+        ]
+        if running:
+            self.remove_pod(data.draw(st.sampled_from(sorted(running, key=lambda p: p["metadata"]["uid"]))))
+
+    # -- nodes and kube-scheduler --------------------------------------------------------------
+
+    @rule()
+    def kube_scheduler_binds(self) -> None:
+        """Released pods bind to the node their release pinned them to, if it still takes them."""
+        for uid, p in sorted(self.api.server.pods.items()):
+            if _gated(p) or p["spec"].get("nodeName") or uid not in self.api.pinned:
+                continue
+            target = self.api.pinned[uid]
+            n = self.api.server.nodes.get(target or "")
+            if n is None or n["spec"].get("unschedulable"):
+                continue
+            taints = [t for t in n["spec"].get("taints") or [] if t.get("key") == RESERVED_TAINT]
+            if any(t.get("value") != self.api.tolerated.get(uid) for t in taints):
+                continue
+            if self.used(target or "") + gpus(p) > GPUS:
+                continue
+            bound = copy.deepcopy(p)
+            bound["spec"]["nodeName"] = target
+            bound["status"] = {"phase": "Running"}
+            self.api.server.pods[uid] = bound
+            self.api.bound_at[uid] = self.api.tick()
+            self.api.changed("pods", uid, bound)
+
+    def used(self, node_name: str) -> int:
+        return sum(
+            gpus(p)
+            for p in self.api.server.pods.values()
+            if p["spec"].get("nodeName") == node_name
+            and p["status"].get("phase") not in ("Succeeded", "Failed")
+        )
+
+    @rule(i=st.integers(0, NODES - 1))
+    def a_node_is_cordoned(self, i: int) -> None:
+        n = self.api.server.nodes[f"n{i}"]
+        n["spec"]["unschedulable"] = True
+        self.api.changed("nodes", f"n{i}", n)
+
+    @rule(i=st.integers(0, NODES - 1))
+    def a_foreign_pod_lands(self, i: int) -> None:
+        """A pod of another scheduler takes what is free on a node by bound pods alone (it does
+        not know what quorum promised)."""
+        free = GPUS - self.used(f"n{i}")
+        if free <= 0 or self.model.foreign >= 6:
+            return
+        self.model.foreign += 1
+        p = pod("foreign", self.model.foreign, free)
+        p["metadata"]["labels"] = {}
+        p["metadata"]["uid"] = p["metadata"]["name"] = f"foreign-{self.model.foreign}"
+        p["spec"]["schedulingGates"] = []
+        p["spec"]["nodeName"] = f"n{i}"
+        p["status"] = {"phase": "Running"}
+        self.api.server.pods[p["metadata"]["uid"]] = p
+        self.api.changed("pods", p["metadata"]["uid"], p)
+
+    @rule(i=st.integers(0, NODES - 1))
+    def a_node_fails(self, i: int) -> None:
+        """NotReady, and the node lifecycle deletes its pods."""
+        n = self.api.server.nodes[f"n{i}"]
+        n["spec"]["unschedulable"] = True
+        n["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+        self.api.changed("nodes", f"n{i}", n)
+        for p in list(self.api.server.pods.values()):
+            if p["spec"].get("nodeName") == f"n{i}":
+                self.remove_pod(p)
+
+    # -- quorum, its watches, its apiserver ------------------------------------------------------
+
+    @rule()
+    def a_pass(self) -> None:
+        self.run(self.loop.step())
+
+    @rule(n=st.integers(1, 12))
+    def tasks_run_a_little(self, n: int) -> None:
+        async def turns() -> None:
+            for _ in range(n):
+                await asyncio.sleep(0)
+
+        self.run(turns())
+
+    @rule()
+    def tasks_run_to_the_end(self) -> None:
+        self.run(settle(self.loop))
+
+    @rule(kind=st.sampled_from(["pods", "gangs", "nodes"]), n=st.integers(1, 6))
+    def a_watch_delivers(self, kind: str, n: int) -> None:
+        self.api.deliver(kind, n)
+
+    @rule(method=st.sampled_from(WRITES), times=st.integers(1, 3))
+    def writes_fail(self, method: str, times: int) -> None:
+        self.api.fail(method, times=times)
+
+    @rule(seconds=st.sampled_from([1, 5, 15, TIMEOUT + 1, 2 * TIMEOUT]))
+    def time_passes(self, seconds: int) -> None:
+        self.clock.advance(seconds)
+
+    @rule()
+    def the_leader_fails_over(self) -> None:
+        """The leader dies wherever its tasks are; the standby lists everything and leads."""
+        old = self.loop
+        self.run(old.work.cancel_all())
+        for task in list(old.reports):
+            task.cancel()
+        store, bound = self.api.relist()
+        self.loop = GangLoop(self.api, store, bound, loop_settings())
+        self.loop.resume()
+
+    # -- the rule ----------------------------------------------------------------------------------
+
+    @invariant()
+    def quorum_disrupts_only_by_the_rule(self) -> None:
+        assert not self.api.violations, self.api.violations
+
+    @rule()
+    def a_quiet_spell(self) -> None:
+        """Faults heal, the watches catch up, controllers and kube-scheduler act, quorum makes a
+        few passes: every act has been told, and no gang is left half-released past its timeout."""
+        self.api.heal()
+        for _ in range(4):
+            self.api.deliver_all()
+            self.run(self.loop.step())
+            self.run(settle(self.loop))
+            self.kube_scheduler_binds()
+            self.replica_sets_make_pods_again()
+            self.clock.advance(5)
+        self.api.deliver_all()
+        self.run(self.loop.step())
+        self.run(settle(self.loop))
+        self.quorum_disrupts_only_by_the_rule()
+        for act in self.api.acts:
+            told, after = TOLD[act.what]
+            names = {act.gang, act.gang.removeprefix("pg-"), act.pod}
+            assert any(
+                (seq > act.seq or not after) and name in names and reason in told
+                for seq, name, reason in self.api.event_log
+            ), f"the {act.what} of pod {act.pod} ({act.gang}) was never told by an Event"
+        now = self.clock.time()
+        for spec in self.model.gangs.values():
+            gang = f"pg-{spec.name}"
+            pods = self.api.gang_pods(gang)
+            bound = sum(1 for p in pods if p["spec"].get("nodeName"))
+            stuck = [p for p in pods if not _gated(p) and not p["spec"].get("nodeName")]
+            admission = self.api.gang_object(gang).get("admission") or {}
+            late = now - timestamp(admission.get("time")) > TIMEOUT + 12
+            assert not (stuck and bound < spec.min_member and late), (
+                f"{gang}: {bound} of {spec.min_member} bound, {len(stuck)} released pods unbound, "
+                f"{now - timestamp(admission.get('time')):.0f}s after its decision"
+            )
+
+
+async def settle(loop: GangLoop) -> None:
+    """Every task of the loop run to its end (bounded: a task that waits forever is a bug)."""
+    for _ in range(50):
+        if not (loop.work.running or loop.reports):
+            return
+        await asyncio.gather(*loop.work.running, *loop.reports, return_exceptions=True)
+    raise AssertionError("the loop's tasks never ended")
+
+
+DisruptionMachine.TestCase.settings = settings(
+    max_examples=20000 if SOAK else int(os.environ.get("QUORUM_MODEL_EXAMPLES", "400")),
+    stateful_step_count=80 if SOAK else 50,
+    derandomize=not SOAK,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+)
+test_quorum_never_deletes_work_that_was_fine = DisruptionMachine.TestCase
