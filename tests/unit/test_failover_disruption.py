@@ -1,0 +1,66 @@
+"""The failover paths that once deleted healthy work, each as a fixed scenario against the
+stateful fake API (the model test, test_disruption_model.py, hunts for them among many): a new
+leader resumes a recorded release whose unreleased pods no longer fit, for a gang already
+running above minMember, and for a preemptor whose victims are already gone."""
+
+from __future__ import annotations
+
+from quorum.operator.gangs import Store
+from quorum.operator.loop import GangLoop
+from tests.unit.fake_api import FakeApi
+from tests.unit.test_loop import NS, REPLICA_SET, cluster, released, settings, step
+from tests.unit.test_loop_preemption import bind_released, evict_from_bound, held, running, taints
+
+
+def cordon(store: Store, name: str) -> None:
+    node = store.nodes[name]
+    node["spec"]["unschedulable"] = True
+    node["metadata"]["resourceVersion"] = "2"
+
+
+async def test_a_resumed_release_keeps_a_gang_running_above_min_member_and_plans_the_rest_anew() -> None:
+    store, bound = cluster(6, {"a": 4}, owner=REPLICA_SET)
+    store.groups[("scheduling.sigs.k8s.io", NS, "a")]["spec"]["minMember"] = 2
+    api = FakeApi(store)
+    first = GangLoop(api, store, bound, settings())
+    late = {"a-2", "a-3"}  # the leader dies before these are released
+    api.fail("release_pod", when=lambda p, n: p["metadata"]["uid"] in late)
+    await step(first)
+    assert released(store, "a") == ["a-0", "a-1"]
+    bind_released(store, bound, api)  # minMember of its pods bound and running
+    recorded = {e["uid"]: e["node"] for e in store.gangs[(NS, "pg-a")]["status"]["admission"]["placement"]}
+    cordon(store, recorded["a-2"])  # one node of an unreleased pod is cordoned before the standby leads
+    api.heal()
+    second = GangLoop(api, store, bound, settings())
+    second.resume()
+    await step(second)
+    await step(second)
+    assert api.called("delete_pod") == [], "the running pods stay"
+    assert {"a-0", "a-1"} <= set(store.pods)
+    assert api.pinned["a-3"] == recorded["a-3"], "a-3 released onto its recorded node"
+    assert api.pinned["a-2"] not in (None, recorded["a-2"]), "a-2 planned anew, away from the cordoned node"
+    assert released(store, "a") == ["a-0", "a-1", "a-2", "a-3"]
+
+
+async def test_a_preemptor_whose_release_was_cut_off_runs_on_the_freed_nodes_after_a_failover() -> None:
+    store, bound = cluster(2, {})
+    running(store, bound, "low", 2, 10, ["n0", "n1"])
+    held(store, "high", 2, 1000)
+    api = FakeApi(store)
+    first = GangLoop(api, store, bound, settings())
+    await step(first)  # the preemption: recorded, nodes tainted, victims evicted
+    evict_from_bound(bound, api)
+    token = store.gangs[(NS, "pg-high")]["status"]["preemption"]["token"]
+    api.fail("release_pod", when=lambda p, n: p["metadata"]["uid"] == "high-1")  # the leader dies here
+    await step(first)
+    assert released(store, "high") == ["high-0"]
+    api.heal()
+    second = GangLoop(api, store, bound, settings())
+    second.resume()
+    await step(second)
+    assert api.called("delete_pod") == [], "the preemptor is not recovered"
+    assert released(store, "high") == ["high-0", "high-1"], "finished on its reserved nodes"
+    assert api.tolerated["high-1"] == token
+    bind_released(store, bound, api)
+    await step(second)
+    assert taints(store, "n0") == [] and taints(store, "n1") == [], "the preemption ended: nodes freed"
