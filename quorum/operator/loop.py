@@ -172,7 +172,7 @@ class GangLoop:
         self.recoverer = Recoverer(
             api, self.records, settings.backoff, self.ledger, settings.member_loss_policy
         )
-        self.preempter = Preempter(api, store, bound, settings.preemption, settings.planner)
+        self.preempter = Preempter(api, self.records, bound, settings.preemption, settings.planner)
         self.work = GangWork(
             settings.gang_concurrency,
             settings.gang_timeout_seconds,

@@ -51,7 +51,8 @@ from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT, EvictionRefused
 from quorum.operator import metrics
 from quorum.operator.conditions import iso, recovery_of, timestamp
-from quorum.operator.gangs import JSON, GangView, Store
+from quorum.operator.gangs import JSON, GangView
+from quorum.operator.status import GangRecords
 
 log = logging.getLogger("quorum.operator.preemption")
 GangKey = tuple[str, str]
@@ -157,13 +158,14 @@ class Preempter:
     def __init__(
         self,
         api: KubeApi,
-        store: Store,
+        records: GangRecords,
         bound: BoundPods,
         settings: PreemptionLoopSettings,
         planner: PlannerSettings,
     ) -> None:
         self.api = api
-        self.store = store
+        self.statuses = records  # the one writer of a Gang's status
+        self.store = records.store
         self.bound = bound
         self.settings = settings
         self.planner = planner
@@ -271,7 +273,7 @@ class Preempter:
                 for v in preemption.victims
             ],
         }
-        await self.api.patch_gang_status(*key, {"preemption": record})
+        await self.statuses.patch(key, {"preemption": record})
         self.records[key] = record
         self.why_not.pop(key, None)
         for name in preemption.nodes:
@@ -373,7 +375,7 @@ class Preempter:
                     "message": f"{told}; suspended Job {', '.join(jobs)}",
                     "suspendedJobs": sorted({*(recovery.get("suspendedJobs") or []), *jobs}),
                 }
-            await self.api.patch_gang_status(victim.namespace, str(gang_name), status)
+            await self.statuses.patch((victim.namespace, str(gang_name)), status)
             suspended = f"; suspended Job {', '.join(jobs)} until its pods are gone" if jobs else ""
             await self.api.post_event(gang, "Preempted", told + suspended, warning=True)
 
@@ -417,7 +419,7 @@ class Preempter:
             if node is not None:
                 await self.api.taint_node(node, token, add=False)
         if key in self.store.gangs:
-            await self.api.patch_gang_status(*key, {"preemption": None})
+            await self.statuses.patch(key, {"preemption": None})
         self.records[key] = None
         metrics.PREEMPTIONS.labels(result="Ended" if not warn else "Expired").inc()
         log.info("%s/%s: preemption ended: %s", *key, why)

@@ -47,3 +47,35 @@ def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
     sample = tmp_path / "x.py"
     sample.write_text("import kopf\nfrom kubernetes_asyncio import client\n")
     assert imports_of(sample) == {"kopf", "kubernetes_asyncio"}
+
+
+OPERATOR = QUORUM / "operator"
+STATUS_WRITES = {"patch_gang_status", "patch_group_status", "apply_group_status"}
+# evict_pod and a victim Job's suspension: preemption.py, by the preemption it recorded first
+DESTRUCTIVE = {"delete_pod", "set_job_suspend"}
+
+
+def calls_of(path: Path, names: set[str]) -> set[str]:
+    """Which of `names` the module calls as an attribute (`api.delete_pod(...)`)."""
+    return {
+        node.func.attr
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in names
+    }
+
+
+@pytest.mark.parametrize("module", sorted(OPERATOR.glob("*.py")), ids=lambda p: p.name)
+def test_one_writer_of_a_gangs_status_and_one_place_that_deletes(module: Path) -> None:
+    # manual.py is `quorum release`, a person's command: its record is the documented exception.
+    if module.name not in ("status.py", "manual.py"):
+        assert not calls_of(module, STATUS_WRITES), "a Gang's or group's status is written by status.py alone"
+    allowed = {"recovery.py": DESTRUCTIVE, "preemption.py": {"set_job_suspend"}}.get(module.name, set())
+    assert calls_of(module, DESTRUCTIVE) <= allowed, (
+        "pods are deleted and Jobs suspended by recovery.py alone"
+    )
+
+
+def test_the_writer_check_sees_a_call(tmp_path: Path) -> None:
+    stray = tmp_path / "stray.py"
+    stray.write_text("async def f(api):\n    await api.patch_gang_status('ns', 'g', {})\n")
+    assert calls_of(stray, STATUS_WRITES) == {"patch_gang_status"}
