@@ -6,6 +6,9 @@ pass a stateful fake that can fail or hang any call.
 
 from __future__ import annotations
 
+import logging
+import os
+import signal
 from typing import Any, Protocol
 
 from kubernetes_asyncio import client
@@ -120,3 +123,25 @@ class LiveApi:
 
     async def evict_pod(self, pod: JSON, dry_run: bool = False) -> bool:
         return await writes.evict_pod(self.api, pod, dry_run)
+
+
+class CrashingApi(LiveApi):
+    """Tests only (QUORUM_OPERATOR_TEST_CRASH_AFTER=k): a `LiveApi` whose process dies by SIGKILL
+    right after its k-th pod release, to show what the next leader does with a release cut off.
+    Installed instead of `LiveApi` by the operator's start-up; no code path of the loop knows."""
+
+    def __init__(self, api: client.ApiClient, crash_after: int) -> None:
+        super().__init__(api)
+        self.crash_after = crash_after
+        self.releases = 0
+
+    async def release_pod(self, pod: JSON, node: str | None, tolerate: str | None = None) -> bool:
+        released = await super().release_pod(pod, node, tolerate)
+        if released:
+            self.releases += 1
+            if self.releases >= self.crash_after:
+                logging.getLogger("quorum.operator").warning(
+                    "test hook: SIGKILL after %d releases", self.releases
+                )
+                os.kill(os.getpid(), signal.SIGKILL)
+        return released

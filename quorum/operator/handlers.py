@@ -25,7 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM
 from quorum.core.lifecycle import BackoffPolicy
 from quorum.k8s import reads
-from quorum.k8s.api import LiveApi
+from quorum.k8s.api import CrashingApi, LiveApi
 from quorum.k8s.client import api_client
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.watch import Index, watch_objects
@@ -136,8 +136,9 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
             "that name one (spec.schedulingGroup) are released without gang admission, with a warning Event"
         )
     bound = BoundPods()
+    live = CrashingApi(api, config.test_crash_after) if config.test_crash_after else LiveApi(api)
     loop = GangLoop(
-        LiveApi(api),
+        live,
         store,
         bound,
         LoopSettings(
@@ -148,7 +149,6 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
             gang_timeout_seconds=config.gang_timeout_seconds,
             forming_grace_seconds=config.forming_grace_seconds,
             status_interval_seconds=config.status_interval_seconds,
-            crash_after=config.test_crash_after,
             backoff=BackoffPolicy(config.backoff_seconds, config.backoff_cap_seconds),
             preemption=PreemptionLoopSettings(
                 config.preemption,

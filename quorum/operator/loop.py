@@ -25,22 +25,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import signal
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from quorum.core.fit import FitSettings, why_not
+from quorum.core.fit import FitSettings
 from quorum.core.lifecycle import BackoffPolicy, MemberLossPolicy
-from quorum.core.model import Gang, Node, Pod, Toleration, fits, subtract
-from quorum.core.planner import Hold, Plan, Planner, PlannerSettings, Release
+from quorum.core.model import Gang, Node, Pod
+from quorum.core.planner import Hold, Plan, Planner, PlannerSettings
 from quorum.core.preemption import NoPreemption, Preemption
 from quorum.k8s.api import KubeApi
-from quorum.k8s.convert import node_from_api, pod_from_api, pod_requests
+from quorum.k8s.convert import node_from_api, pod_from_api
 from quorum.k8s.usage import BoundPods
-from quorum.k8s.writes import RESERVED_TAINT
 from quorum.operator import clock, metrics
 from quorum.operator.conditions import (
     GangStatus,
@@ -48,20 +45,19 @@ from quorum.operator.conditions import (
     compose,
     iso_deadline,
     recovery_of,
-    timestamp,
 )
-from quorum.operator.gangs import JSON, GangView, Store, assemble, is_gated, orphans
+from quorum.operator.gangs import JSON, GangView, Store, assemble
 from quorum.operator.health import Health
-from quorum.operator.ledger import Ledger, recorded_placement
+from quorum.operator.ledger import Ledger
 from quorum.operator.preemption import Preempter, PreemptionLoopSettings
 from quorum.operator.recovery import Recoverer, disruption_of
-from quorum.operator.status import GangRecords, StatusWrite, now_rfc3339
+from quorum.operator.release import Releaser, ReleaseSettings, tolerating
+from quorum.operator.status import GangRecords, StatusWrite
 from quorum.operator.work import Failure, GangWork, describe
 
 log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
 SLOW_PASS_SECONDS = 1.0  # a pass slower than this is logged with where its time went
-ORPHANS: GangKey = ("", "pods without a group")  # the work key of releasing orphaned pods
 STRAY_TAINTS: GangKey = ("", "reservation taints")  # the work key of removing stray ones
 
 
@@ -79,7 +75,6 @@ class LoopSettings:
     # read why it waits, and its writes would cost the apiserver for nothing.
     forming_grace_seconds: float = 2.0
     status_interval_seconds: float = 1.0  # one gang's status is written at most this often
-    crash_after: int = 0  # tests only: SIGKILL this process after that many pod releases
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
     preemption: PreemptionLoopSettings = field(default_factory=PreemptionLoopSettings)
     member_loss_policy: MemberLossPolicy = MemberLossPolicy.REPLACE  # gangs without the annotation
@@ -180,25 +175,30 @@ class GangLoop:
             self.wake,
             self.report_failure,
         )
+        self.releaser = Releaser(
+            api,
+            self.records,
+            bound,
+            self.ledger,
+            self.work,
+            self.preempter.tokens,
+            self.recoverer.recovered_already,
+            self.fail,
+            ReleaseSettings(
+                settings.planner.fit, settings.release_concurrency, settings.gang_timeout_seconds
+            ),
+        )
         self.planner = Planner(settings.planner)  # keeps its node index between passes
         self.pod_models = PodModels()
         self.node_models = NodeModels()
-        self.pod_patches = asyncio.Semaphore(settings.release_concurrency)
-        self.told_dropped: set[str] = set()  # pods released because their group was dropped
         self.statefulsets: dict[str, str | None] = {}  # uid -> podManagementPolicy
         self.next_backoff_end = 0.0  # the earliest end of a backoff: a pass is due then
         self.first_seen: dict[GangKey, float] = {}  # gang -> when a pass first saw it
         self.next_forming_due = 0.0  # when a forming gang's grace ends: a pass is due then
-        self.complete_at: dict[GangKey, float] = {}  # released gangs: when their members were all there
         self.timings: dict[str, float] = {}  # where the last pass's time went
         self.lap_started = 0.0
-        self.patches = 0  # pod releases made by this process (for the test hook)
         self.worst_pass = 0.0
         self.leading = False
-        # Pods of a recorded release still to be released onto their recorded nodes, per gang:
-        # their patch failed, or a leader before this one began the release.
-        self.unfinished: dict[GangKey, set[str]] = {}
-        self.resumed: set[GangKey] = set()  # gangs whose recorded release a restart checks
         self.reports: set[asyncio.Task[None]] = set()  # Warning Events of failures found by the pass
         self.first_pod: dict[GangKey, JSON] = {}  # a pod of each gang (for Events before its Gang)
 
@@ -262,8 +262,7 @@ class GangLoop:
         reserved — read from the decisions recorded on the Gang objects."""
         self.records.resume()
         self.ledger.resume(self.store.gangs, self.store.pods, self.bound.pods)
-        self.unfinished.clear()
-        self.resumed = {key for key, gang in self.store.gangs.items() if recorded_placement(gang)}
+        self.releaser.resume()
         self.planner = Planner(self.settings.planner)  # a full first pass
         self.pod_models = PodModels()  # a plan of the last term may still be using the old ones
         self.health.pass_completed()
@@ -284,7 +283,7 @@ class GangLoop:
         self.timings = {}
         self.lap_started = time.monotonic()
         now = clock.time()
-        self.start_orphan_releases()
+        self.releaser.start_orphans()
         # From here to the plan's snapshot, no await: the usage (`used`) and the nodes it changed
         # must be taken together, or a node that changes in between is synced into the
         # planner's index with stale usage and never again.
@@ -299,7 +298,7 @@ class GangLoop:
             self.first_pod[view.key] = view.pods[0]
         self.lap("assemble")
         nodes = self.node_models.refresh(self.store.nodes)
-        self.start_continued_releases(views, nodes, now)
+        self.releaser.start_continued(views, nodes, now)
         self.start_recoveries(views, now)
         self.start_preemption_upkeep(views, now)
         self.lap("recover")
@@ -318,7 +317,7 @@ class GangLoop:
             holds[key] = Hold(Gang(*key, 1, ()), "PlanningFailed", message)
             self.fail(key, "plan", message)
         for release in planned.plan.releases:
-            self.start_release(plannable[release.gang.key], release)
+            self.releaser.start(plannable[release.gang.key], release)
         for hold in planned.plan.holds:
             key = hold.gang.key
             if hold.reason == "PlanningFailed":
@@ -400,224 +399,6 @@ class GangLoop:
                 failed[key] = f"reading its pods failed: {type(err).__name__}: {err}"
         pod_models.keep_seen()
         return Planned(planner.plan(nodes, used, queue, now, changed=changed), failed)
-
-    # -- releases -----------------------------------------------------------------------------
-
-    def start_release(self, view: GangView, release: Release) -> None:
-        """Reserve the release's room now (no later pass may plan it), then release in the
-        gang's task (its time limit grows with the pods it patches)."""
-        for pod, node in release.placement:
-            self.ledger.reserve(view.key, pod.uid, node.name, pod.requests)
-        pods = len(release.placement)
-        timeout = self.settings.gang_timeout_seconds * (1 + pods / self.settings.release_concurrency)
-        if not self.work.start(view.key, "release", self.release(view, release), timeout):
-            for pod, _ in release.placement:  # cannot happen (busy gangs are not planned): undo
-                self.ledger.drop(pod.uid)
-
-    async def release(self, view: GangView, release: Release) -> None:
-        placement = [(pod.uid, node.name) for pod, node in release.placement]
-        try:
-            gang = await self.records.ensure_gang(view)
-            attempt = attempt_of(self.records.gang(view.key) or gang) + 1
-            entries = [
-                {"pod": pod.name, "uid": pod.uid, "node": node.name} for pod, node in release.placement
-            ]
-            # The decision first: a restarted operator continues this plan instead of making another.
-            admission = {"attempt": attempt, "time": now_rfc3339(), "placement": entries}
-            recorded = await self.records.record_release(view, gang, admission, len(entries))
-        except BaseException:
-            for uid, _ in placement:  # not recorded: nothing was promised
-                self.ledger.drop(uid)
-            raise
-        self.complete_at[view.key] = member_complete_time(view)
-        metrics.RELEASE_LATENCY.observe(max(0.0, clock.time() - self.complete_at[view.key]))
-        pods = {p["metadata"]["uid"]: p for p in view.gated}
-        _, (results, error) = await asyncio.gather(
-            self.records.write_group_released(view, recorded),  # it says the gang is being scheduled
-            self.release_pods(view.key, [(pods[uid], node) for uid, node in placement if uid in pods]),
-        )
-        await self.tell_released(view, gang, results)
-        if error is not None:
-            raise error
-
-    async def release_pods(
-        self, key: GangKey, pods: list[tuple[JSON, str]]
-    ) -> tuple[list[tuple[str, bool]], BaseException | None]:
-        """One conditional patch per pod; (node, released?) per pod, and the first error, for
-        the gang's task to raise once it has told what was done. A failing patch does not stop
-        the others. A pod whose patch raised stays reserved and is kept as unfinished (the
-        release is finished on its recorded node after the gang's backoff); one the apiserver
-        refused (gone, changed, released by someone else) is final: its reservation ends, and a
-        pod still gated is planned anew."""
-
-        tolerate = self.preempter.tokens().get(key)
-
-        async def one(pod: JSON, node: str) -> bool:
-            async with self.pod_patches:
-                ok = await self.api.release_pod(pod, node, tolerate)
-                self.crash_hook(ok)
-                return ok
-
-        results = await asyncio.gather(*(one(pod, node) for pod, node in pods), return_exceptions=True)
-        unfinished = self.unfinished.setdefault(key, set())
-        error: BaseException | None = None
-        for (pod, _), result in zip(pods, results, strict=True):
-            uid = pod["metadata"]["uid"]
-            if isinstance(result, BaseException):
-                unfinished.add(uid)
-                error = error or result
-            else:
-                unfinished.discard(uid)
-                if not result:
-                    self.ledger.drop(uid)
-        if not unfinished:
-            del self.unfinished[key]
-        done = [(node, r is True) for (_, node), r in zip(pods, results, strict=True)]
-        metrics.PODS_RELEASED.inc(sum(1 for _, ok in done if ok))
-        return done, error
-
-    async def tell_released(self, view: GangView, gang: JSON, results: list[tuple[str, bool]]) -> None:
-        spread = Counter(node for node, ok in results if ok)
-        done = sum(spread.values())
-        nodes = "node" if len(spread) == 1 else "nodes"
-        message = f"released {done} of {len(results)} planned pods onto {len(spread)} {nodes}: " + ", ".join(
-            f"{n} ×{c}" for n, c in sorted(spread.items())
-        )
-        log.info("%s/%s: %s", view.namespace, view.name, message)
-        metrics.RELEASES.inc()
-        self.records.reasons.pop(view.key, None)
-        await self.tell(view, [obj for obj in (gang, view.group) if obj], "Released", message)
-
-    async def tell(self, view: GangView, objects: list[JSON], reason: str, message: str) -> None:
-        """Events are best effort: one that cannot be posted fails nothing."""
-        try:
-            await asyncio.gather(*(self.api.post_event(obj, reason, message) for obj in objects))
-        except Exception:
-            log.warning("%s/%s: Event %s not posted", view.namespace, view.name, reason, exc_info=True)
-
-    def start_continued_releases(
-        self, views: dict[GangKey, GangView], nodes: dict[str, Node], now: float
-    ) -> None:
-        """Finish releases begun earlier, on the nodes recorded for them (no new plan, so the
-        capacity the gang was promised is what it gets): pods whose patch failed in this
-        process, and, once after a restart, the still gated pods of a recorded release that had
-        begun (some of its pods released). Those are checked for room on their recorded nodes
-        first; those that no longer fit there are planned anew, like any gated pod (the gang's
-        running pods stay: only the timeout, `recovery.py`, ever recovers a gang). A release not
-        finished within the gang's scheduleTimeoutSeconds is given up: its gated pods are
-        planned anew."""
-        tokens = self.preempter.tokens()
-        for key in sorted(self.resumed):
-            self.resumed.discard(key)
-            view, gang = views.get(key), self.records.gang(key)
-            if view is None or gang is None or self.recoverer.recovered_already(key, gang):
-                continue
-            try:
-                placement = recorded_placement(gang)
-                pods = {p["metadata"]["uid"]: p for p in view.active}
-                present = [(e, pods[e["uid"]]) for e in placement if e["uid"] in pods]
-                pending = [(e, p) for e, p in present if is_gated(p)]
-                if not pending or len(pending) == len(present):
-                    continue  # nothing left, or nothing started: the planner decides as usual
-                fitting = self.room_for(key, pending, nodes, tokens.get(key))
-            except Exception as err:
-                self.fail(key, "release", describe(err))
-                continue
-            if len(fitting) < len(pending):
-                log.info(
-                    "%s/%s: %d pods of the recorded release no longer fit their planned nodes: planned anew",
-                    *key,
-                    len(pending) - len(fitting),
-                )
-            if fitting:
-                self.unfinished[key] = fitting
-        for key, uids in list(self.unfinished.items()):
-            view, gang = views.get(key), self.records.gang(key)
-            if self.work.blocks_planning(key) or self.work.backing_off(key):
-                continue
-            recorded = {e["uid"]: e["node"] for e in recorded_placement(gang)}
-            to_release = [
-                (p, recorded[uid])
-                for p in (view.active if view else [])
-                if (uid := p["metadata"]["uid"]) in uids and uid in recorded and is_gated(p)
-            ]
-            admitted_at = timestamp((((gang or {}).get("status") or {}).get("admission") or {}).get("time"))
-            if view is None or gang is None or not to_release or now - admitted_at > view.schedule_timeout:
-                for uid in uids:  # gone, released meanwhile, or too late: planned anew if still gated
-                    self.ledger.drop(uid)
-                del self.unfinished[key]
-                continue
-            self.work.start(key, "release", self.continue_release(view, gang, to_release))
-
-    def room_for(
-        self, key: GangKey, pending: list[tuple[JSON, JSON]], nodes: dict[str, Node], token: str | None
-    ) -> set[str]:
-        """Reserve the recorded node of each `pending` pod that still fits there now (with the
-        toleration of its gang's reservation, if the gang preempts); the uids reserved."""
-        used = self.ledger.usage(self.bound.used)
-        taken: dict[str, dict[str, int]] = {}
-        fit_settings = self.settings.planner.fit
-        reserved: set[str] = set()
-        for entry, pod in pending:
-            node = nodes.get(entry["node"])
-            if node is None:
-                continue
-            model = pod_from_api(pod)
-            if token is not None:
-                model = replace(model, tolerations=(*model.tolerations, reservation_toleration(token)))
-            room = taken.get(node.name) or subtract(node.allocatable, used.get(node.name, {}))
-            if why_not(model, node, fit_settings) or not fits(model.requests, room):
-                continue
-            taken[node.name] = subtract(room, model.requests)
-            self.ledger.reserve(key, entry["uid"], entry["node"], pod_requests(pod))
-            reserved.add(entry["uid"])
-        return reserved
-
-    async def continue_release(self, view: GangView, gang: JSON, pending: list[tuple[JSON, str]]) -> None:
-        results, error = await self.release_pods(view.key, pending)
-        done = sum(1 for _, ok in results if ok)
-        log.info(
-            "%s/%s: finished a release begun earlier: %d more pods onto their recorded nodes", *view.key, done
-        )
-        if done:
-            await self.tell(
-                view,
-                [gang],
-                "Released",
-                f"finished the recorded release: {done} more pods onto their planned nodes",
-            )
-        if error is not None:
-            raise error
-
-    def start_orphan_releases(self) -> None:
-        found = [
-            (pod, why) for pod, why in orphans(self.store) if pod["metadata"]["uid"] not in self.told_dropped
-        ]
-        if found and not self.work.busy(ORPHANS) and not self.work.backing_off(ORPHANS):
-            self.work.start(ORPHANS, "release", self.release_orphans(found))
-
-    async def release_orphans(self, found: list[tuple[JSON, tuple[str, str]]]) -> None:
-        first_error: BaseException | None = None
-        for pod, (reason, message) in found:
-            try:
-                if await self.api.release_pod(pod, None):
-                    await self.api.post_event(
-                        {"apiVersion": "v1", "kind": "Pod", **pod}, reason, message, warning=True
-                    )
-                    self.told_dropped.add(pod["metadata"]["uid"])
-            except Exception as err:
-                first_error = first_error or err
-        if first_error is not None:
-            raise first_error
-
-    def crash_hook(self, released: bool) -> None:
-        """Tests only (QUORUM_OPERATOR_TEST_CRASH_AFTER=k): die by SIGKILL right after the k-th
-        pod release, to show that a restarted operator finishes the gang on its recorded plan."""
-        if released and self.settings.crash_after:
-            self.patches += 1
-            if self.patches >= self.settings.crash_after:
-                log.warning("test hook: SIGKILL after %d releases", self.patches)
-                os.kill(os.getpid(), signal.SIGKILL)
 
     # -- preemption ---------------------------------------------------------------------------
 
@@ -752,10 +533,10 @@ class GangLoop:
 
     def observe_bound(self, view: GangView, counts: Mapping[str, int]) -> None:
         """The time from a released gang's last member to minMember of its pods bound."""
-        started = self.complete_at.get(view.key)
+        started = self.releaser.complete_at.get(view.key)
         if started is not None and counts["bound"] >= (view.min_member or 1):
             metrics.BOUND_LATENCY.observe(max(0.0, clock.time() - started))
-            del self.complete_at[view.key]
+            del self.releaser.complete_at[view.key]
 
     def forming(self, live: set[GangKey], holds: dict[GangKey, Hold], now: float) -> set[GangKey]:
         """Gangs short of members, first seen less than the grace ago, with nothing written yet:
@@ -839,39 +620,10 @@ class GangLoop:
         self.recoverer.prune(known, self.store.pods)
         self.preempter.prune(known)
         self.work.prune(known)
-        for table in (self.complete_at, self.first_pod, self.unfinished):
-            for key in [k for k in table if k not in known]:
-                del table[key]
+        self.releaser.prune(known)
+        for key in [k for k in self.first_pod if k not in known]:
+            del self.first_pod[key]
         owners = {
             o.get("uid") for p in self.store.pods.values() for o in p["metadata"].get("ownerReferences") or []
         }
         self.statefulsets = {uid: v for uid, v in self.statefulsets.items() if uid in owners}
-        self.told_dropped = {uid for uid in self.told_dropped if uid in self.store.pods}
-
-
-def tolerating(gang: Gang, token: str) -> Gang:
-    """The gang as the planner sees it while nodes are reserved for it: its pods tolerate the
-    reservation's taint (their release adds the toleration)."""
-    toleration = reservation_toleration(token)
-    return replace(gang, pods=tuple(replace(p, tolerations=(*p.tolerations, toleration)) for p in gang.pods))
-
-
-def reservation_toleration(token: str) -> Toleration:
-    return Toleration(RESERVED_TAINT, "Equal", token, "NoSchedule")
-
-
-def attempt_of(gang: JSON) -> int:
-    admission = (gang.get("status") or {}).get("admission") or {}
-    try:
-        return int(admission.get("attempt") or 0) if isinstance(admission, dict) else 0
-    except (TypeError, ValueError):
-        return 0
-
-
-def member_complete_time(view: GangView) -> float:
-    """When the gang had its minMember-th member (the latest creation among the first
-    minMember pods): from then on it waited only for quorum."""
-    created = sorted(timestamp(p["metadata"].get("creationTimestamp")) for p in view.pods)
-    if not created:
-        return clock.time()
-    return created[min(len(created), max(1, view.min_member or 1)) - 1]

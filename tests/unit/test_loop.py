@@ -399,7 +399,7 @@ async def test_a_pod_release_the_apiserver_refuses_is_final_and_the_pod_is_plann
     loop = GangLoop(api, store, bound, settings())
     await step(loop)
     assert released(store, "a") == ["a-0"] and "a-1" not in loop.ledger
-    assert (NS, "pg-a") not in loop.unfinished and (NS, "pg-a") not in loop.work.failures
+    assert (NS, "pg-a") not in loop.releaser.unfinished and (NS, "pg-a") not in loop.work.failures
     await step(loop)
     assert released(store, "a") == ["a-0", "a-1"], "planned anew, as the pod the gang still needs"
     assert store.gangs[(NS, "pg-a")]["status"]["admission"]["attempt"] == 2

@@ -1,0 +1,313 @@
+"""Releasing: a gang's pods freed from quorum's gate onto the nodes its plan chose.
+
+A release is reserved in the ledger the moment it is decided, recorded on the Gang
+(`status.admission`) before any pod is touched, and then made one conditional patch per pod in
+the gang's own task. A release cut off (a patch failed, a leader died) is finished on the
+recorded nodes for the pods that still fit there; the others are planned anew. Nothing here
+deletes or recovers anything (that is `recovery.py`, by docs/lifecycle.md's rule).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from quorum.core.fit import FitSettings, why_not
+from quorum.core.model import Gang, Node, Toleration, fits, subtract
+from quorum.core.planner import Release
+from quorum.k8s.api import KubeApi
+from quorum.k8s.convert import pod_from_api, pod_requests, timestamp
+from quorum.k8s.usage import BoundPods
+from quorum.k8s.writes import RESERVED_TAINT
+from quorum.operator import clock, metrics
+from quorum.operator.gangs import JSON, GangView, Store, is_gated, orphans
+from quorum.operator.ledger import Ledger, recorded_placement
+from quorum.operator.status import GangRecords, now_rfc3339
+from quorum.operator.work import GangWork, describe
+
+log = logging.getLogger("quorum.operator")
+GangKey = tuple[str, str]
+ORPHANS: GangKey = ("", "pods without a group")  # the work key of releasing orphaned pods
+
+
+@dataclass(frozen=True)
+class ReleaseSettings:
+    fit: FitSettings
+    release_concurrency: int  # pod patches in flight at once
+    gang_timeout_seconds: float  # a gang's release task is cut off after this (grows with its pods)
+
+
+class Releaser:
+    def __init__(
+        self,
+        api: KubeApi,
+        records: GangRecords,
+        bound: BoundPods,
+        ledger: Ledger,
+        work: GangWork,
+        tokens: Callable[[], dict[GangKey, str]],
+        recovered_already: Callable[[GangKey, JSON], bool],
+        fail: Callable[[GangKey, str, str], None],
+        settings: ReleaseSettings,
+    ) -> None:
+        self.api = api
+        self.records = records
+        self.store: Store = records.store
+        self.bound = bound
+        self.ledger = ledger
+        self.work = work
+        self.tokens = tokens  # the reservation token of each gang that preempts
+        self.recovered_already = recovered_already
+        self.fail = fail
+        self.settings = settings
+        self.pod_patches = asyncio.Semaphore(settings.release_concurrency)
+        # Pods of a recorded release still to be released onto their recorded nodes, per gang:
+        # their patch failed, or a leader before this one began the release.
+        self.unfinished: dict[GangKey, set[str]] = {}
+        self.resumed: set[GangKey] = set()  # gangs whose recorded release a new leader checks
+        self.told_dropped: set[str] = set()  # pods released because their group was dropped
+        self.complete_at: dict[GangKey, float] = {}  # released gangs: when their members were all there
+
+    def resume(self) -> None:
+        self.unfinished.clear()
+        self.resumed = {key for key, gang in self.store.gangs.items() if recorded_placement(gang)}
+
+    def prune(self, known: set[GangKey]) -> None:
+        for table in (self.complete_at, self.unfinished):
+            for key in [k for k in table if k not in known]:
+                del table[key]
+        self.told_dropped = {uid for uid in self.told_dropped if uid in self.store.pods}
+
+    def start(self, view: GangView, release: Release) -> None:
+        """Reserve the release's room now (no later pass may plan it), then release in the
+        gang's task (its time limit grows with the pods it patches)."""
+        for pod, node in release.placement:
+            self.ledger.reserve(view.key, pod.uid, node.name, pod.requests)
+        pods = len(release.placement)
+        timeout = self.settings.gang_timeout_seconds * (1 + pods / self.settings.release_concurrency)
+        if not self.work.start(view.key, "release", self.release(view, release), timeout):
+            for pod, _ in release.placement:  # cannot happen (busy gangs are not planned): undo
+                self.ledger.drop(pod.uid)
+
+    async def release(self, view: GangView, release: Release) -> None:
+        placement = [(pod.uid, node.name) for pod, node in release.placement]
+        try:
+            gang = await self.records.ensure_gang(view)
+            attempt = attempt_of(self.records.gang(view.key) or gang) + 1
+            entries = [
+                {"pod": pod.name, "uid": pod.uid, "node": node.name} for pod, node in release.placement
+            ]
+            # The decision first: a restarted operator continues this plan instead of making another.
+            admission = {"attempt": attempt, "time": now_rfc3339(), "placement": entries}
+            recorded = await self.records.record_release(view, gang, admission, len(entries))
+        except BaseException:
+            for uid, _ in placement:  # not recorded: nothing was promised
+                self.ledger.drop(uid)
+            raise
+        self.complete_at[view.key] = member_complete_time(view)
+        metrics.RELEASE_LATENCY.observe(max(0.0, clock.time() - self.complete_at[view.key]))
+        pods = {p["metadata"]["uid"]: p for p in view.gated}
+        _, (results, error) = await asyncio.gather(
+            self.records.write_group_released(view, recorded),  # it says the gang is being scheduled
+            self.release_pods(view.key, [(pods[uid], node) for uid, node in placement if uid in pods]),
+        )
+        await self.tell_released(view, gang, results)
+        if error is not None:
+            raise error
+
+    async def release_pods(
+        self, key: GangKey, pods: list[tuple[JSON, str]]
+    ) -> tuple[list[tuple[str, bool]], BaseException | None]:
+        """One conditional patch per pod; (node, released?) per pod, and the first error, for
+        the gang's task to raise once it has told what was done. A failing patch does not stop
+        the others. A pod whose patch raised stays reserved and is kept as unfinished (the
+        release is finished on its recorded node after the gang's backoff); one the apiserver
+        refused (gone, changed, released by someone else) is final: its reservation ends, and a
+        pod still gated is planned anew."""
+
+        tolerate = self.tokens().get(key)
+
+        async def one(pod: JSON, node: str) -> bool:
+            async with self.pod_patches:
+                return await self.api.release_pod(pod, node, tolerate)
+
+        results = await asyncio.gather(*(one(pod, node) for pod, node in pods), return_exceptions=True)
+        unfinished = self.unfinished.setdefault(key, set())
+        error: BaseException | None = None
+        for (pod, _), result in zip(pods, results, strict=True):
+            uid = pod["metadata"]["uid"]
+            if isinstance(result, BaseException):
+                unfinished.add(uid)
+                error = error or result
+            else:
+                unfinished.discard(uid)
+                if not result:
+                    self.ledger.drop(uid)
+        if not unfinished:
+            del self.unfinished[key]
+        done = [(node, r is True) for (_, node), r in zip(pods, results, strict=True)]
+        metrics.PODS_RELEASED.inc(sum(1 for _, ok in done if ok))
+        return done, error
+
+    async def tell_released(self, view: GangView, gang: JSON, results: list[tuple[str, bool]]) -> None:
+        spread = Counter(node for node, ok in results if ok)
+        done = sum(spread.values())
+        nodes = "node" if len(spread) == 1 else "nodes"
+        message = f"released {done} of {len(results)} planned pods onto {len(spread)} {nodes}: " + ", ".join(
+            f"{n} ×{c}" for n, c in sorted(spread.items())
+        )
+        log.info("%s/%s: %s", view.namespace, view.name, message)
+        metrics.RELEASES.inc()
+        self.records.reasons.pop(view.key, None)
+        await self.tell(view, [obj for obj in (gang, view.group) if obj], "Released", message)
+
+    async def tell(self, view: GangView, objects: list[JSON], reason: str, message: str) -> None:
+        """Events are best effort: one that cannot be posted fails nothing."""
+        try:
+            await asyncio.gather(*(self.api.post_event(obj, reason, message) for obj in objects))
+        except Exception:
+            log.warning("%s/%s: Event %s not posted", view.namespace, view.name, reason, exc_info=True)
+
+    def start_continued(self, views: dict[GangKey, GangView], nodes: dict[str, Node], now: float) -> None:
+        """Finish releases begun earlier, on the nodes recorded for them (no new plan, so the
+        capacity the gang was promised is what it gets): pods whose patch failed in this
+        process, and, once after a restart, the still gated pods of a recorded release that had
+        begun (some of its pods released). Those are checked for room on their recorded nodes
+        first; those that no longer fit there are planned anew, like any gated pod (the gang's
+        running pods stay: only the timeout, `recovery.py`, ever recovers a gang). A release not
+        finished within the gang's scheduleTimeoutSeconds is given up: its gated pods are
+        planned anew."""
+        tokens = self.tokens()
+        for key in sorted(self.resumed):
+            self.resumed.discard(key)
+            view, gang = views.get(key), self.records.gang(key)
+            if view is None or gang is None or self.recovered_already(key, gang):
+                continue
+            try:
+                placement = recorded_placement(gang)
+                pods = {p["metadata"]["uid"]: p for p in view.active}
+                present = [(e, pods[e["uid"]]) for e in placement if e["uid"] in pods]
+                pending = [(e, p) for e, p in present if is_gated(p)]
+                if not pending or len(pending) == len(present):
+                    continue  # nothing left, or nothing started: the planner decides as usual
+                fitting = self.room_for(key, pending, nodes, tokens.get(key))
+            except Exception as err:
+                self.fail(key, "release", describe(err))
+                continue
+            if len(fitting) < len(pending):
+                log.info(
+                    "%s/%s: %d pods of the recorded release no longer fit their planned nodes: planned anew",
+                    *key,
+                    len(pending) - len(fitting),
+                )
+            if fitting:
+                self.unfinished[key] = fitting
+        for key, uids in list(self.unfinished.items()):
+            view, gang = views.get(key), self.records.gang(key)
+            if self.work.blocks_planning(key) or self.work.backing_off(key):
+                continue
+            recorded = {e["uid"]: e["node"] for e in recorded_placement(gang)}
+            to_release = [
+                (p, recorded[uid])
+                for p in (view.active if view else [])
+                if (uid := p["metadata"]["uid"]) in uids and uid in recorded and is_gated(p)
+            ]
+            admitted_at = timestamp((((gang or {}).get("status") or {}).get("admission") or {}).get("time"))
+            if view is None or gang is None or not to_release or now - admitted_at > view.schedule_timeout:
+                for uid in uids:  # gone, released meanwhile, or too late: planned anew if still gated
+                    self.ledger.drop(uid)
+                del self.unfinished[key]
+                continue
+            self.work.start(key, "release", self.continue_release(view, gang, to_release))
+
+    def room_for(
+        self, key: GangKey, pending: list[tuple[JSON, JSON]], nodes: dict[str, Node], token: str | None
+    ) -> set[str]:
+        """Reserve the recorded node of each `pending` pod that still fits there now (with the
+        toleration of its gang's reservation, if the gang preempts); the uids reserved."""
+        used = self.ledger.usage(self.bound.used)
+        taken: dict[str, dict[str, int]] = {}
+        fit_settings = self.settings.fit
+        reserved: set[str] = set()
+        for entry, pod in pending:
+            node = nodes.get(entry["node"])
+            if node is None:
+                continue
+            model = pod_from_api(pod)
+            if token is not None:
+                model = replace(model, tolerations=(*model.tolerations, reservation_toleration(token)))
+            room = taken.get(node.name) or subtract(node.allocatable, used.get(node.name, {}))
+            if why_not(model, node, fit_settings) or not fits(model.requests, room):
+                continue
+            taken[node.name] = subtract(room, model.requests)
+            self.ledger.reserve(key, entry["uid"], entry["node"], pod_requests(pod))
+            reserved.add(entry["uid"])
+        return reserved
+
+    async def continue_release(self, view: GangView, gang: JSON, pending: list[tuple[JSON, str]]) -> None:
+        results, error = await self.release_pods(view.key, pending)
+        done = sum(1 for _, ok in results if ok)
+        log.info(
+            "%s/%s: finished a release begun earlier: %d more pods onto their recorded nodes", *view.key, done
+        )
+        if done:
+            await self.tell(
+                view,
+                [gang],
+                "Released",
+                f"finished the recorded release: {done} more pods onto their planned nodes",
+            )
+        if error is not None:
+            raise error
+
+    def start_orphans(self) -> None:
+        found = [
+            (pod, why) for pod, why in orphans(self.store) if pod["metadata"]["uid"] not in self.told_dropped
+        ]
+        if found and not self.work.busy(ORPHANS) and not self.work.backing_off(ORPHANS):
+            self.work.start(ORPHANS, "release", self.release_orphans(found))
+
+    async def release_orphans(self, found: list[tuple[JSON, tuple[str, str]]]) -> None:
+        first_error: BaseException | None = None
+        for pod, (reason, message) in found:
+            try:
+                if await self.api.release_pod(pod, None):
+                    await self.api.post_event(
+                        {"apiVersion": "v1", "kind": "Pod", **pod}, reason, message, warning=True
+                    )
+                    self.told_dropped.add(pod["metadata"]["uid"])
+            except Exception as err:
+                first_error = first_error or err
+        if first_error is not None:
+            raise first_error
+
+
+def tolerating(gang: Gang, token: str) -> Gang:
+    """The gang as the planner sees it while nodes are reserved for it: its pods tolerate the
+    reservation's taint (their release adds the toleration)."""
+    toleration = reservation_toleration(token)
+    return replace(gang, pods=tuple(replace(p, tolerations=(*p.tolerations, toleration)) for p in gang.pods))
+
+
+def reservation_toleration(token: str) -> Toleration:
+    return Toleration(RESERVED_TAINT, "Equal", token, "NoSchedule")
+
+
+def attempt_of(gang: JSON) -> int:
+    admission = (gang.get("status") or {}).get("admission") or {}
+    try:
+        return int(admission.get("attempt") or 0) if isinstance(admission, dict) else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def member_complete_time(view: GangView) -> float:
+    """When the gang had its minMember-th member (the latest creation among the first
+    minMember pods): from then on it waited only for quorum."""
+    created = sorted(timestamp(p["metadata"].get("creationTimestamp")) for p in view.pods)
+    if not created:
+        return clock.time()
+    return created[min(len(created), max(1, view.min_member or 1)) - 1]
