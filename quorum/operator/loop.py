@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 
 from quorum.core.fit import FitSettings
 from quorum.core.lifecycle import BackoffPolicy, MemberLossPolicy
-from quorum.core.model import Gang, Node, Pod
+from quorum.core.model import Gang, Node
 from quorum.core.planner import Hold, Plan, Planner, PlannerSettings
 from quorum.core.preemption import NoPreemption, Preemption
 from quorum.k8s.api import KubeApi
-from quorum.k8s.convert import node_from_api, pod_from_api
 from quorum.k8s.usage import BoundPods
 from quorum.operator import clock, metrics
 from quorum.operator.conditions import (
@@ -51,7 +50,8 @@ from quorum.operator.health import Health
 from quorum.operator.ledger import Ledger
 from quorum.operator.preemption import Preempter, PreemptionLoopSettings
 from quorum.operator.recovery import Recoverer, disruption_of
-from quorum.operator.release import Releaser, ReleaseSettings, tolerating
+from quorum.operator.release import Releaser, ReleaseSettings
+from quorum.operator.snapshot import NodeModels, PodModels, Snapshot, plan
 from quorum.operator.status import GangRecords, StatusWrite
 from quorum.operator.work import Failure, GangWork, describe
 
@@ -82,69 +82,6 @@ class LoopSettings:
 
 def planner_settings(org: str | None, starvation_seconds: float) -> PlannerSettings:
     return PlannerSettings(fit=FitSettings(org=org), starvation_seconds=starvation_seconds)
-
-
-class NodeModels:
-    """The planner's Node of every node, converted again only when its object changed, and the
-    names of the nodes that changed since the last pass."""
-
-    def __init__(self) -> None:
-        self.models: dict[str, tuple[str, Node]] = {}  # name -> (resourceVersion, Node)
-        self.changed: set[str] = set()
-
-    def refresh(self, objects: Mapping[str, JSON]) -> dict[str, Node]:
-        models = {}
-        for name, obj in objects.items():
-            version = obj["metadata"].get("resourceVersion", "")
-            cached = self.models.get(name)
-            if cached is None or cached[0] != version:
-                try:
-                    cached = (version, node_from_api(obj))
-                except Exception:  # a node we cannot read is a node we do not plan on
-                    log.warning("node %s not understood; left out of plans", name, exc_info=True)
-                    continue
-                self.changed.add(name)
-            models[name] = cached
-        self.changed.update(n for n in self.models if n not in models)
-        self.models = models
-        return {name: model for name, (_, model) in models.items()}
-
-    def take_changed(self) -> set[str]:
-        changed, self.changed = self.changed, set()
-        return changed
-
-
-class PodModels:
-    """The planner's Pod of every gated pod, converted again only when the pod changed: a
-    held gang of a thousand pods is not converted anew every pass (nor its garbage collected:
-    that was most of the loop's pauses). Used only by the worker thread."""
-
-    def __init__(self) -> None:
-        self.models: dict[str, tuple[str, Pod]] = {}  # uid -> (resourceVersion, Pod)
-        self.seen: set[str] = set()
-
-    def __call__(self, pod: JSON) -> Pod:
-        meta = pod["metadata"]
-        uid, version = meta["uid"], meta.get("resourceVersion", "")
-        self.seen.add(uid)
-        cached = self.models.get(uid)
-        if cached is None or cached[0] != version:
-            cached = (version, pod_from_api(pod))
-            self.models[uid] = cached
-        return cached[1]
-
-    def keep_seen(self) -> None:
-        """Forget the pods no plan asked for since the last call."""
-        self.models = {uid: m for uid, m in self.models.items() if uid in self.seen}
-        self.seen = set()
-
-
-@dataclass(frozen=True)
-class Planned:
-    """What the worker thread hands back: the plan, and the gangs whose conversion failed."""
-
-    plan: Plan
-    failed: dict[GangKey, str]
 
 
 class GangLoop:
@@ -302,15 +239,18 @@ class GangLoop:
         self.start_recoveries(views, now)
         self.start_preemption_upkeep(views, now)
         self.lap("recover")
-        used = self.ledger.usage(self.bound.used)  # with the reservations `room_for` just made
-        changed = self.changed()
         holds, plannable = self.sort_out(views, now)
-        held_since = {key: self.records.held_since(key) for key in plannable}
-        self.lap("snapshot")
-        tokens = self.preempter.tokens()
-        planned = await asyncio.to_thread(
-            self.plan, self.planner, self.pod_models, nodes, used, plannable, held_since, now, changed, tokens
+        snapshot = Snapshot(
+            nodes=nodes,
+            used=self.ledger.usage(self.bound.used),  # with the reservations just made
+            gangs=plannable,
+            held_since={key: self.records.held_since(key) for key in plannable},
+            tokens=self.preempter.tokens(),
+            changed=self.changed(),
+            now=now,
         )
+        self.lap("snapshot")
+        planned = await asyncio.to_thread(plan, snapshot, self.planner, self.pod_models)
         metrics.PLAN_DURATION.observe(time.monotonic() - self.lap_started)
         self.lap("plan")
         for key, message in planned.failed.items():
@@ -371,34 +311,6 @@ class GangLoop:
                 continue
             plannable[key] = view
         return holds, plannable
-
-    @staticmethod
-    def plan(
-        planner: Planner,
-        pod_models: PodModels,
-        nodes: dict[str, Node],
-        used: dict[str, dict[str, int]],
-        plannable: dict[GangKey, GangView],
-        held_since: dict[GangKey, float | None],
-        now: float,
-        changed: set[str] | None,
-        tokens: Mapping[GangKey, str] | None = None,
-    ) -> Planned:
-        """In the worker thread: the gangs as the planner's models, then the plan. A gang whose
-        pods cannot be read is left out, with the error (the others are planned). The planner is
-        passed in, not read from `self`: a new term replaces it while an old plan may still run."""
-        queue: list[Gang] = []
-        failed: dict[GangKey, str] = {}
-        for key, view in plannable.items():
-            try:
-                gang = view.to_core(held_since=held_since.get(key), convert=pod_models)
-                if (token := (tokens or {}).get(key)) is not None:  # its nodes are reserved for it
-                    gang = tolerating(gang, token)
-                queue.append(gang)
-            except Exception as err:
-                failed[key] = f"reading its pods failed: {type(err).__name__}: {err}"
-        pod_models.keep_seen()
-        return Planned(planner.plan(nodes, used, queue, now, changed=changed), failed)
 
     # -- preemption ---------------------------------------------------------------------------
 

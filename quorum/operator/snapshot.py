@@ -1,0 +1,113 @@
+"""What a pass plans on, taken at one moment on the event loop: one `Snapshot` (nodes, usage
+with the ledger's reservations, the gangs free to plan, since when each has been held, the
+reservations of preemptors, the nodes that changed). The worker thread turns it into the
+planner's models and the plan (`plan`); nothing in it changes while the plan is made.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from quorum.core.model import Gang, Node, Pod, Resources
+from quorum.core.planner import Plan, Planner
+from quorum.k8s.convert import node_from_api, pod_from_api
+from quorum.operator.gangs import JSON, GangView
+from quorum.operator.release import tolerating
+
+log = logging.getLogger("quorum.operator")
+GangKey = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    nodes: Mapping[str, Node]
+    used: Mapping[str, Resources]  # bound pods plus the ledger's reservations, per node
+    gangs: Mapping[GangKey, GangView]  # the gangs free to plan, in the store's order
+    held_since: Mapping[GangKey, float | None]  # since when each has been held for lack of room
+    tokens: Mapping[GangKey, str]  # the reservation of each gang that preempts
+    changed: set[str] | None  # nodes whose usage or object changed since the last pass (None: all)
+    now: float
+
+
+class NodeModels:
+    """The planner's Node of every node, converted again only when its object changed, and the
+    names of the nodes that changed since the last pass."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, tuple[str, Node]] = {}  # name -> (resourceVersion, Node)
+        self.changed: set[str] = set()
+
+    def refresh(self, objects: Mapping[str, JSON]) -> dict[str, Node]:
+        models = {}
+        for name, obj in objects.items():
+            version = obj["metadata"].get("resourceVersion", "")
+            cached = self.models.get(name)
+            if cached is None or cached[0] != version:
+                try:
+                    cached = (version, node_from_api(obj))
+                except Exception:  # a node we cannot read is a node we do not plan on
+                    log.warning("node %s not understood; left out of plans", name, exc_info=True)
+                    continue
+                self.changed.add(name)
+            models[name] = cached
+        self.changed.update(n for n in self.models if n not in models)
+        self.models = models
+        return {name: model for name, (_, model) in models.items()}
+
+    def take_changed(self) -> set[str]:
+        changed, self.changed = self.changed, set()
+        return changed
+
+
+class PodModels:
+    """The planner's Pod of every gated pod, converted again only when the pod changed: a
+    held gang of a thousand pods is not converted anew every pass (nor its garbage collected:
+    that was most of the loop's pauses). Used only by the worker thread."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, tuple[str, Pod]] = {}  # uid -> (resourceVersion, Pod)
+        self.seen: set[str] = set()
+
+    def __call__(self, pod: JSON) -> Pod:
+        meta = pod["metadata"]
+        uid, version = meta["uid"], meta.get("resourceVersion", "")
+        self.seen.add(uid)
+        cached = self.models.get(uid)
+        if cached is None or cached[0] != version:
+            cached = (version, pod_from_api(pod))
+            self.models[uid] = cached
+        return cached[1]
+
+    def keep_seen(self) -> None:
+        """Forget the pods no plan asked for since the last call."""
+        self.models = {uid: m for uid, m in self.models.items() if uid in self.seen}
+        self.seen = set()
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What the worker thread hands back: the plan, and the gangs whose conversion failed."""
+
+    plan: Plan
+    failed: dict[GangKey, str]
+
+
+def plan(snapshot: Snapshot, planner: Planner, pod_models: PodModels) -> Planned:
+    """In the worker thread: the gangs as the planner's models, then the plan. A gang whose
+    pods cannot be read is left out, with the error (the others are planned). The planner is
+    passed in, not read from the loop: a new term replaces it while an old plan may still run."""
+    queue: list[Gang] = []
+    failed: dict[GangKey, str] = {}
+    for key, view in snapshot.gangs.items():
+        try:
+            gang = view.to_core(held_since=snapshot.held_since.get(key), convert=pod_models)
+            if (token := snapshot.tokens.get(key)) is not None:  # its nodes are reserved for it
+                gang = tolerating(gang, token)
+            queue.append(gang)
+        except Exception as err:
+            failed[key] = f"reading its pods failed: {type(err).__name__}: {err}"
+    pod_models.keep_seen()
+    plan = planner.plan(snapshot.nodes, snapshot.used, queue, snapshot.now, changed=snapshot.changed)
+    return Planned(plan, failed)
