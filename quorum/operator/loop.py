@@ -45,6 +45,7 @@ from quorum.operator.conditions import (
     iso_deadline,
     recovery_of,
 )
+from quorum.operator.events import pod_object, worth_telling
 from quorum.operator.gangs import JSON, GangView, Store, assemble
 from quorum.operator.health import Health
 from quorum.operator.ledger import Ledger
@@ -101,6 +102,7 @@ class GangLoop:
         self.dirty = asyncio.Event()
         self.ledger = Ledger()
         self.records = GangRecords(api, store, settings.status_interval_seconds)
+        self.events = self.records.events
         self.recoverer = Recoverer(
             api, self.records, settings.backoff, self.ledger, settings.member_loss_policy
         )
@@ -510,16 +512,12 @@ class GangLoop:
         """A gang's work failed: a Warning Event on its Gang (or, before it has one, on one of
         its pods); the same error again only at the 2nd, 4th, 8th ... time in a row."""
         metrics.GANG_FAILURES.labels(stage=failure.stage).inc()
-        if failure.count & (failure.count - 1):
+        if not worth_telling(failure.count):
             return
         target = self.store.gangs.get(key)
         if target is None and (pod := self.first_pod.get(key)) is not None:
-            target = {"apiVersion": "v1", "kind": "Pod", **pod}
-        if target is not None:
-            try:
-                await self.api.post_event(target, "PlanningFailed", failure.sentence(), warning=True)
-            except Exception:
-                log.warning("%s/%s: the failure could not be reported", *key, exc_info=True)
+            target = pod_object(pod)
+        await self.events.post(target, "PlanningFailed", failure.sentence(), warning=True)
 
     def collect_garbage(self, views: dict[GangKey, GangView]) -> None:
         """Forget what is kept per gang once the gang is gone; delete expired label-only Gangs."""

@@ -315,7 +315,7 @@ class Preempter:
         if refused:
             message += f"; evictions refused since the dry run: {', '.join(refused[:5])}"
         log.info("%s: %s", who, message)
-        await self.api.post_event(gang, "Preempting", message, warning=bool(refused))
+        await self.statuses.events.post(gang, "Preempting", message, warning=bool(refused))
 
     async def sort_victims(
         self, victims: Sequence[Work]
@@ -364,7 +364,7 @@ class Preempter:
             gang_name = victim.name if victim.kind == "gang" else victim.gang
             gang = self.store.gangs.get((victim.namespace, gang_name)) if gang_name else None
             if gang is None:
-                await self.api.post_event(pod_ref(victim.pods[0]), "Preempted", told, warning=True)
+                await self.statuses.events.post(pod_ref(victim.pods[0]), "Preempted", told, warning=True)
                 continue
             status: JSON = {"preempted": {"by": who, "time": iso(now), "message": told}}
             jobs = sorted(name for ns, name in suspend if ns == victim.namespace)
@@ -377,7 +377,7 @@ class Preempter:
                 }
             await self.statuses.patch((victim.namespace, str(gang_name)), status)
             suspended = f"; suspended Job {', '.join(jobs)} until its pods are gone" if jobs else ""
-            await self.api.post_event(gang, "Preempted", told + suspended, warning=True)
+            await self.statuses.events.post(gang, "Preempted", told + suspended, warning=True)
 
     @staticmethod
     async def each(pods: Sequence[RunningPod], call: Any, at_once: int = 16) -> None:
@@ -425,7 +425,7 @@ class Preempter:
         log.info("%s/%s: preemption ended: %s", *key, why)
         gang = self.store.gangs.get(key)
         if gang is not None:
-            await self.api.post_event(gang, "PreemptionEnded", why, warning=warn)
+            await self.statuses.events.post(gang, "PreemptionEnded", why, warning=warn)
 
     def stray_taints(self) -> list[tuple[JSON, str]]:
         """Reservation taints of no preemption in flight: (node, token)."""

@@ -253,9 +253,9 @@ class Recoverer:
         elif what == "warn-policy" and (problem := self.policy_of(view)[1]):
             self.warned.add(view.key)
             log.warning("%s/%s: %s", view.namespace, view.name, problem)
-            for obj in (gang, view.group):
-                if obj is not None:
-                    await self.api.post_event(obj, "InvalidMemberLossPolicy", problem, warning=True)
+            await self.records.events.post_all(
+                [gang, view.group], "InvalidMemberLossPolicy", problem, warning=True
+            )
 
     async def recover(
         self,
@@ -352,9 +352,8 @@ class Recoverer:
         message = str(decision.get("message") or "")
         log.warning("%s/%s: %s", *key, message)
         event, warning = EVENTS.get(reason, ("PartiallyPlaced", True))
-        for obj in (gang, group):
-            if obj is not None:
-                await self.api.post_event(obj, event, message, warning=warning)
+        # Required: the record is cleared only once the act is told (a new leader tells it else).
+        await self.records.events.post_all([gang, group], event, message, warning=warning, required=True)
         await self.records.patch(key, {"disruption": None})
 
     def going(self, uid: str) -> None:
@@ -376,9 +375,7 @@ class Recoverer:
         self.backoffs.pop(key, None)
         await self.records.patch(key, fields)
         log.info("%s/%s: %s", *key, message)
-        for obj in (gang, group):
-            if obj is not None:
-                await self.api.post_event(obj, "RecoveryWithdrawn", message)
+        await self.records.events.post_all([gang, group], "RecoveryWithdrawn", message)
 
     async def read_jobs(
         self, namespace: str, members: list[tuple[str, Owner | None]]
@@ -451,7 +448,7 @@ class Recoverer:
                 f"delete it yourself to retry"
             )
             log.warning("%s/%s: %s", view.namespace, view.name, message)
-            await self.api.post_event(gang, "StuckPod", message, warning=True)
+            await self.records.events.post(gang, "StuckPod", message, warning=True)
         if not replace:
             return
         names = ", ".join(p["metadata"]["name"] for p in replace)
@@ -480,9 +477,8 @@ class Recoverer:
                 continue
             if await self.api.set_job_suspend(namespace, job_name, uid, False):
                 metrics.RECOVERIES.labels(action="ResumeJob").inc()
-                await self.api.post_event(
-                    gang, "JobResumed", f"resumed Job {job_name}: none of its old pods is left"
-                )
+                message = f"resumed Job {job_name}: none of its old pods is left"
+                await self.records.events.post(gang, "JobResumed", message)
         if left != recovery.get("suspendedJobs"):
             await self.record((namespace, name), {**recovery, "suspendedJobs": left})
 

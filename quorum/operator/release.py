@@ -23,6 +23,7 @@ from quorum.k8s.convert import pod_from_api, pod_requests, timestamp
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT
 from quorum.operator import clock, metrics
+from quorum.operator.events import pod_object
 from quorum.operator.gangs import JSON, GangView, Store, is_gated, orphans
 from quorum.operator.ledger import Ledger, recorded_placement
 from quorum.operator.status import GangRecords, now_rfc3339
@@ -162,14 +163,7 @@ class Releaser:
         log.info("%s/%s: %s", view.namespace, view.name, message)
         metrics.RELEASES.inc()
         self.records.reasons.pop(view.key, None)
-        await self.tell(view, [obj for obj in (gang, view.group) if obj], "Released", message)
-
-    async def tell(self, view: GangView, objects: list[JSON], reason: str, message: str) -> None:
-        """Events are best effort: one that cannot be posted fails nothing."""
-        try:
-            await asyncio.gather(*(self.api.post_event(obj, reason, message) for obj in objects))
-        except Exception:
-            log.warning("%s/%s: Event %s not posted", view.namespace, view.name, reason, exc_info=True)
+        await self.records.events.post_all([gang, view.group], "Released", message)
 
     def start_continued(self, views: dict[GangKey, GangView], nodes: dict[str, Node], now: float) -> None:
         """Finish releases begun earlier, on the nodes recorded for them (no new plan, so the
@@ -254,12 +248,8 @@ class Releaser:
             "%s/%s: finished a release begun earlier: %d more pods onto their recorded nodes", *view.key, done
         )
         if done:
-            await self.tell(
-                view,
-                [gang],
-                "Released",
-                f"finished the recorded release: {done} more pods onto their planned nodes",
-            )
+            message = f"finished the recorded release: {done} more pods onto their planned nodes"
+            await self.records.events.post(gang, "Released", message)
         if error is not None:
             raise error
 
@@ -275,9 +265,7 @@ class Releaser:
         for pod, (reason, message) in found:
             try:
                 if await self.api.release_pod(pod, None):
-                    await self.api.post_event(
-                        {"apiVersion": "v1", "kind": "Pod", **pod}, reason, message, warning=True
-                    )
+                    await self.records.events.post(pod_object(pod), reason, message, warning=True)
                     self.told_dropped.add(pod["metadata"]["uid"])
             except Exception as err:
                 first_error = first_error or err

@@ -36,6 +36,7 @@ from quorum.operator.conditions import (
     iso,
     timestamp,
 )
+from quorum.operator.events import EventRecorder, pod_object
 
 __all__ = ["GangRecords", "StatusPacing", "StatusWrite", "now_rfc3339"]
 from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store
@@ -96,6 +97,7 @@ def now_rfc3339() -> str:
 class GangRecords:
     def __init__(self, api: KubeApi, store: Store, interval: float = 1.0) -> None:
         self.api = api
+        self.events = EventRecorder(api)  # the operator's one recorder; the others use this one
         self.store = store
         self.written: dict[GangKey, JSON] = {}  # last status the apiserver took, per gang
         self.pacing = StatusPacing(interval)
@@ -239,9 +241,7 @@ class GangRecords:
 
     async def tell_waiting(self, view: GangView, pods: list[JSON]) -> None:
         for pod in pods:
-            await self.api.post_event(
-                {"apiVersion": "v1", "kind": "Pod", **pod}, "WaitingForGroup", view.waiting or ""
-            )
+            await self.events.post(pod_object(pod), "WaitingForGroup", view.waiting or "", required=True)
             self.told_waiting.add(pod["metadata"]["uid"])
 
     async def write(self, view: GangView, write: StatusWrite) -> None:
@@ -259,14 +259,9 @@ class GangRecords:
                 self.capacity_held.add(view.key)
             else:
                 self.reasons[view.key] = reason
-        await asyncio.gather(
-            *(
-                self.api.post_event(obj, reason, message, warning=warning)
-                for reason, message, warning in write.events
-                for obj in ((gang, view.group) if reason != "CapacityHeld" else (gang,))
-                if obj is not None
-            )
-        )
+        for reason, message, warning in write.events:
+            told = [gang, view.group] if reason != "CapacityHeld" else [gang]
+            await self.events.post_all(told, reason, message, warning=warning)
         if not (write.hold is not None and write.hold.held_nodes):
             self.capacity_held.discard(view.key)
 
@@ -330,9 +325,7 @@ class GangRecords:
             f"pods of gang {view.name} use {', '.join(found)}, which quorum's plan does not model: "
             f"quorum cannot guarantee their placement (kube-scheduler may refuse a planned node)"
         )
-        for obj in (gang, view.group):
-            if obj is not None:
-                await self.api.post_event(obj, "UnmodeledConstraints", message, warning=True)
+        await self.events.post_all([gang, view.group], "UnmodeledConstraints", message, warning=True)
 
     async def record_release(self, view: GangView, gang: JSON, admission: JSON, planned: int) -> StatusWrite:
         """The decision (`status.admission`, what a restarted operator continues) in one write

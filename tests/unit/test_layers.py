@@ -79,3 +79,10 @@ def test_the_writer_check_sees_a_call(tmp_path: Path) -> None:
     stray = tmp_path / "stray.py"
     stray.write_text("async def f(api):\n    await api.patch_gang_status('ns', 'g', {})\n")
     assert calls_of(stray, STATUS_WRITES) == {"patch_gang_status"}
+
+
+@pytest.mark.parametrize("module", sorted(OPERATOR.glob("*.py")), ids=lambda p: p.name)
+def test_only_the_recorder_posts_events(module: Path) -> None:
+    # manual.py is `quorum release`, a person's command, outside the operator's process.
+    if module.name not in ("events.py", "manual.py"):
+        assert not calls_of(module, {"post_event"}), "Events go through events.EventRecorder"
