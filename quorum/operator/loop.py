@@ -40,14 +40,13 @@ from quorum.k8s.usage import BoundPods
 from quorum.operator import clock, metrics
 from quorum.operator.conditions import (
     GangStatus,
-    backoff_message,
     compose,
-    iso_deadline,
     recovery_of,
 )
 from quorum.operator.events import pod_object, worth_telling
 from quorum.operator.gangs import JSON, GangView, Store, assemble
 from quorum.operator.health import Health
+from quorum.operator.holds import Holds
 from quorum.operator.ledger import Ledger
 from quorum.operator.preemption import Preempter, PreemptionLoopSettings
 from quorum.operator.recovery import Recoverer, disruption_of
@@ -127,13 +126,10 @@ class GangLoop:
                 settings.planner.fit, settings.release_concurrency, settings.gang_timeout_seconds
             ),
         )
+        self.holds = Holds(api, self.records, self.work, self.recoverer, settings.forming_grace_seconds)
         self.planner = Planner(settings.planner)  # keeps its node index between passes
         self.pod_models = PodModels()
         self.node_models = NodeModels()
-        self.statefulsets: dict[str, str | None] = {}  # uid -> podManagementPolicy
-        self.next_backoff_end = 0.0  # the earliest end of a backoff: a pass is due then
-        self.first_seen: dict[GangKey, float] = {}  # gang -> when a pass first saw it
-        self.next_forming_due = 0.0  # when a forming gang's grace ends: a pass is due then
         self.timings: dict[str, float] = {}  # where the last pass's time went
         self.lap_started = 0.0
         self.worst_pass = 0.0
@@ -182,7 +178,7 @@ class GangLoop:
 
     async def wait_for_work(self) -> None:
         wait = self.settings.resync_seconds
-        for due in (self.next_backoff_end, self.next_forming_due):
+        for due in (self.holds.next_backoff_end, self.holds.next_forming_due):
             if due:
                 wait = max(0.05, min(wait, due - clock.time()))
         for due in (self.records.pacing.next_due, self.work.next_retry()):
@@ -241,7 +237,7 @@ class GangLoop:
         self.start_recoveries(views, now)
         self.start_preemption_upkeep(views, now)
         self.lap("recover")
-        holds, plannable = self.sort_out(views, now)
+        holds, plannable = self.holds.sort_out(views, now)
         snapshot = Snapshot(
             nodes=nodes,
             used=self.ledger.usage(self.bound.used),  # with the reservations just made
@@ -266,7 +262,7 @@ class GangLoop:
                 self.fail(key, "plan", hold.message.removeprefix("planning failed: "))
             else:
                 self.work.succeeded(key, "plan")
-            holds[key] = self.explain_hold(plannable[key], hold)
+            holds[key] = self.holds.explain(plannable[key], hold)
         for release in planned.plan.releases:
             self.work.succeeded(release.gang.key, "plan")
         self.lap(f"release {len(planned.plan.releases)} gangs")
@@ -281,38 +277,6 @@ class GangLoop:
         bound = self.bound.take_dirty()
         changed = self.node_models.take_changed() | self.ledger.take_changed()
         return None if bound is None else changed | bound
-
-    def sort_out(
-        self, views: dict[GangKey, GangView], now: float
-    ) -> tuple[dict[GangKey, Hold], dict[GangKey, GangView]]:
-        """Which gangs the planner sees; why the others are held (those that are neither are
-        admitted already, or busy)."""
-        holds: dict[GangKey, Hold] = {}
-        plannable: dict[GangKey, GangView] = {}
-        self.next_backoff_end = 0.0
-        for key, view in views.items():
-            if self.work.blocks_planning(key):
-                continue
-            if failure := self.work.backing_off(key):
-                if view.min_member is not None and view.counts()["released"] < view.min_member:
-                    holds[key] = Hold(Gang(*key, view.min_member, ()), "PlanningFailed", failure.sentence())
-                continue
-            if view.waiting is not None or view.min_member is None or not view.releasable:
-                admitted = view.min_member is not None and view.counts()["released"] >= view.min_member
-                if view.gated and view.waiting is None and view.min_member is not None and not admitted:
-                    holds[key] = Hold(
-                        Gang(*key, view.min_member, ()), "WaitingForOtherGates", view.blocked() or ""
-                    )
-                continue
-            gang = self.records.gang(key)
-            until = self.recoverer.backoff_until(key, gang)
-            if until > now:
-                recovery = {"failures": 1, **recovery_of(gang), "nextAttemptTime": iso_deadline(until)}
-                holds[key] = Hold(Gang(*key, view.min_member, ()), "Backoff", backoff_message(recovery, now))
-                self.next_backoff_end = min(self.next_backoff_end or until, until)
-                continue
-            plannable[key] = view
-        return holds, plannable
 
     # -- preemption ---------------------------------------------------------------------------
 
@@ -364,12 +328,7 @@ class GangLoop:
                 self.work.start(candidate.key, "preempt", self.preempt(view, outcome, now), timeout)
             elif outcome is not None:
                 self.preempter.found_nothing(candidate.key, outcome, now)
-        for key, why in self.preempter.why_not.items():
-            hold = holds.get(key)
-            if hold is not None and hold.reason == "Unschedulable" and why not in hold.message:
-                holds[key] = Hold(
-                    hold.gang, hold.reason, f"{hold.message}; {why}", hold.held_nodes, hold.held_message
-                )
+        self.holds.add_why_not(holds, self.preempter.why_not)
 
     # -- recovery -----------------------------------------------------------------------------
 
@@ -406,7 +365,7 @@ class GangLoop:
     def start_status_writes(
         self, views: dict[GangKey, GangView], holds: dict[GangKey, Hold], now: float
     ) -> None:
-        forming = self.forming(set(views), holds, now)
+        forming = self.holds.forming(set(views), holds, now)
         self.records.pacing.start_pass()
         phases: Counter[tuple[str, str]] = Counter()
         gated = 0
@@ -452,51 +411,6 @@ class GangLoop:
             metrics.BOUND_LATENCY.observe(max(0.0, clock.time() - started))
             del self.releaser.complete_at[view.key]
 
-    def forming(self, live: set[GangKey], holds: dict[GangKey, Hold], now: float) -> set[GangKey]:
-        """Gangs short of members, first seen less than the grace ago, with nothing written yet:
-        their writes wait (a pass is due when the first grace ends)."""
-        self.first_seen = {k: self.first_seen.get(k, now) for k in live}
-        grace = self.settings.forming_grace_seconds
-        forming = {
-            key
-            for key in live
-            if (hold := holds.get(key)) is not None
-            and hold.reason == "WaitingForMembers"
-            and key not in self.store.gangs
-            and now - self.first_seen[key] < grace
-        }
-        self.next_forming_due = min((self.first_seen[k] + grace for k in forming), default=0.0)
-        return forming
-
-    def explain_hold(self, view: GangView, hold: Hold) -> Hold:
-        """Add what the planner cannot see: pods held by others' gates too, and a StatefulSet
-        whose OrderedReady policy means the gang can never form (its policy is read once, in
-        the gang's task, and used from the next pass on)."""
-        if blocked := view.blocked():
-            # The members exist but some are held by another gate: that is what it waits for.
-            waits_for_gates = hold.reason == "WaitingForMembers" and hold.gang.members >= hold.gang.min_member
-            reason = "WaitingForOtherGates" if waits_for_gates else hold.reason
-            hold = Hold(hold.gang, reason, f"{hold.message}; {blocked}", hold.held_nodes, hold.held_message)
-        if hold.reason != "WaitingForMembers" or (view.min_member or 1) <= 1:
-            return hold
-        for pod in view.pods:
-            for owner in pod["metadata"].get("ownerReferences") or []:
-                if owner.get("kind") != "StatefulSet" or not owner.get("controller"):
-                    continue
-                if owner["uid"] not in self.statefulsets:
-                    self.work.start(view.key, "status", self.learn_statefulset(view.namespace, owner))
-                elif self.statefulsets[owner["uid"]] == "OrderedReady":
-                    hint = (
-                        f"StatefulSet {owner['name']} uses podManagementPolicy OrderedReady: it creates "
-                        f"each pod only after the previous one is Ready, and quorum holds every pod until "
-                        f"the gang is whole, so the gang cannot form. Set podManagementPolicy: Parallel"
-                    )
-                    return Hold(hold.gang, hold.reason, f"{hold.message}; {hint}")
-        return hold
-
-    async def learn_statefulset(self, namespace: str, owner: JSON) -> None:
-        self.statefulsets[owner["uid"]] = await self.api.statefulset_pod_management(namespace, owner["name"])
-
     # -- failures and garbage -------------------------------------------------------------------
 
     def fail(self, key: GangKey, stage: str, message: str) -> None:
@@ -533,7 +447,4 @@ class GangLoop:
         self.releaser.prune(known)
         for key in [k for k in self.first_pod if k not in known]:
             del self.first_pod[key]
-        owners = {
-            o.get("uid") for p in self.store.pods.values() for o in p["metadata"].get("ownerReferences") or []
-        }
-        self.statefulsets = {uid: v for uid, v in self.statefulsets.items() if uid in owners}
+        self.holds.prune()

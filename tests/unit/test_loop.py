@@ -269,13 +269,13 @@ async def test_what_the_loop_keeps_per_gang_is_forgotten_when_the_gang_goes() ->
     loop = GangLoop(api, store, bound, settings())
     await step(loop)
     key = (NS, "pg-a")
-    assert key in loop.records.written and loop.first_seen
+    assert key in loop.records.written and loop.holds.first_seen
     for uid in ("a-0", "a-1"):
         del store.pods[uid]
     del store.gangs[key]
     await step(loop)
     assert key not in loop.records.written and key not in loop.records.reasons
-    assert not loop.first_seen and not loop.records.transitions and not loop.records.told_waiting
+    assert not loop.holds.first_seen and not loop.records.transitions and not loop.records.told_waiting
 
 
 async def test_a_gang_held_for_lack_of_room_gets_capacity_held_once_it_has_starved() -> None:

@@ -10,6 +10,7 @@ from quorum.core.model import Gang
 from quorum.core.planner import Hold
 from quorum.k8s.usage import BoundPods
 from quorum.operator.gangs import Store
+from quorum.operator.holds import Holds
 from quorum.operator.loop import GangLoop, LoopSettings
 from quorum.operator.settings import OperatorSettings
 
@@ -20,8 +21,9 @@ def hold(key: tuple[str, str], reason: str) -> Hold:
     return Hold(Gang(key[0], key[1], 4, ()), reason, "")
 
 
-def loop() -> GangLoop:
-    return GangLoop(None, Store(), BoundPods(), LoopSettings(forming_grace_seconds=2.0))  # type: ignore[arg-type]
+def loop() -> Holds:
+    gangs = GangLoop(None, Store(), BoundPods(), LoopSettings(forming_grace_seconds=2.0))  # type: ignore[arg-type]
+    return gangs.holds
 
 
 def test_a_gang_short_of_members_waits_out_the_grace_then_is_written() -> None:
