@@ -8,6 +8,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from quorum.core.gangs import MAX_MIN_AVAILABLE, GangMarker, GangSource, gang_marker, parse_min_available
@@ -169,7 +170,8 @@ class GangView:
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
 
-    @property
+    # A view is what one pass sees of its gang: what it derives from its pods is computed once.
+    @cached_property
     def active(self) -> list[JSON]:
         return [
             p
@@ -178,14 +180,22 @@ class GangView:
             and not (p.get("metadata") or {}).get("deletionTimestamp")
         ]
 
-    @property
+    @cached_property
     def gated(self) -> list[JSON]:
         return [p for p in self.active if self.is_gated(p)]
 
-    @property
+    @cached_property
     def releasable(self) -> list[JSON]:
         """Gated pods with no gate but quorum's: the ones the planner may place."""
         return [p for p in self.gated if not other_gates(p)]
+
+    @cached_property
+    def bound_and_unbound(self) -> tuple[int, list[JSON]]:
+        """Active pods bound; active pods released but not bound yet."""
+        active = self.active
+        bound = sum(1 for p in active if (p.get("spec") or {}).get("nodeName"))
+        unbound = [p for p in active if not self.is_gated(p) and not (p.get("spec") or {}).get("nodeName")]
+        return bound, unbound
 
     def blocked(self) -> str | None:
         """What a person should know about gated pods that carry others' gates too."""
@@ -199,6 +209,11 @@ class GangView:
         )
 
     def counts(self) -> dict[str, int]:
+        """A fresh dict each call (callers adjust it), computed once per view."""
+        return dict(self._counts)
+
+    @cached_property
+    def _counts(self) -> dict[str, int]:
         active = self.active
         return {
             "members": len(active),
@@ -285,6 +300,8 @@ def orphans(store: Store) -> list[tuple[JSON, tuple[str, str]]]:
     names. quorum releases them rather than leave them gated with no way forward."""
     found = []
     for pod in store.pods.values():
+        if not (pod.get("spec") or {}).get("schedulingGates"):  # most pods, quickly: no gate at all
+            continue
         if not is_gated(pod) or not (pod["metadata"].get("labels") or {}).get(GANG_LABEL):
             continue
         marker = _marker(pod)

@@ -149,6 +149,7 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
             gang_timeout_seconds=config.gang_timeout_seconds,
             forming_grace_seconds=config.forming_grace_seconds,
             status_interval_seconds=config.status_interval_seconds,
+            pass_gap_factor=config.pass_gap_factor,
             backoff=BackoffPolicy(config.backoff_seconds, config.backoff_cap_seconds),
             preemption=PreemptionLoopSettings(
                 config.preemption,

@@ -127,6 +127,8 @@ class Holds:
 
     def prune(self) -> None:
         """Forget the StatefulSets no pod of a gang is owned by any more."""
+        if not self.statefulsets:  # (a scan of every pod: only when there is something to prune)
+            return
         owners = {
             o.get("uid") for p in self.store.pods.values() for o in p["metadata"].get("ownerReferences") or []
         }

@@ -75,6 +75,10 @@ class LoopSettings:
     # read why it waits, and its writes would cost the apiserver for nothing.
     forming_grace_seconds: float = 2.0
     status_interval_seconds: float = 1.0  # one gang's status is written at most this often
+    # After a pass that took t seconds, the next starts no sooner than factor x t later (at most
+    # 1 s): events that arrive meanwhile are taken together, so a busy loop spends at most
+    # 1/(1+factor) of a core on passes (0: a pass on every event, as soon as the last one ends).
+    pass_gap_factor: float = 5.0
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
     preemption: PreemptionLoopSettings = field(default_factory=PreemptionLoopSettings)
     member_loss_policy: MemberLossPolicy = MemberLossPolicy.REPLACE  # gangs without the annotation
@@ -133,6 +137,8 @@ class GangLoop:
         self.timings: dict[str, float] = {}  # where the last pass's time went
         self.lap_started = 0.0
         self.worst_pass = 0.0
+        self.last_pass_took = 0.0  # how long the last pass took, and when it ended (monotonic)
+        self.last_pass_end = 0.0
         self.leading = False
         self.reports: set[asyncio.Task[None]] = set()  # Warning Events of failures found by the pass
         self.first_pod: dict[GangKey, JSON] = {}  # a pod of each gang (for Events before its Gang)
@@ -162,6 +168,7 @@ class GangLoop:
                     await self.step()
                     self.health.pass_completed()
                     took = time.monotonic() - started
+                    self.last_pass_took, self.last_pass_end = took, time.monotonic()
                     metrics.PASS_DURATION.observe(took)
                     self.worst_pass = max(self.worst_pass, took)
                     metrics.PASS_DURATION_MAX.set(self.worst_pass)
@@ -189,6 +196,9 @@ class GangLoop:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(wait):
                 await self.dirty.wait()
+        gap = self.settings.pass_gap_factor * self.last_pass_took - (time.monotonic() - self.last_pass_end)
+        if gap > 0:
+            await asyncio.sleep(min(gap, 1.0))  # what arrives meanwhile is in the same pass
         self.dirty.clear()
 
     def resume(self) -> None:

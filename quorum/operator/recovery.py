@@ -226,10 +226,8 @@ class Recoverer:
 
     @staticmethod
     def bound_and_unbound(view: GangView) -> tuple[int, list[JSON]]:
-        active = view.active
-        bound = sum(1 for p in active if (p.get("spec") or {}).get("nodeName"))
-        unbound = [p for p in active if not view.is_gated(p) and not (p.get("spec") or {}).get("nodeName")]
-        return bound, unbound
+        bound, unbound = view.bound_and_unbound  # computed once per view
+        return bound, list(unbound)
 
     async def check(self, view: GangView, gang: JSON, now: float) -> None:
         """Do what `due` says (it is asked again: the gang may have moved on meanwhile)."""

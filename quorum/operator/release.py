@@ -80,7 +80,8 @@ class Releaser:
         for table in (self.complete_at, self.unfinished):
             for key in [k for k in table if k not in known]:
                 del table[key]
-        self.told_dropped = {uid for uid in self.told_dropped if uid in self.store.pods}
+        if self.told_dropped:
+            self.told_dropped = {uid for uid in self.told_dropped if uid in self.store.pods}
 
     def start(self, view: GangView, release: Release) -> None:
         """Reserve the release's room now (no later pass may plan it), then release in the

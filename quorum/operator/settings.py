@@ -27,6 +27,9 @@ class OperatorSettings(BaseSettings):
     forming_grace_seconds: float = Field(default=2.0, ge=0)
     """A gang short of members is written (Gang object, status, Events) only after this long."""
     status_interval_seconds: float = Field(default=1.0, ge=0)
+    pass_gap_factor: float = Field(default=5.0, ge=0)
+    """After a pass that took t, the next starts no sooner than this x t later (at most 1 s; 0: at
+    once): a busy loop spends at most 1/(1+factor) of a core on passes."""
     """One gang's status (and its group's) is written at most this often: the last state then."""
     namespace: str = DEFAULT_NAMESPACE
     """The operator's own namespace, where its leader-election Lease lives (the Deployment sets

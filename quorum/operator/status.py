@@ -107,6 +107,11 @@ class GangRecords:
         self.transitions: dict[tuple[GangKey, str], tuple[str, str]] = {}  # -> (status, time)
         self.capacity_held: set[GangKey] = set()
         self.last_seen: dict[GangKey, float] = {}  # label-only gangs: when they last had pods
+        # Gangs whose counters changed (no condition did) since their last write: since when
+        # (monotonic). Such a change is written `interval` after it was first seen, with what
+        # else changed by then: a gang's pods bind and start within a second or two, and a
+        # write at the first of those events would be followed by another a second later.
+        self.settling: dict[GangKey, float] = {}
         # Decisions this process wrote that the Gang watch has not shown yet, per gang: a pass
         # acts on them, never on the older copy the store still holds.
         self.unseen: dict[GangKey, JSON] = {}
@@ -170,7 +175,15 @@ class GangRecords:
     def prune(self, live: Iterable[GangKey]) -> None:
         """Forget what is kept per gang for gangs that are gone (neither pods nor Gang object)."""
         keep = set(live) | set(self.store.gangs)
-        for table in (self.written, self.pacing.written_at, self.reasons, self.last_seen, self.unseen):
+        tables = (
+            self.written,
+            self.pacing.written_at,
+            self.reasons,
+            self.last_seen,
+            self.unseen,
+            self.settling,
+        )
+        for table in tables:
             for key in [k for k in table if k not in keep]:
                 del table[key]
         self.warned_unmodeled &= keep
@@ -209,8 +222,16 @@ class GangRecords:
         if view.group is None and view.waiting:
             return None  # no Gang object until its group exists (its pods are told by Events)
         new_gang = view.key not in self.store.gangs
-        if not new_gang and self.written.get(view.key) == status.body:
+        written = self.written.get(view.key)
+        if not new_gang and written == status.body:
+            self.settling.pop(view.key, None)
             return None
+        if not new_gang and written is not None and same_conditions(written, status.body):
+            now = clock.monotonic()
+            due = self.settling.setdefault(view.key, now) + self.pacing.interval
+            if now < due:
+                self.pacing.next_due = min(self.pacing.next_due or due, due)
+                return None
         stamp = now_rfc3339()
         timed = self.timed(view.key, status.conditions, stamp)  # the transition's own time
         if not self.pacing.may_write(view.key, clock.monotonic()):
@@ -254,6 +275,7 @@ class GangRecords:
             self.write_group(view, write.status, write.timed, write.stamp),
         )
         self.written[view.key] = write.status.body
+        self.settling.pop(view.key, None)
         for reason, _, _ in write.events:
             if reason == "CapacityHeld":
                 self.capacity_held.add(view.key)
@@ -338,6 +360,7 @@ class GangRecords:
         body = {**status.body, "conditions": timed, "admission": admission}
         await self.patch(view.key, body)
         self.written[view.key] = status.body
+        self.settling.pop(view.key, None)
         return StatusWrite(status, timed, stamp)
 
     async def write_group_released(self, view: GangView, recorded: StatusWrite) -> None:
@@ -422,4 +445,17 @@ class GangRecords:
 
     def forget(self, key: GangKey) -> None:
         self.written.pop(key, None)
+        self.settling.pop(key, None)
         self.pacing.forget(key)
+
+
+def same_conditions(written: JSON, body: JSON) -> bool:
+    """The two statuses differ at most in counters, phase and messages: no condition changed
+    its status or reason."""
+    old, new = written.get("conditions") or [], body.get("conditions") or []
+    return len(old) == len(new) and all(
+        a.get("type") == b.get("type")
+        and a.get("status") == b.get("status")
+        and a.get("reason") == b.get("reason")
+        for a, b in zip(old, new, strict=True)
+    )
