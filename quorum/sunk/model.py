@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from quorum.core.quantity import parse_quantity
+from quorum.core.requests import pod_requests
 
 PREFIX = "sunk.coreweave.com/"
 PARTITION = PREFIX + "partition"
@@ -81,16 +81,10 @@ class PodRequest:
 
 
 def _requests(pod: Mapping[str, Any]) -> dict[str, float]:
-    """Effective requests: the sum of the containers', or the largest init container's if more."""
-    spec = pod.get("spec") or {}
-    total: dict[str, float] = {}
-    for container in spec.get("containers") or []:
-        for key, value in ((container.get("resources") or {}).get("requests") or {}).items():
-            total[key] = total.get(key, 0.0) + float(parse_quantity(str(value)))
-    for container in spec.get("initContainers") or []:
-        for key, value in ((container.get("resources") or {}).get("requests") or {}).items():
-            total[key] = max(total.get(key, 0.0), float(parse_quantity(str(value))))
-    return total
+    """Effective requests in whole units (cores, bytes, GPUs), as kube-scheduler counts them:
+    the one rule of `quorum.core.requests` (requests defaulted from limits, sidecars, init
+    containers, overhead)."""
+    return {key: milli / 1000 for key, milli in pod_requests(dict(pod)).items() if key != "pods"}
 
 
 def time_limit_minutes(text: str) -> int:
