@@ -32,16 +32,14 @@ from dataclasses import dataclass, field
 
 from quorum.core.fit import FitSettings
 from quorum.core.lifecycle import BackoffPolicy, MemberLossPolicy
-from quorum.core.model import Gang, Node
-from quorum.core.planner import Hold, Plan, Planner, PlannerSettings
-from quorum.core.preemption import NoPreemption, Preemption
+from quorum.core.model import Gang
+from quorum.core.planner import Hold, Planner, PlannerSettings
 from quorum.k8s.api import KubeApi
 from quorum.k8s.usage import BoundPods
 from quorum.operator import clock, metrics
 from quorum.operator.conditions import (
     GangStatus,
     compose,
-    recovery_of,
 )
 from quorum.operator.events import pod_object, worth_telling
 from quorum.operator.gangs import JSON, GangView, Store, assemble
@@ -49,7 +47,7 @@ from quorum.operator.health import Health
 from quorum.operator.holds import Holds
 from quorum.operator.ledger import Ledger
 from quorum.operator.preemption import Preempter, PreemptionLoopSettings
-from quorum.operator.recovery import Recoverer, disruption_of
+from quorum.operator.recovery import Recoverer
 from quorum.operator.release import Releaser, ReleaseSettings
 from quorum.operator.snapshot import NodeModels, PodModels, Snapshot, plan
 from quorum.operator.status import GangRecords, StatusWrite
@@ -58,7 +56,6 @@ from quorum.operator.work import Failure, GangWork, describe
 log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
 SLOW_PASS_SECONDS = 1.0  # a pass slower than this is logged with where its time went
-STRAY_TAINTS: GangKey = ("", "reservation taints")  # the work key of removing stray ones
 
 
 @dataclass(frozen=True)
@@ -244,8 +241,8 @@ class GangLoop:
         self.lap("assemble")
         nodes = self.node_models.refresh(self.store.nodes)
         self.releaser.start_continued(views, nodes, now)
-        self.start_recoveries(views, now)
-        self.start_preemption_upkeep(views, now)
+        self.recoverer.start_due(views, self.work, self.fail, now)
+        self.preempter.start_upkeep(views, self.work, now)
         self.lap("recover")
         holds, plannable = self.holds.sort_out(views, now)
         snapshot = Snapshot(
@@ -276,7 +273,18 @@ class GangLoop:
         for release in planned.plan.releases:
             self.work.succeeded(release.gang.key, "plan")
         self.lap(f"release {len(planned.plan.releases)} gangs")
-        await self.start_preemption(views, plannable, planned.plan, nodes, holds, now)
+        await self.preempter.start(
+            views,
+            plannable,
+            planned.plan,
+            nodes,
+            self.planner.index.free,
+            self.work,
+            self.ledger,
+            self.fail,
+            now,
+        )
+        self.holds.add_why_not(holds, self.preempter.why_not)
         self.lap("preempt")
         self.start_status_writes(views, holds, now)
         self.lap(f"status of {len(views)} gangs")
@@ -287,88 +295,6 @@ class GangLoop:
         bound = self.bound.take_dirty()
         changed = self.node_models.take_changed() | self.ledger.take_changed()
         return None if bound is None else changed | bound
-
-    # -- preemption ---------------------------------------------------------------------------
-
-    async def preempt(self, view: GangView, preemption: Preemption, now: float) -> None:
-        """The gang's preemption task: its Gang object first (the victims' Events name it)."""
-        gang = await self.records.ensure_gang(view)
-        await self.preempter.execute(view, gang, preemption, now)
-
-    def start_preemption_upkeep(self, views: dict[GangKey, GangView], now: float) -> None:
-        """End the preemptions that are done, gone or late; remove reservation taints of none."""
-        for key, record, why, warn in self.preempter.due_ends(views, now):
-            if not self.work.busy(key):
-                self.work.start(key, "preempt", self.preempter.end(key, record, why, warn))
-        if (stray := self.preempter.stray_taints()) and not self.work.busy(STRAY_TAINTS):
-            self.work.start(STRAY_TAINTS, "preempt", self.preempter.remove_stray_taints(stray))
-
-    async def start_preemption(
-        self,
-        views: dict[GangKey, GangView],
-        plannable: dict[GangKey, GangView],
-        plan: Plan,
-        nodes: dict[str, Node],
-        holds: dict[GangKey, Hold],
-        now: float,
-    ) -> None:
-        """Ask, for the first gang held for lack of room that may preempt, which lower-priority
-        work would make room (in a worker thread: the decision plans the gang a few times), and
-        start the preemption it finds. One preemption in flight at a time."""
-        held = [
-            (plannable[h.gang.key], h.gang)
-            for h in plan.holds
-            if h.reason == "Unschedulable" and not self.work.busy(h.gang.key)
-        ]
-        busy = {key for key in views if self.work.blocks_planning(key)} | {
-            r.gang for r in self.ledger.entries.values()
-        }
-        candidate = self.preempter.candidate(held, nodes, self.planner.index.free, views, busy, now)
-        if candidate is not None:
-            try:
-                outcome: Preemption | NoPreemption | None = await asyncio.to_thread(
-                    self.preempter.decide, candidate
-                )
-            except Exception as err:  # that gang's trouble: it backs off, the pass goes on
-                self.fail(candidate.key, "preempt", describe(err))
-                outcome = None
-            if isinstance(outcome, Preemption):
-                view = plannable[candidate.key]
-                timeout = self.settings.gang_timeout_seconds * (1 + len(outcome.victims) / 16)
-                self.work.start(candidate.key, "preempt", self.preempt(view, outcome, now), timeout)
-            elif outcome is not None:
-                self.preempter.found_nothing(candidate.key, outcome, now)
-        self.holds.add_why_not(holds, self.preempter.why_not)
-
-    # -- recovery -----------------------------------------------------------------------------
-
-    def start_recoveries(self, views: dict[GangKey, GangView], now: float) -> None:
-        for key, view in views.items():
-            gang = self.records.gang(key)
-            if gang is None or self.work.blocks_planning(key) or self.work.backing_off(key):
-                continue
-            try:
-                if self.recoverer.due(view, gang, now):
-                    self.work.start(key, "recover", self.recoverer.check(view, gang, now))
-            except Exception as err:
-                self.fail(key, "recover", describe(err))
-        for key in list(self.store.gangs):
-            if key in views or self.work.blocks_planning(key) or self.work.backing_off(key):
-                continue
-            gang = self.records.gang(key) or {}
-            try:
-                recovery = recovery_of(gang)
-                if decision := disruption_of(gang):  # recorded, not finished; no pod left to show
-                    min_member = int((gang.get("spec") or {}).get("minMember") or 1)
-                    self.work.start(key, "recover", self.recoverer.finish(key, min_member, decision, None))
-                elif recovery.get("suspendedJobs") and self.recoverer.may_poll(key):  # its pods are all gone
-                    self.work.start(key, "recover", self.recoverer.resume_jobs(key[0], key[1], [], gang))
-                elif (recovery.get("failures") or recovery.get("suspendedJobs")) and (
-                    write := self.records.recovering_due(key, gang, None)
-                ):  # no pods: a recovery, or a preemption, that waits for a Job's pods to go
-                    self.work.start(key, "status", self.records.write_recovering(key, write))
-            except Exception as err:
-                self.fail(key, "recover", describe(err))
 
     # -- status -------------------------------------------------------------------------------
 

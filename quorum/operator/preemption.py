@@ -27,13 +27,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from quorum.core.lifecycle import JobFacts
 from quorum.core.model import Gang, Node, Requirement, Resources
-from quorum.core.planner import PlannerSettings
+from quorum.core.planner import Plan, PlannerSettings
 from quorum.core.preemption import (
     INTERRUPTABLE_LABEL,
     DisruptionBudget,
@@ -52,11 +52,14 @@ from quorum.k8s.writes import RESERVED_TAINT, EvictionRefused
 from quorum.operator import metrics
 from quorum.operator.conditions import iso, recovery_of, timestamp
 from quorum.operator.gangs import JSON, GangView
+from quorum.operator.ledger import Ledger
 from quorum.operator.status import GangRecords
+from quorum.operator.work import GangWork, describe
 
 log = logging.getLogger("quorum.operator.preemption")
 GangKey = tuple[str, str]
 REASON = "PreemptionByQuorum"
+STRAY_TAINTS: GangKey = ("", "reservation taints")  # the work key of removing stray ones
 SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-node-lease", "kube-public"})
 
 
@@ -248,6 +251,54 @@ class Preempter:
         self.tried[key] = now
         self.why_not[key] = f"no preemption ({outcome.reason}): {outcome.message}"
         metrics.PREEMPTIONS.labels(result=outcome.reason).inc()
+
+    async def run(self, view: GangView, preemption: Preemption, now: float) -> None:
+        """The gang's preemption task: its Gang object first (the victims' Events name it)."""
+        gang = await self.statuses.ensure_gang(view)
+        await self.execute(view, gang, preemption, now)
+
+    def start_upkeep(self, views: Mapping[GangKey, GangView], work: GangWork, now: float) -> None:
+        """End the preemptions that are done, gone or late; remove reservation taints of none."""
+        for key, record, why, warn in self.due_ends(views, now):
+            if not work.busy(key):
+                work.start(key, "preempt", self.end(key, record, why, warn))
+        if (stray := self.stray_taints()) and not work.busy(STRAY_TAINTS):
+            work.start(STRAY_TAINTS, "preempt", self.remove_stray_taints(stray))
+
+    async def start(
+        self,
+        views: Mapping[GangKey, GangView],
+        plannable: Mapping[GangKey, GangView],
+        plan: Plan,
+        nodes: Mapping[str, Node],
+        free: Mapping[str, Resources],
+        work: GangWork,
+        ledger: Ledger,
+        fail: Callable[[GangKey, str, str], None],
+        now: float,
+    ) -> None:
+        """Ask, for the first gang held for lack of room that may preempt, which lower-priority
+        work would make room (in a worker thread: the decision plans the gang a few times), and
+        start the preemption it finds. One preemption in flight at a time."""
+        held = [
+            (plannable[h.gang.key], h.gang)
+            for h in plan.holds
+            if h.reason == "Unschedulable" and not work.busy(h.gang.key)
+        ]
+        busy = {key for key in views if work.blocks_planning(key)} | {r.gang for r in ledger.entries.values()}
+        candidate = self.candidate(held, nodes, free, views, busy, now)
+        if candidate is not None:
+            try:
+                outcome: Preemption | NoPreemption | None = await asyncio.to_thread(self.decide, candidate)
+            except Exception as err:  # that gang's trouble: it backs off, the pass goes on
+                fail(candidate.key, "preempt", describe(err))
+                outcome = None
+            if isinstance(outcome, Preemption):
+                view = plannable[candidate.key]
+                timeout = work.timeout * (1 + len(outcome.victims) / 16)
+                work.start(candidate.key, "preempt", self.run(view, outcome, now), timeout)
+            elif outcome is not None:
+                self.found_nothing(candidate.key, outcome, now)
 
     # -- carrying it out ----------------------------------------------------------------------
 

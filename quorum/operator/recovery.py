@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Callable, Mapping
 
 from quorum.core.lifecycle import (
     MEMBER_LOSS_ANNOTATION,
@@ -43,6 +44,7 @@ from quorum.operator.conditions import backoff_until, iso, iso_deadline, recover
 from quorum.operator.gangs import JSON, GangView, phase_of
 from quorum.operator.ledger import Ledger
 from quorum.operator.status import GangRecords
+from quorum.operator.work import GangWork, describe
 
 log = logging.getLogger("quorum.operator.recovery")
 
@@ -184,6 +186,43 @@ class Recoverer:
         ):
             return "recover"
         return None
+
+    def start_due(
+        self,
+        views: Mapping[tuple[str, str], GangView],
+        work: GangWork,
+        fail: Callable[[tuple[str, str], str, str], None],
+        now: float,
+    ) -> None:
+        """Start, as each gang's task, what recovery has to do this pass: for gangs with pods,
+        what `due` says; for Gangs without pods, a recorded disruption to finish, Jobs to resume,
+        or the status of a recovery that waits for a Job's pods to go."""
+        for key, view in views.items():
+            gang = self.records.gang(key)
+            if gang is None or work.blocks_planning(key) or work.backing_off(key):
+                continue
+            try:
+                if self.due(view, gang, now):
+                    work.start(key, "recover", self.check(view, gang, now))
+            except Exception as err:
+                fail(key, "recover", describe(err))
+        for key in list(self.records.store.gangs):
+            if key in views or work.blocks_planning(key) or work.backing_off(key):
+                continue
+            gang = self.records.gang(key) or {}
+            try:
+                recovery = recovery_of(gang)
+                if decision := disruption_of(gang):  # recorded, not finished; no pod left to show
+                    min_member = int((gang.get("spec") or {}).get("minMember") or 1)
+                    work.start(key, "recover", self.finish(key, min_member, decision, None))
+                elif recovery.get("suspendedJobs") and self.may_poll(key):  # its pods are all gone
+                    work.start(key, "recover", self.resume_jobs(key[0], key[1], [], gang))
+                elif (recovery.get("failures") or recovery.get("suspendedJobs")) and (
+                    write := self.records.recovering_due(key, gang, None)
+                ):  # no pods: a recovery, or a preemption, that waits for a Job's pods to go
+                    work.start(key, "status", self.records.write_recovering(key, write))
+            except Exception as err:
+                fail(key, "recover", describe(err))
 
     def policy_of(self, view: GangView) -> tuple[MemberLossPolicy, str | None]:
         """The gang's member-loss policy: its group object's annotation, or (a label-only gang)

@@ -422,6 +422,18 @@ class DisruptionMachine(RuleBasedStateMachine):
         if running:
             self.remove_pod(data.draw(st.sampled_from(sorted(running, key=lambda p: p["metadata"]["uid"]))))
 
+    @rule(data=st.data())
+    def a_member_is_replaced_while_the_gang_watch_lags(self, data: st.DataObject) -> None:
+        """A running member goes, its ReplicaSet makes it again, and quorum releases the
+        replacement and passes again, all while the Gang watch shows none of quorum's writes."""
+        self.someone_evicts_a_member(data)
+        self.replica_sets_make_pods_again()
+        for _ in range(2):
+            self.api.deliver("pods")
+            self.api.deliver("nodes")
+            self.run(self.loop.step())
+            self.run(settle(self.loop))
+
     # -- nodes and kube-scheduler --------------------------------------------------------------
 
     @rule()

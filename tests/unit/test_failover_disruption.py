@@ -5,10 +5,14 @@ running above minMember, and for a preemptor whose victims are already gone."""
 
 from __future__ import annotations
 
+import copy
+
+from quorum.k8s.usage import BoundPods
+from quorum.operator import clock
 from quorum.operator.gangs import Store
 from quorum.operator.loop import GangLoop
 from tests.unit.fake_api import FakeApi
-from tests.unit.test_loop import NS, REPLICA_SET, cluster, released, settings, step
+from tests.unit.test_loop import NS, REPLICA_SET, cluster, pod, released, settings, step
 from tests.unit.test_loop_preemption import bind_released, evict_from_bound, held, running, taints
 
 
@@ -64,3 +68,37 @@ async def test_a_preemptor_whose_release_was_cut_off_runs_on_the_freed_nodes_aft
     bind_released(store, bound, api)
     await step(second)
     assert taints(store, "n0") == [] and taints(store, "n1") == [], "the preemption ended: nodes freed"
+
+
+async def test_a_pass_before_the_gang_watch_shows_a_replacements_release_recovers_nothing() -> None:
+    """A running gang loses a member; its replacement is released alone (a new decision); the
+    Gang watch lags, and a pass runs on the old copy, whose decision is long past its timeout
+    with 1 of 2 bound. The survivor keeps running."""
+    with clock.using(clock.ManualClock()) as now:
+        server, _ = cluster(2, {"a": 2}, owner=REPLICA_SET)
+        api = FakeApi(server, BoundPods(), lag=True)
+        api.server = server
+        store, bound = api.relist()
+        loop = GangLoop(api, store, bound, settings())
+        loop.resume()
+        await step(loop)  # released, decision 1
+        for uid in ("a-0", "a-1"):  # kube-scheduler binds both
+            p = copy.deepcopy(server.pods[uid])
+            p["spec"]["nodeName"], p["status"] = api.pinned[uid], {"phase": "Running"}
+            server.pods[uid] = p
+            api.changed("pods", uid, p)
+        api.deliver_all()
+        await step(loop)
+        now.advance(120)  # long past decision 1's timeout
+        del server.pods["a-0"]  # a member is evicted; its ReplicaSet makes a-2, gated
+        api.changed("pods", "a-0", None)
+        replacement = pod("a", 2, owner=REPLICA_SET)
+        server.pods["a-2"] = replacement
+        api.changed("pods", "a-2", replacement)
+        api.deliver("pods")
+        await step(loop)  # a-2 released alone: decision 2
+        assert server.gangs[(NS, "pg-a")]["status"]["admission"]["attempt"] == 2
+        api.deliver("pods")  # the pod watch shows it; the Gang watch does not yet
+        await step(loop)
+        assert api.called("delete_pod") == [], "the running survivor is not recovered"
+        assert "a-1" in server.pods
