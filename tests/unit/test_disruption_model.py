@@ -434,6 +434,20 @@ class DisruptionMachine(RuleBasedStateMachine):
             self.run(self.loop.step())
             self.run(settle(self.loop))
 
+    @rule(failing=st.integers(1, 3), i=st.integers(0, NODES - 1))
+    def a_release_is_cut_off_by_a_failover(self, failing: int, i: int) -> None:
+        """The leader releases with some pod patches failing, the released pods bind, a node is
+        cordoned, and the leader dies before it finishes: the next one resumes the release."""
+        self.api.deliver_all()
+        self.api.fail("release_pod", times=failing)
+        self.run(self.loop.step())
+        self.run(settle(self.loop))
+        self.kube_scheduler_binds()
+        self.a_node_is_cordoned(i)
+        self.the_leader_fails_over()
+        self.run(self.loop.step())
+        self.run(settle(self.loop))
+
     # -- nodes and kube-scheduler --------------------------------------------------------------
 
     @rule()
