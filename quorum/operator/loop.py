@@ -1,21 +1,20 @@
 """The scheduling loop: quorum's own asyncio task (not a kopf handler), run while this replica
-holds the Lease.
+holds the Lease. It decides what runs for which gang and in which order, and hands the work on;
+it makes no API call itself.
 
-It starts only once every watched kind has been listed, rebuilds the ledger from the decisions
-recorded on the Gang objects, and then makes a pass on every change (and at least every
+It starts only once every watched kind has been listed, resumes from the decisions recorded on
+the Gang objects, and then makes a pass on every change (paced, and at least every
 `resync_seconds`). A pass:
 
 1. ends the reservations of pods now bound or gone (`ledger.py`) and assembles the gangs from
    the store (`gangs.py`);
 2. starts, as each gang's own task (`work.py`), what is due outside the plan: finishing a
-   recorded release whose pods are still gated, and recovery (`recovery.py`);
-3. plans the gangs that are free (no release or recovery in flight, no backoff) in a worker thread, so the
-   watches, the Lease and the writes go on meanwhile; the planner is pure and bounded
-   (`quorum.core.planner`);
-4. reserves each release's room in the ledger at once, then starts its task: the decision is
-   recorded on the Gang, then one conditional patch per pod (`release`);
-5. composes every other gang's status (`conditions.py`) and starts a write where it changed
-   (`status.py`).
+   release cut off (`release.py`), recovery (`recovery.py`), ending preemptions;
+3. sorts out the gangs the planner may see (`holds.py`) and plans one `Snapshot` in a worker
+   thread (`snapshot.py`, `quorum.core.planner`), so the watches, the Lease and the writes go on;
+4. starts each release (`release.py`: reserved at once, recorded, then patched) and, for a gang
+   held for lack of room, a preemption (`preemption.py`);
+5. composes every gang's status and starts the writes that are due (`status.py`).
 
 The pass awaits none of the gangs' tasks: one gang's slow or failing writes delay nobody.
 """
@@ -37,10 +36,6 @@ from quorum.core.planner import Hold, Planner, PlannerSettings
 from quorum.k8s.api import KubeApi
 from quorum.k8s.usage import BoundPods
 from quorum.operator import clock, metrics
-from quorum.operator.conditions import (
-    GangStatus,
-    compose,
-)
 from quorum.operator.events import pod_object, worth_telling
 from quorum.operator.gangs import JSON, GangView, Store, assemble
 from quorum.operator.health import Health
@@ -50,8 +45,8 @@ from quorum.operator.preemption import Preempter, PreemptionLoopSettings
 from quorum.operator.recovery import Recoverer
 from quorum.operator.release import Releaser, ReleaseSettings
 from quorum.operator.snapshot import NodeModels, PodModels, Snapshot, plan
-from quorum.operator.status import GangRecords, StatusWrite
-from quorum.operator.work import Failure, GangWork, describe
+from quorum.operator.status import GangRecords
+from quorum.operator.work import Failure, GangWork
 
 log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
@@ -302,43 +297,13 @@ class GangLoop:
         self, views: dict[GangKey, GangView], holds: dict[GangKey, Hold], now: float
     ) -> None:
         forming = self.holds.forming(set(views), holds, now)
-        self.records.pacing.start_pass()
+        statuses = self.records.start_writes(views, holds, forming, self.work, self.fail)
         phases: Counter[tuple[str, str]] = Counter()
-        gated = 0
-        for key, view in views.items():
-            try:
-                status = self.start_status_write(key, view, holds.get(key), key in forming)
-            except Exception as err:
-                self.fail(key, "status", describe(err))
-                continue
+        for key, status in statuses.items():
+            self.observe_bound(views[key], status.counts)
             phases[(status.phase, status.condition("Admitted")["reason"])] += 1
-            gated += status.counts["gated"]
         metrics.set_gangs(phases)
-        metrics.GATED_PODS.set(gated)
-
-    def start_status_write(
-        self, key: GangKey, view: GangView, hold: Hold | None, forming: bool
-    ) -> GangStatus:
-        """Compose the gang's status; start its write if it is due. The status, for metrics."""
-        failure = self.work.failures.get(key)
-        status = compose(self.records.state(view, hold, self.work.failure_message(key)))
-        self.observe_bound(view, status.counts)
-        if forming or self.work.busy(key):
-            return status
-        if failure is not None and failure.stage == "status" and self.work.backing_off(key):
-            return status  # its status writes fail: not before the backoff ends
-        if pods := self.records.waiting_pods(view):
-            self.work.start(key, "status", self.records.tell_waiting(view, pods))
-        elif write := self.records.due(view, status, hold):
-            self.work.start(key, "status", self.write_status(view, write))
-        return status
-
-    async def write_status(self, view: GangView, write: StatusWrite) -> None:
-        try:
-            await self.records.write(view, write)
-        except BaseException:
-            self.records.failed(view.key)
-            raise
+        metrics.GATED_PODS.set(sum(status.counts["gated"] for status in statuses.values()))
 
     def observe_bound(self, view: GangView, counts: Mapping[str, int]) -> None:
         """The time from a released gang's last member to minMember of its pods bound."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ from quorum.operator.events import EventRecorder, pod_object
 
 __all__ = ["GangRecords", "StatusPacing", "StatusWrite", "now_rfc3339"]
 from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store
+from quorum.operator.work import GangWork, describe
 
 log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
@@ -257,6 +258,44 @@ class GangRecords:
             if seen is None or seen[0] != c["status"]:
                 self.transitions[(key, c["type"])] = (c["status"], stamp)
         return [{**c, "lastTransitionTime": self.transitions[(key, c["type"])][1]} for c in conditions]
+
+    def start_writes(
+        self,
+        views: Mapping[GangKey, GangView],
+        holds: Mapping[GangKey, Hold],
+        forming: set[GangKey],
+        work: GangWork,
+        fail: Callable[[GangKey, str, str], None],
+    ) -> dict[GangKey, GangStatus]:
+        """Compose every gang's status and start, as the gang's task, the writes that are due
+        (not while it forms or has a task in flight, nor while its status writes back off). The
+        statuses composed, for metrics."""
+        self.pacing.start_pass()
+        statuses: dict[GangKey, GangStatus] = {}
+        for key, view in views.items():
+            try:
+                hold = holds.get(key)
+                status = compose(self.state(view, hold, work.failure_message(key)))
+                statuses[key] = status
+                failure = work.failures.get(key)
+                if key in forming or work.busy(key):
+                    continue
+                if failure is not None and failure.stage == "status" and work.backing_off(key):
+                    continue  # its status writes fail: not before the backoff ends
+                if pods := self.waiting_pods(view):
+                    work.start(key, "status", self.tell_waiting(view, pods))
+                elif write := self.due(view, status, hold):
+                    work.start(key, "status", self.write_due(view, write))
+            except Exception as err:
+                fail(key, "status", describe(err))
+        return statuses
+
+    async def write_due(self, view: GangView, write: StatusWrite) -> None:
+        try:
+            await self.write(view, write)
+        except BaseException:
+            self.failed(view.key)
+            raise
 
     # -- writes (in the gang's task) --------------------------------------------------------
 
