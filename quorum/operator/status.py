@@ -164,8 +164,8 @@ class GangRecords:
         """The one write of a Gang's status in the operator (a merge patch of `fields`); its
         decisions count from the moment the apiserver took them. False if the Gang is gone."""
         ok = await self.api.patch_gang_status(key[0], key[1], fields)
-        if ok and (decisions := {n: v for n, v in fields.items() if n in DECISIONS}):
-            self.unseen.setdefault(key, {}).update(copy.deepcopy(decisions))
+        if ok and (decisions := {n: as_merged(v) for n, v in fields.items() if n in DECISIONS}):
+            self.unseen.setdefault(key, {}).update(decisions)
         return ok
 
     def held_since(self, key: GangKey) -> float | None:
@@ -485,7 +485,15 @@ class GangRecords:
     def forget(self, key: GangKey) -> None:
         self.written.pop(key, None)
         self.settling.pop(key, None)
+        self.unseen.pop(key, None)
         self.pacing.forget(key)
+
+
+def as_merged(value: Any) -> Any:
+    """A value as the object has it after a merge patch of it: members set to null are gone."""
+    if isinstance(value, dict):
+        return {k: as_merged(v) for k, v in value.items() if v is not None}
+    return copy.deepcopy(value)
 
 
 def same_conditions(written: JSON, body: JSON) -> bool:

@@ -40,6 +40,17 @@ from quorum.operator.gangs import GANG_LABEL, Store
 JSON = dict[str, Any]
 
 
+def merge_patch(target: JSON, patch: JSON) -> None:
+    """RFC 7386, as the apiserver applies a merge patch: null removes, objects merge."""
+    for key, value in patch.items():
+        if value is None:
+            target.pop(key, None)
+        elif isinstance(value, dict) and isinstance(target.get(key), dict):
+            merge_patch(target[key], value)
+        else:
+            target[key] = copy.deepcopy(value)
+
+
 def server_error(status: int = 500, message: str = "etcdserver: request timed out") -> ApiException:
     err = ApiException(status=status, reason="Internal Server Error" if status == 500 else "Invalid")
     err.body = f'{{"kind":"Status","message":"{message}"}}'.encode()
@@ -214,7 +225,7 @@ class FakeApi:
         if gang is None:
             return False
         updated = copy.deepcopy(gang)
-        updated.setdefault("status", {}).update(copy.deepcopy(status))  # a merge patch, one level
+        merge_patch(updated.setdefault("status", {}), status)
         self.server.gangs[(namespace, name)] = updated
         self.changed("gangs", (namespace, name), updated)
         return True

@@ -121,3 +121,28 @@ async def test_a_podgroup_whose_crd_is_not_quorums_gets_no_status_from_quorum() 
     recorded = await records.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
     await records.write_group_released(view, recorded)
     assert [what for what, _ in writes(api)] == ["gang"]
+
+
+async def test_a_decision_counts_until_the_watch_shows_it_and_no_longer() -> None:
+    """`GangRecords.gang`: what this process wrote is on top of the store's older copy until
+    the watch delivers a copy that has it (a merge patch's nulls are removals); then the
+    store's copy is the gang again, and a new Gang under the name starts clean."""
+    from quorum.operator.gangs import Store
+    from quorum.operator.status import GangRecords
+    from tests.unit.fake_api import FakeApi
+
+    key = ("ns", "g")
+    store = Store()
+    store.gangs[key] = {"metadata": {"name": "g", "namespace": "ns"}, "status": {"recovery": {"failures": 1}}}
+    api = FakeApi(store, lag=True)
+    records = GangRecords(api, store)
+    written = {"failures": 0, "nextAttemptTime": None, "message": "withdrawn"}
+    assert await records.patch(key, {"recovery": written, "phase": "Running"})
+    seen = records.gang(key)
+    assert seen is not None and seen["status"]["recovery"] == {"failures": 0, "message": "withdrawn"}
+    assert "phase" not in seen["status"], "only decisions are kept on top"
+    api.deliver("gangs")
+    assert records.gang(key) is store.gangs[key] and key not in records.unseen, "shown: the store's copy"
+    assert await records.patch(key, {"disruption": {"reason": "PartiallyPlaced"}})
+    records.forget(key)
+    assert records.gang(key) is store.gangs[key], "a Gang made again starts from what the watch shows"
