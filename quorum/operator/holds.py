@@ -34,7 +34,7 @@ class Holds:
         self.recoverer = recoverer
         self.forming_grace = forming_grace
         self.statefulsets: dict[str, str | None] = {}  # uid -> podManagementPolicy
-        self.first_seen: dict[GangKey, float] = {}  # gang -> when a pass first saw it
+        self.memory = records.memory  # each gang's `first_seen`
         self.next_backoff_end = 0.0  # the earliest end of a backoff: a pass is due then
         self.next_forming_due = 0.0  # when a forming gang's grace ends: a pass is due then
 
@@ -73,7 +73,13 @@ class Holds:
     def forming(self, live: set[GangKey], holds: dict[GangKey, Hold], now: float) -> set[GangKey]:
         """Gangs short of members, first seen less than the grace ago, with nothing written yet:
         their writes wait (a pass is due when the first grace ends)."""
-        self.first_seen = {k: self.first_seen.get(k, now) for k in live}
+        for key, entry in self.memory.items():
+            if key not in live:
+                entry.first_seen = None  # gone (its pods): back again, a new grace
+        for key in live:
+            if self.memory[key].first_seen is None:
+                self.memory[key].first_seen = now
+        first_seen = self.first_seen
         grace = self.forming_grace
         forming = {
             key
@@ -81,9 +87,9 @@ class Holds:
             if (hold := holds.get(key)) is not None
             and hold.reason == "WaitingForMembers"
             and key not in self.store.gangs
-            and now - self.first_seen[key] < grace
+            and now - first_seen[key] < grace
         }
-        self.next_forming_due = min((self.first_seen[k] + grace for k in forming), default=0.0)
+        self.next_forming_due = min((first_seen[k] + grace for k in forming), default=0.0)
         return forming
 
     def explain(self, view: GangView, hold: Hold) -> Hold:
@@ -114,6 +120,11 @@ class Holds:
 
     async def learn_statefulset(self, namespace: str, owner: JSON) -> None:
         self.statefulsets[owner["uid"]] = await self.api.statefulset_pod_management(namespace, owner["name"])
+
+    @property
+    def first_seen(self) -> dict[GangKey, float]:
+        """When a pass first saw each gang that has pods."""
+        return {k: e.first_seen for k, e in self.memory.items() if e.first_seen is not None}
 
     @staticmethod
     def add_why_not(holds: dict[GangKey, Hold], why_not: Mapping[GangKey, str]) -> None:

@@ -37,10 +37,11 @@ from quorum.k8s.api import KubeApi
 from quorum.k8s.usage import BoundPods
 from quorum.operator import clock, metrics
 from quorum.operator.events import pod_object, worth_telling
-from quorum.operator.gangs import JSON, GangView, Store, assemble
+from quorum.operator.gangs import GangView, Store, assemble
 from quorum.operator.health import Health
 from quorum.operator.holds import Holds
 from quorum.operator.ledger import Ledger
+from quorum.operator.memory import GangMemories
 from quorum.operator.preemption import Preempter, PreemptionLoopSettings
 from quorum.operator.recovery import Recoverer
 from quorum.operator.release import Releaser, ReleaseSettings
@@ -96,7 +97,8 @@ class GangLoop:
         self.health = health or Health()
         self.dirty = asyncio.Event()
         self.ledger = Ledger()
-        self.records = GangRecords(api, store, settings.status_interval_seconds)
+        self.memory = GangMemories()  # what this process knows of each gang: one entry per gang
+        self.records = GangRecords(api, store, settings.status_interval_seconds, self.memory)
         self.events = self.records.events
         self.recoverer = Recoverer(
             api, self.records, settings.backoff, self.ledger, settings.member_loss_policy
@@ -133,7 +135,6 @@ class GangLoop:
         self.last_pass_end = 0.0
         self.leading = False
         self.reports: set[asyncio.Task[None]] = set()  # Warning Events of failures found by the pass
-        self.first_pod: dict[GangKey, JSON] = {}  # a pod of each gang (for Events before its Gang)
 
     def wake(self) -> None:
         self.dirty.set()
@@ -232,7 +233,7 @@ class GangLoop:
                     self.fail(view.key, "assemble", view.failure)
             else:
                 self.work.succeeded(view.key, "assemble")
-            self.first_pod[view.key] = view.pods[0]
+            self.memory[view.key].first_pod = view.pods[0]  # for Events before its Gang exists
         self.lap("assemble")
         nodes = self.node_models.refresh(self.store.nodes)
         self.releaser.start_continued(views, nodes, now)
@@ -307,10 +308,10 @@ class GangLoop:
 
     def observe_bound(self, view: GangView, counts: Mapping[str, int]) -> None:
         """The time from a released gang's last member to minMember of its pods bound."""
-        started = self.releaser.complete_at.get(view.key)
-        if started is not None and counts["bound"] >= (view.min_member or 1):
-            metrics.BOUND_LATENCY.observe(max(0.0, clock.time() - started))
-            del self.releaser.complete_at[view.key]
+        entry = self.memory.get(view.key)
+        if entry is not None and entry.complete_at is not None and counts["bound"] >= (view.min_member or 1):
+            metrics.BOUND_LATENCY.observe(max(0.0, clock.time() - entry.complete_at))
+            entry.complete_at = None
 
     # -- failures and garbage -------------------------------------------------------------------
 
@@ -330,7 +331,8 @@ class GangLoop:
         if not worth_telling(failure.count):
             return
         target = self.store.gangs.get(key)
-        if target is None and (pod := self.first_pod.get(key)) is not None:
+        if target is None and (entry := self.memory.get(key)) is not None and entry.first_pod is not None:
+            pod = entry.first_pod
             target = pod_object(pod)
         await self.events.post(target, "PlanningFailed", failure.sentence(), warning=True)
 
@@ -341,11 +343,10 @@ class GangLoop:
             if not self.work.busy(key):
                 self.work.start(key, "status", self.records.delete_label_gang(key))
         known = live | set(self.store.gangs)
-        self.records.prune(known)
-        self.recoverer.prune(known, self.store.pods)
+        self.memory.keep(known)  # a gang gone is forgotten here, at once
+        self.records.prune()
+        self.recoverer.prune(self.store.pods)
         self.preempter.prune(known)
         self.work.prune(known)
-        self.releaser.prune(known)
-        for key in [k for k in self.first_pod if k not in known]:
-            del self.first_pod[key]
+        self.releaser.prune()
         self.holds.prune()

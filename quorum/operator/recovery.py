@@ -103,41 +103,35 @@ class Recoverer:
     ) -> None:
         self.api = api
         self.records = records
+        self.memory = records.memory  # what this term knows of each gang: recovered, backoff, ...
         self.backoff = backoff
         self.ledger = ledger
         self.policy = policy  # for gangs whose annotation does not say
         # The decision recovered per gang, also before the watch shows our own status write.
-        self.recovered: dict[tuple[str, str], int] = {}
         self.stuck: set[str] = set()  # pods of running gangs already replaced or reported
         # Backoffs this process recorded, also before the watch shows the write (the store's
         # Gang may be an older version meanwhile): epoch seconds, per gang.
-        self.backoffs: dict[tuple[str, str], float] = {}
-        self.polled: dict[tuple[str, str], float] = {}  # when a suspended Job was last looked at
         # Gangs seen whole by this process: the admission attempt then, and its bound pods
         # (uid -> (name, node)), which name the members lost.
-        self.whole: dict[tuple[str, str], tuple[int, dict[str, tuple[str, str]]]] = {}
-        self.warned: set[tuple[str, str]] = set()  # gangs told their member-loss annotation is wrong
 
     def may_poll(self, key: tuple[str, str], every: float = 2.0) -> bool:
         """Whether a suspended Job of the gang may be looked at again (not every pass: its
         pods can take minutes to go)."""
-        return clock.monotonic() - self.polled.get(key, -every) >= every
+        polled = self.memory[key].polled
+        return polled is None or clock.monotonic() - polled >= every
 
     def recovered_already(self, key: tuple[str, str], gang: JSON) -> bool:
         """The gang's recorded decision has been recovered (by this process or on record)."""
         attempt = attempt_of((gang.get("status") or {}).get("admission") or {})
-        return attempt in (recovery_of(gang).get("attempt"), self.recovered.get(key))
+        return attempt in (recovery_of(gang).get("attempt"), self.memory[key].recovered)
 
     def backoff_until(self, key: tuple[str, str], gang: JSON | None) -> float:
         """Epoch seconds before which the gang is not planned (0: no backoff)."""
-        return max(backoff_until(recovery_of(gang)), self.backoffs.get(key, 0.0))
+        return max(backoff_until(recovery_of(gang)), self.memory[key].backoff_until)
 
-    def prune(self, live: set[tuple[str, str]], pods: dict[str, JSON]) -> None:
-        for table in (self.recovered, self.backoffs, self.polled, self.whole):
-            for key in [k for k in table if k not in live]:
-                del table[key]
+    def prune(self, pods: dict[str, JSON]) -> None:
+        """Forget the pods already replaced or reported once they are gone."""
         self.stuck = {uid for uid in self.stuck if uid in pods}
-        self.warned &= live
 
     def due(self, view: GangView, gang: JSON | None, now: float) -> str | None:
         """What recovery has to do for this gang now, if anything: `resume-jobs`,
@@ -159,20 +153,20 @@ class Recoverer:
         if isinstance(manual, dict) and timestamp(manual.get("time")) >= timestamp(admission.get("time")):
             return None  # a person released the gang by hand after quorum's decision: theirs now
         policy, problem = self.policy_of(view)
-        if problem and view.key not in self.warned:
+        if problem and not self.memory[view.key].warned_policy:
             return "warn-policy"
         bound, unbound = self.bound_and_unbound(view)
         attempt = attempt_of(admission)
         if bound >= view.min_member:
             if policy is MemberLossPolicy.RESTART_GANG:
-                self.whole[view.key] = (attempt, self.bound_members(view))
+                self.memory[view.key].whole = (attempt, self.bound_members(view))
             if recovery.get("failures"):
                 return "clean-slate"
             timed_out = now - timestamp(admission.get("time")) > view.schedule_timeout
             if timed_out and any(p["metadata"]["uid"] not in self.stuck for p in unbound):
                 return "replace-stuck"
             return None
-        if attempt in (recovery.get("attempt"), self.recovered.get(view.key)):
+        if attempt in (recovery.get("attempt"), self.memory[view.key].recovered):
             return None
         if policy is MemberLossPolicy.RESTART_GANG and self.loss(view, gang) is not None:
             return "restart-gang"
@@ -251,7 +245,7 @@ class Recoverer:
         admission = status.get("admission") or {}
         attempt = attempt_of(admission)
         recorded = status.get("bound")
-        seen = self.whole.get(view.key)
+        seen = self.memory[view.key].whole
         was_whole = (seen is not None and seen[0] == attempt) or (
             isinstance(recorded, int) and recorded >= view.min_member
         )
@@ -288,7 +282,7 @@ class Recoverer:
             admission = (gang.get("status") or {}).get("admission") or {}
             await self.restart(view, gang, recovery, attempt_of(admission), loss, now)
         elif what == "warn-policy" and (problem := self.policy_of(view)[1]):
-            self.warned.add(view.key)
+            self.memory[view.key].warned_policy = True
             log.warning("%s/%s: %s", view.namespace, view.name, problem)
             await self.records.events.post_all(
                 [gang, view.group], "InvalidMemberLossPolicy", problem, warning=True
@@ -324,7 +318,7 @@ class Recoverer:
             "suspendedJobs": sorted({*(recovery.get("suspendedJobs") or []), *(j["name"] for j in jobs)}),
             "reason": PARTIALLY_PLACED,
         }
-        self.backoffs[view.key] = float(math.ceil(now + delay))  # as written (whole seconds)
+        self.memory[view.key].backoff_until = float(math.ceil(now + delay))  # as written (whole s)
         decision = disruption(PARTIALLY_PLACED, attempt, now, message, pods, jobs)
         await self.disrupt(view, {"recovery": record, "disruption": decision})
 
@@ -353,7 +347,7 @@ class Recoverer:
             return  # the Gang is gone: nothing is done without a record
         decision = record["disruption"]
         if decision["reason"] != STUCK_POD:
-            self.recovered[view.key] = decision["attempt"]
+            self.memory[view.key].recovered = decision["attempt"]
         await self.finish(view.key, view.min_member or 1, decision, view.group)
 
     async def finish(self, key: tuple[str, str], min_member: int, decision: JSON, group: JSON | None) -> None:
@@ -409,7 +403,7 @@ class Recoverer:
         fields: JSON = {"disruption": None}
         if recovery.get("attempt") == disruption_of(gang).get("attempt"):
             fields["recovery"] = {**recovery, "failures": 0, "nextAttemptTime": None, "message": message}
-        self.backoffs.pop(key, None)
+        self.memory[key].backoff_until = 0.0
         await self.records.patch(key, fields)
         log.info("%s/%s: %s", *key, message)
         await self.records.events.post_all([gang, group], "RecoveryWithdrawn", message)
@@ -443,7 +437,7 @@ class Recoverer:
         owners = [(p["metadata"]["name"], controller_of(p)) for p in held]
         _, _, already = await self.read_jobs(view.namespace, owners)
         if already:  # someone else suspended its Job: every pod of it goes, the gang re-forms whole
-            self.recovered[view.key] = attempt
+            self.memory[view.key].recovered = attempt
             log.info("%s/%s lost members while Job %s is suspended: left as it is", *view.key, already[0])
             return
         plan, pods, jobs = await self.plan(view, held)
@@ -459,7 +453,7 @@ class Recoverer:
             "suspendedJobs": sorted({*(recovery.get("suspendedJobs") or []), *(j["name"] for j in jobs)}),
             "reason": MEMBER_LOST,
         }
-        self.whole.pop(view.key, None)
+        self.memory[view.key].whole = None
         metrics.GANG_RESTARTS.inc()
         decision = disruption(MEMBER_LOST, attempt, now, message, pods, jobs)
         await self.disrupt(view, {"recovery": record, "disruption": decision})
@@ -499,7 +493,7 @@ class Recoverer:
     async def resume_jobs(self, namespace: str, name: str, pods: list[JSON], gang: JSON) -> None:
         """Resume the Jobs a recovery suspended, each once none of its pods is left. Called also
         for gangs that have no pod at all (a suspended Job's pods are all gone)."""
-        self.polled[(namespace, name)] = clock.monotonic()
+        self.memory[(namespace, name)].polled = clock.monotonic()
         recovery = recovery_of(gang)
         left = []
         for job_name in recovery.get("suspendedJobs") or []:

@@ -65,21 +65,18 @@ class Releaser:
         self.fail = fail
         self.settings = settings
         self.pod_patches = asyncio.Semaphore(settings.release_concurrency)
-        # Pods of a recorded release still to be released onto their recorded nodes, per gang:
-        # their patch failed, or a leader before this one began the release.
-        self.unfinished: dict[GangKey, set[str]] = {}
+        # Per gang (`GangMemory.unfinished`): pods of a recorded release still to be released
+        # onto their recorded nodes: their patch failed, or a leader before this one began it.
+        self.memory = records.memory
         self.resumed: set[GangKey] = set()  # gangs whose recorded release a new leader checks
         self.told_dropped: set[str] = set()  # pods released because their group was dropped
-        self.complete_at: dict[GangKey, float] = {}  # released gangs: when their members were all there
 
     def resume(self) -> None:
-        self.unfinished.clear()
+        for _, entry in self.memory.items():
+            entry.unfinished = set()
         self.resumed = {key for key, gang in self.store.gangs.items() if recorded_placement(gang)}
 
-    def prune(self, known: set[GangKey]) -> None:
-        for table in (self.complete_at, self.unfinished):
-            for key in [k for k in table if k not in known]:
-                del table[key]
+    def prune(self) -> None:
         if self.told_dropped:
             self.told_dropped = {uid for uid in self.told_dropped if uid in self.store.pods}
 
@@ -109,8 +106,8 @@ class Releaser:
             for uid, _ in placement:  # not recorded: nothing was promised
                 self.ledger.drop(uid)
             raise
-        self.complete_at[view.key] = member_complete_time(view)
-        metrics.RELEASE_LATENCY.observe(max(0.0, clock.time() - self.complete_at[view.key]))
+        complete_at = self.memory[view.key].complete_at = member_complete_time(view)
+        metrics.RELEASE_LATENCY.observe(max(0.0, clock.time() - complete_at))
         pods = {p["metadata"]["uid"]: p for p in view.gated}
         _, (results, error) = await asyncio.gather(
             self.records.write_group_released(view, recorded),  # it says the gang is being scheduled
@@ -137,7 +134,7 @@ class Releaser:
                 return await self.api.release_pod(pod, node, tolerate)
 
         results = await asyncio.gather(*(one(pod, node) for pod, node in pods), return_exceptions=True)
-        unfinished = self.unfinished.setdefault(key, set())
+        unfinished = self.memory[key].unfinished
         error: BaseException | None = None
         for (pod, _), result in zip(pods, results, strict=True):
             uid = pod["metadata"]["uid"]
@@ -148,8 +145,6 @@ class Releaser:
                 unfinished.discard(uid)
                 if not result:
                     self.ledger.drop(uid)
-        if not unfinished:
-            del self.unfinished[key]
         done = [(node, r is True) for (_, node), r in zip(pods, results, strict=True)]
         metrics.PODS_RELEASED.inc(sum(1 for _, ok in done if ok))
         return done, error
@@ -163,7 +158,7 @@ class Releaser:
         )
         log.info("%s/%s: %s", view.namespace, view.name, message)
         metrics.RELEASES.inc()
-        self.records.reasons.pop(view.key, None)
+        self.memory[view.key].reason = None  # its next hold is announced again
         await self.records.events.post_all([gang, view.group], "Released", message)
 
     def start_continued(self, views: dict[GangKey, GangView], nodes: dict[str, Node], now: float) -> None:
@@ -199,8 +194,11 @@ class Releaser:
                     len(pending) - len(fitting),
                 )
             if fitting:
-                self.unfinished[key] = fitting
-        for key, uids in list(self.unfinished.items()):
+                self.memory[key].unfinished = fitting
+        for key, entry in self.memory.items():
+            uids = entry.unfinished
+            if not uids:
+                continue
             view, gang = views.get(key), self.records.gang(key)
             if self.work.blocks_planning(key) or self.work.backing_off(key):
                 continue
@@ -214,7 +212,7 @@ class Releaser:
             if view is None or gang is None or not to_release or now - admitted_at > view.schedule_timeout:
                 for uid in uids:  # gone, released meanwhile, or too late: planned anew if still gated
                     self.ledger.drop(uid)
-                del self.unfinished[key]
+                entry.unfinished = set()
                 continue
             self.work.start(key, "release", self.continue_release(view, gang, to_release))
 

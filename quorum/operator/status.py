@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,6 @@ from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import unmodeled_constraints
 from quorum.operator import clock
 from quorum.operator.conditions import (
-    CONDITION_TYPES,
     NO_ROOM,
     GangState,
     GangStatus,
@@ -40,6 +39,7 @@ from quorum.operator.events import EventRecorder, pod_object
 
 __all__ = ["GangRecords", "StatusPacing", "StatusWrite", "now_rfc3339"]
 from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store
+from quorum.operator.memory import GangMemories
 from quorum.operator.work import GangWork, describe
 
 log = logging.getLogger("quorum.operator")
@@ -51,10 +51,11 @@ DECISIONS = frozenset({"admission", "recovery", "disruption", "preemption", "pre
 
 @dataclass
 class StatusPacing:
-    """When each gang's status may be written: at most once per `interval` seconds (monotonic)."""
+    """When each gang's status may be written: at most once per `interval` seconds (monotonic;
+    each gang's last write is in its `GangMemory`)."""
 
     interval: float
-    written_at: dict[GangKey, float] = field(default_factory=dict)
+    memory: GangMemories = field(default_factory=GangMemories)
     next_due: float = 0.0  # the earliest deferred write since `start_pass` (0: none)
 
     def start_pass(self) -> None:
@@ -63,19 +64,21 @@ class StatusPacing:
     def may_write(self, key: GangKey, now: float) -> bool:
         """True (and the write counted) if the gang's last write is an interval ago; else the
         write is deferred and `next_due` says when a pass should write it."""
-        due = self.written_at.get(key, now - self.interval) + self.interval
+        last = self.memory[key].written_at
+        due = (now - self.interval if last is None else last) + self.interval
         if now < due:
             self.next_due = min(self.next_due or due, due)
             return False
-        self.written_at[key] = now
+        self.memory[key].written_at = now
         return True
 
     def mark_written(self, key: GangKey, now: float) -> None:
         """A write that is never deferred (a release's decision) starts the interval too."""
-        self.written_at[key] = now
+        self.memory[key].written_at = now
 
     def forget(self, key: GangKey) -> None:
-        self.written_at.pop(key, None)
+        if (entry := self.memory.get(key)) is not None:
+            entry.written_at = None
 
 
 @dataclass(frozen=True)
@@ -96,51 +99,49 @@ def now_rfc3339() -> str:
 
 
 class GangRecords:
-    def __init__(self, api: KubeApi, store: Store, interval: float = 1.0) -> None:
+    def __init__(
+        self, api: KubeApi, store: Store, interval: float = 1.0, memory: GangMemories | None = None
+    ) -> None:
         self.api = api
         self.events = EventRecorder(api)  # the operator's one recorder; the others use this one
         self.store = store
-        self.written: dict[GangKey, JSON] = {}  # last status the apiserver took, per gang
-        self.pacing = StatusPacing(interval)
-        self.reasons: dict[GangKey, str] = {}  # last hold reason announced per gang
+        self.memory = memory if memory is not None else GangMemories()  # one entry per gang
+        self.pacing = StatusPacing(interval, self.memory)
         self.told_waiting: set[str] = set()  # pods told which group they wait for
-        self.warned_unmodeled: set[GangKey] = set()
-        self.transitions: dict[tuple[GangKey, str], tuple[str, str]] = {}  # -> (status, time)
-        self.capacity_held: set[GangKey] = set()
-        self.last_seen: dict[GangKey, float] = {}  # label-only gangs: when they last had pods
-        # Gangs whose counters changed (no condition did) since their last write: since when
-        # (monotonic). Such a change is written `interval` after it was first seen, with what
-        # else changed by then: a gang's pods bind and start within a second or two, and a
-        # write at the first of those events would be followed by another a second later.
-        self.settling: dict[GangKey, float] = {}
-        # Decisions this process wrote that the Gang watch has not shown yet, per gang: a pass
-        # acts on them, never on the older copy the store still holds.
-        self.unseen: dict[GangKey, JSON] = {}
+        # A change of counters only (no condition changed) is written `interval` after it was
+        # first seen (`GangMemory.settling`), with what else changed by then: a gang's pods bind
+        # and start within a second or two, and a write at the first of those events would be
+        # followed by another a second later. Decisions this process wrote that the Gang watch
+        # has not shown yet (`GangMemory.unseen`) are what a pass acts on, never the older copy.
+
+    def written(self, key: GangKey) -> JSON | None:
+        """The last status of the gang the apiserver took (in this term)."""
+        entry = self.memory.get(key)
+        return entry.written if entry is not None else None
 
     def resume(self) -> None:
         """A new leader starts from the statuses on record: their transition times are kept,
         what they say counts as written (a failover rewrites only what changed, not every
         gang at once), and the reason each held gang was announced with is not announced again."""
-        self.written.clear()
-        self.pacing.written_at.clear()
-        self.reasons.clear()
-        self.transitions.clear()
+        for _, entry in self.memory.items():
+            entry.written, entry.written_at, entry.reason, entry.transitions = None, None, None, {}
         for key, gang in self.store.gangs.items():
             status = gang.get("status") or {}
             if not isinstance(status, dict):
                 continue
             conditions = [c for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type")]
+            entry = self.memory[key]
             for c in conditions:
                 if c.get("lastTransitionTime"):
-                    self.transitions[(key, c["type"])] = (str(c.get("status")), c["lastTransitionTime"])
-            self.written[key] = {
+                    entry.transitions[c["type"]] = (str(c.get("status")), c["lastTransitionTime"])
+            entry.written = {
                 "phase": status.get("phase"),
                 **{k: status.get(k) for k in COUNTERS},
                 "conditions": [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in conditions],
             }
             admitted = next((c for c in conditions if c["type"] == "Admitted"), None)
             if admitted is not None and admitted.get("status") == "False" and admitted.get("reason"):
-                self.reasons[key] = str(admitted["reason"])
+                entry.reason = str(admitted["reason"])
 
     # -- the Gang as this process knows it ------------------------------------------------------
 
@@ -149,48 +150,33 @@ class GangRecords:
         since on top. A decision counts as shown once the watch delivers a copy that has it
         (a watch delivers one object's versions in order, so no older copy comes after it)."""
         gang = self.store.gangs.get(key)
-        unseen = self.unseen.get(key)
-        if gang is None or not unseen:
+        entry = self.memory.get(key)
+        if gang is None or entry is None or not entry.unseen:
             return gang
         status = gang.get("status") or {}
-        for name in [n for n, value in unseen.items() if status.get(n) == value]:
-            del unseen[name]
-        if not unseen:
-            del self.unseen[key]
+        for name in [n for n, value in entry.unseen.items() if status.get(n) == value]:
+            del entry.unseen[name]
+        if not entry.unseen:
             return gang
-        return {**gang, "status": {**status, **unseen}}
+        return {**gang, "status": {**status, **entry.unseen}}
 
     async def patch(self, key: GangKey, fields: JSON) -> bool:
         """The one write of a Gang's status in the operator (a merge patch of `fields`); its
         decisions count from the moment the apiserver took them. False if the Gang is gone."""
         ok = await self.api.patch_gang_status(key[0], key[1], fields)
         if ok and (decisions := {n: as_merged(v) for n, v in fields.items() if n in DECISIONS}):
-            self.unseen.setdefault(key, {}).update(decisions)
+            self.memory[key].unseen.update(decisions)
         return ok
 
     def held_since(self, key: GangKey) -> float | None:
         """Since when the gang has been held for lack of room (Unschedulable True), if it is."""
-        seen = self.transitions.get((key, "Unschedulable"))
+        entry = self.memory.get(key)
+        seen = entry.transitions.get("Unschedulable") if entry is not None else None
         return timestamp(seen[1]) if seen and seen[0] == "True" else None
 
-    def prune(self, live: Iterable[GangKey]) -> None:
-        """Forget what is kept per gang for gangs that are gone (neither pods nor Gang object)."""
-        keep = set(live) | set(self.store.gangs)
-        tables = (
-            self.written,
-            self.pacing.written_at,
-            self.reasons,
-            self.last_seen,
-            self.unseen,
-            self.settling,
-        )
-        for table in tables:
-            for key in [k for k in table if k not in keep]:
-                del table[key]
-        self.warned_unmodeled &= keep
-        self.capacity_held &= keep
-        for tkey in [t for t in self.transitions if t[0] not in keep]:
-            del self.transitions[tkey]
+    def prune(self) -> None:
+        """Forget the pods told which group they wait for once they are gone (the gangs
+        themselves are forgotten by `GangMemories.keep`)."""
         pods = self.store.pods
         self.told_waiting = {uid for uid in self.told_waiting if uid in pods}
 
@@ -223,13 +209,16 @@ class GangRecords:
         if view.group is None and view.waiting:
             return None  # no Gang object until its group exists (its pods are told by Events)
         new_gang = view.key not in self.store.gangs
-        written = self.written.get(view.key)
+        entry = self.memory[view.key]
+        written = entry.written
         if not new_gang and written == status.body:
-            self.settling.pop(view.key, None)
+            entry.settling = None
             return None
         if not new_gang and written is not None and same_conditions(written, status.body):
             now = clock.monotonic()
-            due = self.settling.setdefault(view.key, now) + self.pacing.interval
+            if entry.settling is None:
+                entry.settling = now
+            due = entry.settling + self.pacing.interval
             if now < due:
                 self.pacing.next_due = min(self.pacing.next_due or due, due)
                 return None
@@ -238,10 +227,10 @@ class GangRecords:
         if not self.pacing.may_write(view.key, clock.monotonic()):
             return None
         events: list[tuple[str, str, bool]] = []
-        if hold is not None and self.reasons.get(view.key) != hold.reason:
+        if hold is not None and entry.reason != hold.reason:
             events.append((hold.reason, hold.message, hold.reason in NO_ROOM))
         held = hold is not None and bool(hold.held_nodes)
-        if held and hold is not None and view.key not in self.capacity_held:
+        if held and hold is not None and not entry.capacity_held:
             events.append(("CapacityHeld", hold.held_message, False))
         return StatusWrite(status, timed, stamp, tuple(events), hold)
 
@@ -253,11 +242,12 @@ class GangRecords:
 
     def timed(self, key: GangKey, conditions: list[JSON], stamp: str) -> list[JSON]:
         """The conditions with their transition times: a time changes only when the status does."""
+        transitions = self.memory[key].transitions
         for c in conditions:
-            seen = self.transitions.get((key, c["type"]))
+            seen = transitions.get(c["type"])
             if seen is None or seen[0] != c["status"]:
-                self.transitions[(key, c["type"])] = (c["status"], stamp)
-        return [{**c, "lastTransitionTime": self.transitions[(key, c["type"])][1]} for c in conditions]
+                transitions[c["type"]] = (c["status"], stamp)
+        return [{**c, "lastTransitionTime": transitions[c["type"]][1]} for c in conditions]
 
     def start_writes(
         self,
@@ -313,23 +303,23 @@ class GangRecords:
             self.patch(view.key, {**write.status.body, "conditions": write.timed}),
             self.write_group(view, write.status, write.timed, write.stamp),
         )
-        self.written[view.key] = write.status.body
-        self.settling.pop(view.key, None)
+        entry = self.memory[view.key]
+        entry.written, entry.settling = write.status.body, None
         for reason, _, _ in write.events:
             if reason == "CapacityHeld":
-                self.capacity_held.add(view.key)
+                entry.capacity_held = True
             else:
-                self.reasons[view.key] = reason
+                entry.reason = reason
         for reason, message, warning in write.events:
             told = [gang, view.group] if reason != "CapacityHeld" else [gang]
             await self.events.post_all(told, reason, message, warning=warning)
         if not (write.hold is not None and write.hold.held_nodes):
-            self.capacity_held.discard(view.key)
+            entry.capacity_held = False
 
     def failed(self, key: GangKey) -> None:
         """A write of this gang failed: the next pass composes and writes it again."""
-        self.written.pop(key, None)
-        self.pacing.forget(key)
+        entry = self.memory[key]
+        entry.written, entry.written_at = None, None
 
     async def ensure_gang(self, view: GangView) -> JSON:
         existing = self.store.gangs.get(view.key)
@@ -351,8 +341,7 @@ class GangRecords:
             # The group was deleted and made again under the same name: a new gang, whose
             # conditions start afresh (the next pass composes and writes them again).
             await self.api.delete_gang(view.namespace, view.name)
-            for condition in CONDITION_TYPES:
-                self.transitions.pop((view.key, condition), None)
+            self.memory[view.key].transitions = {}
         source: dict[str, Any] = {"kind": "Labels", "name": view.marker.group}
         if view.group is not None:
             source = {
@@ -376,10 +365,11 @@ class GangRecords:
     async def warn_unmodeled(self, view: GangView, gang: JSON) -> None:
         """A gang whose pods use hard constraints the planner does not model gets a warning that
         quorum cannot guarantee its placement (once per gang)."""
-        if view.key in self.warned_unmodeled:
+        entry = self.memory[view.key]
+        if entry.warned_unmodeled:
             return
         found = sorted({c for p in view.gated for c in unmodeled_constraints(p.get("spec") or {})})
-        self.warned_unmodeled.add(view.key)
+        entry.warned_unmodeled = True
         if not found:
             return
         message = (
@@ -398,8 +388,8 @@ class GangRecords:
         self.pacing.mark_written(view.key, clock.monotonic())
         body = {**status.body, "conditions": timed, "admission": admission}
         await self.patch(view.key, body)
-        self.written[view.key] = status.body
-        self.settling.pop(view.key, None)
+        entry = self.memory[view.key]
+        entry.written, entry.settling = status.body, None
         return StatusWrite(status, timed, stamp)
 
     async def write_group_released(self, view: GangView, recorded: StatusWrite) -> None:
@@ -421,14 +411,14 @@ class GangRecords:
             failure,
             preempted if isinstance(preempted, dict) else None,
         )
-        if self.written.get(key) == status.body:
+        if self.written(key) == status.body:
             return None
         stamp = now_rfc3339()
         return StatusWrite(status, self.timed(key, status.conditions, stamp), stamp)
 
     async def write_recovering(self, key: GangKey, write: StatusWrite) -> None:
         await self.patch(key, {**write.status.body, "conditions": write.timed})
-        self.written[key] = write.status.body
+        self.memory[key].written = write.status.body
 
     async def write_group(self, view: GangView, status: GangStatus, timed: list[JSON], stamp: str) -> None:
         """The group object's status. quorum's own PodGroup kinds (v1alpha1): phase, counters and
@@ -471,9 +461,13 @@ class GangRecords:
         expired = []
         for key, gang in self.store.gangs.items():
             if key in live or ((gang.get("spec") or {}).get("source") or {}).get("kind") != "Labels":
-                self.last_seen.pop(key, None)
+                if (entry := self.memory.get(key)) is not None:
+                    entry.last_seen = None
                 continue
-            if now - self.last_seen.setdefault(key, now) > retention:
+            entry = self.memory[key]
+            if entry.last_seen is None:
+                entry.last_seen = now
+            if now - entry.last_seen > retention:
                 expired.append(key)
         return expired
 
@@ -483,10 +477,9 @@ class GangRecords:
         self.forget(key)
 
     def forget(self, key: GangKey) -> None:
-        self.written.pop(key, None)
-        self.settling.pop(key, None)
-        self.unseen.pop(key, None)
-        self.pacing.forget(key)
+        """A Gang made anew (or deleted): what was written, pending and on top goes."""
+        if (entry := self.memory.get(key)) is not None:
+            entry.written, entry.written_at, entry.settling, entry.unseen = None, None, None, {}
 
 
 def as_merged(value: Any) -> Any:

@@ -269,13 +269,13 @@ async def test_what_the_loop_keeps_per_gang_is_forgotten_when_the_gang_goes() ->
     loop = GangLoop(api, store, bound, settings())
     await step(loop)
     key = (NS, "pg-a")
-    assert key in loop.records.written and loop.holds.first_seen
+    assert loop.records.written(key) is not None and loop.holds.first_seen
     for uid in ("a-0", "a-1"):
         del store.pods[uid]
     del store.gangs[key]
     await step(loop)
-    assert key not in loop.records.written and key not in loop.records.reasons
-    assert not loop.holds.first_seen and not loop.records.transitions and not loop.records.told_waiting
+    assert key not in loop.memory, "forgotten in one go: what was written, told, seen"
+    assert not loop.holds.first_seen and not loop.records.told_waiting
 
 
 async def test_a_gang_held_for_lack_of_room_gets_capacity_held_once_it_has_starved() -> None:
@@ -315,7 +315,8 @@ async def test_a_recovered_gang_waits_out_its_backoff_even_while_the_store_shows
             store.pods[p["metadata"]["uid"]] = p
         await step(loop)
         assert released(store, "a") == [], "not planned before the backoff ends"
-        assert loop.records.written[(NS, "pg-a")]["conditions"][0]["reason"] == "Backoff"
+        written = loop.records.written((NS, "pg-a"))
+        assert written is not None and written["conditions"][0]["reason"] == "Backoff"
 
 
 async def test_a_gang_whose_status_write_is_in_flight_is_still_planned_and_released_after_it() -> None:
@@ -399,7 +400,7 @@ async def test_a_pod_release_the_apiserver_refuses_is_final_and_the_pod_is_plann
     loop = GangLoop(api, store, bound, settings())
     await step(loop)
     assert released(store, "a") == ["a-0"] and "a-1" not in loop.ledger
-    assert (NS, "pg-a") not in loop.releaser.unfinished and (NS, "pg-a") not in loop.work.failures
+    assert not loop.memory[(NS, "pg-a")].unfinished and (NS, "pg-a") not in loop.work.failures
     await step(loop)
     assert released(store, "a") == ["a-0", "a-1"], "planned anew, as the pod the gang still needs"
     assert store.gangs[(NS, "pg-a")]["status"]["admission"]["attempt"] == 2

@@ -159,7 +159,7 @@ async def test_a_victim_job_whose_suspend_is_quorums_is_suspended_not_evicted_th
         del store.pods[uid]
         bound.remove(uid)
     api.jobs[(NS, "train")]["status"] = {}
-    loop.recoverer.polled.clear()
+    loop.memory[(NS, "pg-train")].polled = None
     await step(loop)
     assert api.jobs[(NS, "train")]["spec"]["suspend"] is False, "resumed once its pods are gone"
 

@@ -104,7 +104,7 @@ async def test_a_refused_status_write_is_not_taken_as_written_and_is_made_again(
         await records.write(view, write)
     except Exception:
         records.failed(view.key)  # what the gang's task does when its write raises
-    assert records.written.get(view.key) is None
+    assert records.written(view.key) is None
     assert await pass_write(records, view, 0), "the next pass writes the same status again"
     assert [what for what, _ in writes(api)] == ["gang", "podgroups", "gang", "podgroups"]
     assert store.gangs[view.key]["status"]["phase"] == "Pending"
@@ -142,7 +142,7 @@ async def test_a_decision_counts_until_the_watch_shows_it_and_no_longer() -> Non
     assert seen is not None and seen["status"]["recovery"] == {"failures": 0, "message": "withdrawn"}
     assert "phase" not in seen["status"], "only decisions are kept on top"
     api.deliver("gangs")
-    assert records.gang(key) is store.gangs[key] and key not in records.unseen, "shown: the store's copy"
+    assert records.gang(key) is store.gangs[key] and not records.memory[key].unseen, "shown: the store's copy"
     assert await records.patch(key, {"disruption": {"reason": "PartiallyPlaced"}})
     records.forget(key)
     assert records.gang(key) is store.gangs[key], "a Gang made again starts from what the watch shows"

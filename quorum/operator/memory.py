@@ -1,0 +1,80 @@
+"""What this process keeps about each gang beyond what the watches show, in one entry per gang
+(like Kueue's cache entry per workload): the operator's modules each read and write their own
+fields of it, and forgetting a gang is one delete.
+
+Nothing here is a decision: decisions are recorded on the Gang object, so that a new leader
+continues them. This is what one leader's term knows — what it wrote and announced, what it
+saw, what it is waiting for — and a new term starts with none of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+GangKey = tuple[str, str]
+JSON = dict[str, Any]
+
+
+@dataclass
+class GangMemory:
+    # status.py: what was written and told
+    written: JSON | None = None  # the last status the apiserver took
+    written_at: float | None = None  # monotonic: when it was written (status pacing)
+    settling: float | None = None  # monotonic: since when a counters-only change waits
+    reason: str | None = None  # the hold reason last announced by an Event
+    transitions: dict[str, tuple[str, str]] = field(default_factory=dict)  # type -> (status, time)
+    capacity_held: bool = False  # its CapacityHeld Event was posted
+    warned_unmodeled: bool = False  # its UnmodeledConstraints check was made
+    last_seen: float | None = None  # monotonic: a label-only gang without pods, since when
+    unseen: JSON = field(default_factory=dict)  # decisions written that the watch has not shown
+    # recovery.py
+    recovered: int | None = None  # the admission attempt this process recovered
+    backoff_until: float = 0.0  # epoch seconds: a recovery's backoff as written
+    polled: float | None = None  # monotonic: a suspended Job last looked at
+    whole: tuple[int, dict[str, tuple[str, str]]] | None = None  # seen whole: attempt, bound pods
+    warned_policy: bool = False  # told its member-loss annotation is wrong
+    # release.py
+    unfinished: set[str] = field(default_factory=set)  # pods of its recorded release still to patch
+    complete_at: float | None = None  # epoch seconds: its members were all there (a metric)
+    # holds.py and loop.py
+    first_seen: float | None = None  # epoch seconds: when a pass first saw it
+    first_pod: JSON | None = None  # a pod of it, for Events before its Gang exists
+
+
+class GangMemories:
+    """One `GangMemory` per gang, made on first use."""
+
+    def __init__(self) -> None:
+        self.entries: dict[GangKey, GangMemory] = {}
+
+    def __getitem__(self, key: GangKey) -> GangMemory:
+        entry = self.entries.get(key)
+        if entry is None:
+            entry = self.entries[key] = GangMemory()
+        return entry
+
+    def get(self, key: GangKey) -> GangMemory | None:
+        return self.entries.get(key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.entries
+
+    def __iter__(self) -> Iterator[GangKey]:
+        return iter(list(self.entries))
+
+    def items(self) -> list[tuple[GangKey, GangMemory]]:
+        return list(self.entries.items())
+
+    def forget(self, key: GangKey) -> None:
+        self.entries.pop(key, None)
+
+    def keep(self, live: Iterable[GangKey]) -> None:
+        """Forget every gang not in `live` (it has neither pods nor a Gang object)."""
+        keep = set(live)
+        for key in [k for k in self.entries if k not in keep]:
+            del self.entries[key]
+
+    def clear(self) -> None:
+        self.entries.clear()
