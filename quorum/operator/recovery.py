@@ -355,12 +355,18 @@ class Recoverer:
         bound the gang runs, and the decision is withdrawn with nothing deleted; else delete
         the named pods (uid precondition) and suspend the named Jobs, tell it in an Event, and
         clear the record. A new leader may repeat any step; none does harm twice."""
+        gang = self.records.gang(key)
+        admission = ((gang or {}).get("status") or {}).get("admission") or {}
+        if decision.get("attempt") != attempt_of(admission if isinstance(admission, dict) else {}):
+            # Made for a decision the gang has moved past: obsolete, nothing is done by it.
+            log.info("%s/%s: a disruption recorded for an earlier decision cleared unused", *key)
+            await self.records.patch(key, {"disruption": None})
+            return
         fresh = [p for p in await self.api.read_gang_pods(*key) if is_active(p)]
         by_uid = {p["metadata"]["uid"]: p for p in fresh}
         bound = sum(1 for p in fresh if (p.get("spec") or {}).get("nodeName"))
         reason = str(decision.get("reason"))
         targets = [by_uid[t["uid"]] for t in decision.get("pods") or [] if t.get("uid") in by_uid]
-        gang = self.records.gang(key)
         if reason == STUCK_POD:  # only pods that still never bound; the gang runs on
             targets = [p for p in targets if not (p.get("spec") or {}).get("nodeName")]
         elif bound >= min_member:

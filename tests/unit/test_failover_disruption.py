@@ -102,3 +102,23 @@ async def test_a_pass_before_the_gang_watch_shows_a_replacements_release_recover
         await step(loop)
         assert api.called("delete_pod") == [], "the running survivor is not recovered"
         assert "a-1" in server.pods
+
+
+async def test_a_disruption_recorded_for_an_earlier_decision_deletes_nothing_and_is_cleared() -> None:
+    store, bound = cluster(2, {"a": 2}, owner=REPLICA_SET)
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings())
+    await step(loop)  # released: decision 1
+    gang = store.gangs[(NS, "pg-a")]
+    gang["status"]["admission"]["attempt"] = 2  # the gang moved on (as a new leader would list it)
+    gang["status"]["disruption"] = {
+        "reason": "PartiallyPlaced",
+        "attempt": 1,
+        "pods": [{"name": "a-0", "uid": "a-0"}, {"name": "a-1", "uid": "a-1"}],
+        "jobs": [],
+    }
+    second = GangLoop(api, store, bound, settings())
+    second.resume()
+    await step(second)
+    assert api.called("delete_pod") == [], "obsolete: nothing is done by it"
+    assert "disruption" not in store.gangs[(NS, "pg-a")]["status"]
