@@ -376,8 +376,9 @@ class Recoverer:
 
         async def delete(pod: JSON) -> None:
             async with limit:
-                await self.api.delete_pod(pod)
-            self.going(pod["metadata"]["uid"])
+                deleted = await self.api.delete_pod(pod)
+            if deleted:  # not one that is gone, or changed (bound) since the read
+                self.going(pod["metadata"]["uid"])
 
         await asyncio.gather(*(delete(p) for p in targets))
         for job in decision.get("jobs") or []:
