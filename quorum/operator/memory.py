@@ -9,7 +9,7 @@ saw, what it is waiting for — and a new term starts with none of it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,20 +61,11 @@ class GangMemories:
     def __contains__(self, key: object) -> bool:
         return key in self.entries
 
-    def __iter__(self) -> Iterator[GangKey]:
-        return iter(list(self.entries))
-
     def items(self) -> list[tuple[GangKey, GangMemory]]:
         return list(self.entries.items())
-
-    def forget(self, key: GangKey) -> None:
-        self.entries.pop(key, None)
 
     def keep(self, live: Iterable[GangKey]) -> None:
         """Forget every gang not in `live` (it has neither pods nor a Gang object)."""
         keep = set(live)
         for key in [k for k in self.entries if k not in keep]:
             del self.entries[key]
-
-    def clear(self) -> None:
-        self.entries.clear()

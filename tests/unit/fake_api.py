@@ -64,6 +64,10 @@ class Fault:
     times: int | None  # None: always
     gate: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def due(self, *args: Any) -> bool:
+        """Whether it strikes a call with `args` (it has strikes left and its condition holds)."""
+        return self.times != 0 and self.when(*args)
+
 
 KINDS = ("pods", "gangs", "nodes")
 
@@ -168,7 +172,7 @@ class FakeApi:
     async def _call(self, method: str, *args: Any) -> None:
         self.calls.append((method, args))
         for fault in self.faults.get(method, []):
-            if fault.times == 0 or not fault.when(*args):
+            if not fault.due(*args):
                 continue
             if fault.times is not None:
                 fault.times -= 1
@@ -177,6 +181,10 @@ class FakeApi:
             else:
                 raise fault.error
         await asyncio.sleep(0)  # a real call always yields to the loop
+
+    def will_fail(self, method: str, *args: Any) -> bool:
+        """Whether the next call of `method` with `args` meets a fault."""
+        return any(fault.due(*args) for fault in self.faults.get(method, []))
 
     def called(self, method: str) -> list[tuple[Any, ...]]:
         return [args for name, args in self.calls if name == method]

@@ -241,17 +241,17 @@ class AuditedApi(FakeApi):
     # -- the calls -----------------------------------------------------------------------------
 
     async def delete_pod(self, pod: JSON) -> bool:
-        if not self.fault_due("delete_pod", pod):
+        if not self.will_fail("delete_pod", pod):
             self.check_delete(pod)
         return await super().delete_pod(pod)
 
     async def evict_pod(self, pod: JSON, dry_run: bool = False) -> bool:
-        if not dry_run and not self.fault_due("evict_pod", pod, dry_run):
+        if not dry_run and not self.will_fail("evict_pod", pod, dry_run):
             self.check_eviction(pod)
         return await super().evict_pod(pod, dry_run)
 
     async def release_pod(self, pod: JSON, node: str | None, tolerate: str | None = None) -> bool:
-        if not self.fault_due("release_pod", pod, node):
+        if not self.will_fail("release_pod", pod, node):
             self.check_release(pod, node)
         return await super().release_pod(pod, node, tolerate)
 
@@ -263,10 +263,6 @@ class AuditedApi(FakeApi):
     async def post_event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
         await super().post_event(obj, reason, message, warning)
         self.event_log.append((self.tick(), obj["metadata"]["name"], reason))
-
-    def fault_due(self, method: str, *args: Any) -> bool:
-        """Whether the next call of `method` with `args` fails (the check is then moot)."""
-        return any(f.times != 0 and f.when(*args) for f in self.faults.get(method, []))
 
 
 def gpus(p: JSON) -> int:
