@@ -47,6 +47,14 @@ class GangSource(StrEnum):
     WORKLOAD_POD_GROUP = "wpg"
 
 
+# The API (group, version) of each PodGroup kind a gang can name; label-only gangs have none.
+GROUP_APIS: dict[GangSource, tuple[str, str]] = {
+    GangSource.SIGS_POD_GROUP: ("scheduling.sigs.k8s.io", "v1alpha1"),
+    GangSource.X_POD_GROUP: ("scheduling.x-k8s.io", "v1alpha1"),
+    GangSource.WORKLOAD_POD_GROUP: ("scheduling.k8s.io", "v1alpha2"),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class GangMarker:
     source: GangSource

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 from quorum.core.model import Node, Pod, Requirement, Taint, Toleration, resources
 from quorum.core.preemption import INTERRUPTABLE_LABEL, PREEMPTIBLE_ANNOTATION, RunningPod
 from quorum.core.requests import pod_requests as pod_requests  # re-exported: the operator reads it here
+from quorum.core.times import timestamp as timestamp  # re-exported: API code reads it here
 
 JSON = dict[str, Any]
 
@@ -89,16 +89,6 @@ def node_from_api(node: JSON) -> Node:
     )
 
 
-def timestamp(value: object) -> float:
-    """Epoch seconds of an RFC 3339 time as the API writes it; 0 for none or garbage."""
-    if not value or not isinstance(value, str):
-        return 0.0
-    try:
-        return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return 0.0
-
-
 GANG_LABEL = "quorum.dev/gang"
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
@@ -124,3 +114,20 @@ def running_pod_from_api(pod: JSON, requests: dict[str, int]) -> RunningPod:
         stays="DaemonSet" in owners or "Node" in owners or MIRROR_ANNOTATION in annotations,
         terminating=bool(meta.get("deletionTimestamp")),
     )
+
+
+def gang_record(group: JSON | None, label_group: str, min_member: int) -> tuple[JSON, JSON | None]:
+    """The spec and owner reference of the Gang object that stands for a gang, whoever places
+    it: its source is its group object, which owns it (without blocking the group's deletion),
+    or for a label-only gang the name its labels give (no owner)."""
+    if group is None:
+        return {"source": {"kind": "Labels", "name": label_group}, "minMember": min_member}, None
+    meta = group["metadata"]
+    source = {
+        "apiVersion": group["apiVersion"],
+        "kind": group["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+    }
+    owner = {**source, "blockOwnerDeletion": False, "controller": False}
+    return {"source": source, "minMember": min_member}, owner

@@ -11,22 +11,17 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from quorum.core.conditions import timestamp
+from quorum.core.gangs import GROUP_APIS as GROUP_APIS  # re-exported: the operator's modules use it
 from quorum.core.gangs import MAX_MIN_AVAILABLE, GangMarker, GangSource, gang_marker, parse_min_available
 from quorum.core.model import Gang, Pod, resources
 from quorum.core.quantity import QuantityError
 from quorum.k8s.convert import pod_from_api
-from quorum.operator.conditions import timestamp
 
 GANG_LABEL = "quorum.dev/gang"
 GATE = "quorum.dev/gang"
 TOPOLOGY_ANNOTATION = "quorum.dev/topology-key"
 JSON = dict[str, Any]
-
-GROUP_APIS: dict[GangSource, tuple[str, str]] = {
-    GangSource.SIGS_POD_GROUP: ("scheduling.sigs.k8s.io", "v1alpha1"),
-    GangSource.X_POD_GROUP: ("scheduling.x-k8s.io", "v1alpha1"),
-    GangSource.WORKLOAD_POD_GROUP: ("scheduling.k8s.io", "v1alpha2"),
-}
 
 
 @dataclass

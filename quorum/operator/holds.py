@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from quorum.core.conditions import backoff_message, iso_deadline, recovery_of
 from quorum.core.model import Gang
 from quorum.core.planner import Hold
 from quorum.k8s.api import KubeApi
-from quorum.operator.conditions import backoff_message, iso_deadline, recovery_of
 from quorum.operator.gangs import JSON, GangView, Store
 from quorum.operator.recovery import Recoverer
 from quorum.operator.status import GangRecords

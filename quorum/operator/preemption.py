@@ -31,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from quorum.core.conditions import iso, recovery_of, timestamp
 from quorum.core.lifecycle import JobFacts
 from quorum.core.model import Gang, Node, Requirement, Resources
 from quorum.core.planner import Plan, PlannerSettings
@@ -50,7 +51,6 @@ from quorum.k8s.api import KubeApi
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT, EvictionRefused
 from quorum.operator import metrics
-from quorum.operator.conditions import iso, recovery_of, timestamp
 from quorum.operator.gangs import JSON, GangView
 from quorum.operator.ledger import Ledger
 from quorum.operator.status import GangRecords

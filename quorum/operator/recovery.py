@@ -21,6 +21,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 
+from quorum.core.conditions import backoff_until, iso, iso_deadline, recovery_of, timestamp
 from quorum.core.lifecycle import (
     MEMBER_LOSS_ANNOTATION,
     Action,
@@ -40,7 +41,6 @@ from quorum.core.lifecycle import (
 )
 from quorum.k8s.api import KubeApi
 from quorum.operator import clock, metrics
-from quorum.operator.conditions import backoff_until, iso, iso_deadline, recovery_of, timestamp
 from quorum.operator.gangs import JSON, GangView, phase_of
 from quorum.operator.ledger import Ledger
 from quorum.operator.status import GangRecords

@@ -21,12 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from quorum.core.gangs import GangSource
-from quorum.core.planner import Hold
-from quorum.k8s.api import KubeApi
-from quorum.k8s.convert import unmodeled_constraints
-from quorum.operator import clock
-from quorum.operator.conditions import (
+from quorum.core.conditions import (
     NO_ROOM,
     GangState,
     GangStatus,
@@ -35,6 +30,11 @@ from quorum.operator.conditions import (
     iso,
     timestamp,
 )
+from quorum.core.gangs import GangSource
+from quorum.core.planner import Hold
+from quorum.k8s.api import KubeApi
+from quorum.k8s.convert import gang_record, unmodeled_constraints
+from quorum.operator import clock
 from quorum.operator.events import EventRecorder, pod_object
 
 __all__ = ["GangRecords", "StatusPacing", "StatusWrite", "now_rfc3339"]
@@ -323,17 +323,7 @@ class GangRecords:
 
     async def ensure_gang(self, view: GangView) -> JSON:
         existing = self.store.gangs.get(view.key)
-        owner = None
-        if view.group is not None:
-            meta = view.group["metadata"]
-            owner = {
-                "apiVersion": view.group["apiVersion"],
-                "kind": view.group["kind"],
-                "name": meta["name"],
-                "uid": meta["uid"],
-                "blockOwnerDeletion": False,
-                "controller": False,
-            }
+        spec, owner = gang_record(view.group, view.marker.group, view.min_member or 1)
         if existing is not None:
             owners = existing["metadata"].get("ownerReferences") or []
             if owner is None or any(o.get("uid") == owner["uid"] for o in owners):
@@ -342,19 +332,7 @@ class GangRecords:
             # conditions start afresh (the next pass composes and writes them again).
             await self.api.delete_gang(view.namespace, view.name)
             self.memory[view.key].transitions = {}
-        source: dict[str, Any] = {"kind": "Labels", "name": view.marker.group}
-        if view.group is not None:
-            source = {
-                "apiVersion": view.group["apiVersion"],
-                "kind": view.group["kind"],
-                "name": view.group["metadata"]["name"],
-                "uid": view.group["metadata"]["uid"],
-            }
-        spec: dict[str, Any] = {
-            "source": source,
-            "minMember": view.min_member or 1,
-            "scheduleTimeoutSeconds": view.schedule_timeout,
-        }
+        spec["scheduleTimeoutSeconds"] = view.schedule_timeout
         if view.topology_key:
             spec["topologyKey"] = view.topology_key
         gang = await self.api.create_gang(view.namespace, view.name, spec, owner)

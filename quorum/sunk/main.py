@@ -13,6 +13,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from quorum.k8s.client import api_client
+from quorum.sunk.api import LiveSunkApi
 from quorum.sunk.hooks import make_app
 from quorum.sunk.scheduler import SunkScheduler
 from quorum.sunk.settings import SunkSettings
@@ -22,12 +23,12 @@ from quorum.sunk.slurm import SlurmRest
 async def serve(settings: SunkSettings, token: str, host: str, port: int) -> None:
     api = await api_client()
     slurm = SlurmRest.from_key_file(settings.slurm_url, settings.slurm_jwt_key_file, settings.slurm_user)
-    scheduler = SunkScheduler(settings, api, slurm)
+    scheduler = SunkScheduler(settings, LiveSunkApi(api), slurm)
     runner = web.AppRunner(make_app(scheduler, token), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     try:
-        await scheduler.run()
+        await scheduler.run(api)
     finally:
         await runner.cleanup()
         await slurm.close()

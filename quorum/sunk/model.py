@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from quorum.core.conditions import GangState, Waiting, compose, keep_transition_times
 from quorum.core.requests import pod_requests
 
 PREFIX = "sunk.coreweave.com/"
@@ -453,7 +454,7 @@ class SlurmGangFacts:
     """Everything the status of a gang Slurm places is composed from."""
 
     min_member: int
-    counts: Mapping[str, int]  # members, bound, running, succeeded, failed
+    counts: Mapping[str, int]  # members (not finished), bound, running, succeeded, failed
     job: SlurmJobFacts | None  # its live placeholder job, if any
     note: tuple[str, str] | None  # (reason, message) of why it was not submitted, if it was not
 
@@ -478,62 +479,47 @@ def group_min_member(group: Mapping[str, Any], workload_api: bool) -> int | None
     return value
 
 
-def _condition(kind: str, status: bool, reason: str, message: str) -> dict[str, str]:
-    return {"type": kind, "status": "True" if status else "False", "reason": reason, "message": message}
-
-
 def slurm_gang_status(
     facts: SlurmGangFacts, previous: Mapping[str, Any] | None, stamp: str
 ) -> dict[str, Any]:
-    """The Gang status of a gang Slurm places: the same phase, counters and Admitted condition
-    as the operator's gangs, `Unschedulable` while Slurm holds the whole job for lack of room, and
-    `status.slurm` naming the job. A condition keeps its lastTransitionTime while its status is
-    unchanged (`previous` is the status written before)."""
-    counts = {k: int(facts.counts.get(k, 0)) for k in ("members", "bound", "running", "succeeded", "failed")}
+    """The Gang status of a gang Slurm places, composed by the operator's rules
+    (`conditions.compose`: the same phase, counters and conditions as every gang). Slurm's
+    allocation is its admission: its pods count as released once the job runs and its script
+    has started; until then Slurm's reason is the hold (`SlurmResources`, no room: Unschedulable),
+    and `status.slurm` names the job. A condition keeps its lastTransitionTime while its status
+    is unchanged (`previous` is the status written before)."""
+    kinds = ("members", "bound", "running", "succeeded", "failed")
+    counts = {k: max(0, int(facts.counts.get(k, 0))) for k in kinds}
     job = facts.job
-    admitted = job is not None and job.state == "RUNNING" and job.started
-    if admitted:
-        assert job is not None
-        why = ("SlurmAllocated", f"Slurm job {job.job_id} holds {job.nodes} for the whole gang")
-    elif job is not None:
+    allocated = job is not None and job.state == "RUNNING" and job.started
+    released = counts["members"] if allocated else min(counts["bound"], counts["members"])
+    hold: Waiting | None = None
+    if released >= max(1, facts.min_member):
+        pass  # placed: nothing holds it (as the planner holds no admitted gang)
+    elif job is not None and not allocated:
         waits = job.reason if job.reason not in (None, "", "None") else job.state
-        why = (
-            "SlurmPending",
+        no_room = job.state == "PENDING" and job.reason in ("Resources", "ReqNodeNotAvail")
+        hold = Waiting(
+            "SlurmResources" if no_room else "SlurmPending",
             f"Slurm job {job.job_id} is {job.state} ({waits}) in partition {job.partition}: Slurm places "
             f"all {facts.min_member} pods at once or none of them",
         )
-    elif facts.note is not None:
-        why = facts.note
-    elif counts["members"] < facts.min_member:
-        why = ("WaitingForMembers", f"{counts['members']} of {facts.min_member} pods exist")
-    else:
-        why = ("NotSubmitted", "not yet submitted to Slurm")
-    no_room = job is not None and job.state == "PENDING" and job.reason in ("Resources", "ReqNodeNotAvail")
-    conditions = [
-        _condition("Admitted", admitted, *why),
-        _condition(
-            "Unschedulable",
-            no_room,
-            "SlurmResources" if no_room else "Schedulable",
-            why[1] if no_room else "",
-        ),
-    ]
-    before = {c.get("type"): c for c in (previous or {}).get("conditions") or [] if isinstance(c, dict)}
-    for condition in conditions:
-        old = before.get(condition["type"])
-        kept = old is not None and old.get("status") == condition["status"] and old.get("lastTransitionTime")
-        condition["lastTransitionTime"] = kept or stamp
-    if counts["succeeded"] >= facts.min_member:
-        phase = "Finished"
-    elif counts["failed"] and counts["failed"] + counts["succeeded"] >= counts["members"] > 0:
-        phase = "Failed"
-    elif admitted and counts["bound"] >= facts.min_member:
-        phase = "Running"
-    elif job is not None:
-        phase = "Scheduling"
-    else:
-        phase = "Pending"
-    status: dict[str, Any] = {"phase": phase, **counts, "conditions": conditions}
+    elif job is None and facts.note is not None:
+        hold = Waiting(*facts.note)
+    elif job is None and counts["members"] < facts.min_member:
+        need = facts.min_member
+        hold = Waiting("WaitingForMembers", f"{counts['members']} of {need} members exist (minMember {need})")
+    composed = compose(
+        GangState(
+            counts={**counts, "gated": counts["members"] - released, "released": released},
+            min_member=facts.min_member,
+            now=0.0,  # no recovery record: nothing of the status depends on the time
+            hold=hold,
+        )
+    )
+    before = (previous or {}).get("conditions")
+    timed = keep_transition_times(composed.conditions, before if isinstance(before, list) else None, stamp)
+    status: dict[str, Any] = {**composed.body, "conditions": timed}
     status["slurm"] = (
         None
         if job is None

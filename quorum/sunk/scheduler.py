@@ -29,6 +29,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.gangs import (
+    GROUP_APIS,
     PLACED_BY_LABEL,
     PLACED_BY_SLURM,
     BadMinAvailable,
@@ -37,11 +38,13 @@ from quorum.core.gangs import (
     gang_markers,
     parse_min_available,
 )
-from quorum.k8s.convert import timestamp
+from quorum.k8s.convert import gang_record, timestamp
 from quorum.k8s.watch import watch_objects
-from quorum.sunk import kube, model
+from quorum.k8s.writes import now
+from quorum.sunk import model
+from quorum.sunk.api import SunkApi
 from quorum.sunk.settings import SunkSettings
-from quorum.sunk.slurm import Job, SlurmError, SlurmRest, SlurmUnavailable, drain_node, resume_node
+from quorum.sunk.slurm import Job, Slurm, SlurmError, SlurmUnavailable, drain_node, resume_node
 
 log = logging.getLogger("quorum.sunk")
 PASSES = prometheus_client.Counter("quorum_sunk_passes_total", "Reconcile passes, by result", ["result"])
@@ -50,13 +53,7 @@ ACTIONS = prometheus_client.Counter(
     "What passes did: jobs submitted and cancelled, pods bound, deleted and refused (invalid)",
     ["action"],
 )
-COMPONENT = "quorum-sunk-scheduler"
 JSON = dict[str, Any]
-GROUP_APIS = {
-    GangSource.SIGS_POD_GROUP: ("scheduling.sigs.k8s.io", "v1alpha1"),
-    GangSource.X_POD_GROUP: ("scheduling.x-k8s.io", "v1alpha1"),
-    GangSource.WORKLOAD_POD_GROUP: ("scheduling.k8s.io", "v1alpha2"),
-}
 
 
 @dataclass(frozen=True)
@@ -108,7 +105,7 @@ def finished(pod: JSON) -> bool:
 
 
 class SunkScheduler:
-    def __init__(self, settings: SunkSettings, api: client.ApiClient, slurm: SlurmRest) -> None:
+    def __init__(self, settings: SunkSettings, api: SunkApi, slurm: Slurm) -> None:
         self.settings = settings
         self.api = api
         self.slurm = slurm
@@ -129,8 +126,9 @@ class SunkScheduler:
 
     # -- the loop --------------------------------------------------------------------------------
 
-    async def run(self) -> None:
-        core = client.CoreV1Api(self.api)
+    async def run(self, watched: client.ApiClient) -> None:
+        """Watch pods and nodes through `watched`, and reconcile until cancelled."""
+        core = client.CoreV1Api(watched)
         tasks = [
             asyncio.create_task(
                 watch_objects(
@@ -230,7 +228,7 @@ class SunkScheduler:
         return markers[0] if markers else None
 
     async def event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
-        await kube.post_event(self.api, obj, reason, message, warning, component=COMPONENT)
+        await self.api.post_event(obj, reason, message, warning)
 
     # -- submit ----------------------------------------------------------------------------------
 
@@ -342,14 +340,9 @@ class SunkScheduler:
             except BadMinAvailable:
                 return GangGroup(None)  # the webhook refuses such pods; they wait here
         group, version = GROUP_APIS[marker.source]
-        try:
-            obj = await client.CustomObjectsApi(self.api).get_namespaced_custom_object(
-                group, version, pod["metadata"]["namespace"], "podgroups", marker.group
-            )
-        except ApiException:
+        obj = await self.api.read_group(group, version, pod["metadata"]["namespace"], marker.group)
+        if obj is None:
             return GangGroup(None)
-        obj.setdefault("apiVersion", f"{group}/{version}")
-        obj.setdefault("kind", "PodGroup")
         read = GangGroup(model.group_min_member(obj, group == "scheduling.k8s.io"), obj)
         self.gang_groups[key] = read
         return read
@@ -360,7 +353,7 @@ class SunkScheduler:
         """Each gang's Gang, written when its status changes (docs/sunk.md, "Gangs"). A gang
         whose pods are gone has its final status written once; a label-only one's Gang is then
         deleted (nothing else owns it)."""
-        stamp = kube.now()
+        stamp = now()
         for key in sorted(set(pods_of) | set(self.gang_written)):
             if not key.startswith("gang/"):
                 continue
@@ -378,7 +371,7 @@ class SunkScheduler:
             group = await self.read_group(key, mine[0])
         gone = not mine and not live
         if gone and name.startswith(f"{GangSource.LABELS}-"):  # nothing else owns a label gang's Gang
-            await kube.delete_gang(self.api, namespace, name)
+            await self.api.delete_gang(namespace, name)
             self.forget_gang(key)
             return
         min_member = (group.min_member if group else None) or 1
@@ -394,9 +387,10 @@ class SunkScheduler:
                 any(model.started(j.comment) for j in live),
             )
         phases = [(p.get("status") or {}).get("phase") for p in mine]
+        active = [p for p in mine if not finished(p)]
         counts = {
-            "members": len(mine),
-            "bound": sum(1 for p in mine if (p.get("spec") or {}).get("nodeName")),
+            "members": len(active),
+            "bound": sum(1 for p in active if (p.get("spec") or {}).get("nodeName")),
             "running": phases.count("Running"),
             "succeeded": phases.count("Succeeded"),
             "failed": phases.count("Failed"),
@@ -410,7 +404,7 @@ class SunkScheduler:
                 return
             previous = gang.get("status")
             status = model.slurm_gang_status(facts, previous, stamp)
-        if status != previous and await kube.patch_gang_status(self.api, namespace, name, status):
+        if status != previous and await self.api.patch_gang_status(namespace, name, status):
             self.gang_written[key] = status
         if gone:  # its last status is written (the PodGroup keeps the Gang): nothing more to do
             self.forget_gang(key)
@@ -423,19 +417,10 @@ class SunkScheduler:
     async def ensure_gang(
         self, namespace: str, name: str, min_member: int, group: GangGroup | None
     ) -> JSON | None:
-        """The gang's Gang, made if need be; None if one of quorum-operator's has its name."""
-        owner = None
-        source: JSON = {"kind": "Labels", "name": name.removeprefix("lbl-")}
-        if group is not None and group.group is not None:
-            meta = group.group["metadata"]
-            source = {"apiVersion": group.group["apiVersion"], "kind": "PodGroup", "name": meta["name"],
-                      "uid": meta["uid"]}  # fmt: skip
-            owner = {**{k: source[k] for k in ("apiVersion", "kind", "name", "uid")},
-                     "blockOwnerDeletion": False, "controller": False}  # fmt: skip
-        spec = {"source": source, "minMember": min_member}
-        gang = await kube.create_gang(
-            self.api, namespace, name, spec, owner, labels={PLACED_BY_LABEL: PLACED_BY_SLURM}
-        )
+        """The gang's Gang, made if need be (the same record as quorum-operator's gangs); None if
+        one of quorum-operator's has its name."""
+        spec, owner = gang_record(group.group if group else None, name.removeprefix("lbl-"), min_member)
+        gang = await self.api.create_gang(namespace, name, spec, owner)
         if (gang["metadata"].get("labels") or {}).get(PLACED_BY_LABEL) != PLACED_BY_SLURM:
             log.warning("Gang %s/%s is quorum-operator's; not writing it", namespace, name)
             return None
@@ -473,10 +458,9 @@ class SunkScheduler:
             pod = by_uid[uid]
             if (pod.get("spec") or {}).get("nodeName"):
                 continue
-            ops = kube.toleration_patch(pod, model.LOCK_TOLERATION)
-            if ops is not None and not await kube.patch_pod(self.api, pod, ops):
+            if not await self.api.add_toleration(pod, model.LOCK_TOLERATION):
                 continue
-            if await kube.bind_pod(self.api, pod, node):
+            if await self.api.bind_pod(pod, node):
                 bound += 1
                 job = live[0]
                 await self.event(
@@ -497,7 +481,7 @@ class SunkScheduler:
             if timestamp(pod["metadata"].get("creationTimestamp")) > ended_at:
                 continue  # made after the job ended: the next submission's
             await self.event(pod, end.reason, end.message, warning=True)
-            if await kube.delete_pod(self.api, pod):
+            if await self.api.delete_pod(pod):
                 deleted += 1
         return deleted
 
@@ -522,7 +506,7 @@ class SunkScheduler:
                 if uid not in asked and not pod["metadata"].get("deletionTimestamp"):
                     asked.add(uid)
                     await self.event(pod, end.reason, end.message, warning=True)
-                    await kube.delete_pod(self.api, pod)
+                    await self.api.delete_pod(pod)
             if loop.time() > deadline:
                 return False
             await asyncio.sleep(0.2)
@@ -539,9 +523,9 @@ class SunkScheduler:
             if node is None:
                 return False
             ops = model.lock_patch(node, state)
-            if ops is None or await kube.patch_node(self.api, node, ops):
+            if ops is None or await self.api.patch_node(node, ops):
                 return True
-            node = await kube.node(self.api, name)
+            node = await self.api.read_node(name)
         return False
 
     def blocking_pods(self, node: str) -> list[JSON]:
@@ -615,19 +599,16 @@ class SunkScheduler:
             found = slurm_nodes.get(name)
             if found is None:
                 continue
-            step = model.sync_node(node, found.state, found.state_flags, found.reason, kube.now())
+            step = model.sync_node(node, found.state, found.state_flags, found.reason, now())
             try:
                 await self.apply_node_sync(node, step)
             except ApiException as err:  # this node's writes only; the next pass tries again
                 log.warning("keeping node %s in step with Slurm failed: %s", name, err.reason)
 
-    async def set_node_condition(self, name: str, condition: JSON) -> None:
-        await kube.set_node_condition(self.api, name, condition)
-
     async def apply_node_sync(self, node: JSON, step: model.NodeSync) -> None:
         name = node["metadata"]["name"]
         if step.condition is not None:
-            await self.set_node_condition(name, step.condition)
+            await self.api.set_node_condition(name, step.condition)
         if step.drain:
             code, out = await drain_node(name, step.drain)
             log.info("drained %s in Slurm (%s): %s", name, step.drain, out if code else "ok")
@@ -647,4 +628,4 @@ class SunkScheduler:
             ops = [{"op": "add", "path": "/metadata/annotations", "value": {model.DRAIN_ANNOTATION: reason}}]
         else:
             ops = [{"op": "add", "path": key, "value": reason}]
-        await kube.patch_node(self.api, node, ops)
+        await self.api.patch_node(node, ops)

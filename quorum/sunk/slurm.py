@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 import jwt
@@ -116,6 +116,21 @@ class Node(BaseModel):
 def make_token(key: bytes, user: str, now: float | None = None, seconds: int = TOKEN_SECONDS) -> str:
     issued = int(now if now is not None else time.time())
     return jwt.encode({"sun": user, "iat": issued, "exp": issued + seconds}, key, algorithm="HS256")
+
+
+class Slurm(Protocol):
+    """What the scheduler asks of Slurm; `SlurmRest` is the real one, unit tests pass a
+    stateful fake."""
+
+    async def submit(self, body: Mapping[str, Any]) -> int: ...
+
+    async def jobs(self) -> list[Job]: ...
+
+    async def job(self, job_id: int) -> list[Job]: ...
+
+    async def cancel(self, job_id: int) -> None: ...
+
+    async def nodes(self) -> list[Node]: ...
 
 
 class SlurmRest:

@@ -440,8 +440,10 @@ async def test_a_gang_is_one_slurm_job_placed_all_or_nothing_and_its_gang_tells_
     # Slurm decided: the whole gang waits for room, and no pod of it has a node.
     gang = await eventually(held_for_room, timeout=90, what="the Gang held by Slurm for room")
     assert gang["metadata"]["labels"][PLACED_BY_LABEL] == "slurm"
-    assert gang["status"]["phase"] == "Scheduling" and gang["status"]["members"] == 4
+    # By the operator's rules: Pending, not admitted, for the reason Slurm gives.
+    assert gang["status"]["phase"] == "Pending" and gang["status"]["members"] == 4
     assert condition(gang, "Admitted")["status"] == "False"
+    assert condition(gang, "Admitted")["reason"] == "SlurmResources"
     job = gang["status"]["slurm"]["jobId"]
     assert job_states(sunk)[job][0] == "PENDING"
     assert [await bound(api, ns, n) for n in names] == [None] * 4
@@ -456,7 +458,8 @@ async def test_a_gang_is_one_slurm_job_placed_all_or_nothing_and_its_gang_tells_
     gang = await eventually(running, timeout=90, what="the whole gang bound")
     nodes = [await bound(api, ns, n) for n in names]
     assert sorted(n or "" for n in nodes) == [f"slurm-gpu-00{i}" for i in range(4)]
-    assert condition(gang, "Admitted")["reason"] == "SlurmAllocated"
+    assert condition(gang, "Admitted")["reason"] == "Released"
+    assert (gang["status"]["released"], gang["status"]["slurm"]["state"]) == (4, "RUNNING")
     assert gang["status"]["bound"] == 4 and gang["spec"]["minMember"] == 4
     assert gang["metadata"]["ownerReferences"][0]["name"] == "train"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quorum.operator.conditions import GangState, admitted, phase
+from quorum.core.conditions import GangState, admitted, phase
 from quorum.operator.gangs import (
     GROUP_DROPPED,
     GROUP_NOT_SERVED,

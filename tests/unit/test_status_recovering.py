@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from quorum.operator.conditions import iso
+from quorum.core.conditions import iso
 from quorum.operator.gangs import Store
 from quorum.operator.status import GangRecords
 from tests.unit.fake_api import FakeApi

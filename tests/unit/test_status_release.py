@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quorum.operator.conditions import compose
+from quorum.core.conditions import compose
 from quorum.operator.gangs import GangView, Store, assemble
 from quorum.operator.status import GangRecords
 from tests.unit.fake_api import FakeApi

@@ -1,5 +1,5 @@
-"""The Gang of a gang Slurm places, composed from plain facts: its phase, counters, Admitted and
-Unschedulable conditions and `status.slurm`; and a group's size as the scheduler reads it."""
+"""The Gang of a gang Slurm places, composed from plain facts by the operator's status rules: its
+phase, counters, conditions and `status.slurm`; and a group's size as the scheduler reads it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quorum.core.conditions import CONDITION_TYPES
 from quorum.sunk import model
 
 STAMP, LATER = "2026-11-24T06:00:00Z", "2026-11-24T06:05:00Z"
@@ -36,14 +37,14 @@ def test_a_gang_short_of_members_waits_for_them() -> None:
         "False",
         "WaitingForMembers",
     )
-    assert admitted["message"] == "2 of 4 pods exist"
+    assert admitted["message"] == "2 of 4 members exist (minMember 4)"
     assert status["slurm"] is None
 
 
 def test_a_pending_job_without_room_is_unschedulable_and_says_slurm_places_all_or_none() -> None:
     status = model.slurm_gang_status(facts(job("PENDING", "Resources")), None, STAMP)
     found = conditions(status)
-    assert status["phase"] == "Scheduling"
+    assert status["phase"] == "Pending"  # as a gang quorum-operator finds no room for
     assert found["Unschedulable"]["status"] == "True" and found["Unschedulable"]["reason"] == "SlurmResources"
     assert (
         "PENDING (Resources)" in found["Admitted"]["message"]
@@ -60,10 +61,11 @@ def test_a_job_waiting_on_priority_is_not_called_unschedulable() -> None:
 
 def test_a_running_job_is_admitted_only_once_its_script_started() -> None:
     before = model.slurm_gang_status(facts(job(started=False)), None, STAMP)
-    assert conditions(before)["Admitted"]["status"] == "False" and before["phase"] == "Scheduling"
-    after = model.slurm_gang_status(facts(job(), bound=4), before, LATER)
+    assert conditions(before)["Admitted"]["reason"] == "SlurmPending" and before["phase"] == "Pending"
+    after = model.slurm_gang_status(facts(job(), bound=4, counts={"running": 4}), before, LATER)
     admitted = conditions(after)["Admitted"]
-    assert (after["phase"], admitted["status"], admitted["reason"]) == ("Running", "True", "SlurmAllocated")
+    assert (after["phase"], admitted["status"], admitted["reason"]) == ("Running", "True", "Released")
+    assert (after["released"], after["gated"]) == (4, 0)
     assert admitted["lastTransitionTime"] == LATER
     assert conditions(after)["Unschedulable"]["lastTransitionTime"] == STAMP  # unchanged, kept
 
@@ -75,9 +77,10 @@ def test_a_refusal_is_the_reason_while_no_job_exists() -> None:
 
 
 def test_finished_and_failed() -> None:
-    done = model.slurm_gang_status(facts(job(), bound=4, counts={"succeeded": 4}), None, STAMP)
+    done = model.slurm_gang_status(facts(job(), members=0, counts={"succeeded": 4}), None, STAMP)
     assert done["phase"] == "Finished"
-    failed = model.slurm_gang_status(facts(None, counts={"failed": 1, "succeeded": 3}), None, STAMP)
+    ended = facts(None, members=0, counts={"failed": 1, "succeeded": 3})
+    failed = model.slurm_gang_status(ended, None, STAMP)
     assert failed["phase"] == "Failed"
 
 
@@ -104,14 +107,17 @@ def test_any_facts_compose_a_status_the_gang_schema_holds(
 ) -> None:
     status = model.slurm_gang_status(model.SlurmGangFacts(min_member, found, slurm_job, note), None, STAMP)
     assert status["phase"] in ("Pending", "Scheduling", "Running", "Finished", "Failed")
-    assert [c["type"] for c in status["conditions"]] == ["Admitted", "Unschedulable"]
+    assert [c["type"] for c in status["conditions"]] == list(CONDITION_TYPES)
     assert all(
         c["status"] in ("True", "False") and c["lastTransitionTime"] == STAMP for c in status["conditions"]
     )
     admitted = status["conditions"][0]["status"] == "True"
-    assert admitted == (slurm_job is not None and slurm_job.state == "RUNNING" and slurm_job.started)
+    allocated = slurm_job is not None and slurm_job.state == "RUNNING" and slurm_job.started
+    # Released: every pod once Slurm allocated the gang, else those placed (bound) already.
+    placed = found["members"] if allocated else min(found["bound"], found["members"])
+    assert admitted == (placed >= min_member)
     if status["phase"] == "Running":
-        assert admitted and found["bound"] >= min_member
+        assert found["running"] >= min_member
     # Composing again from what was written changes nothing: a pass writes only on change.
     assert (
         model.slurm_gang_status(model.SlurmGangFacts(min_member, found, slurm_job, note), status, LATER)

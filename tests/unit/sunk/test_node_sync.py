@@ -5,60 +5,46 @@ from __future__ import annotations
 
 from typing import Any
 
-from kubernetes_asyncio.client.exceptions import ApiException
-
+from quorum.sunk import model
 from quorum.sunk.scheduler import SunkScheduler
 from quorum.sunk.settings import SunkSettings
 from quorum.sunk.slurm import Node
+from tests.unit.sunk.fakes import FakeSlurm, FakeSunkApi
 
 JSON = dict[str, Any]
-
-
-class FakeSlurmNodes:
-    def __init__(self, *nodes: Node) -> None:
-        self.listed = list(nodes)
-
-    async def nodes(self) -> list[Node]:
-        return self.listed
-
-
-class FailingApiserver(SunkScheduler):
-    """The scheduler with its node writes kept in lists; writes to the nodes in `failing` fail as
-    an apiserver error would, as long as they are in it."""
-
-    def __init__(self, slurm: FakeSlurmNodes, failing: set[str]) -> None:
-        super().__init__(SunkSettings(), None, slurm)  # type: ignore[arg-type]
-        self.failing = failing
-        self.conditions: list[tuple[str, str, str]] = []
-        self.annotations: list[tuple[str, str]] = []
-
-    async def set_node_condition(self, name: str, condition: JSON) -> None:
-        if name in self.failing:
-            raise ApiException(status=500, reason="etcdserver: request timed out")
-        self.conditions.append((name, condition["status"], condition["reason"]))
-
-    async def annotate_drain(self, node: JSON, reason: str) -> None:
-        self.annotations.append((node["metadata"]["name"], reason))
 
 
 def k8s_node(name: str) -> JSON:
     return {"metadata": {"name": name, "uid": f"uid-{name}", "labels": {}}, "spec": {}, "status": {}}
 
 
+def told(api: FakeSunkApi, name: str) -> tuple[str | None, str | None]:
+    """(SlurmCordon reason, drain annotation) of a node as the apiserver has it."""
+    node = api.nodes[name]
+    condition = next(
+        (c for c in node["status"].get("conditions", []) if c["type"] == model.SLURM_CORDON), None
+    )
+    annotation = (node["metadata"].get("annotations") or {}).get(model.DRAIN_ANNOTATION)
+    return (condition or {}).get("reason"), annotation
+
+
 async def test_a_node_whose_writes_fail_does_not_keep_the_next_one_from_being_told() -> None:
-    slurm = FakeSlurmNodes(
+    slurm = FakeSlurm(
         Node(name="a", state="idle", state_flags=["DRAIN"], reason="bad DIMM"),
         Node(name="b", state="down", state_flags=["NOT_RESPONDING"], reason="Not responding"),
     )
-    scheduler = FailingApiserver(slurm, failing={"a"})
+    api = FakeSunkApi()
     for name in ("a", "b"):  # "a" first: the order in which the pass meets them
-        scheduler.nodes.upsert(k8s_node(name))
+        api.nodes[name] = k8s_node(name)
+    api.failing.add(("set_node_condition", "a"))
+    scheduler = SunkScheduler(SunkSettings(), api, slurm)
+    api.sync(scheduler)
 
     await scheduler.sync_nodes()
-    assert scheduler.conditions == [("b", "True", "SlurmDown")]
-    assert scheduler.annotations == [("b", "Not responding")]
+    assert told(api, "a") == (None, None)
+    assert told(api, "b") == ("SlurmDown", "Not responding")
 
-    scheduler.failing.clear()  # the apiserver is back: the next pass tells "a"
+    api.failing.clear()  # the apiserver is back: the next pass tells "a"
+    api.sync(scheduler)
     await scheduler.sync_nodes()
-    assert ("a", "True", "SlurmDrain") in scheduler.conditions
-    assert ("a", "bad DIMM") in scheduler.annotations
+    assert told(api, "a") == ("SlurmDrain", "bad DIMM")

@@ -26,7 +26,7 @@ NEEDS: dict[str, set[tuple[str, str, str]]] = {
         ("scheduling.sigs.k8s.io", "podgroups", "get"),
         ("scheduling.k8s.io", "podgroups", "get"),
     },
-    # Shared with the operator (quorum.k8s.writes), called through quorum.sunk.kube:
+    # Shared with the operator (quorum.k8s.writes), called through quorum.sunk.api:
     "delete_pod": {("", "pods", "delete")},
     "post_event": {("", "events", "create")},
     "create_gang": {("quorum.dev", "gangs", "create"), ("quorum.dev", "gangs", "get")},  # get on 409

@@ -17,6 +17,7 @@ from quorum.sunk import model
 from quorum.sunk.scheduler import SunkScheduler
 from quorum.sunk.settings import SunkSettings
 from quorum.sunk.slurm import SlurmError, SlurmRest, SlurmUnavailable, answer_of
+from tests.unit.sunk.fakes import FakeSlurm, FakeSunkApi
 
 JSON = dict[str, Any]
 
@@ -95,32 +96,6 @@ async def test_slurmrestd_not_listening_is_unavailable() -> None:
         await slurm.close()
 
 
-class FakeSlurm:
-    """Stateful: a queue of what each submission does (an exception to raise, or accepted)."""
-
-    def __init__(self, *outcomes: BaseException | None) -> None:
-        self.outcomes = list(outcomes)
-        self.jobs: list[JSON] = []
-
-    async def submit(self, body: JSON) -> int:
-        outcome = self.outcomes.pop(0) if self.outcomes else None
-        if outcome is not None:
-            raise outcome
-        self.jobs.append(body)
-        return 100 + len(self.jobs)
-
-
-class RecordingScheduler(SunkScheduler):
-    """The scheduler with its Events kept in a list instead of posted."""
-
-    def __init__(self, slurm: FakeSlurm) -> None:
-        super().__init__(SunkSettings(), None, slurm)  # type: ignore[arg-type]
-        self.events: list[tuple[str, str, bool]] = []
-
-    async def event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
-        self.events.append((reason, message, warning))
-
-
 def pod() -> JSON:
     requests = {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "2"}
     return {
@@ -134,26 +109,26 @@ def pod() -> JSON:
 
 
 async def test_a_submission_slurm_did_not_answer_is_asked_again_and_the_pod_not_told_no() -> None:
-    slurm = FakeSlurm(SlurmUnavailable("slurmrestd POST /job/submit: TimeoutError: "))
-    scheduler = RecordingScheduler(slurm)
+    api, slurm = FakeSunkApi(), FakeSlurm()
+    slurm.refusals.append(SlurmUnavailable("slurmrestd POST /job/submit: TimeoutError: "))
+    scheduler = SunkScheduler(SunkSettings(), api, slurm)
     key = "pod/ns/p/u1"
     with pytest.raises(SlurmUnavailable):  # the pass is skipped, counted as slurm_error
         await scheduler.submit(key, [pod()], model.Counts())
-    assert scheduler.events == [] and scheduler.invalid == {}
+    assert api.events == [] and scheduler.invalid == {}
 
     assert await scheduler.submit(key, [pod()], model.Counts()) == 1  # the next pass
-    assert [reason for reason, _, _ in scheduler.events] == ["SlurmJobSubmitted"]
-    assert len(slurm.jobs) == 1
+    assert [reason for _, reason, _, _ in api.events] == ["SlurmJobSubmitted"]
+    assert len(slurm.bodies) == 1
 
 
 async def test_a_submission_slurm_refused_is_told_once_and_not_sent_again_until_the_pod_changes() -> None:
     refusal = SlurmError("slurmrestd POST /job/submit: HTTP 500: Invalid partition name specified")
-    slurm = FakeSlurm(refusal)
-    scheduler = RecordingScheduler(slurm)
+    api, slurm = FakeSunkApi(), FakeSlurm()
+    slurm.refusals.append(refusal)
+    scheduler = SunkScheduler(SunkSettings(), api, slurm)
     key = "pod/ns/p/u1"
     assert await scheduler.submit(key, [pod()], model.Counts()) == 0
-    assert scheduler.events == [
-        ("SlurmRejected", f"Slurm did not take the job: {refusal}", True),
-    ]
+    assert api.events == [("p", "SlurmRejected", f"Slurm did not take the job: {refusal}", True)]
     assert await scheduler.submit(key, [pod()], model.Counts()) == 0
-    assert slurm.jobs == [] and len(scheduler.events) == 1
+    assert slurm.bodies == [] and len(api.events) == 1

@@ -1,7 +1,7 @@
 """What a gang's status says, composed in one place: a pure function from the gang's state (its
 pods' counters, why it is held, its recovery record, a failure of quorum's own work) to its
-phase, counters and conditions. `status.py` writes what this composes; nothing else builds a
-condition.
+phase, counters and conditions. The operator's `status.py` writes what this composes, and the
+SUNK scheduler composes the Gangs of gangs Slurm places with it; nothing else builds a condition.
 
 | condition | True when |
 |---|---|
@@ -18,14 +18,14 @@ condition.
 
 from __future__ import annotations
 
-import datetime
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from quorum.core.planner import Hold
-from quorum.k8s.convert import timestamp as timestamp  # re-exported: the operator's modules use it
+from quorum.core.times import iso as iso  # re-exported: the operator's modules use them here
+from quorum.core.times import iso_deadline as iso_deadline
+from quorum.core.times import timestamp as timestamp
 
 JSON = dict[str, Any]
 CONDITION_TYPES = (
@@ -40,8 +40,19 @@ CONDITION_TYPES = (
     "Restarted",
 )
 # Hold reasons that mean "no room for the whole gang now": Unschedulable=True, and the
-# starvation guard's clock runs.
-NO_ROOM = ("Unschedulable", "BudgetExhausted")
+# starvation guard's clock runs. SlurmResources: Slurm holds a gang it places for lack of nodes.
+NO_ROOM = ("Unschedulable", "BudgetExhausted", "SlurmResources")
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Why a gang that another scheduler places (Slurm, docs/sunk.md) is not admitted: a hold
+    that no plan of quorum's made."""
+
+    reason: str
+    message: str
+    held_nodes: tuple[str, ...] = ()
+    held_message: str = ""
 
 
 @dataclass(frozen=True)
@@ -53,7 +64,7 @@ class GangState:
     now: float  # epoch seconds
     basic: bool = False  # a 1.36 PodGroup with the `basic` policy: admitted once any pod is released
     waiting: str | None = None  # why it cannot be planned at all (its group is missing or invalid)
-    hold: Hold | None = None  # why the last pass held it
+    hold: Hold | Waiting | None = None  # why the last pass held it
     recovery: Mapping[str, Any] | None = None  # the Gang's `status.recovery`
     failure: str | None = None  # what of quorum's work on it failed, in a sentence
     preemption: Mapping[str, Any] | None = None  # the Gang's `status.preemption` (it preempts)
@@ -74,6 +85,18 @@ class GangStatus:
 
     def condition(self, kind: str) -> JSON:
         return next(c for c in self.conditions if c["type"] == kind)
+
+
+def keep_transition_times(conditions: list[JSON], previous: list[JSON] | None, stamp: str) -> list[JSON]:
+    """The conditions with their lastTransitionTime: the previous one's while its status is
+    unchanged, else `stamp`."""
+    before = {c.get("type"): c for c in previous or [] if isinstance(c, dict)}
+    timed = []
+    for condition in conditions:
+        old = before.get(condition["type"])
+        kept = old is not None and old.get("status") == condition["status"] and old.get("lastTransitionTime")
+        timed.append({**condition, "lastTransitionTime": kept or stamp})
+    return timed
 
 
 def compose(state: GangState) -> GangStatus:
@@ -244,13 +267,3 @@ def backoff_message(recovery: Mapping[str, Any] | None, now: float) -> str:
         f"backing off after a partial placement ({recovery.get('failures', 1)} in a row): next try at "
         f"{recovery.get('nextAttemptTime')} (in {max(0.0, backoff_until(recovery) - now):.0f}s)"
     )
-
-
-def iso(epoch: float) -> str:
-    """RFC 3339 in whole seconds (as the API writes times)."""
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def iso_deadline(epoch: float) -> str:
-    """A deadline in whole seconds, rounded up: never earlier than meant."""
-    return iso(math.ceil(epoch))
