@@ -41,9 +41,14 @@ from quorum.operator.gangs import (
 )
 from quorum.operator.health import Health, monitor_event_loop_lag, serve
 from quorum.operator.leader import LeaseSettings, lead
-from quorum.operator.loop import GangLoop, LoopSettings, planner_settings
-from quorum.operator.preemption import SYSTEM_NAMESPACES, PreemptionLoopSettings
-from quorum.operator.settings import OperatorSettings
+from quorum.operator.loop import GangLoop
+from quorum.operator.settings import (
+    SYSTEM_NAMESPACES,
+    LoopSettings,
+    OperatorSettings,
+    PreemptionLoopSettings,
+    planner_settings,
+)
 
 log = logging.getLogger("quorum.operator")
 

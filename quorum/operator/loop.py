@@ -27,58 +27,28 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-from quorum.core.fit import FitSettings
-from quorum.core.lifecycle import BackoffPolicy, MemberLossPolicy
 from quorum.core.model import Gang
-from quorum.core.planner import Hold, Planner, PlannerSettings
+from quorum.core.planner import Hold, Planner
 from quorum.k8s.api import KubeApi
 from quorum.k8s.usage import BoundPods
 from quorum.operator import clock, metrics
-from quorum.operator.events import pod_object, worth_telling
 from quorum.operator.gangs import GangView, Store, assemble
 from quorum.operator.health import Health
 from quorum.operator.holds import Holds
 from quorum.operator.ledger import Ledger
 from quorum.operator.memory import GangMemories
-from quorum.operator.preemption import Preempter, PreemptionLoopSettings
+from quorum.operator.preemption import Preempter
 from quorum.operator.recovery import Recoverer
 from quorum.operator.release import Releaser, ReleaseSettings
+from quorum.operator.settings import LoopSettings
 from quorum.operator.snapshot import NodeModels, PodModels, Snapshot, plan
 from quorum.operator.status import GangRecords
-from quorum.operator.work import Failure, GangWork
+from quorum.operator.work import GangWork
 
 log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
 SLOW_PASS_SECONDS = 1.0  # a pass slower than this is logged with where its time went
-
-
-@dataclass(frozen=True)
-class LoopSettings:
-    planner: PlannerSettings = field(default_factory=PlannerSettings)
-    resync_seconds: float = 5.0  # a pass at least this often, even without events
-    release_concurrency: int = 128  # pod patches in flight at once
-    gang_concurrency: int = 64  # gangs whose tasks (release, status, recovery) run at once
-    gang_timeout_seconds: float = 30.0  # one gang's task is cut off after this long
-    failure_backoff: BackoffPolicy = field(default_factory=lambda: BackoffPolicy(1.0, 60.0))
-    label_gang_retention_seconds: float = 300.0  # label-only Gang objects outlive their pods this long
-    # A gang still short of members is written (Gang object, status, Events) only once it has
-    # waited this long: a gang whose pods arrive together is released before anyone needs to
-    # read why it waits, and its writes would cost the apiserver for nothing.
-    forming_grace_seconds: float = 2.0
-    status_interval_seconds: float = 1.0  # one gang's status is written at most this often
-    # After a pass that took t seconds, the next starts no sooner than factor x t later (at most
-    # 1 s): events that arrive meanwhile are taken together, so a busy loop spends at most
-    # 1/(1+factor) of a core on passes (0: a pass on every event, as soon as the last one ends).
-    pass_gap_factor: float = 5.0
-    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
-    preemption: PreemptionLoopSettings = field(default_factory=PreemptionLoopSettings)
-    member_loss_policy: MemberLossPolicy = MemberLossPolicy.REPLACE  # gangs without the annotation
-
-
-def planner_settings(org: str | None, starvation_seconds: float) -> PlannerSettings:
-    return PlannerSettings(fit=FitSettings(org=org), starvation_seconds=starvation_seconds)
 
 
 class GangLoop:
@@ -109,7 +79,7 @@ class GangLoop:
             settings.gang_timeout_seconds,
             settings.failure_backoff,
             self.wake,
-            self.report_failure,
+            self.records.report_failure,
         )
         self.releaser = Releaser(
             api,
@@ -320,21 +290,9 @@ class GangLoop:
         reported the same way."""
         failure = self.work.fail(key, stage, message)
         log.warning("%s/%s: %s", key[0], key[1], failure.sentence())
-        report = asyncio.create_task(self.report_failure(key, failure))
+        report = asyncio.create_task(self.records.report_failure(key, failure))
         self.reports.add(report)
         report.add_done_callback(self.reports.discard)
-
-    async def report_failure(self, key: GangKey, failure: Failure) -> None:
-        """A gang's work failed: a Warning Event on its Gang (or, before it has one, on one of
-        its pods); the same error again only at the 2nd, 4th, 8th ... time in a row."""
-        metrics.GANG_FAILURES.labels(stage=failure.stage).inc()
-        if not worth_telling(failure.count):
-            return
-        target = self.store.gangs.get(key)
-        if target is None and (entry := self.memory.get(key)) is not None and entry.first_pod is not None:
-            pod = entry.first_pod
-            target = pod_object(pod)
-        await self.events.post(target, "PlanningFailed", failure.sentence(), warning=True)
 
     def collect_garbage(self, views: dict[GangKey, GangView]) -> None:
         """Forget what is kept per gang once the gang is gone; delete expired label-only Gangs."""

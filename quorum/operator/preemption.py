@@ -28,7 +28,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from quorum.core.conditions import iso, recovery_of, timestamp
@@ -41,7 +41,6 @@ from quorum.core.preemption import (
     GroupFacts,
     NoPreemption,
     Preemption,
-    PreemptionSettings,
     RunningPod,
     Work,
     choose_victims,
@@ -53,6 +52,7 @@ from quorum.k8s.writes import RESERVED_TAINT, EvictionRefused
 from quorum.operator import metrics
 from quorum.operator.gangs import JSON, GangView
 from quorum.operator.ledger import Ledger
+from quorum.operator.settings import PreemptionLoopSettings
 from quorum.operator.status import GangRecords
 from quorum.operator.work import GangWork, describe
 
@@ -60,20 +60,6 @@ log = logging.getLogger("quorum.operator.preemption")
 GangKey = tuple[str, str]
 REASON = "PreemptionByQuorum"
 STRAY_TAINTS: GangKey = ("", "reservation taints")  # the work key of removing stray ones
-SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-node-lease", "kube-public"})
-
-
-@dataclass(frozen=True)
-class PreemptionLoopSettings:
-    enabled: bool = True
-    timeout_seconds: float = 180.0
-    """A preemption not finished by then (the preemptor bound) is ended: taints removed."""
-    retry_seconds: float = 10.0
-    """A gang for which preemption found nothing to take is asked again after this long."""
-    decision: PreemptionSettings = field(default_factory=PreemptionSettings)
-    protected_namespaces: frozenset[str] = SYSTEM_NAMESPACES
-    """Whose pods are never victims: the cluster's own and quorum's (the operator's fence in the
-    apiserver refuses its evictions there too, manifests/47-operator-fence.yaml)."""
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,19 @@
 """Settings of quorum-operator, from environment variables `QUORUM_OPERATOR_<FIELD>` (e.g.
 `QUORUM_OPERATOR_RESYNC_SECONDS=5`); a value that is not of the field's type stops the
-process at start with the variable named."""
+process at start with the variable named. `LoopSettings` is what the scheduling loop takes,
+made from them at start (tests make it directly)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from quorum.core.lifecycle import MemberLossPolicy
+from quorum.core.fit import FitSettings
+from quorum.core.lifecycle import BackoffPolicy, MemberLossPolicy
+from quorum.core.planner import PlannerSettings
+from quorum.core.preemption import PreemptionSettings
 from quorum.install import DEFAULT_NAMESPACE
 
 
@@ -27,10 +33,10 @@ class OperatorSettings(BaseSettings):
     forming_grace_seconds: float = Field(default=2.0, ge=0)
     """A gang short of members is written (Gang object, status, Events) only after this long."""
     status_interval_seconds: float = Field(default=1.0, ge=0)
+    """One gang's status (and its group's) is written at most this often: the last state then."""
     pass_gap_factor: float = Field(default=5.0, ge=0)
     """After a pass that took t, the next starts no sooner than this x t later (at most 1 s; 0: at
     once): a busy loop spends at most 1/(1+factor) of a core on passes."""
-    """One gang's status (and its group's) is written at most this often: the last state then."""
     namespace: str = DEFAULT_NAMESPACE
     """The operator's own namespace, where its leader-election Lease lives (the Deployment sets
     it from the pod's namespace)."""
@@ -65,3 +71,46 @@ class OperatorSettings(BaseSettings):
     @classmethod
     def from_env(cls) -> OperatorSettings:
         return cls()
+
+
+SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-node-lease", "kube-public"})
+
+
+@dataclass(frozen=True)
+class PreemptionLoopSettings:
+    enabled: bool = True
+    timeout_seconds: float = 180.0
+    """A preemption not finished by then (the preemptor bound) is ended: taints removed."""
+    retry_seconds: float = 10.0
+    """A gang for which preemption found nothing to take is asked again after this long."""
+    decision: PreemptionSettings = field(default_factory=PreemptionSettings)
+    protected_namespaces: frozenset[str] = SYSTEM_NAMESPACES
+    """Whose pods are never victims: the cluster's own and quorum's (the operator's fence in the
+    apiserver refuses its evictions there too, manifests/47-operator-fence.yaml)."""
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    planner: PlannerSettings = field(default_factory=PlannerSettings)
+    resync_seconds: float = 5.0  # a pass at least this often, even without events
+    release_concurrency: int = 128  # pod patches in flight at once
+    gang_concurrency: int = 64  # gangs whose tasks (release, status, recovery) run at once
+    gang_timeout_seconds: float = 30.0  # one gang's task is cut off after this long
+    failure_backoff: BackoffPolicy = field(default_factory=lambda: BackoffPolicy(1.0, 60.0))
+    label_gang_retention_seconds: float = 300.0  # label-only Gang objects outlive their pods this long
+    # A gang still short of members is written (Gang object, status, Events) only once it has
+    # waited this long: a gang whose pods arrive together is released before anyone needs to
+    # read why it waits, and its writes would cost the apiserver for nothing.
+    forming_grace_seconds: float = 2.0
+    status_interval_seconds: float = 1.0  # one gang's status is written at most this often
+    # After a pass that took t seconds, the next starts no sooner than factor x t later (at most
+    # 1 s): events that arrive meanwhile are taken together, so a busy loop spends at most
+    # 1/(1+factor) of a core on passes (0: a pass on every event, as soon as the last one ends).
+    pass_gap_factor: float = 5.0
+    backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
+    preemption: PreemptionLoopSettings = field(default_factory=PreemptionLoopSettings)
+    member_loss_policy: MemberLossPolicy = MemberLossPolicy.REPLACE  # gangs without the annotation
+
+
+def planner_settings(org: str | None, starvation_seconds: float) -> PlannerSettings:
+    return PlannerSettings(fit=FitSettings(org=org), starvation_seconds=starvation_seconds)

@@ -34,13 +34,13 @@ from quorum.core.gangs import GangSource
 from quorum.core.planner import Hold
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import gang_record, unmodeled_constraints
-from quorum.operator import clock
-from quorum.operator.events import EventRecorder, pod_object
+from quorum.operator import clock, metrics
+from quorum.operator.events import EventRecorder, pod_object, worth_telling
 
 __all__ = ["GangRecords", "StatusPacing", "StatusWrite", "now_rfc3339"]
 from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store
 from quorum.operator.memory import GangMemories
-from quorum.operator.work import GangWork, describe
+from quorum.operator.work import Failure, GangWork, describe
 
 log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
@@ -431,6 +431,18 @@ class GangRecords:
         if counts["released"] and not (view.group.get("status") or {}).get("scheduleStartTime"):
             group_status["scheduleStartTime"] = stamp
         await self.api.patch_group_status(api_group, version, "podgroups", view.namespace, name, group_status)
+
+    async def report_failure(self, key: GangKey, failure: Failure) -> None:
+        """A gang's work failed: a Warning Event on its Gang (or, before it has one, on one of
+        its pods); the same error again only at the 2nd, 4th, 8th ... time in a row."""
+        metrics.GANG_FAILURES.labels(stage=failure.stage).inc()
+        if not worth_telling(failure.count):
+            return
+        target = self.store.gangs.get(key)
+        if target is None and (entry := self.memory.get(key)) is not None and entry.first_pod is not None:
+            pod = entry.first_pod
+            target = pod_object(pod)
+        await self.events.post(target, "PlanningFailed", failure.sentence(), warning=True)
 
     def label_gangs_expired(self, live: set[GangKey], retention: float) -> list[GangKey]:
         """Label-only gangs have no owner: their Gang is deleted once no pod has been left for

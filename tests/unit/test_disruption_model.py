@@ -50,7 +50,8 @@ from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT
 from quorum.operator import clock
 from quorum.operator.gangs import GANG_LABEL, Store
-from quorum.operator.loop import GangLoop, LoopSettings
+from quorum.operator.loop import GangLoop
+from quorum.operator.settings import LoopSettings
 from tests.unit.fake_api import FakeApi
 from tests.unit.test_loop import NS, node, pod, podgroup
 

@@ -15,7 +15,8 @@ from quorum.core.planner import PlannerSettings
 from quorum.k8s.usage import BoundPods
 from quorum.operator import clock
 from quorum.operator.gangs import Store
-from quorum.operator.loop import GangLoop, LoopSettings
+from quorum.operator.loop import GangLoop
+from quorum.operator.settings import LoopSettings
 from tests.unit.fake_api import FakeApi, server_error
 
 JSON = dict[str, Any]

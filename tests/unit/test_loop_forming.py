@@ -11,8 +11,8 @@ from quorum.core.planner import Hold
 from quorum.k8s.usage import BoundPods
 from quorum.operator.gangs import Store
 from quorum.operator.holds import Holds
-from quorum.operator.loop import GangLoop, LoopSettings
-from quorum.operator.settings import OperatorSettings
+from quorum.operator.loop import GangLoop
+from quorum.operator.settings import LoopSettings, OperatorSettings
 
 A, B, C = ("ns", "a"), ("ns", "b"), ("ns", "c")
 

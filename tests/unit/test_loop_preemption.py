@@ -11,7 +11,7 @@ from typing import Any
 from quorum.k8s.usage import BoundPods
 from quorum.operator.gangs import Store
 from quorum.operator.loop import GangLoop
-from quorum.operator.preemption import PreemptionLoopSettings
+from quorum.operator.settings import PreemptionLoopSettings
 from tests.unit.fake_api import FakeApi
 from tests.unit.test_loop import NS, REPLICA_SET, cluster, pod, podgroup, released, settings, step
 
