@@ -1,12 +1,13 @@
 """Model test: quorum never deletes, evicts or suspends work that was fine.
 
 A hypothesis state machine drives the real scheduling pass (`GangLoop`) against the lagging fake
-apiserver (`tests/unit/fake_api.py`, `lag=True`), with a fake kube-scheduler, ReplicaSet
-controller and node lifecycle beside it. Its rules interleave gangs arriving and finishing,
-nodes cordoned, filled by foreign pods or failing, member evictions, preemption (gangs of higher
-priority), leader failover after any write (a new leader relists and resumes while the old
-one's tasks are cut off wherever they were), each watch delivered late and on its own, write
-failures, and time passing.
+apiserver (`tests/unit/fake_api.py`, `lag=True`), with a fake kube-scheduler, ReplicaSet and Job
+controllers and node lifecycle beside it (a gang's pods are a ReplicaSet's or a Job's, so
+recovery and preemption both delete pods and suspend Jobs). Its rules interleave gangs arriving
+and finishing, nodes cordoned, filled by foreign pods or failing, member evictions, preemption
+(gangs of higher priority), leader failover after any write (a new leader relists and resumes
+while the old one's tasks are cut off wherever they were), each watch delivered late and on its
+own, write failures, and time passing.
 
 The rule it holds (docs/lifecycle.md, "When quorum removes a pod"), checked by the fake
 apiserver at the moment of every delete, eviction and Job suspension, against what the
@@ -68,10 +69,12 @@ WRITES = (
     "post_event",
     "read_gang_pods",
     "evict_pod",
+    "set_job_suspend",
 )
 TOLD = {  # the Events that name each kind of act, and whether they must come after it
     "delete": ({"PartiallyPlaced", "GangRestarted", "StuckPodReplaced"}, True),
     "eviction": ({"Preempted"}, False),  # told to the victim as the preemption is recorded
+    "suspension": ({"PartiallyPlaced", "GangRestarted", "Preempted"}, True),
 }
 
 
@@ -214,6 +217,45 @@ class AuditedApi(FakeApi):
         self.acts.append(Act(self.tick(), gang or meta["name"], "eviction", meta["name"]))
         event("eviction")
 
+    def check_suspension(self, namespace: str, name: str, uid: str) -> None:
+        job = self.jobs.get((namespace, name))
+        if job is None or job["metadata"]["uid"] != uid or job["spec"].get("suspend"):
+            return  # refused (gone, replaced), or suspended already: nothing happens
+        gang = "pg-" + name.removeprefix("job-")
+        preempted = any(
+            victim.get("kind") == "gang" and victim.get("name") == gang
+            for obj in self.server.gangs.values()
+            for victim in ((obj.get("status") or {}).get("preemption") or {}).get("victims") or []
+        )
+        if not preempted:
+            status = self.gang_object(gang)
+            admission = status.get("admission") or {}
+            disruption = status.get("disruption") or {}
+            recorded = (
+                isinstance(disruption, dict)
+                and disruption.get("attempt") == int(admission.get("attempt") or 0)
+                and uid in {t.get("uid") for t in disruption.get("jobs") or []}
+            )
+            if not recorded:
+                self.violate(f"suspended Job {name} with no recorded decision naming it", "recorded")
+            read = self.fresh_read.get(gang, self.seq)
+            bound = sum(
+                1
+                for p in self.gang_pods(gang)
+                if p["spec"].get("nodeName") and self.bound_at.get(p["metadata"]["uid"], 0) <= read
+            )
+            need = self.min_member(gang)
+            restart = self.restarts(gang) and disruption.get("reason") != "PartiallyPlaced"
+            if bound >= need and not restart:
+                self.violate(f"suspended Job {name} of {gang}: {bound} of minMember {need} bound", "bound")
+            released_at = timestamp(admission.get("time"))
+            if not restart and self.clock.time() - released_at < TIMEOUT:
+                self.violate(
+                    f"suspended Job {name} of {gang} before its timeout of {TIMEOUT}s ended", "timeout"
+                )
+        self.acts.append(Act(self.tick(), gang, "suspension", name))
+        event("suspension (preemption)" if preempted else "suspension")
+
     def check_release(self, target: JSON, node_name: str | None) -> None:
         current = self.server.pods.get(target["metadata"]["uid"])
         node_obj = self.server.nodes.get(node_name or "")
@@ -256,6 +298,21 @@ class AuditedApi(FakeApi):
             self.check_release(pod, node)
         return await super().release_pod(pod, node, tolerate)
 
+    async def set_job_suspend(self, namespace: str, name: str, uid: str, suspend: bool) -> bool:
+        if suspend and not self.will_fail("set_job_suspend", namespace, name, uid, suspend):
+            self.check_suspension(namespace, name, uid)
+        return await super().set_job_suspend(namespace, name, uid, suspend)
+
+    async def read_job(self, namespace: str, name: str) -> JSON | None:
+        """The Job with the count of its pods that are active now, as its controller keeps it."""
+        job = await super().read_job(namespace, name)
+        if job is not None:
+            owned = [p for p in self.server.pods.values() if controller_uid(p) == job["metadata"]["uid"]]
+            job["status"] = {
+                "active": sum(1 for p in owned if p["status"].get("phase") not in ("Succeeded", "Failed"))
+            }
+        return job
+
     async def read_gang_pods(self, namespace: str, gang: str) -> list[JSON]:
         pods = await super().read_gang_pods(namespace, gang)
         self.fresh_read[gang] = self.tick()
@@ -264,6 +321,10 @@ class AuditedApi(FakeApi):
     async def post_event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
         await super().post_event(obj, reason, message, warning)
         self.event_log.append((self.tick(), obj["metadata"]["name"], reason))
+
+
+def controller_uid(p: JSON) -> str | None:
+    return next((o["uid"] for o in p["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
 
 
 def gpus(p: JSON) -> int:
@@ -291,6 +352,7 @@ class GangSpec:
     min_member: int
     gpus: int
     priority: int
+    job: bool = False  # its pods are a Job's (recovered by suspending it), else a ReplicaSet's
     made: int = 0  # pods made so far (names)
     finished: bool = False
 
@@ -340,9 +402,10 @@ class DisruptionMachine(RuleBasedStateMachine):
         extra=st.integers(0, 2),
         gpu=st.sampled_from([2, 4, 8]),
         restart=st.booleans(),
+        job=st.booleans(),
     )
-    def a_first_gang(self, size: int, extra: int, gpu: int, restart: bool) -> None:
-        self.a_gang_arrives(size, extra, gpu, 0, restart)
+    def a_first_gang(self, size: int, extra: int, gpu: int, restart: bool, job: bool) -> None:
+        self.a_gang_arrives(size, extra, gpu, 0, restart, job)
 
     @rule(
         size=st.integers(1, 4),
@@ -350,15 +413,24 @@ class DisruptionMachine(RuleBasedStateMachine):
         gpu=st.sampled_from([2, 4, 8]),
         priority=st.sampled_from([0, 0, 100]),
         restart=st.booleans(),
+        job=st.booleans(),
     )
-    def a_gang_arrives(self, size: int, extra: int, gpu: int, priority: int, restart: bool) -> None:
+    def a_gang_arrives(
+        self, size: int, extra: int, gpu: int, priority: int, restart: bool, job: bool
+    ) -> None:
         live = [g for g in self.model.gangs.values() if not g.finished]
         if len(live) >= 4 or self.model.created >= 6:
             return
         name = f"g{self.model.created}"
         self.model.created += 1
-        spec = GangSpec(name, size + extra, size, gpu, priority)
+        spec = GangSpec(name, size + extra, size, gpu, priority, job)
         self.model.gangs[name] = spec
+        if job:
+            self.api.jobs[(NS, f"job-{name}")] = {
+                "metadata": {"name": f"job-{name}", "namespace": NS, "uid": f"job-{name}", "labels": {}},
+                "spec": {"suspend": False},
+                "status": {},
+            }
         group = podgroup(name, size)
         group["spec"]["scheduleTimeoutSeconds"] = TIMEOUT
         if restart:
@@ -369,10 +441,12 @@ class DisruptionMachine(RuleBasedStateMachine):
             self.make_pod(spec)
 
     def make_pod(self, spec: GangSpec) -> None:
+        kind, prefix = ("Job", "job") if spec.job else ("ReplicaSet", "rs")
         owner = {
-            "kind": "ReplicaSet",
-            "name": f"rs-{spec.name}",
-            "uid": f"rs-{spec.name}",
+            "apiVersion": "batch/v1" if spec.job else "apps/v1",
+            "kind": kind,
+            "name": f"{prefix}-{spec.name}",
+            "uid": f"{prefix}-{spec.name}",
             "controller": True,
         }
         p = pod(spec.name, spec.made, spec.gpus, owner)
@@ -401,10 +475,16 @@ class DisruptionMachine(RuleBasedStateMachine):
             self.api.changed("pods", uid, None)
 
     @rule()
-    def replica_sets_make_pods_again(self) -> None:
-        """Each ReplicaSet makes its missing pods again (gated by the webhook), a bounded number."""
+    def controllers_act(self) -> None:
+        """Each ReplicaSet, and each Job not suspended, makes its missing pods again (gated by
+        the webhook), a bounded number; a suspended Job's controller deletes its pods."""
         for spec in self.model.gangs.values():
-            missing = spec.size - len(self.api.gang_pods(f"pg-{spec.name}"))
+            pods = self.api.gang_pods(f"pg-{spec.name}")
+            if spec.job and self.api.jobs[(NS, f"job-{spec.name}")]["spec"].get("suspend"):
+                for p in pods:
+                    self.remove_pod(p)
+                continue
+            missing = spec.size - len(pods)
             while not spec.finished and missing > 0 and spec.made < spec.size + 6:
                 self.make_pod(spec)
                 missing -= 1
@@ -424,7 +504,7 @@ class DisruptionMachine(RuleBasedStateMachine):
         """A running member goes, its ReplicaSet makes it again, and quorum releases the
         replacement and passes again, all while the Gang watch shows none of quorum's writes."""
         self.someone_evicts_a_member(data)
-        self.replica_sets_make_pods_again()
+        self.controllers_act()
         for _ in range(2):
             self.api.deliver("pods")
             self.api.deliver("nodes")
@@ -568,7 +648,7 @@ class DisruptionMachine(RuleBasedStateMachine):
             self.run(self.loop.step())
             self.run(settle(self.loop))
             self.kube_scheduler_binds()
-            self.replica_sets_make_pods_again()
+            self.controllers_act()
             self.clock.advance(5)
         self.api.deliver_all()
         self.run(self.loop.step())
