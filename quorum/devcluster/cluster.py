@@ -55,6 +55,7 @@ APPLIED_MANIFESTS = (
     "40-gate-protection.yaml",
     "45-gang-backstop.yaml",
     "47-operator-fence.yaml",
+    "48-tenant-fence.yaml",
 )
 CRDS = REPO_ROOT / "crds"
 STAGES = Path(__file__).resolve().parent / "data" / "stages"

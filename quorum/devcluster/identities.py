@@ -1,7 +1,8 @@
 """The identities of a local cluster, as in a real CKS cluster (docs/architecture.md): the admin, the
 control-plane components, kwok, the platform identity that owns the *.coreweave.cloud node
-labels, and a customer who is cluster-admin by RBAC but not system:masters. Each gets a client
-certificate signed by the instance's CA and a self-contained kubeconfig."""
+labels, a customer who is cluster-admin by RBAC but not system:masters, and a namespace-scoped
+tenant. Each gets a client certificate signed by the instance's CA and a self-contained
+kubeconfig."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ CLIENT_IDENTITIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "kwok": ("kwok", ("system:masters",)),
     "platform": ("quorum:node-lifecycle", ("quorum:platform",)),
     "customer": ("customer@example.com", ("quorum:customers",)),
+    # A namespace-scoped tenant: no rights until a test binds `edit` in its namespace.
+    "tenant": ("tenant@example.com", ("quorum:tenants",)),
 }
 
 

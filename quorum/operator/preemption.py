@@ -49,7 +49,7 @@ from quorum.core.preemption import (
 from quorum.k8s.api import KubeApi
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT, EvictionRefused
-from quorum.operator import metrics
+from quorum.operator import clock, metrics
 from quorum.operator.gangs import JSON, GangView
 from quorum.operator.ledger import Ledger
 from quorum.operator.settings import PreemptionLoopSettings
@@ -59,6 +59,7 @@ from quorum.operator.work import GangWork, describe
 log = logging.getLogger("quorum.operator.preemption")
 GangKey = tuple[str, str]
 REASON = "PreemptionByQuorum"
+EXPIRED_BACKOFF_CAP = 1800.0  # the longest wait after preemptions that did not bind their gang
 STRAY_TAINTS: GangKey = ("", "reservation taints")  # the work key of removing stray ones
 
 
@@ -163,6 +164,9 @@ class Preempter:
         self.records: dict[GangKey, JSON | None] = {}
         self.tried: dict[GangKey, float] = {}  # when preemption last found nothing for the gang
         self.why_not: dict[GangKey, str] = {}  # and why, for the gang's status
+        # Preemptions in a row that ended without the gang bound: the room they freed went to
+        # someone else, so the next waits longer (retry x 2^n), and fewer victims lose their work.
+        self.expired: dict[GangKey, int] = {}
 
     # -- what is in flight -------------------------------------------------------------------
 
@@ -208,7 +212,7 @@ class Preempter:
             if not may_preempt(view):
                 self.why_not[key] = "no preemption: its pods' PriorityClass has preemptionPolicy: Never"
                 continue
-            if now - self.tried.get(key, -1e18) < self.settings.retry_seconds:
+            if now - self.tried.get(key, -1e18) < self.retry_after(key):
                 continue
             groups = {k: group_facts(v) for k, v in views.items()}
             exclude = busy | {key}  # gangs being released: their room is reserved, not bound
@@ -449,7 +453,18 @@ class Preempter:
                 out.append((key, record, why, True))
         return out
 
+    def retry_after(self, key: GangKey) -> float:
+        doublings = min(self.expired.get(key, 0), 16)
+        return float(min(self.settings.retry_seconds * (1 << doublings), EXPIRED_BACKOFF_CAP))
+
     async def end(self, key: GangKey, record: JSON, why: str, warn: bool) -> None:
+        """End a preemption: its reservation taints removed and its record cleared. One that ends
+        without the gang bound (`warn`) counts as tried now, and backs the next one off."""
+        if warn:
+            self.tried[key] = clock.time()
+            self.expired[key] = self.expired.get(key, 0) + 1
+        else:
+            self.expired.pop(key, None)
         token = str(record.get("token", ""))
         for name in record.get("nodes") or []:
             node = self.store.nodes.get(str(name))
@@ -484,6 +499,6 @@ class Preempter:
             await self.api.taint_node(node, token, add=False)
 
     def prune(self, live: set[GangKey]) -> None:
-        for table in (self.tried, self.why_not):
+        for table in (self.tried, self.why_not, self.expired):
             for key in [k for k in table if k not in live]:
                 del table[key]

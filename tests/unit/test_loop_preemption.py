@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any
 
 from quorum.k8s.usage import BoundPods
+from quorum.operator import clock
 from quorum.operator.gangs import Store
 from quorum.operator.loop import GangLoop
 from quorum.operator.settings import PreemptionLoopSettings
@@ -213,3 +214,41 @@ async def test_the_pods_of_system_namespaces_and_quorums_own_are_never_victims()
     unprotected = settings(preemption=PreemptionLoopSettings(protected_namespaces=frozenset()))
     await step(GangLoop(api, store, bound, unprotected))
     assert sorted(api.evicted) == ["sys0-0", "sys1-0"]
+
+
+def foreign(store: Store, bound: BoundPods, name: str, node: str) -> None:
+    """A pod of no gang, bound to `node` by someone else, taking all its GPUs."""
+    p = pod("x", 0)
+    p["metadata"].update(name=name, uid=name, labels={})
+    p["spec"].update(schedulingGates=[], nodeName=node, priority=0)
+    p["status"] = {"phase": "Running", "startTime": "2026-11-23T00:00:00Z"}
+    bound.upsert(p)
+
+
+async def test_a_preemption_whose_room_went_to_another_backs_the_next_one_off() -> None:
+    """The room a preemption freed is taken by a pod that is not the preemptor's: the preemption
+    ends without its gang bound, and the next one (with new victims) waits twice as long, then
+    four times: fewer victims lose their work to a preemption that cannot succeed."""
+    with clock.using(clock.ManualClock()) as now:
+        store, bound = cluster(1, {})
+        running(store, bound, "low", 1, 10, ["n0"])
+        held(store, "high", 1, 1000)
+        api = FakeApi(store)
+        timeout = PreemptionLoopSettings().timeout_seconds
+        retry = PreemptionLoopSettings().retry_seconds
+        loop = GangLoop(api, store, bound, settings())
+        for victims, (ended, backoff) in enumerate([(0.0, 2 * retry), (0.0, 4 * retry)], start=1):
+            await step(loop)  # the preemption starts: the pod on n0 is evicted
+            assert len(api.evicted) == victims
+            evict_from_bound(bound, api)
+            foreign(store, bound, f"taker-{victims}", "n0")  # the freed room goes to someone else
+            now.advance(timeout + 1 + ended)
+            await step(loop)  # the deadline passed, the gang never bound: the preemption ends
+            assert not store.gangs[(NS, "pg-high")]["status"].get("preemption")
+            now.advance(backoff - 1)
+            await step(loop)
+            await step(loop)
+            assert len(api.evicted) == victims, "preempted again before its backoff ended"
+            now.advance(2)
+        await step(loop)
+        assert len(api.evicted) == 3

@@ -245,6 +245,11 @@ def test_a_node_may_gain_or_lose_only_reservation_taints() -> None:
     relabelled = a_node([RESERVED])
     relabelled["metadata"]["labels"]["zone"] = "b"
     assert judge("UPDATE", "nodes", a_node([]), relabelled).failed == (0,)
+    evicting = {**RESERVED, "effect": "NoExecute"}  # would evict pods past their budgets
+    assert judge("UPDATE", "nodes", a_node([]), a_node([evicting])).failed == (7,)
+    assert judge(
+        "UPDATE", "nodes", a_node([]), a_node([{**RESERVED, "effect": "PreferNoSchedule"}])
+    ).failed == (7,)
 
 
 def a_status(conditions: list[JSON], phase: str = "Running") -> JSON:
