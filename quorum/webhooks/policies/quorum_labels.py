@@ -1,4 +1,7 @@
-"""`quorum.dev/*` labels and annotations are quorum's: they bind a pod to its gang.
+"""`quorum.dev/*` labels and annotations are quorum's: they bind a pod to its gang. One is the
+tenant's (`TENANT_ANNOTATIONS`): `quorum.dev/member-loss-policy`, the only place a label-only
+gang can say what it gets when it loses members (docs/lifecycle.md); it may be set on a pod and
+in a template like any annotation of the tenant's.
 
 On Pod CREATE, a value other than the one quorum sets is denied (the label `quorum.dev/gang`
 must name the pod's gang; `quorum.dev/requested-scheduler` must record a rewritten coscheduler
@@ -9,17 +12,23 @@ selector."""
 from __future__ import annotations
 
 from quorum.core.gangs import gang_markers
+from quorum.core.lifecycle import MEMBER_LOSS_ANNOTATION
 from quorum.webhooks.objects import JSONObject, annotations_of, dig, labels_of, pod_shape, string_map
 from quorum.webhooks.policies.gang_gate import GANG_LABEL, REQUESTED_SCHEDULER
 from quorum.webhooks.review import AdmissionRequest, Decision
 from quorum.webhooks.settings import WebhookSettings
 
 PREFIX = "quorum.dev/"
+# The quorum.dev/* keys a tenant may set (annotations; no label is a tenant's). The table in
+# docs/webhooks.md, "Whose quorum.dev keys", lists every key and whose it is.
+TENANT_ANNOTATIONS = frozenset({MEMBER_LOSS_ANNOTATION})
 
 
 def _quorum_keys(obj: JSONObject | None, where: str) -> dict[str, object]:
+    """The quorum.dev/* keys that are quorum's (the tenant's own left out), with their values."""
     values = string_map(dig(obj, "metadata", where))
-    return {k: v for k, v in values.items() if k.startswith(PREFIX)}
+    tenants = TENANT_ANNOTATIONS if where == "annotations" else frozenset()
+    return {k: v for k, v in values.items() if k.startswith(PREFIX) and k not in tenants}
 
 
 def _template_keys(obj: JSONObject | None, kind: str) -> dict[str, dict[str, object]]:

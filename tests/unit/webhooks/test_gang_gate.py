@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 
+from quorum.core.gangs import LABEL_GANG_MIN_AVAILABLE, LABEL_GANG_NAME
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.webhooks.patch import (
     AddSchedulingGate,
@@ -183,3 +185,35 @@ def test_a_gang_label_for_a_dropped_scheduling_group_is_accepted() -> None:
     dropped = pod({"quorum.dev/gang": "wpg-workers"}, schedulingGates=[{"name": "quorum.dev/gang"}])
     assert quorum_labels.validate(request("Pod", dropped), SETTINGS).allowed
     assert not quorum_labels.validate(request("Pod", pod({"quorum.dev/gang": "pg-x"})), SETTINGS).allowed
+
+
+def template_of(obj: dict[str, Any]) -> dict[str, Any]:
+    spec = obj["spec"]
+    found: dict[str, Any] = (
+        spec["jobTemplate"]["spec"]["template"] if "jobTemplate" in spec else spec["template"]
+    )
+    return found
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Deployment", "Job", "CronJob"])
+def test_the_member_loss_policy_is_the_tenants_to_set_on_pods_and_templates(kind: str) -> None:
+    """A label-only gang says its member-loss policy on its pods (docs/lifecycle.md): the one
+    quorum.dev key a tenant sets; any other beside it is still refused."""
+    labels = {LABEL_GANG_NAME: "mpi", LABEL_GANG_MIN_AVAILABLE: "2"}
+    chosen = {"quorum.dev/member-loss-policy": "RestartGang"}
+    if kind == "Pod":
+        obj = pod(labels)
+        obj["metadata"]["annotations"] = dict(chosen)
+        changed = pod(labels)
+        changed["metadata"]["annotations"] = {"quorum.dev/member-loss-policy": "Replace"}
+        assert quorum_labels.validate(request("Pod", changed, obj, operation="UPDATE"), SETTINGS).allowed
+        forged = pod(labels)
+        forged["metadata"]["annotations"] = {**chosen, "quorum.dev/preemptible": "false"}
+    else:
+        obj = workload(kind, labels)
+        template_of(obj)["metadata"]["annotations"] = dict(chosen)
+        forged = copy.deepcopy(obj)
+        template_of(forged)["metadata"]["annotations"]["quorum.dev/preemptible"] = "false"
+    assert quorum_labels.validate(request(kind, obj), SETTINGS).allowed
+    decision = quorum_labels.validate(request(kind, forged), SETTINGS)
+    assert not decision.allowed and "quorum.dev/preemptible" in (decision.denied or "")

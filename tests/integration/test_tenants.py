@@ -1,0 +1,227 @@
+"""A hostile tenant on the real control plane (docs/threat-model.md, "How quorum is attacked").
+Each attack is made by the identity that would make it, with that identity's own kubeconfig:
+a namespace-scoped tenant (`edit` in its namespace) or a CKS customer (cluster-admin by RBAC,
+not system:masters). Each asserts the apiserver's refusal, and beside it a bystander's gang is
+admitted and runs whole."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from quorum.devcluster.cluster import Instance
+from quorum.devcluster.nodes import TestPool
+from tests.integration.test_gangs import all_running, deployment
+from tests.kube import api_client, create_podgroup, eventually
+
+pytestmark = pytest.mark.cluster
+JSON = dict[str, Any]
+MERGE = "application/merge-patch+json"
+STRATEGIC = "application/strategic-merge-patch+json"
+
+
+@pytest.fixture
+async def tenant_api(
+    cluster: Instance, api: client.ApiClient, namespace: str
+) -> AsyncIterator[client.ApiClient]:
+    """The tenant, with `edit` in the test's namespace and nothing elsewhere."""
+    binding = {
+        "metadata": {"name": "tenant-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "tenant@example.com"}],
+    }
+    await client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(namespace, binding)
+    tenant = await api_client(cluster.kubeconfig("tenant"))
+    async with tenant:
+        yield tenant
+
+
+def refusal(err: pytest.ExceptionInfo[ApiException]) -> str:
+    assert err.value.status in (403, 422), (err.value.status, err.value.body)
+    return str(json.loads(err.value.body)["message"])
+
+
+def bare_pod(name: str, pool: TestPool, tolerations: list[JSON] | None = None) -> JSON:
+    spec: JSON = {
+        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        **pool.pod_spec(),
+    }
+    spec["tolerations"] = spec["tolerations"] + (tolerations or [])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+BLANKET = {"operator": "Exists"}
+RESERVED = {"key": "quorum.dev/reserved", "operator": "Exists"}
+LOCK = {"key": "sunk.coreweave.com/lock", "operator": "Equal", "value": "true", "effect": "NoExecute"}
+
+
+async def test_a_tenant_may_not_tolerate_the_room_a_preemption_reserved(
+    tenant_api: client.ApiClient,
+    customer_api: client.ApiClient,
+    api: client.ApiClient,
+    namespace: str,
+    test_pool: Callable[..., Any],
+) -> None:
+    pool: TestPool = await test_pool(count=2)
+    core = client.CoreV1Api(tenant_api)
+    for name, toleration, words in [
+        ("blanket", BLANKET, "covers the taint\nquorum.dev/reserved"),
+        ("reserved", RESERVED, "quorum.dev/reserved is quorum's to add"),
+        ("lock", LOCK, "sunk.coreweave.com/lock is for the pods Slurm places"),
+    ]:
+        with pytest.raises(ApiException) as refused:
+            await core.create_namespaced_pod(namespace, bare_pod(name, pool, [toleration]))
+        message = refusal(refused)
+        assert "quorum-reserved-tolerations" in message and " ".join(words.split()) in " ".join(
+            message.split()
+        )
+    # Taints named by key, and a blanket toleration of an effect neither reservation has, pass.
+    keyed = [{"key": "dedicated", "operator": "Exists"}, {**BLANKET, "effect": "PreferNoSchedule"}]
+    await core.create_namespaced_pod(namespace, bare_pod("keyed", pool, keyed))
+    # Added later, on an UPDATE (tolerations may be added to a pod): refused the same.
+    await core.create_namespaced_pod(namespace, bare_pod("plain", pool))
+    patch = [{"op": "add", "path": "/spec/tolerations/-", "value": BLANKET}]
+    with pytest.raises(ApiException) as refused:
+        await core.patch_namespaced_pod("plain", namespace, patch)
+    assert "quorum-reserved-tolerations" in refusal(refused)
+    # Not by namespace: the customer, who may create pods in kube-system, is refused there too.
+    with pytest.raises(ApiException) as refused:
+        await client.CoreV1Api(customer_api).create_namespaced_pod(
+            "kube-system", bare_pod("blanket", pool, [BLANKET]), dry_run="All"
+        )
+    assert "quorum-reserved-tolerations" in refusal(refused)
+
+    # DaemonSet pods tolerate everything, by who creates them (the DaemonSet controller).
+    selector = {"app": "agent"}
+    template_spec = bare_pod("agent", pool, [BLANKET])["spec"]
+    template_spec["nodeSelector"] = {**template_spec["nodeSelector"], "kubernetes.io/hostname": pool.names[0]}
+    daemonset = {
+        "metadata": {"name": "agent"},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": selector}, "spec": template_spec},
+        },
+    }
+    await client.AppsV1Api(tenant_api).create_namespaced_daemon_set(namespace, daemonset)
+
+    async def agent_pod() -> list[Any]:
+        return (await client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector="app=agent")).items
+
+    (agent,) = await eventually(agent_pod, timeout=60, what="the DaemonSet's pod, created by its controller")
+    assert BLANKET in [
+        {k: v for k, v in t.to_dict().items() if v is not None} for t in agent.spec.tolerations
+    ]
+
+    # The bystander beside it: a gang of the tenant's, admitted and running whole.
+    await create_podgroup(tenant_api, namespace, "train", 2)
+    await client.AppsV1Api(tenant_api).create_namespaced_deployment(
+        namespace, deployment("train", 2, 8, pool, "train")
+    )
+    await all_running(api, namespace, 2, "app=train")
+
+
+async def test_reserved_labels_and_quorum_keys_do_not_go_on_through_status(
+    cluster: Instance,
+    customer_api: client.ApiClient,
+    api: client.ApiClient,
+    namespace: str,
+    test_pool: Callable[..., Any],
+) -> None:
+    pool: TestPool = await test_pool(count=1)
+    node = pool.names[0]
+    core = client.CoreV1Api(customer_api)
+    triage = {"metadata": {"labels": {"node.coreweave.cloud/state": "triage"}}}
+    with pytest.raises(ApiException) as refused:
+        await core.patch_node_status(node, triage, _content_type=MERGE)
+    message = refusal(refused)
+    assert "quorum-reserved-status" in message and "node.coreweave.cloud/state" in message, message
+    # A status update that leaves metadata alone (what kubelets send) passes.
+    stamp = "2026-11-25T00:00:00Z"
+    condition = {"type": "TenantProbe", "status": "True", "reason": "Probe", "message": "",
+                 "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}  # fmt: skip
+    await core.patch_node_status(node, {"status": {"conditions": [condition]}}, _content_type=STRATEGIC)
+    # The platform may, through status as anywhere.
+    platform = await api_client(cluster.kubeconfig("platform"))
+    async with platform:
+        await client.CoreV1Api(platform).patch_node_status(
+            node, {"metadata": {"labels": {"node.coreweave.cloud/x": "y"}}}, _content_type=MERGE
+        )
+
+    await core.create_namespaced_pod(namespace, bare_pod("p", pool))
+    immune = {"metadata": {"annotations": {"quorum.dev/preemptible": "false"}}}
+    with pytest.raises(ApiException) as refused:
+        await core.patch_namespaced_pod_status("p", namespace, immune, _content_type=MERGE)
+    assert "quorum-reserved-status" in refusal(refused)
+    found = await client.CoreV1Api(api).read_namespaced_pod("p", namespace)
+    assert "quorum.dev/preemptible" not in (found.metadata.annotations or {})
+
+
+async def test_quorums_records_are_written_by_quorum_alone(
+    customer_api: client.ApiClient, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
+) -> None:
+    pool: TestPool = await test_pool(count=2)
+    await create_podgroup(customer_api, namespace, "train", 2)
+    await client.AppsV1Api(customer_api).create_namespaced_deployment(
+        namespace, deployment("train", 2, 8, pool, "train")
+    )
+    await all_running(api, namespace, 2, "app=train")  # the operator wrote its Gang: quorum may
+    custom = client.CustomObjectsApi(customer_api)
+    forged = {
+        "status": {
+            "preemption": {"token": "t0k3n", "deadline": "2099-01-01T00:00:00Z", "nodes": [], "victims": []}
+        }
+    }
+    attempts: list[tuple[str, Any]] = [
+        (
+            "status",
+            lambda: custom.patch_namespaced_custom_object_status(
+                "quorum.dev", "v1alpha1", namespace, "gangs", "pg-train", forged, _content_type=MERGE
+            ),
+        ),
+        (
+            "spec",
+            lambda: custom.patch_namespaced_custom_object(
+                "quorum.dev",
+                "v1alpha1",
+                namespace,
+                "gangs",
+                "pg-train",
+                {"spec": {"minMember": 1}},
+                _content_type=MERGE,
+            ),
+        ),
+        (
+            "create",
+            lambda: custom.create_namespaced_custom_object(
+                "quorum.dev",
+                "v1alpha1",
+                namespace,
+                "gangs",
+                {
+                    "apiVersion": "quorum.dev/v1alpha1",
+                    "kind": "Gang",
+                    "metadata": {"name": "pg-forged"},
+                    "spec": {"source": {"kind": "Labels", "name": "forged"}, "minMember": 1},
+                },
+            ),
+        ),
+        (
+            "delete",
+            lambda: custom.delete_namespaced_custom_object(
+                "quorum.dev", "v1alpha1", namespace, "gangs", "pg-train"
+            ),
+        ),
+    ]
+    for what, attempt in attempts:
+        with pytest.raises(ApiException) as refused:
+            await attempt()
+        assert "quorum-records" in refusal(refused), what
+    gang = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+        "quorum.dev", "v1alpha1", namespace, "gangs", "pg-train"
+    )
+    assert not gang["status"].get("preemption") and gang["spec"]["minMember"] == 2
