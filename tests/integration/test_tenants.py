@@ -22,7 +22,6 @@ from tests.kube import api_client, create_podgroup, eventually
 pytestmark = pytest.mark.cluster
 JSON = dict[str, Any]
 MERGE = "application/merge-patch+json"
-STRATEGIC = "application/strategic-merge-patch+json"
 
 
 @pytest.fixture
@@ -137,25 +136,25 @@ async def test_reserved_labels_and_quorum_keys_do_not_go_on_through_status(
     core = client.CoreV1Api(customer_api)
     triage = {"metadata": {"labels": {"node.coreweave.cloud/state": "triage"}}}
     with pytest.raises(ApiException) as refused:
-        await core.patch_node_status(node, triage, _content_type=MERGE)
+        await core.patch_node_status(node, triage)
     message = refusal(refused)
     assert "quorum-reserved-status" in message and "node.coreweave.cloud/state" in message, message
     # A status update that leaves metadata alone (what kubelets send) passes.
     stamp = "2026-11-25T00:00:00Z"
     condition = {"type": "TenantProbe", "status": "True", "reason": "Probe", "message": "",
                  "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}  # fmt: skip
-    await core.patch_node_status(node, {"status": {"conditions": [condition]}}, _content_type=STRATEGIC)
+    await core.patch_node_status(node, {"status": {"conditions": [condition]}})
     # The platform may, through status as anywhere.
     platform = await api_client(cluster.kubeconfig("platform"))
     async with platform:
         await client.CoreV1Api(platform).patch_node_status(
-            node, {"metadata": {"labels": {"node.coreweave.cloud/x": "y"}}}, _content_type=MERGE
+            node, {"metadata": {"labels": {"node.coreweave.cloud/x": "y"}}}
         )
 
     await core.create_namespaced_pod(namespace, bare_pod("p", pool))
     immune = {"metadata": {"annotations": {"quorum.dev/preemptible": "false"}}}
     with pytest.raises(ApiException) as refused:
-        await core.patch_namespaced_pod_status("p", namespace, immune, _content_type=MERGE)
+        await core.patch_namespaced_pod_status("p", namespace, immune)
     assert "quorum-reserved-status" in refusal(refused)
     found = await client.CoreV1Api(api).read_namespaced_pod("p", namespace)
     assert "quorum.dev/preemptible" not in (found.metadata.annotations or {})
@@ -180,7 +179,13 @@ async def test_quorums_records_are_written_by_quorum_alone(
         (
             "status",
             lambda: custom.patch_namespaced_custom_object_status(
-                "quorum.dev", "v1alpha1", namespace, "gangs", "pg-train", forged, _content_type=MERGE
+                "quorum.dev",
+                "v1alpha1",
+                namespace,
+                "gangs",
+                "pg-train",
+                forged,
+                _content_type=MERGE,  # type: ignore[call-arg]  # a dict body would go as JSON patch
             ),
         ),
         (
@@ -192,7 +197,7 @@ async def test_quorums_records_are_written_by_quorum_alone(
                 "gangs",
                 "pg-train",
                 {"spec": {"minMember": 1}},
-                _content_type=MERGE,
+                _content_type=MERGE,  # type: ignore[call-arg]
             ),
         ),
         (
