@@ -38,6 +38,13 @@ they would take the whole gang. On those nodes, the gangs behind it see the room
 starving gang will need there, so backfill only uses what it cannot (CPU beside its GPUs, say);
 as the nodes drain, it fits and is released. A gang that could not fit even in an empty
 cluster holds nothing. One starving gang at a time keeps the rest of the cluster working.
+
+The guard cannot be captured by a gang that can never fit (it asks for every node whole while its
+owner keeps one pod running forever, say): starving gangs take turns of `starvation_hold_seconds`
+in queue order, so every gang that waits behind it becomes starving and gets its turn. A platform
+may bound it further: `starvation_rest_seconds` makes a gang rest after each turn, and
+`starvation_max_share` caps the share of the nodes its pods may use that a gang holds (a gang
+that needs more holds nothing).
 """
 
 from __future__ import annotations
@@ -85,6 +92,25 @@ class PlannerSettings:
 
     starvation_seconds: float = 60.0
     """A gang held this long for lack of room gets capacity held for it (see the module's doc)."""
+
+    starvation_hold_seconds: float = 300.0
+    """How long a starving gang holds capacity in one turn."""
+
+    starvation_rest_seconds: float = 0.0
+    """How long a gang that had a turn then rests, held or not (0: no rest; its turns come round
+    as long as it starves)."""
+
+    starvation_max_share: float = 1.0
+    """The largest share of the nodes its pods may use that one gang holds (1: all of them)."""
+
+    def holds_now(self, held_since: float | None, now: float) -> bool:
+        """Whether a gang held since `held_since` is in a turn of the starvation guard now."""
+        if held_since is None or now - held_since < self.starvation_seconds:
+            return False
+        if self.starvation_rest_seconds <= 0:
+            return True
+        cycle = max(1e-9, self.starvation_hold_seconds + self.starvation_rest_seconds)
+        return (now - held_since - self.starvation_seconds) % cycle < self.starvation_hold_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +185,7 @@ class PassState:
     search_left: int  # node visits of search this pass may still make
     visits: int = 0
     holding: bool = False  # capacity is held for one starving gang at a time
+    may_hold: frozenset[tuple[str, str]] = frozenset()  # the starving gangs whose turn it may be
     explained: dict[tuple[object, ...], str] = field(default_factory=dict)  # alike held alike
     touched: set[Shape] = field(default_factory=set)
 
@@ -183,7 +210,7 @@ class Planner:
         """Plan the queue. `changed`: the names of the nodes whose usage or object changed since
         the previous pass (None: compare everything)."""
         self.sync(nodes, used, changed)
-        state = PassState(self.settings.pass_budget)
+        state = PassState(self.settings.pass_budget, may_hold=self.turn(queue, now))
         releases: list[Release] = []
         holds: list[Hold] = []
         held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]] = {}
@@ -220,7 +247,7 @@ class Planner:
             return None
         if len(gang.shapes) > settings.max_shapes_per_gang:
             return Hold(gang, "TooManyShapes", too_many_shapes(gang, settings.max_shapes_per_gang))
-        starving = gang.held_since is not None and now - gang.held_since >= settings.starvation_seconds
+        starving = gang.key in state.may_hold
         entries = {pod.shape: index.shape(pod) for pod in gang.shapes}
         state.touched.update(entries)
         versions = _versions(entries)
@@ -247,6 +274,18 @@ class Planner:
         for name, room in taken.items():
             index.set_free(name, room)
         return Release(gang, tuple(outcome.placement))
+
+    def turn(self, queue: Sequence[Gang], now: float) -> frozenset[tuple[str, str]]:
+        """The starving gangs that may hold capacity this pass: starving gangs take turns of
+        `starvation_hold_seconds`, in queue order, the first whose turn it is first; the ones
+        after it may hold when it cannot (it needs more than its share, say)."""
+        starving = [
+            g.key for g in sorted(queue, key=queue_order) if self.settings.holds_now(g.held_since, now)
+        ]
+        if not starving:
+            return frozenset()
+        first = int(now // max(1.0, self.settings.starvation_hold_seconds)) % len(starving)
+        return frozenset(starving[first:])
 
     def sync(
         self, nodes: Mapping[str, Node], used: Mapping[str, Resources], changed: Collection[str] | None
@@ -299,13 +338,19 @@ class Planner:
             return hold  # could not fit even in an empty cluster: holding would only waste
         _, candidates = min(possible, key=lambda dc: (sum(x[0] for x in dc[1]), str(dc[0])))
         candidates.sort()
-        held: list[str] = []
-        left, free_now = needed, 0
+        chosen: list[tuple[str, int]] = []  # (node, pods of the gang it takes)
+        left = needed
         for _, _, name, empty in candidates:
             if left <= 0:
                 break
-            take = min(empty, left)
-            left -= take
+            chosen.append((name, min(empty, left)))
+            left -= chosen[-1][1]
+        eligible = sum(len(c) for c in by_domain.values())
+        if len(chosen) > self.settings.starvation_max_share * eligible:
+            return hold  # more than its share of the nodes it may use: it holds none
+        held: list[str] = []
+        free_now = 0
+        for name, take in chosen:
             free_now += min(take, slots(pod, index.free[name]))
             held.append(name)
             self.committed.add(name)

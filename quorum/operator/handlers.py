@@ -147,7 +147,7 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         store,
         bound,
         LoopSettings(
-            planner=planner_settings(config.org, config.starvation_seconds),
+            planner=planner_settings(config),
             resync_seconds=config.resync_seconds,
             release_concurrency=config.release_concurrency,
             gang_concurrency=config.gang_concurrency,

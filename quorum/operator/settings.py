@@ -50,6 +50,13 @@ class OperatorSettings(BaseSettings):
     """The longest wait between tries, however many partial placements in a row."""
     starvation_seconds: float = Field(default=60.0, ge=0)
     """A gang held this long for lack of room gets capacity held for it (one gang at a time)."""
+    starvation_hold_seconds: float = Field(default=300.0, gt=0)
+    """Starving gangs hold capacity in turns of this long, in queue order."""
+    starvation_rest_seconds: float = Field(default=0.0, ge=0)
+    """After a turn, a starving gang rests this long, held or not (0: no rest)."""
+    starvation_max_share: float = Field(default=1.0, gt=0, le=1)
+    """The largest share of the nodes its pods may use that one starving gang holds; a gang that
+    needs more holds none (docs/threat-model.md: a gang that can never fit cannot capture it)."""
     preemption: bool = True
     """Held gangs take the room of lower-priority work (docs/preemption.md); false: they wait."""
     preemption_timeout_seconds: float = Field(default=180.0, gt=0)
@@ -112,5 +119,11 @@ class LoopSettings:
     member_loss_policy: MemberLossPolicy = MemberLossPolicy.REPLACE  # gangs without the annotation
 
 
-def planner_settings(org: str | None, starvation_seconds: float) -> PlannerSettings:
-    return PlannerSettings(fit=FitSettings(org=org), starvation_seconds=starvation_seconds)
+def planner_settings(config: OperatorSettings) -> PlannerSettings:
+    return PlannerSettings(
+        fit=FitSettings(org=config.org),
+        starvation_seconds=config.starvation_seconds,
+        starvation_hold_seconds=config.starvation_hold_seconds,
+        starvation_rest_seconds=config.starvation_rest_seconds,
+        starvation_max_share=config.starvation_max_share,
+    )

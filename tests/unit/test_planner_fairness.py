@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -87,3 +89,43 @@ def test_nothing_is_placed_on_the_room_held_for_a_starving_gang(
     else:
         assert not hold.held_nodes
         assert len(plan.releases) == min(small, running.count(False))
+
+
+# -- the guard bounded: share, turns, rest (docs/threat-model.md, "How quorum is attacked") ------
+
+BOUNDED = PlannerSettings(starvation_seconds=30, starvation_hold_seconds=100, starvation_rest_seconds=100)
+
+
+def test_a_gang_that_needs_more_than_its_share_holds_nothing_and_the_next_starving_gang_holds() -> None:
+    """A gang that asks for every node whole while its owner keeps one pod running can never fit;
+    with a share bound (here half the nodes its pods may use) it holds none, and the guard goes
+    on to the next starving gang."""
+    nodes = [node(f"n{i}") for i in range(4)]
+    everything = gang("everything", 4, gpus=8, created=0, held_since=0.0)
+    fair = gang("fair", 2, gpus=8, created=1, held_since=0.0)
+    half = dataclasses.replace(BOUNDED, starvation_max_share=0.5)
+    plan = plan_gangs(nodes, busy("n0", "n1", "n2", "n3"), [everything, fair], half, now=31.0)
+    held = {h.gang.name: len(h.held_nodes) for h in plan.holds}
+    assert held == {"everything": 0, "fair": 2}
+
+
+def test_starving_gangs_take_turns() -> None:
+    nodes = [node(f"n{i}") for i in range(4)]
+    first = gang("first", 2, gpus=8, created=0, held_since=0.0)
+    second = gang("second", 2, gpus=8, created=1, held_since=0.0)
+    holders = []
+    for now in (40.0, 110.0):  # two slots of 100 s, both within the gangs' first turn (30-130 s)
+        plan = plan_gangs(nodes, busy("n0", "n1", "n2", "n3"), [first, second], BOUNDED, now=now)
+        holders.append([h.gang.name for h in plan.holds if h.held_nodes])
+    assert holders == [["first"], ["second"]]
+
+
+@given(now=st.floats(min_value=0, max_value=2_000))
+def test_a_starving_gang_holds_in_turns_and_rests_between(now: float) -> None:
+    """Alone, a gang that never fits holds for 100 s of every 200 s after its first 30 s, never
+    more: what the rest of the cluster may lose to it is bounded in time as well as in nodes."""
+    nodes = [node(f"n{i}") for i in range(4)]
+    alone = gang("alone", 2, gpus=8, created=0, held_since=0.0)
+    plan = plan_gangs(nodes, busy("n0", "n1", "n2", "n3"), [alone], BOUNDED, now=now)
+    holding = bool(plan.holds[0].held_nodes)
+    assert holding == (now >= 30 and (now - 30) % 200 < 100)
