@@ -230,3 +230,23 @@ async def test_quorums_records_are_written_by_quorum_alone(
         "quorum.dev", "v1alpha1", namespace, "gangs", "pg-train"
     )
     assert not gang["status"].get("preemption") and gang["spec"]["minMember"] == 2
+
+
+async def test_immunity_from_preemption_is_not_self_declared(
+    tenant_api: client.ApiClient, customer_api: client.ApiClient, namespace: str
+) -> None:
+    for who in (tenant_api, customer_api):
+        with pytest.raises(ApiException) as refused:
+            await create_podgroup(
+                who, namespace, "immune", 2, annotations={"quorum.dev/preemptible": "false"}
+            )
+        assert "quorum-preemption-immunity" in refusal(refused)
+    await create_podgroup(tenant_api, namespace, "plain", 2)
+    custom = client.CustomObjectsApi(tenant_api)
+    with pytest.raises(ApiException) as refused:  # added later, the same
+        await custom.patch_namespaced_custom_object(
+            "scheduling.sigs.k8s.io", "v1alpha1", namespace, "podgroups", "plain",
+            {"metadata": {"annotations": {"quorum.dev/preemptible": "false"}}},
+            _content_type=MERGE,  # type: ignore[call-arg]
+        )  # fmt: skip
+    assert "quorum-preemption-immunity" in refusal(refused)
