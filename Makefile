@@ -78,7 +78,7 @@ bench-peers: ## quorum vs scheduler-plugins coscheduling vs kube-scheduler: thro
 bench-admission: ## pod creation through the apiserver with quorum's webhooks and policies and without: admission latency (~3 min)
 	@$(PY) -m tests.bench.admission_load
 
-bench-fuzz: ## 100,000 hostile AdmissionReviews at the running quorum-webhooks: no 5xx, no crash, RSS flat (~2 min)
+bench-fuzz: ## 100,000 hostile AdmissionReviews, then 48 slow 3 MiB uploads, at the running quorum-webhooks: no 5xx, no crash, RSS flat, reviews answered, memory under its limit (~3 min)
 	@$(PY) -m tests.bench.fuzz_webhooks
 
 bench-preemption: ## 6 high-priority gangs preempting low-priority ones in a full 8-node pool: latency, victims, lost GPU-seconds (~1 min)

@@ -20,7 +20,7 @@ import re
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
 
 BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
-RESULTS = ("allowed", "denied", "error", "bad_request")
+RESULTS = ("allowed", "denied", "error", "bad_request", "busy")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The exposition's content type (the Prometheus text format that `generate_latest` writes)."""
 
@@ -63,7 +63,7 @@ class WebhookMetrics:
         self.duration = metrics.duration.labels(webhook)
 
     def observe(self, result: str, seconds: float) -> None:
-        """One answered AdmissionReview. result: allowed | denied | error | bad_request."""
+        """One answered AdmissionReview. result: allowed | denied | error | bad_request | busy."""
         self.requests[result].inc()
         if result == "denied":
             self.denials.inc()
@@ -75,7 +75,8 @@ class Metrics:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "quorum_webhook_requests_total",
-            "AdmissionReviews answered, by webhook and result (allowed, denied, error, bad_request).",
+            "AdmissionReviews answered, by webhook and result (allowed, denied, error, bad_request, "
+            "busy: refused unread while too many bytes of bodies were held).",
             ("webhook", "result"),
             registry=self.registry,
         )
@@ -119,7 +120,7 @@ class Metrics:
         return found
 
     def observe(self, webhook: str, result: str, seconds: float) -> None:
-        """result: allowed | denied | error | bad_request."""
+        """result: allowed | denied | error | bad_request | busy."""
         self.webhook(webhook).observe(result, seconds)
 
     def certificate_reloaded(self) -> None:

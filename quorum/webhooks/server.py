@@ -7,6 +7,7 @@ webhook's failure mode (see `registry`), is logged with the request uid and coun
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -30,8 +31,28 @@ from quorum.webhooks.settings import WebhookSettings
 
 log = logging.getLogger("quorum.webhooks")
 
+
+class BodyBudget:
+    """Bytes of request bodies held at once, by the size each request declares (so a body is
+    counted before it is read), bounded by `limit`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+    def take(self, size: int) -> bool:
+        if self.held + size > self.limit:
+            return False
+        self.held += size
+        return True
+
+    def give(self, size: int) -> None:
+        self.held -= size
+
+
 METRICS_KEY = web.AppKey("metrics", Metrics)
 READY_KEY = web.AppKey("ready", list)
+BUDGET_KEY = web.AppKey("budget", BodyBudget)
 # For the AppRunner: the apiserver sends reviews unencoded, so a body is never decompressed (no
 # gzip bomb is unpacked; `_read_body` refuses any Content-Encoding).
 RUNNER_OPTIONS: dict[str, Any] = {"auto_decompress": False}
@@ -51,14 +72,17 @@ def evaluate(webhook: Webhook, request: AdmissionRequest, settings: WebhookSetti
     return Decision(intents=intents, warnings=warnings)
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
+async def _read_body(request: web.Request, limit: int, seconds: float) -> bytes:
     encoding = request.headers.get("Content-Encoding", "identity")
     if encoding.lower() != "identity":
         raise BadReview(f"Content-Encoding {encoding[:40]!r} is not accepted: send the review as plain JSON")
     if request.content_length is not None and request.content_length > limit:
         raise BadReview(f"body of {request.content_length} bytes is over the limit of {limit}")
     try:
-        return await request.read()  # aiohttp stops at client_max_size (== limit)
+        async with asyncio.timeout(seconds):
+            return await request.read()  # aiohttp stops at client_max_size (== limit)
+    except TimeoutError:
+        raise BadReview(f"body not received whole within {seconds:g}s") from None
     except web.HTTPRequestEntityTooLarge:
         raise BadReview(f"body is over the limit of {limit} bytes") from None
     except RequestPayloadError as err:  # broken chunked framing, say
@@ -114,13 +138,25 @@ def review_handler(
     counts = metrics.webhook(webhook.name)  # its series exist from the start, at 0
 
     async def handle(http: web.Request) -> web.Response:
+        budget = http.app[BUDGET_KEY]
+        declared = http.content_length
+        size = min(declared, settings.max_body_bytes) if declared is not None else settings.max_body_bytes
+        if size <= settings.small_body_bytes:
+            size = 0  # small: never crowded out by large ones
+        if not budget.take(size):
+            counts.observe("busy", 0.0)
+            message = f"quorum-webhooks is reading {budget.held} bytes of reviews already; try again"
+            return web.Response(status=503, body=error_body(message), content_type="application/json")
         try:
-            body = await _read_body(http, settings.max_body_bytes)
-        except BadReview as err:
-            counts.observe("bad_request", 0.0)
-            return web.Response(status=400, body=error_body(str(err)), content_type="application/json")
-        status, payload = answer(webhook, settings, metrics, body)
-        return web.Response(status=status, body=payload, content_type="application/json")
+            try:
+                body = await _read_body(http, settings.max_body_bytes, settings.body_seconds)
+            except BadReview as err:
+                counts.observe("bad_request", 0.0)
+                return web.Response(status=400, body=error_body(str(err)), content_type="application/json")
+            status, payload = answer(webhook, settings, metrics, body)
+            return web.Response(status=status, body=payload, content_type="application/json")
+        finally:
+            budget.give(size)
 
     return handle
 
@@ -143,6 +179,7 @@ def make_app(
 ) -> web.Application:
     # Bodies over the limit get our HTTP 400 with a message (see _read_body), not a 413.
     app = web.Application(client_max_size=settings.max_body_bytes)
+    app[BUDGET_KEY] = BodyBudget(settings.bodies_in_flight_bytes)
     app[METRICS_KEY] = metrics or Metrics()
     app[READY_KEY] = []
     for webhook in webhooks:

@@ -91,6 +91,17 @@ class WebhookSettings(BaseModel):
     cert_reload_seconds: float = Field(default=5.0, gt=0)
     max_body_bytes: int = Field(default=3 * 1024 * 1024, gt=0)
     """Larger AdmissionReviews are refused (the apiserver's own object limit is ~3 MiB)."""
+    body_seconds: float = Field(default=3.0, gt=0)
+    """A request body not received whole within this long is refused (the apiserver sends a
+    review at once, and waits no longer than the webhooks' timeoutSeconds, 3 s, for the answer):
+    a client that trickles its body holds memory this long at most."""
+    bodies_in_flight_bytes: int = Field(default=96 * 1024 * 1024, gt=0)
+    """Large request bodies (over `small_body_bytes`) being read and answered at once, in bytes
+    by their Content-Length (`max_body_bytes` without one); beyond it a large request is answered
+    503 at once, unread. It bounds what large or slow bodies hold: 96 MiB, in a 256 MiB limit."""
+    small_body_bytes: int = Field(default=64 * 1024, gt=0)
+    """Bodies up to this size (nearly every review the apiserver sends) are never refused for the
+    budget above: large ones cannot crowd them out."""
 
     @field_validator("reserved_label_domains")
     @classmethod

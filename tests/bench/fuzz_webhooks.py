@@ -30,6 +30,11 @@ a patch applies to the object. Throughout: the process alive and /healthz answer
 errors and RSS must be flat (the second half of the run may not add more than
 `RSS_GROWTH_LIMIT`).
 
+Then slow uploads: 48 connections each declare a 3 MiB body and trickle it for 20 s (opening
+another when the server cuts one off), while an ordinary review is sent every 100 ms: every
+review must be answered 200 within the webhooks' 3 s timeout, and the server's memory high-water
+mark (VmHWM) must stay under its 256 MiB limit.
+
 Reproducible: case i of seed s is always the same (`--seed s --show i` prints it). Writes
 bench/results/<date>-fuzz-webhooks.json; exits 1 on any failure.
 
@@ -987,6 +992,95 @@ async def run_cases(
     return tally
 
 
+# -- slow and oversized uploads ------------------------------------------------------------------
+
+SLOW_CLIENTS = 48  # connections that each declare a 3 MiB body and trickle it
+SLOW_SECONDS = 20.0  # how long the slow clients keep at it
+MEMORY_LIMIT = 256 * 1024 * 1024  # the Deployment's memory limit (manifests/20-webhooks-deployment.yaml)
+REVIEW_TIMEOUT = 3.0  # the webhooks' timeoutSeconds: the apiserver waits no longer
+
+
+def high_water_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmHWM for {pid}")
+
+
+async def slow_client(host: str, port: int, tls: ssl.SSLContext, until: float, cut: list[int]) -> None:
+    """Declare a body of the size limit, then send 64 KiB every half second; when the server
+    cuts the connection off, open another, until `until`."""
+    head = (
+        f"POST /validate/pods HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {LIMIT}\r\n\r\n"
+    ).encode()
+    while time.monotonic() < until:
+        try:
+            reader, writer = await asyncio.open_connection(host, port, ssl=tls)
+        except (ConnectionError, OSError, ssl.SSLError):
+            await asyncio.sleep(0.1)
+            continue
+        try:
+            writer.write(head)
+            while time.monotonic() < until and not reader.at_eof():
+                writer.write(b" " * 65536)
+                await writer.drain()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        if await reader.read(1):  # the server answered (cut it off)
+                            cut.append(1)
+                            break
+        except (ConnectionError, OSError, ssl.SSLError):
+            cut.append(1)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+async def slow_uploads(base: str, tls: ssl.SSLContext, pid: int) -> dict[str, Any]:
+    """`SLOW_CLIENTS` slow 3 MiB uploads for `SLOW_SECONDS`, and meanwhile one ordinary review
+    every 100 ms: each must be answered 200 within the webhooks' timeout, and the server's
+    memory high-water mark must stay under its limit."""
+    host, port = base.split("//", 1)[1].rsplit(":", 1)
+    until = time.monotonic() + SLOW_SECONDS
+    cut: list[int] = []
+    slow = [asyncio.create_task(slow_client(host, int(port), tls, until, cut)) for _ in range(SLOW_CLIENTS)]
+    latencies: list[float] = []
+    statuses: Counter[str] = Counter()
+    body = serialize(envelope("Pod", pod({"app": "bystander"}), uid="bystander"))
+    timeout = aiohttp.ClientTimeout(total=REVIEW_TIMEOUT)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        await asyncio.sleep(1.0)  # the slow ones connected and holding
+        while time.monotonic() < until:
+            started = time.perf_counter()
+            try:
+                headers = {"Content-Type": "application/json"}
+                async with session.post(
+                    base + "/mutate/pods", data=body, ssl=tls, headers=headers
+                ) as response:
+                    await response.read()
+                    statuses[str(response.status)] += 1
+            except (aiohttp.ClientError, TimeoutError) as err:
+                statuses[type(err).__name__] += 1
+            latencies.append(time.perf_counter() - started)
+            await asyncio.sleep(0.1)
+    await asyncio.gather(*slow, return_exceptions=True)
+    latencies.sort()
+    return {
+        "slow_clients": SLOW_CLIENTS,
+        "seconds": SLOW_SECONDS,
+        "slow_bodies_cut_off": len(cut),
+        "reviews": len(latencies),
+        "review_statuses": dict(statuses),
+        "review_ms": {
+            "p50": round(latencies[len(latencies) // 2] * 1000, 1) if latencies else None,
+            "max": round(latencies[-1] * 1000, 1) if latencies else None,
+        },
+        "high_water_mib": round(high_water_bytes(pid) / 2**20, 1),
+    }
+
+
 # -- the run against the real process ------------------------------------------------------------
 
 
@@ -1057,6 +1151,12 @@ async def fuzz(count: int, seed: int) -> dict[str, Any]:
             alive = server.poll() is None
             health.append(alive and await healthy(probe, base, tls))
             after = rss_bytes(server.pid) if alive else 0
+            print(
+                f"  {SLOW_CLIENTS} slow uploads of {LIMIT / 2**20:.0f} MiB for {SLOW_SECONDS:.0f}s ...",
+                flush=True,
+            )
+            slowloris = await slow_uploads(base, tls, server.pid) if alive else {}
+            alive = server.poll() is None
             metrics = ""
             if alive:
                 async with probe.get(base + "/metrics", ssl=tls) as response:
@@ -1082,6 +1182,11 @@ async def fuzz(count: int, seed: int) -> dict[str, Any]:
         "no policy errors in /metrics": policy_errors == 0,
         "RSS flat (second half adds < 16 MiB)": after - middle < RSS_GROWTH_LIMIT,
         "no traceback in the server log": "Traceback" not in log,
+        "under slow uploads, every review answered 200 within the webhooks' 3 s timeout": bool(slowloris)
+        and slowloris["review_statuses"] == {"200": slowloris["reviews"]}
+        and slowloris["review_ms"]["max"] < REVIEW_TIMEOUT * 1000,
+        "memory high-water mark under the 256 MiB limit": bool(slowloris)
+        and slowloris["high_water_mib"] * 2**20 < MEMORY_LIMIT,
     }
     if all(checks.values()):
         shutil.rmtree(work, ignore_errors=True)  # else kept: the server's log is the evidence
@@ -1112,6 +1217,7 @@ async def fuzz(count: int, seed: int) -> dict[str, Any]:
             "peak": round(peak / 2**20, 1),
             "after": round(after / 2**20, 1),
         },
+        "slow_uploads": slowloris,
         "health_probes": len(health),
         "policy_errors_metric": policy_errors,
         "server_log_lines": len(log.splitlines()),

@@ -20,7 +20,7 @@ MARK = "tenantsecret7f3a"
 LABEL = re.compile(r'(\w+)="([^"]*)"')
 WEBHOOK_LABELS = {
     "webhook": {w.name for w in WEBHOOKS},
-    "result": {"allowed", "denied", "error", "bad_request"},
+    "result": {"allowed", "denied", "error", "bad_request", "busy"},
     "le": None,  # histogram bucket bounds: numbers
 }
 OPERATOR_LABELS = {"phase", "reason", "action", "stage", "verb", "code", "kind", "le", "result"}

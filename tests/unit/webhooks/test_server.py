@@ -3,6 +3,7 @@ the webhook's failure mode; uid echoed; health, readiness and metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 from quorum.webhooks.metrics import Metrics
 from quorum.webhooks.registry import WEBHOOKS, OnError, Webhook
 from quorum.webhooks.review import AdmissionRequest, Decision
-from quorum.webhooks.server import answer, make_app
+from quorum.webhooks.server import BUDGET_KEY, answer, make_app
 from quorum.webhooks.settings import WebhookSettings
 from tests.unit.webhooks.factories import pod, review_body
 
@@ -197,3 +198,55 @@ def test_no_input_makes_the_server_answer_500(webhook: Webhook, body: bytes) -> 
         "a policy raised on this input"
     )
     json.loads(payload)
+
+
+async def trickle(size: int, chunk: int, pause: float, stop: asyncio.Event) -> AsyncIterator[bytes]:
+    """A body sent slowly: `chunk` bytes every `pause` seconds, until `size` or `stop`."""
+    sent = 0
+    while sent < size and not stop.is_set():
+        yield b"x" * chunk
+        sent += chunk
+        await asyncio.sleep(pause)
+
+
+async def test_a_body_trickled_in_is_cut_off_and_holds_no_memory_after() -> None:
+    quick = WebhookSettings(max_body_bytes=64 * 1024, body_seconds=0.3)
+    async with TestClient(TestServer(make_app(quick))) as http:
+        stop = asyncio.Event()
+        body = trickle(60_000, 100, 0.05, stop)
+        headers = {"Content-Length": "60000", "Content-Type": "application/json"}
+        response = await http.post("/mutate/pods", data=body, headers=headers)
+        stop.set()
+        assert response.status == 400
+        assert "not received whole within 0.3s" in (await response.json())["error"]
+        assert http.app[BUDGET_KEY].held == 0
+
+
+async def test_large_bodies_beyond_the_budget_are_refused_unread_and_small_ones_answered() -> None:
+    """A slow body that declares 40 KB holds most of the 64 KB budget for large bodies (over 8 KB):
+    another large one is answered 503 at once, unread, while a small review is answered; once the
+    slow one is cut off, large ones are read again."""
+    tight = WebhookSettings(
+        max_body_bytes=64 * 1024,
+        bodies_in_flight_bytes=64 * 1024,
+        small_body_bytes=8 * 1024,
+        body_seconds=0.5,
+    )
+    large = review_body("Pod", {**pod(), "data": "x" * 30_000})
+    async with TestClient(TestServer(make_app(tight))) as http:
+        stop = asyncio.Event()
+        headers = {"Content-Length": str(40 * 1024), "Content-Type": "application/json"}
+        slow = asyncio.create_task(
+            http.post("/mutate/pods", data=trickle(40 * 1024, 10, 0.05, stop), headers=headers)
+        )
+        async with asyncio.timeout(5):
+            while http.app[BUDGET_KEY].held == 0:  # noqa: ASYNC110 (the server's state, polled)
+                await asyncio.sleep(0.01)
+        busy = await http.post("/mutate/pods", data=large)
+        assert busy.status == 503 and "try again" in (await busy.json())["error"]
+        small = await http.post("/mutate/pods", data=review_body("Pod", pod()))
+        assert small.status == 200
+        assert (await slow).status == 400  # cut off after 0.5 s
+        stop.set()
+        again = await http.post("/mutate/pods", data=large)
+        assert again.status == 200 and http.app[BUDGET_KEY].held == 0
