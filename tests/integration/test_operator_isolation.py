@@ -23,7 +23,7 @@ from quorum.devcluster.cluster import Instance
 from quorum.devcluster.nodes import TestPool
 from tests.integration.test_gang_lifecycle import condition, gang_where
 from tests.integration.test_gangs import GANGS, gated, get, pods
-from tests.kube import assert_no_overcommit, create_podgroup, eventually
+from tests.kube import api_client, assert_no_overcommit, create_podgroup, eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -97,7 +97,7 @@ REJECT = "quorum-test-reject-gang-status"
 
 
 async def test_a_gang_whose_status_the_apiserver_refuses_delays_no_other_gang(
-    api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
+    cluster: Instance, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
 ) -> None:
     admission = client.AdmissionregistrationV1Api(api)
     policy = {
@@ -131,7 +131,9 @@ async def test_a_gang_whose_status_the_apiserver_refuses_delays_no_other_gang(
     await admission.create_validating_admission_policy(policy)
     await admission.create_validating_admission_policy_binding(binding)
     try:
-        await policy_in_force(api, namespace)
+        operator = await api_client(cluster.kubeconfig("quorum-operator"))
+        async with operator:
+            await policy_in_force(operator, namespace)
         pool = await test_pool(2)
         for name in ("refused", "fine"):
             await create_podgroup(api, namespace, name, 2)
@@ -164,7 +166,8 @@ async def test_a_gang_whose_status_the_apiserver_refuses_delays_no_other_gang(
 
 
 async def policy_in_force(api: client.ApiClient, namespace: str) -> None:
-    """Wait until the apiserver enforces the test policy: a probe Gang's status is refused."""
+    """Wait until the apiserver enforces the test policy: a probe Gang's status is refused. `api`
+    acts as quorum-operator: only quorum writes Gangs (the policy quorum-records)."""
     custom = client.CustomObjectsApi(api)
     body = {
         "apiVersion": "quorum.dev/v1alpha1",

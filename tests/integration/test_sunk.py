@@ -222,16 +222,35 @@ async def test_a_slurm_batch_job_locks_its_node_and_evicts_pods_that_do_not_tole
             "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
         },
     }
-    daemon = {**plain, "metadata": {"name": "daemon"}}
-    daemon["spec"] = {**plain["spec"], "tolerations": [*tolerations, model.LOCK_TOLERATION]}
+    # A DaemonSet's pod tolerates the lock (seed 002): only pods the DaemonSet controller creates
+    # may (the policy quorum-reserved-tolerations); pinned to the node by its nodeSelector.
+    selector = {"app": "daemon"}
+    daemon_spec = {
+        "nodeSelector": {"kubernetes.io/hostname": "slurm-gpu-003"},
+        "tolerations": [*tolerations, model.LOCK_TOLERATION],
+        "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+    }
+    daemonset = {
+        "metadata": {"name": "daemon"},
+        "spec": {
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": selector}, "spec": daemon_spec},
+        },
+    }
     await core.create_namespaced_pod(ns, plain)
-    await core.create_namespaced_pod(ns, daemon)
+    await client.AppsV1Api(api).create_namespaced_daemon_set(ns, daemonset)
 
     async def running(name: str) -> bool:
         found = await read_pod(api, ns, name)
         return found is not None and found["status"].get("phase") == "Running"
 
+    async def daemon_pod() -> str | None:
+        found = (await core.list_namespaced_pod(ns, label_selector="app=daemon")).items
+        return found[0].metadata.name if found else None
+
+    daemon = await eventually(daemon_pod, timeout=30, what="the DaemonSet's pod")
     await eventually(lambda: running("plain"), timeout=30, what="plain running")
+    await eventually(lambda: running(daemon), timeout=30, what="the DaemonSet's pod running")
     out = run(
         sunk,
         "sbatch",
@@ -252,7 +271,7 @@ async def test_a_slurm_batch_job_locks_its_node_and_evicts_pods_that_do_not_tole
     await eventually(evicted, timeout=60, what="plain evicted by the lock taint")
     await eventually(lambda: job_ended(sunk, job), timeout=60, what=f"batch job {job} done")
     assert job_states(sunk)[job][0] == "COMPLETED"
-    assert await running("daemon"), "a pod that tolerates the lock stays"
+    assert await running(daemon), "a pod that tolerates the lock stays"
 
     async def unlocked() -> bool:
         return await node_lock(api, "slurm-gpu-003") == "false"
