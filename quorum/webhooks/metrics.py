@@ -76,7 +76,7 @@ class Metrics:
         self.requests = Counter(
             "quorum_webhook_requests_total",
             "AdmissionReviews answered, by webhook and result (allowed, denied, error, bad_request, "
-            "busy: refused unread while too many bytes of bodies were held).",
+            "busy: a large body refused unread, the budget for large bodies full).",
             ("webhook", "result"),
             registry=self.registry,
         )

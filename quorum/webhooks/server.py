@@ -34,20 +34,33 @@ log = logging.getLogger("quorum.webhooks")
 
 class BodyBudget:
     """Bytes of request bodies held at once, by the size each request declares (so a body is
-    counted before it is read), bounded by `limit`."""
+    counted before it is read), bounded by `limit`. A request over it waits its turn (unread),
+    for a while."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.held = 0
+        self.freed = asyncio.Condition()
 
-    def take(self, size: int) -> bool:
-        if self.held + size > self.limit:
+    async def take(self, size: int, seconds: float) -> bool:
+        """Hold `size` bytes, waiting at most `seconds` for them; False if they were not free."""
+        if size == 0:
+            return True
+        if size > self.limit:
             return False
-        self.held += size
-        return True
+        try:
+            async with asyncio.timeout(seconds), self.freed:
+                await self.freed.wait_for(lambda: self.held + size <= self.limit)
+                self.held += size
+                return True
+        except TimeoutError:
+            return False
 
-    def give(self, size: int) -> None:
-        self.held -= size
+    async def give(self, size: int) -> None:
+        if size:
+            async with self.freed:
+                self.held -= size
+                self.freed.notify_all()
 
 
 METRICS_KEY = web.AppKey("metrics", Metrics)
@@ -132,6 +145,13 @@ def answer(webhook: Webhook, settings: WebhookSettings, metrics: Metrics, body: 
     return 200, response_body(review.uid, decision, patch)
 
 
+def unread(response: web.Response) -> web.Response:
+    """A response to a request whose body was not read whole: the connection is closed after it,
+    not kept to read (and hold) the rest of that body."""
+    response.force_close()
+    return response
+
+
 def review_handler(
     webhook: Webhook, settings: WebhookSettings, metrics: Metrics
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -143,20 +163,22 @@ def review_handler(
         size = min(declared, settings.max_body_bytes) if declared is not None else settings.max_body_bytes
         if size <= settings.small_body_bytes:
             size = 0  # small: never crowded out by large ones
-        if not budget.take(size):
+        if not await budget.take(size, settings.body_seconds):
             counts.observe("busy", 0.0)
             message = f"quorum-webhooks is reading {budget.held} bytes of reviews already; try again"
-            return web.Response(status=503, body=error_body(message), content_type="application/json")
+            return unread(web.Response(status=503, body=error_body(message), content_type="application/json"))
         try:
             try:
                 body = await _read_body(http, settings.max_body_bytes, settings.body_seconds)
             except BadReview as err:
                 counts.observe("bad_request", 0.0)
-                return web.Response(status=400, body=error_body(str(err)), content_type="application/json")
+                return unread(
+                    web.Response(status=400, body=error_body(str(err)), content_type="application/json")
+                )
             status, payload = answer(webhook, settings, metrics, body)
             return web.Response(status=status, body=payload, content_type="application/json")
         finally:
-            budget.give(size)
+            await budget.give(size)
 
     return handle
 

@@ -97,8 +97,9 @@ class WebhookSettings(BaseModel):
     a client that trickles its body holds memory this long at most."""
     bodies_in_flight_bytes: int = Field(default=96 * 1024 * 1024, gt=0)
     """Large request bodies (over `small_body_bytes`) being read and answered at once, in bytes
-    by their Content-Length (`max_body_bytes` without one); beyond it a large request is answered
-    503 at once, unread. It bounds what large or slow bodies hold: 96 MiB, in a 256 MiB limit."""
+    by their Content-Length (`max_body_bytes` without one); beyond it a large request waits its
+    turn, unread, for up to `body_seconds`, then is answered 503. It bounds what large or slow
+    bodies hold: 96 MiB, in a 256 MiB limit."""
     small_body_bytes: int = Field(default=64 * 1024, gt=0)
     """Bodies up to this size (nearly every review the apiserver sends) are never refused for the
     budget above: large ones cannot crowd them out."""

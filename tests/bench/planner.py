@@ -34,12 +34,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from quorum.core.model import Gang, Node, Pod, Toleration, add, resources, subtract
+from quorum.core.model import Gang, Node, Pod, Requirement, Toleration, add, resources, subtract
 from quorum.core.planner import Plan, Planner, PlannerSettings, plan_gangs
 from quorum.devcluster.nodes import load_pool, render_nodes, scale_pool
 from quorum.k8s.convert import node_from_api
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
+# What one gang pod may carry (manifests/48-tenant-fence.yaml, quorum-gang-pod-size): tolerations,
+# affinity terms, expressions per term, values per expression.
+GANG_POD_LIMITS = (64, 8, 8, 64)
 CASES = ((100, 100), (1_000, 100), (1_000, 1_000), (5_000, 1_000), (10_000, 1_000), (10_000, 5_000))
 
 
@@ -274,6 +277,50 @@ def stress_run(settings: PlannerSettings | None, passes: int, trace: bool) -> di
     }
 
 
+def cost_attack(
+    tolerations: int,
+    terms: int,
+    expressions: int,
+    values: int,
+    gangs: int = 64,
+    size: int = 5_000,
+    passes: int = 6,
+) -> dict[str, Any]:
+    """`gangs` one-pod gangs that never fit (9 GPUs on 8-GPU nodes), each pod of its own shape with
+    `tolerations` tolerations and a required node affinity of `terms` terms of `expressions`
+    expressions of `values` values (`GANG_POD_LIMITS`: the most `quorum-gang-pod-size` admits),
+    held in front of `size` nodes: the first pass indexes every shape, later ones find them held."""
+    nodes = nodes_of(size)
+    by_name = {n.name: n for n in nodes}
+    queue = []
+    for g in range(gangs):
+        tolerated = tuple(Toleration(f"attack{g}.example.com/t{i}", "Exists") for i in range(tolerations))
+        affinity = tuple(
+            tuple(
+                Requirement(f"attack{g}.example.com/k{t}-{e}", "NotIn", tuple(f"v{i}" for i in range(values)))
+                for e in range(expressions)
+            )
+            for t in range(terms)
+        )
+        pod = Pod(f"a{g}", f"a{g}", resources({"nvidia.com/gpu": "9", "cpu": "1", "pods": "1"}), tolerated,
+                  affinity=affinity)  # fmt: skip
+        queue.append(Gang("attack", f"a{g}", 1, (pod,), members=1, created=float(g), held_since=0.0))
+    planner = Planner(PlannerSettings(starvation_seconds=1e9))
+    times = []
+    for i in range(passes):
+        started = time.perf_counter()
+        planner.plan(by_name, {}, queue, now=1.0, changed=None if i == 0 else ())
+        times.append(time.perf_counter() - started)
+    return {
+        "nodes": size,
+        "gangs": gangs,
+        "tolerations": tolerations,
+        "affinity": f"{terms} terms x {expressions} expressions x {values} values",
+        "first_pass_ms": round(times[0] * 1000, 1),
+        "worst_later_pass_ms": round(max(times[1:]) * 1000, 1),
+    }
+
+
 def print_stress(result: dict[str, Any]) -> None:
     print(
         f"\nstress: {result['nodes']} nodes, {result['gangs']} gangs; {result['passes']} passes: worst "
@@ -326,7 +373,8 @@ def main() -> int:
                 run.update(incremental(nodes, used, gangs))
             runs.append(run)
     result = stress()
-    out = write("planner", {"date": stamp, "runs": runs, "stress": result})
+    attack = cost_attack(*GANG_POD_LIMITS)
+    out = write("planner", {"date": stamp, "runs": runs, "stress": result, "cost_attack": attack})
     print(
         "| nodes | gangs x 8 pods | GPUs busy | full pass (ms) | peak memory (MiB) | released / held "
         "| incremental: pod finished / node changed / gang arrived (ms) |"
@@ -343,6 +391,11 @@ def main() -> int:
             f"| {r['released']} / {r['held']} | {inc} |"
         )
     print_stress(result)
+    print(
+        f"\ncost attack: {attack['gangs']} held one-pod gangs of {attack['tolerations']} tolerations and "
+        f"{attack['affinity']} of affinity over {attack['nodes']} nodes: first pass "
+        f"{attack['first_pass_ms']} ms, later passes at most {attack['worst_later_pass_ms']} ms"
+    )
     print(f"\nwritten to {out}")
     return 0
 

@@ -14,6 +14,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from quorum.core.gangs import LABEL_GANG_MIN_AVAILABLE, LABEL_GANG_NAME
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.nodes import TestPool
 from tests.integration.test_gangs import all_running, deployment
@@ -250,3 +251,37 @@ async def test_immunity_from_preemption_is_not_self_declared(
             _content_type=MERGE,  # type: ignore[call-arg]
         )  # fmt: skip
     assert "quorum-preemption-immunity" in refusal(refused)
+
+
+async def test_a_gang_pod_may_ask_the_planner_only_so_much(
+    tenant_api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
+) -> None:
+    """Tolerations and required node affinity cost the planner per node and pod shape: a gang pod
+    carries at most 64 tolerations and 8 affinity terms of 8 expressions (make bench-planner
+    measures a pass at these limits); a pod of no gang is not quorum's to limit."""
+    pool: TestPool = await test_pool(count=1)
+    core = client.CoreV1Api(tenant_api)
+    labels = {LABEL_GANG_NAME: "big", LABEL_GANG_MIN_AVAILABLE: "1"}
+    own = len(pool.pod_spec()["tolerations"])
+
+    def member(name: str, extra: int, terms: int = 0) -> JSON:
+        pod = bare_pod(
+            name, pool, [{"key": f"t{i}.example.com/k", "operator": "Exists"} for i in range(extra)]
+        )
+        pod["metadata"]["labels"] = labels
+        if terms:
+            term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "Exists"}]}
+            pod["spec"]["affinity"] = {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term] * terms}
+                }
+            }
+        return pod
+
+    for name, pod in [("tolerations", member("a", 65 - own)), ("affinity", member("b", 0, terms=9))]:
+        with pytest.raises(ApiException) as refused:
+            await core.create_namespaced_pod(namespace, pod)
+        assert "quorum-gang-pod-size" in refusal(refused), name
+    await core.create_namespaced_pod(namespace, member("c", 64 - own, terms=8))  # at the limits
+    lone = bare_pod("lone", pool, [{"key": f"t{i}.example.com/k", "operator": "Exists"} for i in range(100)])
+    await core.create_namespaced_pod(namespace, lone)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from quorum.webhooks.metrics import Metrics
 from quorum.webhooks.registry import WEBHOOKS, OnError, Webhook
 from quorum.webhooks.review import AdmissionRequest, Decision
-from quorum.webhooks.server import BUDGET_KEY, answer, make_app
+from quorum.webhooks.server import BUDGET_KEY, BodyBudget, answer, make_app
 from quorum.webhooks.settings import WebhookSettings
 from tests.unit.webhooks.factories import pod, review_body
 
@@ -222,10 +222,10 @@ async def test_a_body_trickled_in_is_cut_off_and_holds_no_memory_after() -> None
         assert http.app[BUDGET_KEY].held == 0
 
 
-async def test_large_bodies_beyond_the_budget_are_refused_unread_and_small_ones_answered() -> None:
-    """A slow body that declares 40 KB holds most of the 64 KB budget for large bodies (over 8 KB):
-    another large one is answered 503 at once, unread, while a small review is answered; once the
-    slow one is cut off, large ones are read again."""
+async def test_a_large_body_beyond_the_budget_waits_its_turn_unread_and_small_ones_go_on() -> None:
+    """A slow body that declares 40 KB holds most of the 64 KB budget for large bodies (over
+    8 KB): another large one waits, unread, while a small review is answered at once; when the
+    slow one is cut off, the waiting one is read and answered."""
     tight = WebhookSettings(
         max_body_bytes=64 * 1024,
         bodies_in_flight_bytes=64 * 1024,
@@ -242,11 +242,20 @@ async def test_large_bodies_beyond_the_budget_are_refused_unread_and_small_ones_
         async with asyncio.timeout(5):
             while http.app[BUDGET_KEY].held == 0:  # noqa: ASYNC110 (the server's state, polled)
                 await asyncio.sleep(0.01)
-        busy = await http.post("/mutate/pods", data=large)
-        assert busy.status == 503 and "try again" in (await busy.json())["error"]
+        waiting = asyncio.create_task(http.post("/mutate/pods", data=large))
         small = await http.post("/mutate/pods", data=review_body("Pod", pod()))
-        assert small.status == 200
+        assert small.status == 200 and not waiting.done()
         assert (await slow).status == 400  # cut off after 0.5 s
+        assert (await waiting).status == 200
         stop.set()
-        again = await http.post("/mutate/pods", data=large)
-        assert again.status == 200 and http.app[BUDGET_KEY].held == 0
+        assert http.app[BUDGET_KEY].held == 0
+
+
+async def test_the_budget_refuses_what_it_cannot_hold_in_time() -> None:
+    budget = BodyBudget(100)
+    assert await budget.take(60, 0.1)
+    assert not await budget.take(60, 0.05), "no room within the wait"
+    assert not await budget.take(101, 1.0), "more than the whole budget: at once"
+    later = asyncio.create_task(budget.take(60, 1.0))
+    await budget.give(60)
+    assert await later and budget.held == 60
