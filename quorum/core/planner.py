@@ -252,7 +252,14 @@ class Planner:
         state.touched.update(entries)
         versions = _versions(entries)
         before = self.held.get(gang.key)
-        if before is not None and not starving and before[1] == versions and before[0] == gang:
+        # Reused while nothing it could use changed; never a hold that held nodes (a guard's turn).
+        if (
+            before is not None
+            and not before[2].held_nodes
+            and not starving
+            and before[1] == versions
+            and before[0] == gang
+        ):
             held[gang.key] = before
             return before[2]  # nothing it could use changed: held for the same reason
         outcome = _place(gang, needed, index, settings, entries, state)

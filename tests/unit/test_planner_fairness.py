@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quorum.core.model import resources
-from quorum.core.planner import PlannerSettings, plan_gangs
+from quorum.core.planner import Planner, PlannerSettings, plan_gangs
 from tests.unit.test_planner import GPU, gang, node
 
 STARVE = PlannerSettings(starvation_seconds=30)
@@ -129,3 +129,18 @@ def test_a_starving_gang_holds_in_turns_and_rests_between(now: float) -> None:
     plan = plan_gangs(nodes, busy("n0", "n1", "n2", "n3"), [alone], BOUNDED, now=now)
     holding = bool(plan.holds[0].held_nodes)
     assert holding == (now >= 30 and (now - 30) % 200 < 100)
+
+
+def test_a_gang_whose_turn_ended_is_not_told_it_still_holds() -> None:
+    """On one planner, pass after pass: when the turn passes to the next starving gang, the first
+    one's hold no longer names nodes (a hold kept from the last pass must not say so)."""
+    nodes = {f"n{i}": node(f"n{i}") for i in range(4)}
+    used = busy("n0", "n1", "n2", "n3")
+    first = gang("first", 2, gpus=8, created=0, held_since=0.0)
+    second = gang("second", 2, gpus=8, created=1, held_since=0.0)
+    planner = Planner(BOUNDED)
+    held = []
+    for now in (40.0, 110.0, 111.0):
+        plan = planner.plan(nodes, used, [first, second], now=now, changed=None if now == 40.0 else ())
+        held.append(sorted(h.gang.name for h in plan.holds if h.held_nodes))
+    assert held == [["first"], ["second"], ["second"]]
