@@ -179,7 +179,7 @@ class SunkScheduler:
         jobs = await self.slurm.jobs()
         by_key: dict[str, list[Job]] = {}
         for job in jobs:
-            key = model.key_of_comment(job.comment)
+            key = self.key_of_job(job)
             if key is not None:
                 by_key.setdefault(key, []).append(job)
         members_of: dict[str, list[JSON]] = {}  # what the Gangs count: finished pods too
@@ -212,6 +212,13 @@ class SunkScheduler:
                 counts.bound += await self.bind(key, live, mine)
         await self.write_gangs(members_of, by_key)
         return counts
+
+    def key_of_job(self, job: Job) -> str | None:
+        """The pod or gang a job stands for: named by its comment, and only in a job this scheduler
+        submitted (its user, whom Slurm authenticates, is ours). Any Slurm user can write a comment."""
+        if job.user_name != self.settings.slurm_user:
+            return None
+        return model.key_of_comment(job.comment)
 
     def key_of_pod(self, pod: JSON) -> str:
         marker = self.marker(pod)
@@ -489,7 +496,7 @@ class SunkScheduler:
         """The placeholder script was told to stop: delete the job's pods and wait until they are
         gone (True), or until `stop_seconds` passed (False)."""
         jobs = await self.slurm.job(job_id)
-        key = next((k for k in (model.key_of_comment(j.comment) for j in jobs) if k), None)
+        key = next((k for k in (self.key_of_job(j) for j in jobs) if k), None)
         if key is None:
             return True
         first = jobs[0]
@@ -552,7 +559,7 @@ class SunkScheduler:
     async def lock(self, job_id: int, node: str) -> tuple[bool, str]:
         """Prolog: taint the node, wait until every pod that does not tolerate it is gone."""
         jobs = await self.slurm.job(job_id)
-        strict = any(model.key_of_comment(j.comment) for j in jobs)
+        strict = any(self.key_of_job(j) for j in jobs)
         async with self.node_locks.setdefault(node, asyncio.Lock()):
             if self.node_named(node) is None:
                 return True, f"{node} is not a Kubernetes node; nothing to lock"

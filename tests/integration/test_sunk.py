@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import secrets
+import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -20,6 +21,7 @@ from quorum.devcluster import slurm
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.config import ClusterSpec
 from quorum.sunk import model
+from quorum.sunk.slurm import SlurmRest
 from tests.kube import api_client, create_namespace, eventually, raw_json
 
 pytestmark = pytest.mark.cluster
@@ -625,3 +627,67 @@ async def test_the_hook_api_answers_only_slurm_for_the_nodes_of_the_job(
         return await node_lock(api, "slurm-gpu-002") == "false"
 
     await eventually(unlocked, timeout=60, what="slurm-gpu-002 unlocked by the epilog")
+
+
+ATTACKER = "quorum-mallory"  # a Slurm user of the cluster who is not the SUNK scheduler's
+
+
+def ensure_unix_user(name: str) -> None:
+    """Slurm resolves a job's user on the controller: a second local user stands for another
+    Slurm user of the cluster (created once, as Debian's `useradd --system` does)."""
+    if subprocess.run(["id", name], capture_output=True, check=False).returncode != 0:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True
+        )
+
+
+async def test_a_job_another_slurm_user_gave_a_quorum_comment_is_not_taken_for_ours(
+    sunk: Instance, api: client.ApiClient, ns: str
+) -> None:
+    """Any Slurm user can put quorum's comment on a job. A running decoy job of another user,
+    commented as the gang's, neither keeps the gang from being submitted nor gets its pods
+    bound, and cancelling it deletes nothing."""
+    ensure_unix_user(ATTACKER)
+    state = sunk.state()
+    assert state is not None
+    attacker = SlurmRest(
+        f"http://127.0.0.1:{state.ports.slurmrestd}", sunk.slurm_layout.jwt_key.read_bytes(), ATTACKER
+    )
+    key = f"gang/{ns}/lbl-decoy"
+    decoy_job = {
+        "name": "decoy", "comment": f"quorum-sunk {key}{model.STARTED}", "tasks": 1, "partition": "cpu",
+        "current_working_directory": "/tmp", "standard_output": "/dev/null", "standard_error": "/dev/null",
+        "environment": {"PATH": "/usr/bin:/bin"},
+    }  # fmt: skip
+    try:
+        decoy = await attacker.submit({"script": "#!/bin/sh\nsleep 120\n", "job": decoy_job})
+    finally:
+        await attacker.close()
+
+    async def decoy_running() -> bool:
+        return job_states(sunk).get(decoy, ("",))[0] == "RUNNING"
+
+    await eventually(decoy_running, timeout=60, what=f"the decoy job {decoy} running")
+    member = pod("decoy-0", gpus=8, annotations={model.PARTITION: "gpu"})  # the decoy holds a CPU node
+    member["metadata"]["labels"] = {
+        "pod-group.scheduling.sigs.k8s.io/name": "decoy",
+        "pod-group.scheduling.sigs.k8s.io/min-available": "1",
+    }
+    await client.CoreV1Api(api).create_namespaced_pod(ns, member)
+
+    async def ours() -> list[int]:
+        return [j for j, s in job_states(sunk).items() if key in s[2] and j != decoy]
+
+    (placeholder,) = await eventually(ours, timeout=60, what="the gang's own placeholder job")
+    node = await eventually(lambda: bound(api, ns, "decoy-0"), timeout=60, what="decoy-0 bound")
+    assert node in job_states(sunk)[placeholder][1], "bound where the gang's own job runs"
+    run(sunk, "scancel", str(decoy))
+    await eventually(lambda: job_ended(sunk, decoy), timeout=60, what="the decoy cancelled")
+    target = passes(sunk) + 2
+
+    async def looked_again() -> bool:
+        return passes(sunk) >= target
+
+    await eventually(looked_again, timeout=30, what="two passes after the decoy ended")
+    assert await read_pod(api, ns, "decoy-0") is not None, "deleted for another user's job"
+    await client.CoreV1Api(api).delete_namespaced_pod("decoy-0", ns, grace_period_seconds=0)

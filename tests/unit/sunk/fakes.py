@@ -168,6 +168,7 @@ class FakeSlurm:
         self.refusals: list[BaseException] = []
         self.cancelled: list[int] = []
         self.down = False
+        self.user = "root"  # whom Slurm authenticates the submissions as
         self.ids = itertools.count(100)
 
     def answer(self) -> None:
@@ -193,6 +194,7 @@ class FakeSlurm:
                     partition=part.get("partition", "gpu"),
                     het_job_id=group if len(parts) > 1 else 0,
                     het_job_offset=offset,
+                    user_name=self.user,
                 )
             )
         self.components[group] = jobs
@@ -216,6 +218,14 @@ class FakeSlurm:
         return list(self.listed_nodes)
 
     # -- what slurmctld does -------------------------------------------------------------------
+
+    def sbatch(self, user: str, comment: str, state: str = "PENDING") -> int:
+        """Another Slurm user's batch job, with a comment of its choosing."""
+        job_id = next(self.ids)
+        self.components[job_id] = [
+            Job(job_id=job_id, job_state=state, comment=comment, partition="gpu", user_name=user)
+        ]
+        return job_id
 
     def start(self, group: int, *allocations: list[tuple[str, int, int]]) -> None:
         """The job runs, each component on its (node, CPUs, GPUs), and its script has marked the

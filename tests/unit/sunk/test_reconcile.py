@@ -238,3 +238,17 @@ async def test_a_label_gangs_gang_is_deleted_once_its_pods_and_job_are_gone(clus
     assert cluster.slurm.cancelled == [group]
     await cluster.reconcile()
     assert ("ns", "lbl-mpi") not in cluster.api.gangs
+
+
+async def test_a_job_another_slurm_user_gave_a_quorum_comment_is_not_taken_for_ours(cluster: Cluster) -> None:
+    """Any Slurm user can `sbatch --comment="quorum-sunk gang/ns/pg-train"`: such a job neither
+    keeps the gang from being submitted nor has the gang's pods bound onto it, and when it ends
+    no pod is deleted for it."""
+    cluster.api.add_group("scheduling.sigs.k8s.io", "v1alpha1", podgroup("train", 1))
+    decoy = cluster.slurm.sbatch("mallory", "quorum-sunk gang/ns/pg-train" + model.STARTED, state="RUNNING")
+    cluster.api.add_pod(pod("train-0", "train"))
+    assert (await cluster.reconcile()).submitted == 1
+    cluster.slurm.end(decoy, "CANCELLED", end_time=CREATED_AT + 3600)
+    counts = await cluster.reconcile()
+    assert (counts.deleted, counts.bound, counts.submitted) == (0, 0, 0)
+    assert cluster.api.pod("train-0") is not None and cluster.slurm.cancelled == []
