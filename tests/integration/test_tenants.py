@@ -18,7 +18,7 @@ from quorum.core.gangs import LABEL_GANG_MIN_AVAILABLE, LABEL_GANG_NAME
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.nodes import TestPool
 from tests.integration.test_gangs import all_running, deployment
-from tests.kube import api_client, create_podgroup, eventually
+from tests.kube import api_client, create_podgroup, eventually, raw_json
 
 pytestmark = pytest.mark.cluster
 JSON = dict[str, Any]
@@ -285,3 +285,33 @@ async def test_a_gang_pod_may_ask_the_planner_only_so_much(
     await core.create_namespaced_pod(namespace, member("c", 64 - own, terms=8))  # at the limits
     lone = bare_pod("lone", pool, [{"key": f"t{i}.example.com/k", "operator": "Exists"} for i in range(100)])
     await core.create_namespaced_pod(namespace, lone)
+
+
+async def test_a_podgroup_deleted_with_its_gang_orphaned_is_gone(
+    customer_api: client.ApiClient, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
+) -> None:
+    """The garbage collector takes the PodGroup's ownerReference off its Gang (an UPDATE of a
+    record quorum-records keeps for quorum): the cluster's own clean-up is not fenced out."""
+    pool: TestPool = await test_pool(count=1)
+    await create_podgroup(customer_api, namespace, "kept", 1)
+    await client.AppsV1Api(customer_api).create_namespaced_deployment(
+        namespace, deployment("kept", 1, 8, pool, "kept")
+    )
+    await all_running(api, namespace, 1, "app=kept")
+    custom = client.CustomObjectsApi(customer_api)
+    await custom.delete_namespaced_custom_object(
+        "scheduling.sigs.k8s.io", "v1alpha1", namespace, "podgroups", "kept", propagation_policy="Orphan"
+    )
+
+    async def orphaned() -> bool:
+        gone = await raw_json(
+            client.CustomObjectsApi(api).get_namespaced_custom_object(
+                "scheduling.sigs.k8s.io", "v1alpha1", namespace, "podgroups", "kept", _preload_content=False
+            )
+        )
+        gang = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+            "quorum.dev", "v1alpha1", namespace, "gangs", "pg-kept"
+        )
+        return gone.get("kind") == "Status" and not gang["metadata"].get("ownerReferences")
+
+    await eventually(orphaned, timeout=60, what="the PodGroup gone and its Gang orphaned")
