@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -19,18 +20,24 @@ async def statefulset_pod_management(api: client.ApiClient, namespace: str, name
     return str(sts.spec.pod_management_policy or "OrderedReady")
 
 
-async def job(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
-    """A Job as plain JSON; None if it is gone."""
+async def json_unless_gone(call: Awaitable[Any]) -> dict[str, Any] | None:
+    """The answer of a read made with `_preload_content=False`, as plain JSON; None if the object
+    is gone (404)."""
     try:
-        response: Any = await client.BatchV1Api(api).read_namespaced_job(
-            name, namespace, _preload_content=False
-        )
+        response: Any = await call
     except ApiException as err:
         if err.status == 404:
             return None
         raise
     data: dict[str, Any] = await response.json()
     return data
+
+
+async def job(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    """A Job as plain JSON; None if it is gone."""
+    return await json_unless_gone(
+        client.BatchV1Api(api).read_namespaced_job(name, namespace, _preload_content=False)
+    )
 
 
 async def gang_pods(api: client.ApiClient, namespace: str | None, gang: str | None) -> list[dict[str, Any]]:

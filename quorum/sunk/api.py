@@ -14,7 +14,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM
 from quorum.k8s import writes
-from quorum.k8s.writes import discard
+from quorum.k8s.reads import json_unless_gone
+from quorum.k8s.writes import discard, unless_gone
 
 JSON = dict[str, Any]
 COMPONENT = "quorum-sunk-scheduler"
@@ -163,22 +164,9 @@ async def set_node_condition(api: client.ApiClient, name: str, condition: dict[s
     """Set one condition of a node's status (a strategic merge by type: the kubelet's, here
     kwok's, conditions are left as they are); False if the node is gone."""
     body = {"status": {"conditions": [condition]}}
-    try:
-        await discard(client.CoreV1Api(api).patch_node_status(name, body, _preload_content=False))
-    except ApiException as err:
-        if err.status == 404:
-            return False
-        raise
-    return True
+    return await unless_gone(client.CoreV1Api(api).patch_node_status(name, body, _preload_content=False))
 
 
 async def node(api: client.ApiClient, name: str) -> dict[str, Any] | None:
     """One node as plain JSON, None if it is gone."""
-    try:
-        response: Any = await client.CoreV1Api(api).read_node(name, _preload_content=False)
-    except ApiException as err:
-        if err.status == 404:
-            return None
-        raise
-    data: dict[str, Any] = await response.json()
-    return data
+    return await json_unless_gone(client.CoreV1Api(api).read_node(name, _preload_content=False))

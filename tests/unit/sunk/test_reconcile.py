@@ -66,6 +66,15 @@ class Cluster:
     def condition(self, gang: str, kind: str) -> JSON:
         return next(c for c in self.gang(gang)["status"]["conditions"] if c["type"] == kind)
 
+    async def submitted_gang(self, size: int = 2) -> int:
+        """PodGroup `train` of `size` pods, made and submitted (one pass): its job's id."""
+        self.api.add_group("scheduling.sigs.k8s.io", "v1alpha1", podgroup("train", size))
+        for i in range(size):
+            self.api.add_pod(pod(f"train-{i}", "train"))
+        await self.reconcile()
+        (group,) = self.slurm.components
+        return group
+
     def run(self, *names: str) -> None:
         for name in names:
             found = self.api.pod(name)
@@ -104,11 +113,7 @@ async def test_a_gang_is_submitted_once_and_only_when_all_its_members_exist(clus
 async def test_a_started_job_binds_its_pods_where_slurm_allocated_them_and_admits_the_gang(
     cluster: Cluster,
 ) -> None:
-    cluster.api.add_group("scheduling.sigs.k8s.io", "v1alpha1", podgroup("train", 2))
-    for name in ("train-0", "train-1"):
-        cluster.api.add_pod(pod(name, "train"))
-    await cluster.reconcile()
-    (group,) = cluster.slurm.components
+    group = await cluster.submitted_gang()
     cluster.slurm.start(group, [("gpu-a", 2, 2), ("gpu-b", 2, 2)])
 
     assert (await cluster.reconcile()).bound == 2
@@ -132,11 +137,7 @@ async def test_a_started_job_binds_its_pods_where_slurm_allocated_them_and_admit
 
 
 async def test_an_ended_job_deletes_its_pods_each_after_the_event_that_says_why(cluster: Cluster) -> None:
-    cluster.api.add_group("scheduling.sigs.k8s.io", "v1alpha1", podgroup("train", 2))
-    for name in ("train-0", "train-1"):
-        cluster.api.add_pod(pod(name, "train"))
-    await cluster.reconcile()
-    (group,) = cluster.slurm.components
+    group = await cluster.submitted_gang()
     cluster.slurm.start(group, [("gpu-a", 2, 2), ("gpu-b", 2, 2)])
     await cluster.reconcile()
     cluster.run("train-0", "train-1")
