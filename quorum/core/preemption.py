@@ -8,11 +8,18 @@ alone.
 
 Which work a gang may take: work of lower priority; work of equal priority when that work is
 labelled interruptable and the preemptor is not (so two such gangs never take turns preempting
-each other); never work annotated `quorum.dev/preemptible: "false"`, DaemonSet or static pods,
-pods already terminating, or work a PodDisruptionBudget would not let go whole.
+each other); never work annotated `quorum.dev/preemptible: "false"` (the platform's), pods of a
+system-critical priority (above the highest a PriorityClass of users may have), DaemonSet or
+static pods, or pods already terminating.
 
-Which of it: the candidates are put in one order of preference — interruptable first, then the
-lowest priority, then the youngest (least work lost), then the fewest pods — and the set taken
+PodDisruptionBudgets are kept where they can be, as kube-scheduler's preemption keeps them: work
+a budget would let go whole comes before any work it would not. A budget never vetoes a
+preemption: priority is the platform's order, a budget is the tenant's own, and a budget that
+allowed nothing would make its work immune whatever its priority.
+
+Which of it: the candidates are put in one order of preference — work whose budgets let it go
+first, then interruptable, then the lowest priority, then the youngest (least work lost), then
+the fewest pods — and the set taken
 is the least in that order among the sets that free enough (the *colex* order: a set that avoids
 the least preferred candidate of another beats it, whatever else it takes). It is found exactly:
 the shortest prefix of the order that lets the gang fit (a binary search; fitting only gets
@@ -37,6 +44,9 @@ from quorum.core.topology import noun
 
 INTERRUPTABLE_LABEL = "qos.coreweave.cloud/interruptable"
 PREEMPTIBLE_ANNOTATION = "quorum.dev/preemptible"
+# Kubernetes' HighestUserDefinablePriority: a PriorityClass above it is a system one
+# (system-cluster-critical, system-node-critical), and its pods are never a preemption's victims.
+HIGHEST_USER_PRIORITY = 1_000_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +130,7 @@ class Preemption:
     placement: tuple[tuple[Pod, Node], ...]  # where the gang fits once the victims are gone
     need: str  # "32 nvidia.com/gpu in rack rack-002": what the gang needed, for every message
     checks: int = 0
+    past_budgets: tuple[str, ...] = ()  # the budgets the victims together take more of than allowed
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -132,20 +143,21 @@ class Preemption:
         parts += [f"{pods} pod{'s' * (pods != 1)}"] if pods else []
         names = "; ".join(v.describe() for v in self.victims[:5])
         more = f"; and {len(self.victims) - 5} more" if len(self.victims) > 5 else ""
-        return f"needed {self.need}: preempting {' and '.join(parts)}: {names}{more}"
+        past = f"; past {'; '.join(self.past_budgets)}" if self.past_budgets else ""
+        return f"needed {self.need}: preempting {' and '.join(parts)}: {names}{more}{past}"
 
 
 @dataclass(frozen=True, slots=True)
 class NoPreemption:
     gang: Gang
-    reason: str  # NothingToPreempt | WouldNotFit | DisruptionBudget | Fits (nothing is needed)
+    reason: str  # NothingToPreempt | WouldNotFit | Fits (nothing is needed)
     message: str
     checks: int = 0
 
 
 def may_take(preemptor_priority: int, preemptor_interruptable: bool, work: Work) -> bool:
-    """Whether a gang of this priority may take `work` at all (PodDisruptionBudgets aside)."""
-    if not work.preemptible:
+    """Whether a gang of this priority may take `work` at all."""
+    if not work.preemptible or work.priority > HIGHEST_USER_PRIORITY:
         return False
     if work.priority < preemptor_priority:
         return True
@@ -161,27 +173,23 @@ def preference(work: Work) -> tuple[object, ...]:
 def units(pods: Sequence[RunningPod], groups: Mapping[tuple[str, str], GroupFacts]) -> list[Work]:
     """The running work as preemption takes it: each gang whole (with `disruptionMode: Pod`,
     each of its pods alone), each pod in no gang alone. Pods that stay on their node when
-    evicted (DaemonSets', static pods) and terminating pods are no one's to take; a gang with
-    one such pod is not taken either."""
+    deleted (DaemonSets', static pods), pods of a system-critical priority and terminating pods
+    are no one's to take; a gang with one such pod is not taken either."""
     by_gang: dict[tuple[str, str], list[RunningPod]] = {}
     out: list[Work] = []
     for pod in pods:
         if pod.gang is not None:
             by_gang.setdefault((pod.namespace, pod.gang), []).append(pod)
-        elif not pod.stays and not pod.terminating:
+        elif _takeable(pod):
             out.append(_alone(pod, None, pod.priority, True))
     for (namespace, name), members in by_gang.items():
         facts = groups.get((namespace, name), GroupFacts())
         priority = facts.priority if facts.priority is not None else max(p.priority for p in members)
         if facts.disruption_mode == "Pod":
-            out += [
-                _alone(p, name, priority, facts.preemptible)
-                for p in members
-                if not p.stays and not p.terminating
-            ]
+            out += [_alone(p, name, priority, facts.preemptible) for p in members if _takeable(p)]
             continue
-        if any(p.stays or p.terminating for p in members):
-            continue  # leaving: taking the rest would free room only while splitting it
+        if not all(_takeable(p) for p in members):
+            continue  # taking the rest would free room only while splitting it
         out.append(
             Work(
                 "gang",
@@ -195,6 +203,10 @@ def units(pods: Sequence[RunningPod], groups: Mapping[tuple[str, str], GroupFact
             )
         )
     return out
+
+
+def _takeable(pod: RunningPod) -> bool:
+    return not pod.stays and not pod.terminating and pod.priority <= HIGHEST_USER_PRIORITY
 
 
 def _alone(pod: RunningPod, gang: str | None, priority: int, preemptible: bool) -> Work:
@@ -238,17 +250,10 @@ def choose_victims(
         return NoPreemption(gang, "Fits", "it fits without taking anything", checker.checks)
     lower = [w for w in work if may_take(gang.priority, interruptable, w)]
     useful = [w for w in lower if any(p.node in eligible for p in w.pods)]
-    blocked: list[str] = []
-    candidates: list[Work] = []
-    for w in sorted(useful, key=preference):
-        if why := _budget_forbids(w, budgets):
-            blocked.append(why)
-        else:
-            candidates.append(w)
+    # Work its budgets let go first: a set that breaks no budget beats every set that breaks one.
+    candidates = sorted(useful, key=lambda w: (bool(_budget_forbids(w, budgets)), preference(w)))
     candidates = candidates[: settings.max_candidates]
     if not candidates:
-        if blocked:
-            return NoPreemption(gang, "DisruptionBudget", _blocked(blocked, len(useful)))
         return NoPreemption(
             gang,
             "NothingToPreempt",
@@ -260,8 +265,6 @@ def choose_victims(
             f"it would not fit even with all {len(candidates)} lower-priority work items it may take gone "
             f"from the {len(eligible)} nodes it may use"
         )
-        if blocked:
-            why += "; " + _blocked(blocked, len(useful))
         return NoPreemption(gang, "WouldNotFit", why, checker.checks)
     low, high = 1, len(candidates)  # the shortest prefix that fits: fitting is monotone in it
     while low < high:
@@ -280,9 +283,14 @@ def choose_victims(
     victims = [candidates[j] for j in chosen]
     placement = checker.placement(victims)
     assert placement is not None  # a set that was checked to fit, or the whole prefix
-    if why := _jointly_forbidden(victims, budgets):
-        return NoPreemption(gang, "DisruptionBudget", why, checker.checks)
-    return Preemption(gang, tuple(victims), placement, _need(gang, placement), checker.checks)
+    return Preemption(
+        gang,
+        tuple(victims),
+        placement,
+        _need(gang, placement),
+        checker.checks,
+        _budgets_broken(victims, budgets),
+    )
 
 
 @dataclass
@@ -319,39 +327,26 @@ class _Checker:
         return result
 
 
-def _budget_forbids(work: Work, budgets: Sequence[DisruptionBudget]) -> str:
+def _budget_forbids(work: Work, budgets: Sequence[DisruptionBudget]) -> bool:
+    """A budget would not let this work go whole, taken alone."""
     uids = {p.uid for p in work.pods}
-    for budget in budgets:
-        if budget.namespace != work.namespace:
-            continue
-        taken = len(uids & budget.pods)
-        if taken > budget.allowed:
-            return (
-                f"PodDisruptionBudget {budget.namespace}/{budget.name} allows {max(0, budget.allowed)} "
-                f"disruptions and {work.describe()} would take {taken}"
-            )
-    return ""
-
-
-def _jointly_forbidden(victims: Sequence[Work], budgets: Sequence[DisruptionBudget]) -> str:
-    """A budget that each victim alone keeps but all of them together would not."""
-    uids = {p.uid for w in victims for p in w.pods}
-    for budget in budgets:
-        taken = len(uids & budget.pods)
-        if taken > budget.allowed:
-            return (
-                f"the victims found would together take {taken} pods of PodDisruptionBudget "
-                f"{budget.namespace}/{budget.name}, which allows {max(0, budget.allowed)} disruptions"
-            )
-    return ""
-
-
-def _blocked(reasons: Sequence[str], useful: int) -> str:
-    more = f" (and {len(reasons) - 3} more)" if len(reasons) > 3 else ""
-    return (
-        f"{len(reasons)} of the {useful} lower-priority work items it could take are protected by "
-        f"PodDisruptionBudgets: {'; '.join(reasons[:3])}{more}"
+    return any(
+        budget.namespace == work.namespace and len(uids & budget.pods) > budget.allowed for budget in budgets
     )
+
+
+def _budgets_broken(victims: Sequence[Work], budgets: Sequence[DisruptionBudget]) -> tuple[str, ...]:
+    """The budgets the victims together take more pods of than they allow, each told."""
+    uids = {p.uid for w in victims for p in w.pods}
+    out = []
+    for budget in budgets:
+        taken = len(uids & budget.pods)
+        if taken > budget.allowed:
+            out.append(
+                f"PodDisruptionBudget {budget.namespace}/{budget.name} "
+                f"(allows {max(0, budget.allowed)}, takes {taken})"
+            )
+    return tuple(out)
 
 
 def _need(gang: Gang, placement: Sequence[tuple[Pod, Node]]) -> str:

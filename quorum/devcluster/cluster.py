@@ -33,6 +33,7 @@ from quorum.devcluster.config import (
     ClusterSpec,
     Layout,
     Ports,
+    admission_config,
     component_args,
     dumps,
     scheduler_config,
@@ -209,6 +210,7 @@ class Instance:
         (self.layout.root / "scheduler-config.yaml").write_text(
             scheduler_config(spec, self.layout.kubeconfig("scheduler"))
         )
+        (self.layout.root / "admission-config.yaml").write_text(admission_config())
 
         def start(component: str, healthy: Callable[[], bool], timeout: float = 60) -> None:
             record = self._spawn(component, state)

@@ -140,6 +140,35 @@ def scheduler_config(spec: ClusterSpec, kubeconfig: Path) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
+# The PriorityClasses a namespace may give its pods only if a ResourceQuota there names them
+# (docs/preemption.md, "Who may use which priority"): quorum orders work by priority and never
+# preempts the system classes, so a tenant must not simply take one.
+LIMITED_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
+
+
+def admission_config() -> str:
+    """The apiserver's AdmissionConfiguration: pods of the limited PriorityClasses are admitted
+    only where a ResourceQuota covers them."""
+    quota = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "ResourceQuotaConfiguration",
+        "limitedResources": [
+            {
+                "resource": "pods",
+                "matchScopes": [
+                    {"scopeName": "PriorityClass", "operator": "In", "values": list(LIMITED_PRIORITY_CLASSES)}
+                ],
+            }
+        ],
+    }
+    config = {
+        "apiVersion": "apiserver.config.k8s.io/v1",
+        "kind": "AdmissionConfiguration",
+        "plugins": [{"name": "ResourceQuota", "configuration": quota}],
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
 def component_args(
     component: str,
     spec: ClusterSpec,
@@ -191,6 +220,7 @@ def component_args(
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=RBAC",
+            f"--admission-control-config-file={layout.root / 'admission-config.yaml'}",
             "--allow-privileged=true",
             f"--runtime-config={spec.runtime_config}",
             f"--feature-gates={gates}",

@@ -63,8 +63,9 @@ class KubeApi(Protocol):
 
     async def mark_disruption_target(self, pod: JSON, reason: str, message: str) -> bool: ...
 
-    async def evict_pod(self, pod: JSON, dry_run: bool = False) -> bool:
-        """Evict through the Eviction API; raises `writes.EvictionRefused` when a budget forbids."""
+    async def delete_victim(self, pod: JSON) -> bool:
+        """Delete a preemption's victim, as kube-scheduler's preemption does (uid precondition:
+        its DisruptionTarget condition changed its resourceVersion); False if it is gone."""
         ...
 
 
@@ -121,8 +122,8 @@ class LiveApi:
     async def mark_disruption_target(self, pod: JSON, reason: str, message: str) -> bool:
         return await writes.mark_disruption_target(self.api, pod, reason, message)
 
-    async def evict_pod(self, pod: JSON, dry_run: bool = False) -> bool:
-        return await writes.evict_pod(self.api, pod, dry_run)
+    async def delete_victim(self, pod: JSON) -> bool:
+        return await writes.delete_pod(self.api, pod)
 
 
 class CrashingApi(LiveApi):

@@ -373,7 +373,7 @@ async def patch_node(api: client.ApiClient, node: dict[str, Any], ops: list[dict
 async def mark_disruption_target(
     api: client.ApiClient, pod: dict[str, Any], reason: str, message: str
 ) -> bool:
-    """Set the pod's `DisruptionTarget` condition (before it is evicted: a Job's podFailurePolicy
+    """Set the pod's `DisruptionTarget` condition (before it is deleted: a Job's podFailurePolicy
     reads it); False if the pod is gone."""
     meta = pod["metadata"]
     condition = {
@@ -389,37 +389,3 @@ async def mark_disruption_target(
             meta["name"], meta["namespace"], body, _preload_content=False
         )
     )
-
-
-class EvictionRefused(Exception):
-    """The apiserver refused an eviction (429: a PodDisruptionBudget does not allow it now)."""
-
-
-async def evict_pod(api: client.ApiClient, pod: dict[str, Any], dry_run: bool = False) -> bool:
-    """Evict exactly this pod through the Eviction API (PodDisruptionBudgets are kept; uid
-    precondition); False if it is gone. `dry_run`: only ask whether the eviction would be let
-    through. Raises EvictionRefused when a budget does not allow it."""
-    meta = pod["metadata"]
-    body: dict[str, Any] = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
-        "deleteOptions": {"preconditions": {"uid": meta["uid"]}},
-    }
-    try:
-        await discard(
-            client.CoreV1Api(api).create_namespaced_pod_eviction(
-                meta["name"],
-                meta["namespace"],
-                body,  # type: ignore[arg-type]
-                dry_run="All" if dry_run else None,  # type: ignore[arg-type]  # None: left out
-                _preload_content=False,
-            )
-        )
-    except ApiException as err:
-        if err.status in (404, 409):
-            return False
-        if err.status == 429:
-            raise EvictionRefused(str(err.body or err.reason)) from None
-        raise
-    return True

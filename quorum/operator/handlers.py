@@ -43,7 +43,6 @@ from quorum.operator.health import Health, monitor_event_loop_lag, serve
 from quorum.operator.leader import LeaseSettings, lead
 from quorum.operator.loop import GangLoop
 from quorum.operator.settings import (
-    SYSTEM_NAMESPACES,
     LoopSettings,
     OperatorSettings,
     PreemptionLoopSettings,
@@ -160,7 +159,6 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
                 config.preemption,
                 config.preemption_timeout_seconds,
                 config.preemption_retry_seconds,
-                protected_namespaces=SYSTEM_NAMESPACES | {config.namespace},
             ),
             member_loss_policy=config.member_loss_policy,
         ),

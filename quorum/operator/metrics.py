@@ -235,18 +235,23 @@ PREEMPTION_RESULTS = (
     "Started",
     "Ended",
     "Expired",
-    "Refused",
     "NothingToPreempt",
     "WouldNotFit",
-    "DisruptionBudget",
+    "Fits",
 )
 """The values of quorum_operator_preemptions_total's `result` label."""
 PREEMPTIONS = Counter(
     "quorum_operator_preemptions_total",
-    "Preemption decisions and their ends, by result: Started (victims evicted), Ended (the preemptor "
-    "bound, or gone), Expired (not bound before the deadline: reserved nodes freed), Refused (an "
-    "eviction was refused: nothing taken), or why a held gang found nothing to take.",
+    "Preemption decisions and their ends, by result: Started (victims deleted), Ended (the preemptor "
+    "bound, or gone), Expired (not bound before the deadline: reserved nodes freed), or why a held "
+    "gang found nothing to take.",
     ["result"],
+    registry=REGISTRY,
+)
+PREEMPTION_PAST_BUDGETS = Counter(
+    "quorum_operator_preemption_past_budgets_total",
+    "PodDisruptionBudgets a preemption took more pods of than they allowed (no set of victims "
+    "within every budget would have made room).",
     registry=REGISTRY,
 )
 PREEMPTION_VICTIMS = Histogram(

@@ -9,13 +9,14 @@ One preemption at a time in the cluster. It goes:
    other gangs (the planner reads taints) nor the default scheduler's pods take the room that
    frees. The preemptor's pods tolerate it: in the planner's model, and their release adds the
    toleration (a gated pod may gain tolerations).
-3. Every eviction is asked first as a dry run: a PodDisruptionBudget that refuses any stops the
-   preemption before anything is taken.
-4. Each victim pod gets the `DisruptionTarget` condition (reason `PreemptionByQuorum`, who and
-   why) and then goes: a Job whose `suspend` is quorum's, all of whose running pods are victims,
-   is suspended (its pods go without counting against its backoffLimit; recovery resumes it once
-   they are gone, and its new pods wait gated as a gang); every other victim pod is evicted.
-5. Events on both sides; each victim gang records `status.preempted` (the `Preempted` condition).
+3. Each victim pod gets the `DisruptionTarget` condition (reason `PreemptionByQuorum`, who and
+   why), each victim gang `status.preempted` and an Event, and then goes: a Job whose `suspend`
+   is quorum's, all of whose running pods are victims, is suspended (its pods go without
+   counting against its backoffLimit; recovery resumes it once they are gone, and its new pods
+   wait gated as a gang); every other victim pod is deleted, as kube-scheduler's preemption
+   deletes its victims (the decision kept PodDisruptionBudgets where it could; a budget does not
+   veto it).
+4. The preemptor's Event `Preempting`.
 
 It ends when the preemptor has minMember pods bound, when it is gone, or at its deadline: the
 taints are removed and the record cleared. A reservation taint that belongs to no preemption in
@@ -48,7 +49,7 @@ from quorum.core.preemption import (
 )
 from quorum.k8s.api import KubeApi
 from quorum.k8s.usage import BoundPods
-from quorum.k8s.writes import RESERVED_TAINT, EvictionRefused
+from quorum.k8s.writes import RESERVED_TAINT
 from quorum.operator import clock, metrics
 from quorum.operator.gangs import JSON, GangView
 from quorum.operator.ledger import Ledger
@@ -216,9 +217,7 @@ class Preempter:
                 continue
             groups = {k: group_facts(v) for k, v in views.items()}
             exclude = busy | {key}  # gangs being released: their room is reserved, not bound
-
-            protected = self.settings.protected_namespaces
-            running = [f.running for f in self.bound.facts.values() if f.running.namespace not in protected]
+            running = [f.running for f in self.bound.facts.values()]
             work = [w for w in units(running, groups) if not excluded(w, exclude)]
             budgets = budgets_of(self.store.pdbs, self.bound)
             return Candidate(key, gang, is_interruptable(view), dict(nodes), dict(free), work, budgets)
@@ -324,14 +323,7 @@ class Preempter:
                     key, record, f"node {name} changed or went before it could be reserved", warn=True
                 )
                 return
-        suspend, to_evict = await self.sort_victims(preemption.victims)
-        try:
-            await self.each(to_evict, lambda pod: self.api.evict_pod(pod_ref(pod), dry_run=True))
-        except EvictionRefused as err:
-            await self.end(key, record, f"an eviction was refused: {err}", warn=True)
-            self.tried[key] = now
-            metrics.PREEMPTIONS.labels(result="Refused").inc()
-            return
+        suspend, to_delete = await self.sort_victims(preemption.victims)
         pods = [p for v in preemption.victims for p in v.pods]
         await self.each(pods, lambda pod: self.api.mark_disruption_target(pod_ref(pod), REASON, told))
         suspended = {
@@ -340,39 +332,29 @@ class Preempter:
         # Recorded once suspended (as recovery does): a pass in between must not find the Job
         # recorded but not suspended, and take it for resumed by someone else.
         await self.tell_victims(preemption.victims, who, told, suspended, now)
-        refused: list[str] = []
-
-        async def evict_one(pod: RunningPod) -> bool:
-            try:
-                return await self.api.evict_pod(pod_ref(pod))
-            except EvictionRefused:  # a budget changed since the dry run: reported, not forced
-                refused.append(f"{pod.namespace}/{pod.name}")
-                return False
-
-        await self.each(to_evict, evict_one)
+        await self.each(to_delete, lambda pod: self.api.delete_victim(pod_ref(pod)))
         metrics.PREEMPTIONS.labels(result="Started").inc()
         metrics.PREEMPTION_VICTIMS.observe(len(preemption.victims))
+        metrics.PREEMPTION_PAST_BUDGETS.inc(len(preemption.past_budgets))
         message = preemption.summary() + f"; reserved nodes {', '.join(preemption.nodes)}"
-        if refused:
-            message += f"; evictions refused since the dry run: {', '.join(refused[:5])}"
         log.info("%s: %s", who, message)
-        await self.statuses.events.post(gang, "Preempting", message, warning=bool(refused))
+        await self.statuses.events.post(gang, "Preempting", message, warning=bool(preemption.past_budgets))
 
     async def sort_victims(
         self, victims: Sequence[Work]
     ) -> tuple[dict[tuple[str, str], str], list[RunningPod]]:
-        """Which Jobs are suspended ((namespace, name) -> uid) and which pods evicted: a Job is
+        """Which Jobs are suspended ((namespace, name) -> uid) and which pods deleted: a Job is
         suspended when its suspend is quorum's and every pod of it that runs is a victim."""
         taken = {p.uid for v in victims for p in v.pods}
         by_job: dict[tuple[str, str], list[RunningPod]] = {}
-        evict: list[RunningPod] = []
+        delete: list[RunningPod] = []
         for victim in victims:
             for pod in victim.pods:
                 owner = self.bound.facts[pod.uid].owner if pod.uid in self.bound.facts else None
                 if victim.kind == "gang" and owner is not None and owner.kind == "Job":
                     by_job.setdefault((pod.namespace, owner.name), []).append(pod)
                 else:
-                    evict.append(pod)
+                    delete.append(pod)
         suspend: dict[tuple[str, str], str] = {}
         for (namespace, name), pods in by_job.items():
             job = await self.api.read_job(namespace, name)
@@ -388,8 +370,8 @@ class Preempter:
                 if facts.suspend_owner() is None and not spec.get("suspend"):
                     suspend[(namespace, name)] = meta["uid"]
                     continue
-            evict += pods
-        return suspend, evict
+            delete += pods
+        return suspend, delete
 
     async def tell_victims(
         self,

@@ -80,9 +80,6 @@ class OperatorSettings(BaseSettings):
         return cls()
 
 
-SYSTEM_NAMESPACES = frozenset({"kube-system", "kube-node-lease", "kube-public"})
-
-
 @dataclass(frozen=True)
 class PreemptionLoopSettings:
     enabled: bool = True
@@ -91,9 +88,6 @@ class PreemptionLoopSettings:
     retry_seconds: float = 10.0
     """A gang for which preemption found nothing to take is asked again after this long."""
     decision: PreemptionSettings = field(default_factory=PreemptionSettings)
-    protected_namespaces: frozenset[str] = SYSTEM_NAMESPACES
-    """Whose pods are never victims: the cluster's own and quorum's (the operator's fence in the
-    apiserver refuses its evictions there too, manifests/47-operator-fence.yaml)."""
 
 
 @dataclass(frozen=True)

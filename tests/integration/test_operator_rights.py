@@ -177,7 +177,8 @@ async def test_the_operator_deletes_only_gang_pods(
     )
     try:
         err = await refused(core.delete_namespaced_pod(system, "kube-system"))
-        by_fence(err, f"may delete only gang pods (labelled quorum.dev/gang); pod kube-system/{system}")
+        by_fence(err, "may delete only gang pods (labelled quorum.dev/gang)")
+        by_fence(err, f"pod kube-system/{system} is neither")
     finally:
         await admin.delete_namespaced_pod(system, "kube-system", grace_period_seconds=0)
     await admin.create_namespaced_pod(
@@ -241,15 +242,32 @@ async def test_rbac_refuses_what_the_operator_does_not_use(
 FOREIGN = {"key": "dedicated", "value": "x", "effect": "NoSchedule"}
 
 
-async def test_preemptions_writes_are_fenced_to_the_taint_the_condition_and_evictions(
+async def test_preemptions_writes_are_fenced_to_the_taint_the_condition_and_its_victims(
     fenced: Instance, op: client.ApiClient, api: client.ApiClient, namespace: str
 ) -> None:
-    """What preemption may do as the operator (docs/preemption.md), and only that."""
+    """What preemption may do as the operator (docs/preemption.md), and only that: mark a pod a
+    preemption may take, delete it once marked; never a pod of a system-critical priority,
+    wherever it runs."""
     core = client.CoreV1Api(op)
     await client.CoreV1Api(api).create_namespaced_pod(
         namespace, {"metadata": {"name": "victim"}, "spec": {"containers": [PAUSE]}}
     )
-    target = {"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByQuorum", "message": "m"}
+    by_fence(await refused(core.delete_namespaced_pod("victim", namespace)), "is neither")
+
+    async def running() -> bool:  # kwok's kubelet writes the conditions once as it starts the pod
+        pod = await client.CoreV1Api(api).read_namespaced_pod("victim", namespace)
+        return pod.status.phase == "Running"
+
+    await eventually(running, timeout=30, what="the victim running")
+    # With a transition time, as quorum writes it: the disruption controller resets a condition
+    # whose pod was not deleted within 2 minutes of it (one without a time at once).
+    target = {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": "PreemptionByQuorum",
+        "message": "m",
+        "lastTransitionTime": writes.now(),
+    }
     await core.patch_namespaced_pod_status("victim", namespace, {"status": {"conditions": [target]}})
     ready = {"type": "PodScheduled", "status": "False", "reason": "Forged"}
     by_fence(
@@ -273,42 +291,61 @@ async def test_preemptions_writes_are_fenced_to_the_taint_the_condition_and_evic
         by_fence(await refused(core.patch_node(node, remove_foreign)), "only the quorum.dev/reserved taints")
     finally:
         await client.CoreV1Api(api).delete_node(node)
-    eviction = {
-        "apiVersion": "policy/v1",
-        "kind": "Eviction",
-        "metadata": {"name": "victim", "namespace": namespace},
-    }
-    await core.create_namespaced_pod_eviction("victim", namespace, eviction)
+    await core.delete_namespaced_pod("victim", namespace)  # marked, of a user priority: may go
 
-    async def evicted() -> bool:
+    async def deleted() -> bool:
         return not [p for p in await pods(api, namespace) if p["metadata"]["name"] == "victim"]
 
-    await eventually(evicted, timeout=30, what="the victim evicted")
+    await eventually(deleted, timeout=30, what="the victim deleted")
     budgets = await client.PolicyV1Api(op).list_pod_disruption_budget_for_all_namespaces()
     assert isinstance(budgets.items, list), "RBAC lets preemption read the budgets"
 
-    # Evictions are fenced by namespace: never the cluster's own pods, nor quorum's.
-    system_pod = f"fence-{secrets.token_hex(3)}"
-    await client.CoreV1Api(api).create_namespaced_pod(
-        "kube-system", {"metadata": {"name": system_pod}, "spec": {"containers": [PAUSE]}}
+    # A pod of a system-critical priority is never a victim, in any namespace: not marked, not
+    # deleted, even with the mark put on by someone else.
+    critical = f"fence-{secrets.token_hex(3)}"
+    quota = {  # the platform lets this namespace use the class (docs/preemption.md)
+        "metadata": {"name": "critical"},
+        "spec": {
+            "hard": {"pods": "1"},
+            "scopeSelector": {
+                "matchExpressions": [
+                    {"scopeName": "PriorityClass", "operator": "In", "values": ["system-cluster-critical"]}
+                ]
+            },
+        },
+    }
+    await client.CoreV1Api(api).create_namespaced_resource_quota(namespace, quota)
+    body = {
+        "metadata": {"name": critical},
+        "spec": {"containers": [PAUSE], "priorityClassName": "system-cluster-critical"},
+    }
+    await eventually(
+        lambda: created(client.CoreV1Api(api).create_namespaced_pod(namespace, body)),
+        timeout=30,
+        what="the quota's first status, after which the class may be used here",
     )
     try:
-        body = {**eviction, "metadata": {"name": system_pod, "namespace": "kube-system"}}
-
-        async def policy_loaded() -> bool:  # its informer may be a moment behind: ask dry-run
-            try:
-                await core.create_namespaced_pod_eviction(system_pod, "kube-system", body, dry_run="All")
-            except ApiException as err:
-                return err.status == 403
-            return False
-
-        await eventually(policy_loaded, timeout=30, what="the eviction fence loaded")
-        err = await refused(core.create_namespaced_pod_eviction(system_pod, "kube-system", body))
-        assert err.status == 403 and "quorum-operator-eviction-fence" in str(err.body), err.body
-        assert f"may not evict pod kube-system/{system_pod}" in str(err.body), err.body
-        assert await client.CoreV1Api(api).read_namespaced_pod(system_pod, "kube-system")
+        err = await refused(
+            core.patch_namespaced_pod_status(critical, namespace, {"status": {"conditions": [target]}})
+        )
+        by_fence(err, f"pod {namespace}/{critical} is never a preemption's victim")
+        await client.CoreV1Api(api).patch_namespaced_pod_status(
+            critical, namespace, {"status": {"conditions": [target]}}
+        )
+        by_fence(await refused(core.delete_namespaced_pod(critical, namespace)), "is neither")
+        assert await client.CoreV1Api(api).read_namespaced_pod(critical, namespace)
     finally:
-        await client.CoreV1Api(api).delete_namespaced_pod(system_pod, "kube-system", grace_period_seconds=0)
+        await client.CoreV1Api(api).delete_namespaced_pod(critical, namespace, grace_period_seconds=0)
+
+
+async def created(call: Awaitable[object]) -> bool:
+    try:
+        await call
+    except ApiException as err:
+        if err.status in (403, 500) and "insufficient quota" in str(err.body):
+            return False
+        raise
+    return True
 
 
 async def test_the_webhook_servers_identity_may_do_nothing(fenced: Instance, api: client.ApiClient) -> None:

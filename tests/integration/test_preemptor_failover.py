@@ -1,4 +1,4 @@
-"""A preemptor whose leader dies after its victims were evicted and before all its pods were
+"""A preemptor whose leader dies after its victims were deleted and before all its pods were
 released: the next leader finishes its release on the freed, reserved nodes, and neither side
 loses work twice (docs/lifecycle.md, "When quorum removes a pod")."""
 

@@ -18,6 +18,7 @@ from quorum.core.gangs import LABEL_GANG_MIN_AVAILABLE, LABEL_GANG_NAME
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.nodes import TestPool
 from tests.integration.test_gangs import all_running, deployment
+from tests.integration.test_preemption import HIGH, LOW, gang_deployment
 from tests.kube import api_client, create_podgroup, eventually, raw_json
 
 pytestmark = pytest.mark.cluster
@@ -251,6 +252,87 @@ async def test_immunity_from_preemption_is_not_self_declared(
             _content_type=MERGE,  # type: ignore[call-arg]
         )  # fmt: skip
     assert "quorum-preemption-immunity" in refusal(refused)
+
+
+async def priority_classes(api: client.ApiClient) -> None:
+    for name, value in ((HIGH, 1000), (LOW, 10)):
+        body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
+        try:
+            await client.SchedulingV1Api(api).create_priority_class({**body, "value": value})
+        except ApiException as err:
+            if err.status != 409:
+                raise
+
+
+async def test_a_disruption_budget_does_not_make_a_tenants_gang_immune(
+    tenant_api: client.ApiClient,
+    api: client.ApiClient,
+    namespace: str,
+    test_pool: Callable[..., Any],
+) -> None:
+    """A tenant guards its low-priority gang with a PodDisruptionBudget that allows nothing. The
+    platform's high-priority gang still takes its room (priority decides, as with
+    kube-scheduler's preemption): the victim is marked, deleted, and the preemptor's Event names
+    the budget it passed."""
+    await priority_classes(api)
+    pool: TestPool = await test_pool(count=1)
+    await create_podgroup(tenant_api, namespace, "hoard", 1)
+    await client.AppsV1Api(tenant_api).create_namespaced_deployment(
+        namespace, gang_deployment("hoard", 1, pool, LOW)
+    )
+    (hoard,) = await all_running(api, namespace, 1, "app=hoard")
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "hoard"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "hoard"}}},
+    }
+    policy = client.PolicyV1Api(tenant_api)
+    await policy.create_namespaced_pod_disruption_budget(namespace, pdb)
+
+    async def guarding() -> bool:
+        status = (await policy.read_namespaced_pod_disruption_budget("hoard", namespace)).status
+        return bool(status and status.current_healthy == 1 and status.disruptions_allowed == 0)
+
+    await eventually(guarding, timeout=60, what="the budget allowing no disruption")
+
+    await create_podgroup(api, namespace, "urgent", 1)
+    await client.AppsV1Api(api).create_namespaced_deployment(
+        namespace, gang_deployment("urgent", 1, pool, HIGH)
+    )
+    (urgent,) = await all_running(api, namespace, 1, "app=urgent")
+    assert urgent["spec"]["nodeName"] == hoard["spec"]["nodeName"]
+
+    async def told() -> list[str]:
+        listed = await client.CoreV1Api(api).list_namespaced_event(
+            namespace, field_selector="reason=Preempting"
+        )
+        return [e.message for e in listed.items]
+
+    (message,) = await eventually(told, timeout=30, what="the preemptor's Preempting Event")
+    assert f"past PodDisruptionBudget {namespace}/hoard (allows 0, takes 1)" in message, message
+    uid = hoard["metadata"]["uid"]
+    left = (await client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector="app=hoard")).items
+    assert all(p.metadata.uid != uid or p.metadata.deletion_timestamp for p in left), "the victim went"
+
+
+async def test_a_tenant_may_not_take_a_system_priority(
+    tenant_api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
+) -> None:
+    """Pods of a system PriorityClass are never preemption's victims and come first in the
+    queue; a namespace may use those classes only if the platform gave it a ResourceQuota for
+    them (the apiserver's ResourceQuota admission, docs/preemption.md)."""
+    pool: TestPool = await test_pool(count=1)
+    core = client.CoreV1Api(tenant_api)
+    for priority_class in ("system-cluster-critical", "system-node-critical"):
+        pod = bare_pod("immune", pool)
+        pod["spec"]["priorityClassName"] = priority_class
+        with pytest.raises(ApiException) as refused:
+            await core.create_namespaced_pod(namespace, pod, dry_run="All")
+        # ResourceQuota admission answers this refusal with a 500 (not a typed API error).
+        message = json.loads(refused.value.body)["message"]
+        assert refused.value.status in (403, 500) and "insufficient quota to match these scopes" in message
+    await core.create_namespaced_pod(namespace, bare_pod("ordinary", pool), dry_run="All")
 
 
 async def test_a_gang_pod_may_ask_the_planner_only_so_much(

@@ -29,7 +29,6 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import (
     RESERVED_TAINT,
-    EvictionRefused,
     release_patch,
     reserved_toleration,
     taint_patch,
@@ -89,9 +88,8 @@ class FakeApi:
         self.uids = itertools.count(1)
         self.pinned: dict[str, str | None] = {}  # pod uid -> the node its release pinned it to
         self.disruption_targets: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message)
-        self.evicted: list[str] = []  # uids, in order
+        self.victims_deleted: list[str] = []  # uids of preemption's victims, in order
         self.tolerated: dict[str, str | None] = {}  # pod uid -> the reservation its release tolerates
-        self.refuse_evictions: set[str] = set()  # uids a PodDisruptionBudget protects (429)
 
     # -- faults ---------------------------------------------------------------------------------
 
@@ -319,15 +317,13 @@ class FakeApi:
         self.disruption_targets[pod["metadata"]["uid"]] = (reason, message)
         return True
 
-    async def evict_pod(self, pod: JSON, dry_run: bool = False) -> bool:
-        await self._call("evict_pod", pod, dry_run)
+    async def delete_victim(self, pod: JSON) -> bool:
+        await self._call("delete_victim", pod)
         uid = pod["metadata"]["uid"]
-        if uid in self.refuse_evictions:
-            raise EvictionRefused("Cannot evict pod as it would violate the pod's disruption budget.")
-        if not dry_run:
-            self.evicted.append(uid)
-            if self.server.pods.pop(uid, None) is not None:
-                self.changed("pods", uid, None)
+        if self.server.pods.pop(uid, None) is None:
+            return False
+        self.victims_deleted.append(uid)
+        self.changed("pods", uid, None)
         return True
 
     def reasons(self, name: str) -> list[str]:

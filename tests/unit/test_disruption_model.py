@@ -1,4 +1,4 @@
-"""Model test: quorum never deletes, evicts or suspends work that was fine.
+"""Model test: quorum never deletes or suspends work that was fine.
 
 A hypothesis state machine drives the real scheduling pass (`GangLoop`) against the lagging fake
 apiserver (`tests/unit/fake_api.py`, `lag=True`), with a fake kube-scheduler, ReplicaSet and Job
@@ -10,7 +10,7 @@ while the old one's tasks are cut off wherever they were), each watch delivered 
 own, write failures, and time passing.
 
 The rule it holds (docs/lifecycle.md, "When quorum removes a pod"), checked by the fake
-apiserver at the moment of every delete, eviction and Job suspension, against what the
+apiserver at the moment of every delete (a preemption's victims too) and Job suspension, against what the
 apiserver holds then:
 
 - a bound pod of a gang is deleted only if fewer than minMember of the gang's pods were bound
@@ -18,8 +18,9 @@ apiserver holds then:
 - a pod is deleted for a partial placement only once the timeout of the gang's current
   decision has ended (a member-loss restart, `RestartGang`, needs no timeout);
 - every delete or suspension is recorded on the gang's Gang before it is made
-  (`status.disruption` names the pod or Job, under the current decision), and every eviction is
-  named by a preemption recorded on its preemptor's Gang;
+  (`status.disruption` names the pod or Job, under the current decision), and every victim of a
+  preemption is named by a preemption recorded on its preemptor's Gang and marked
+  `DisruptionTarget` (reason `PreemptionByQuorum`) before it is deleted;
 - quorum never promises the same room twice: it releases no pod onto a node whose bound and
   released gang pods leave no room for it.
 
@@ -68,12 +69,12 @@ WRITES = (
     "delete_pod",
     "post_event",
     "read_gang_pods",
-    "evict_pod",
+    "delete_victim",
     "set_job_suspend",
 )
 TOLD = {  # the Events that name each kind of act, and whether they must come after it
     "delete": ({"PartiallyPlaced", "GangRestarted", "StuckPodReplaced"}, True),
-    "eviction": ({"Preempted"}, False),  # told to the victim as the preemption is recorded
+    "victim": ({"Preempted"}, False),  # told to the victim as the preemption is recorded
     "suspension": ({"PartiallyPlaced", "GangRestarted", "Preempted"}, True),
 }
 
@@ -92,11 +93,11 @@ class InlineExecutor(concurrent.futures.ThreadPoolExecutor):
 
 @dataclass
 class Act:
-    """A delete, eviction or suspension quorum made, and the Event that must follow it."""
+    """A delete, a victim's deletion or a suspension quorum made, and the Event that must follow it."""
 
     seq: int
     gang: str  # the gang's name (its label)
-    what: str  # delete | eviction
+    what: str  # delete | victim | suspension
     pod: str
 
 
@@ -199,7 +200,7 @@ class AuditedApi(FakeApi):
         self.acts.append(Act(self.tick(), gang, "delete", name))
         event(f"delete ({disruption.get('reason')})")
 
-    def check_eviction(self, target: JSON) -> None:
+    def check_victim(self, target: JSON) -> None:
         meta = target["metadata"]
         current = self.server.pods.get(meta["uid"])
         if current is None:
@@ -213,9 +214,11 @@ class AuditedApi(FakeApi):
                 if victim.get("kind") == "pod" and victim.get("name") == meta["name"]:
                     named = True
         if not named:
-            self.violate(f"evicted pod {meta['name']} named by no recorded preemption", "recorded")
-        self.acts.append(Act(self.tick(), gang or meta["name"], "eviction", meta["name"]))
-        event("eviction")
+            self.violate(f"deleted victim {meta['name']} named by no recorded preemption", "recorded")
+        if self.disruption_targets.get(meta["uid"], ("",))[0] != "PreemptionByQuorum":
+            self.violate(f"deleted victim {meta['name']} not marked DisruptionTarget first", "recorded")
+        self.acts.append(Act(self.tick(), gang or meta["name"], "victim", meta["name"]))
+        event("victim")
 
     def check_suspension(self, namespace: str, name: str, uid: str) -> None:
         job = self.jobs.get((namespace, name))
@@ -288,10 +291,10 @@ class AuditedApi(FakeApi):
             self.check_delete(pod)
         return await super().delete_pod(pod)
 
-    async def evict_pod(self, pod: JSON, dry_run: bool = False) -> bool:
-        if not dry_run and not self.will_fail("evict_pod", pod, dry_run):
-            self.check_eviction(pod)
-        return await super().evict_pod(pod, dry_run)
+    async def delete_victim(self, pod: JSON) -> bool:
+        if not self.will_fail("delete_victim", pod):
+            self.check_victim(pod)
+        return await super().delete_victim(pod)
 
     async def release_pod(self, pod: JSON, node: str | None, tolerate: str | None = None) -> bool:
         if not self.will_fail("release_pod", pod, node):

@@ -13,7 +13,7 @@ from quorum.operator.gangs import Store
 from quorum.operator.loop import GangLoop
 from tests.unit.fake_api import FakeApi
 from tests.unit.test_loop import NS, REPLICA_SET, cluster, pod, released, settings, step
-from tests.unit.test_loop_preemption import bind_released, evict_from_bound, held, running, taints
+from tests.unit.test_loop_preemption import bind_released, held, running, taints, victims_gone
 
 
 def cordon(store: Store, name: str) -> None:
@@ -52,8 +52,8 @@ async def test_a_preemptor_whose_release_was_cut_off_runs_on_the_freed_nodes_aft
     held(store, "high", 2, 1000)
     api = FakeApi(store)
     first = GangLoop(api, store, bound, settings())
-    await step(first)  # the preemption: recorded, nodes tainted, victims evicted
-    evict_from_bound(bound, api)
+    await step(first)  # the preemption: recorded, nodes tainted, victims deleted
+    victims_gone(bound, api)
     token = store.gangs[(NS, "pg-high")]["status"]["preemption"]["token"]
     api.fail("release_pod", when=lambda p, n: p["metadata"]["uid"] == "high-1")  # the leader dies here
     await step(first)

@@ -51,8 +51,9 @@ def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
 
 OPERATOR = QUORUM / "operator"
 STATUS_WRITES = {"patch_gang_status", "patch_group_status", "apply_group_status"}
-# evict_pod and a victim Job's suspension: preemption.py, by the preemption it recorded first
-DESTRUCTIVE = {"delete_pod", "set_job_suspend"}
+# A preemption's victims (delete_victim, a victim Job's suspension): preemption.py, by the
+# preemption it recorded first; every other delete or suspension: recovery.py.
+DESTRUCTIVE = {"delete_pod", "delete_victim", "set_job_suspend"}
 
 
 def calls_of(path: Path, names: set[str]) -> set[str]:
@@ -69,9 +70,12 @@ def test_one_writer_of_a_gangs_status_and_one_place_that_deletes(module: Path) -
     # manual.py is `quorum release`, a person's command: its record is the documented exception.
     if module.name not in ("status.py", "manual.py"):
         assert not calls_of(module, STATUS_WRITES), "a Gang's or group's status is written by status.py alone"
-    allowed = {"recovery.py": DESTRUCTIVE, "preemption.py": {"set_job_suspend"}}.get(module.name, set())
+    allowed = {
+        "recovery.py": {"delete_pod", "set_job_suspend"},
+        "preemption.py": {"delete_victim", "set_job_suspend"},
+    }.get(module.name, set())
     assert calls_of(module, DESTRUCTIVE) <= allowed, (
-        "pods are deleted and Jobs suspended by recovery.py alone"
+        "pods are deleted and Jobs suspended by recovery.py, and victims by preemption.py, alone"
     )
 
 

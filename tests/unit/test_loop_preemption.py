@@ -1,6 +1,7 @@
 """Preemption in the scheduling loop, against the stateful fake API: the decision recorded
 first, the freed nodes tainted and the preemptor's release tolerating them, victims marked then
-evicted, a PodDisruptionBudget refusal taking nothing, and the end removing the taints."""
+deleted, a PodDisruptionBudget kept where it can be but never a veto, system-critical pods
+never taken, and the end removing the taints."""
 
 from __future__ import annotations
 
@@ -54,9 +55,9 @@ def bind_released(store: Store, bound: BoundPods, api: FakeApi) -> None:
             bound.upsert(p)
 
 
-def evict_from_bound(bound: BoundPods, api: FakeApi) -> None:
-    """The evicted pods' deletion, as the pod watch delivers it."""
-    for uid in api.evicted:
+def victims_gone(bound: BoundPods, api: FakeApi) -> None:
+    """The victims' deletion, as the pod watch delivers it."""
+    for uid in api.victims_deleted:
         bound.remove(uid)
 
 
@@ -69,7 +70,7 @@ async def test_a_high_priority_gang_takes_a_low_priority_gang_whole_and_gets_its
     await step(loop)  # held for lack of room; the preemption starts
     record = store.gangs[(NS, "pg-high")]["status"]["preemption"]
     assert record["nodes"] == ["n0", "n1"] and record["victims"][0]["name"] == "pg-low"
-    assert sorted(api.evicted) == ["low-0", "low-1"], "the whole gang, never one pod of it"
+    assert sorted(api.victims_deleted) == ["low-0", "low-1"], "the whole gang, never one pod of it"
     assert {uid: r for uid, (r, _) in api.disruption_targets.items()} == {
         "low-0": "PreemptionByQuorum",
         "low-1": "PreemptionByQuorum",
@@ -81,7 +82,7 @@ async def test_a_high_priority_gang_takes_a_low_priority_gang_whole_and_gets_its
     assert store.gangs[(NS, "pg-low")]["status"]["preempted"]["by"] == f"{NS}/pg-high"
     assert "Preempted" in api.reasons("pg-low") and "Preempting" in api.reasons("pg-high")
 
-    evict_from_bound(bound, api)
+    victims_gone(bound, api)
     await step(loop)  # the room is free: the preemptor is released onto the reserved nodes
     assert sorted(api.pinned) == ["high-0", "high-1"]
     assert api.tolerated == {"high-0": token, "high-1": token}
@@ -96,18 +97,38 @@ async def test_a_high_priority_gang_takes_a_low_priority_gang_whole_and_gets_its
     assert "PreemptionEnded" in api.reasons("pg-high")
 
 
-async def test_a_budget_refusing_an_eviction_takes_nothing_and_frees_the_nodes() -> None:
-    store, bound = cluster(1, {})
-    running(store, bound, "low", 1, 10, ["n0"])
+def budget(store: Store, name: str, group: str, allowed: int) -> None:
+    store.pdbs[(NS, name)] = {
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"selector": {"matchLabels": {"pod-group.scheduling.sigs.k8s.io": group}}},
+        "status": {"disruptionsAllowed": allowed},
+    }
+
+
+async def test_a_budget_that_allows_nothing_does_not_make_its_gang_immune() -> None:
+    """A tenant's PodDisruptionBudget of 0 is kept where another victim would do, but it does
+    not veto: priority decides, as with kube-scheduler's preemption. The victim is deleted (an
+    eviction would be refused), and the preemptor's Event says which budget was passed."""
+    store, bound = cluster(2, {})
+    running(store, bound, "guarded", 1, 10, ["n0"])
+    running(store, bound, "open", 1, 20, ["n1"])
+    budget(store, "keep-guarded", "guarded", 0)
     held(store, "high", 1, 1000)
     api = FakeApi(store)
-    api.refuse_evictions.add("low-0")  # the budget changed since the watch last showed it
     loop = GangLoop(api, store, bound, settings())
     await step(loop)
-    assert api.evicted == [] and api.disruption_targets == {}
-    assert taints(store, "n0") == [], "the reservation is removed again"
-    assert not store.gangs[(NS, "pg-high")]["status"].get("preemption")
-    assert any(r == "PreemptionEnded" and warn for _, r, _, warn in api.events)
+    assert api.victims_deleted == ["open-0"], "the work its budget lets go, though of higher priority"
+
+    store2, bound2 = cluster(1, {})
+    running(store2, bound2, "guarded", 1, 10, ["n0"])
+    budget(store2, "keep-guarded", "guarded", 0)
+    held(store2, "high", 1, 1000)
+    api2 = FakeApi(store2)
+    await step(GangLoop(api2, store2, bound2, settings()))
+    assert api2.victims_deleted == ["guarded-0"], "no other way to make room: the budget is passed"
+    assert api2.disruption_targets["guarded-0"][0] == "PreemptionByQuorum", "marked before it went"
+    [(warn, message)] = [(w, m) for name, r, m, w in api2.events if r == "Preempting"]
+    assert warn and f"past PodDisruptionBudget {NS}/keep-guarded (allows 0, takes 1)" in message, message
 
 
 async def test_equal_priority_takes_nothing_and_says_why() -> None:
@@ -118,7 +139,7 @@ async def test_equal_priority_takes_nothing_and_says_why() -> None:
     loop = GangLoop(api, store, bound, settings())
     await step(loop)
     await step(loop)  # the status written after the decision
-    assert api.evicted == [] and taints(store, "n0") == []
+    assert api.victims_deleted == [] and taints(store, "n0") == []
     conditions = store.gangs[(NS, "pg-same")]["status"]["conditions"]
     unschedulable = next(c for c in conditions if c["type"] == "Unschedulable")
     assert "no preemption (NothingToPreempt)" in unschedulable["message"], unschedulable
@@ -135,7 +156,7 @@ async def test_a_stray_reservation_taint_is_removed() -> None:
     assert taints(store, "n0") == []
 
 
-async def test_a_victim_job_whose_suspend_is_quorums_is_suspended_not_evicted_then_resumed() -> None:
+async def test_a_victim_job_whose_suspend_is_quorums_is_suspended_not_deleted_then_resumed() -> None:
     store, bound = cluster(2, {})
     job_owner = {"kind": "Job", "name": "train", "uid": "job-uid", "controller": True}
     store.groups[("scheduling.sigs.k8s.io", NS, "train")] = podgroup("train", 2)
@@ -154,7 +175,7 @@ async def test_a_victim_job_whose_suspend_is_quorums_is_suspended_not_evicted_th
     }
     loop = GangLoop(api, store, bound, settings())
     await step(loop)
-    assert api.evicted == [] and api.jobs[(NS, "train")]["spec"]["suspend"] is True
+    assert api.victims_deleted == [] and api.jobs[(NS, "train")]["spec"]["suspend"] is True
     assert store.gangs[(NS, "pg-train")]["status"]["recovery"]["suspendedJobs"] == ["train"]
     for uid in ("train-0", "train-1"):  # the Job controller deletes its pods
         del store.pods[uid]
@@ -175,7 +196,7 @@ async def test_a_preemption_whose_first_write_fails_backs_off_alone_and_the_pass
     loop = GangLoop(api, store, bound, settings())
     await step(loop)  # raised out of the pass before: nothing else happened
     assert released(store, "small") == ["small-0"], "another gang is released in the same pass"
-    assert api.evicted == [] and all(taints(store, n) == [] for n in ("n0", "n1", "n2"))
+    assert api.victims_deleted == [] and all(taints(store, n) == [] for n in ("n0", "n1", "n2"))
     failure = loop.work.failures[(NS, "pg-high")]
     assert failure.stage == "preempt" and "etcdserver: request timed out" in failure.sentence()
     told = [(name, m) for name, r, m, warn in api.events if r == "PlanningFailed" and warn]
@@ -184,36 +205,35 @@ async def test_a_preemption_whose_first_write_fails_backs_off_alone_and_the_pass
     api.heal()
     loop.work.failures[(NS, "pg-high")] = dataclasses.replace(failure, until=0.0)
     await step(loop)  # its backoff over: the preemption is decided again and goes ahead
-    assert sorted(api.evicted) == ["low-0", "low-1"]
+    assert sorted(api.victims_deleted) == ["low-0", "low-1"]
 
 
-async def test_the_pods_of_system_namespaces_and_quorums_own_are_never_victims() -> None:
-    store, bound = cluster(2, {})
-    for i, namespace in enumerate(["kube-system", "quorum-system"]):
+async def test_pods_of_a_system_critical_priority_are_never_victims_wherever_they_run() -> None:
+    """Told apart by their PriorityClass, which the platform hands out, not by namespace: a
+    customer may create pods in kube-system, and a pod of user priority there is taken."""
+    store, bound = cluster(3, {})
+    for i, (namespace, priority) in enumerate(
+        [("kube-system", 2_000_000_000), ("team-a", 2_000_001_000), ("kube-system", 0)]
+    ):
         p = pod(f"sys{i}", 0)
-        del p["metadata"]["labels"]["quorum.dev/gang"]
         p["metadata"].update(namespace=namespace, labels={})
-        p["spec"].update(schedulingGates=[], nodeName=f"n{i}", priority=0)
+        p["spec"].update(schedulingGates=[], nodeName=f"n{i}", priority=priority)
         p["status"] = {"phase": "Running"}
         store.pods[p["metadata"]["uid"]] = p
         bound.upsert(p)
     held(store, "high", 2, 1000)
     api = FakeApi(store)
-    protected = frozenset({"kube-system", "kube-node-lease", "kube-public", "quorum-system"})
-    loop = GangLoop(
-        api, store, bound, settings(preemption=PreemptionLoopSettings(protected_namespaces=protected))
-    )
+    loop = GangLoop(api, store, bound, settings())
     await step(loop)
     await step(loop)  # the status written after the decision
-    assert api.evicted == [] and taints(store, "n0") == [] and taints(store, "n1") == []
+    assert api.victims_deleted == [] and all(taints(store, f"n{i}") == [] for i in range(3))
     conditions = store.gangs[(NS, "pg-high")]["status"]["conditions"]
     unschedulable = next(c for c in conditions if c["type"] == "Unschedulable")
-    assert "no preemption (NothingToPreempt)" in unschedulable["message"], unschedulable
+    assert "no preemption (WouldNotFit)" in unschedulable["message"], unschedulable
 
-    # The control: the same pods, were their namespaces not protected, would be taken.
-    unprotected = settings(preemption=PreemptionLoopSettings(protected_namespaces=frozenset()))
-    await step(GangLoop(api, store, bound, unprotected))
-    assert sorted(api.evicted) == ["sys0-0", "sys1-0"]
+    held(store, "one", 1, 1000)  # needs one node: the kube-system pod of user priority is taken
+    await step(loop)
+    assert api.victims_deleted == ["sys2-0"]
 
 
 def foreign(store: Store, bound: BoundPods, name: str, node: str) -> None:
@@ -222,6 +242,7 @@ def foreign(store: Store, bound: BoundPods, name: str, node: str) -> None:
     p["metadata"].update(name=name, uid=name, labels={})
     p["spec"].update(schedulingGates=[], nodeName=node, priority=0)
     p["status"] = {"phase": "Running", "startTime": "2026-11-23T00:00:00Z"}
+    store.pods[name] = p
     bound.upsert(p)
 
 
@@ -238,9 +259,9 @@ async def test_a_preemption_whose_room_went_to_another_backs_the_next_one_off() 
         retry = PreemptionLoopSettings().retry_seconds
         loop = GangLoop(api, store, bound, settings())
         for victims, (ended, backoff) in enumerate([(0.0, 2 * retry), (0.0, 4 * retry)], start=1):
-            await step(loop)  # the preemption starts: the pod on n0 is evicted
-            assert len(api.evicted) == victims
-            evict_from_bound(bound, api)
+            await step(loop)  # the preemption starts: the pod on n0 is deleted
+            assert len(api.victims_deleted) == victims
+            victims_gone(bound, api)
             foreign(store, bound, f"taker-{victims}", "n0")  # the freed room goes to someone else
             now.advance(timeout + 1 + ended)
             await step(loop)  # the deadline passed, the gang never bound: the preemption ends
@@ -248,7 +269,7 @@ async def test_a_preemption_whose_room_went_to_another_backs_the_next_one_off() 
             now.advance(backoff - 1)
             await step(loop)
             await step(loop)
-            assert len(api.evicted) == victims, "preempted again before its backoff ended"
+            assert len(api.victims_deleted) == victims, "preempted again before its backoff ended"
             now.advance(2)
         await step(loop)
-        assert len(api.evicted) == 3
+        assert len(api.victims_deleted) == 3

@@ -237,19 +237,19 @@ FOREIGN = {"key": "dedicated", "value": "infra", "effect": "NoSchedule"}
 def test_a_node_may_gain_or_lose_only_reservation_taints() -> None:
     assert not judge("UPDATE", "nodes", a_node([FOREIGN]), a_node([FOREIGN, RESERVED])).failed
     assert not judge("UPDATE", "nodes", a_node([RESERVED]), a_node([])).failed
-    assert judge("UPDATE", "nodes", a_node([FOREIGN]), a_node([])).failed == (7,), "a foreign taint"
-    assert judge("UPDATE", "nodes", a_node([]), a_node([FOREIGN])).failed == (7,)
+    assert judge("UPDATE", "nodes", a_node([FOREIGN]), a_node([])).failed == (8,), "a foreign taint"
+    assert judge("UPDATE", "nodes", a_node([]), a_node([FOREIGN])).failed == (8,)
     cordoned = a_node([RESERVED])
     cordoned["spec"]["unschedulable"] = True
-    assert judge("UPDATE", "nodes", a_node([]), cordoned).failed == (7,)
+    assert judge("UPDATE", "nodes", a_node([]), cordoned).failed == (8,)
     relabelled = a_node([RESERVED])
     relabelled["metadata"]["labels"]["zone"] = "b"
     assert judge("UPDATE", "nodes", a_node([]), relabelled).failed == (0,)
     evicting = {**RESERVED, "effect": "NoExecute"}  # would evict pods past their budgets
-    assert judge("UPDATE", "nodes", a_node([]), a_node([evicting])).failed == (7,)
+    assert judge("UPDATE", "nodes", a_node([]), a_node([evicting])).failed == (8,)
     assert judge(
         "UPDATE", "nodes", a_node([]), a_node([{**RESERVED, "effect": "PreferNoSchedule"}])
-    ).failed == (7,)
+    ).failed == (8,)
 
 
 def a_status(conditions: list[JSON], phase: str = "Running") -> JSON:
@@ -269,6 +269,28 @@ def test_a_pods_status_may_gain_only_the_disruption_target_condition() -> None:
     ).failed == (6,)
     plain = judge("UPDATE", "pods", a_status([READY]), a_status([READY, TARGET]), sub="status")
     assert plain.matched, "a status write never takes the release's fast path"
+
+
+NEVER_VICTIMS: dict[str, Callable[[JSON], object]] = {
+    "system-critical": lambda p: p["spec"].update(priority=2_000_000_000),
+    "a DaemonSet's": lambda p: p["metadata"].update(
+        ownerReferences=[{"kind": "DaemonSet", "name": "d", "uid": "u", "controller": True}]
+    ),
+    "static": lambda p: p["metadata"].update(annotations={"kubernetes.io/config.mirror": "x"}),
+}
+
+
+def test_a_pod_no_preemption_may_take_is_never_marked() -> None:
+    for what, make in NEVER_VICTIMS.items():
+        old = a_status([READY])
+        make(old)
+        new = copy.deepcopy(old)
+        new["status"]["conditions"] = [READY, TARGET]
+        assert judge("UPDATE", "pods", old, new, sub="status").failed == (7,), what
+    highest_user = a_status([READY])
+    highest_user["spec"]["priority"] = 1_000_000_000
+    marked = {**highest_user, "status": {"phase": "Running", "conditions": [READY, TARGET]}}
+    assert not judge("UPDATE", "pods", highest_user, marked, sub="status").failed
 
 
 # -- anything else is refused -----------------------------------------------------------------
@@ -369,14 +391,21 @@ def test_a_pod_with_affinity_of_its_own_is_judged_by_the_rules(shape: str, node:
         assert verdict.matched and verdict.failed, (name, verdict)
 
 
-def test_only_gang_pods_may_be_deleted() -> None:
+def test_only_gang_pods_and_marked_victims_may_be_deleted() -> None:
     gang = {"metadata": {"name": "x", "labels": {"quorum.dev/gang": "g"}}, "spec": {"containers": []}}
     assert not judge("DELETE", "pods", gang, None).matched
     other = {"metadata": {"name": "x", "labels": {"app": "a"}}, "spec": {"containers": []}}
     unlabelled = {"metadata": {"name": "x"}, "spec": {"containers": []}}
-    for pod in (other, unlabelled):
+    someone_elses = {**a_status([READY, {**TARGET, "reason": "PreemptionByScheduler"}])}
+    for pod in (other, unlabelled, a_status([READY]), someone_elses):
         verdict = judge("DELETE", "pods", pod, None)
         assert verdict.matched and verdict.failed == (4,), verdict
+    victim = a_status([READY, TARGET])
+    assert judge("DELETE", "pods", victim, None).allowed, "marked by a preemption first"
+    for what, make in NEVER_VICTIMS.items():
+        never = copy.deepcopy(victim)
+        make(never)
+        assert judge("DELETE", "pods", never, None).failed == (4,), what
 
 
 def job(**spec: Any) -> JSON:

@@ -140,6 +140,7 @@ async def test_metrics_show_leader_cache_and_the_operator_metrics(
         "quorum_operator_api_requests_total",
         "quorum_operator_cache_synced",
         "quorum_operator_preemptions_total",
+        "quorum_operator_preemption_past_budgets_total",
         "quorum_operator_preemption_victims",
     }
     assert 'quorum_operator_pass_duration_seconds_bucket{le="30.0"}' in "\n".join(lines)

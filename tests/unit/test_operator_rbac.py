@@ -186,7 +186,7 @@ def seed(fake: RecordingApiserver) -> None:
         },
     )
     fake.put("", "pods", gang_pod("ml", "p-0", "g"))
-    fake.put("", "pods", gang_pod("ml", "victim", "v"))  # preemption evicts it
+    fake.put("", "pods", gang_pod("ml", "victim", "v"))  # a preemption deletes it
     fake.put("", "nodes", {"metadata": {"name": "node-1"}, "spec": {}})
     fake.put("", "pods", gang_pod("team", "q-0", "h"))  # a gang without a Gang object
     gang = {
@@ -237,7 +237,7 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
             lambda: live.taint_node(tainted, "t0k3n", add=False),
         ],
         "mark_disruption_target": [lambda: live.mark_disruption_target(victim, "PreemptionByQuorum", "m")],
-        "evict_pod": [lambda: live.evict_pod(victim, dry_run=True), lambda: live.evict_pod(victim)],
+        "delete_victim": [lambda: live.delete_victim(victim)],
     }
 
 

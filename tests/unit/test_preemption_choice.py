@@ -101,14 +101,43 @@ def test_work_marked_not_preemptible_is_never_taken() -> None:
     assert isinstance(result, NoPreemption)
 
 
-def test_a_budget_protects_its_pods_and_another_victim_is_chosen() -> None:
+def test_a_budget_is_kept_where_another_victim_will_do_but_never_vetoes() -> None:
     nodes = [node(0), node(1)]
     pods = [running("guarded", "n0", priority=1), running("other", "n1", priority=5)]
     budget = DisruptionBudget("lo", "keep-one", frozenset({"guarded"}), 0)
-    assert victims(choose(gang(1), nodes, pods, budgets=[budget])) == ["other"]
-    result = choose(gang(1), [nodes[0]], pods[:1], budgets=[budget])
-    assert isinstance(result, NoPreemption) and result.reason == "DisruptionBudget"
-    assert "lo/keep-one" in result.message
+    kept = choose(gang(1), nodes, pods, budgets=[budget])
+    assert victims(kept) == ["other"] and isinstance(kept, Preemption) and kept.past_budgets == ()
+    passed = choose(gang(1), [nodes[0]], pods[:1], budgets=[budget])
+    assert victims(passed) == ["guarded"], "a budget of 0 does not make its work immune"
+    assert isinstance(passed, Preemption) and passed.past_budgets == (
+        "PodDisruptionBudget lo/keep-one (allows 0, takes 1)",
+    )
+    assert "past PodDisruptionBudget lo/keep-one" in passed.summary()
+
+
+def test_victims_that_each_keep_a_budget_but_together_pass_it_say_so() -> None:
+    nodes = [node(0), node(1)]
+    pods = [running("a", "n0", priority=1), running("b", "n1", priority=1)]
+    budget = DisruptionBudget("lo", "one-at-a-time", frozenset({"a", "b"}), 1)
+    result = choose(gang(2), nodes, pods, budgets=[budget])
+    assert victims(result) == ["a", "b"]
+    assert isinstance(result, Preemption) and result.past_budgets == (
+        "PodDisruptionBudget lo/one-at-a-time (allows 1, takes 2)",
+    )
+
+
+def test_system_critical_pods_are_never_taken_nor_their_gangs() -> None:
+    nodes = [node(0), node(1)]
+    critical = [running("dns", "n0", priority=2_000_000_000), running("cni", "n1", priority=2_000_001_000)]
+    result = choose(gang(1, priority=1_000_000_000), nodes, critical)
+    assert isinstance(result, NoPreemption) and result.reason == "NothingToPreempt"
+    mixed = [
+        running("a", "n0", priority=1, gang="pg-lo"),
+        running("b", "n1", priority=2_000_000_000, gang="pg-lo"),
+    ]
+    assert units(mixed, {}) == []
+    highest_user = [running("top", "n0", priority=1_000_000_000)]
+    assert isinstance(choose(gang(1), nodes, highest_user), NoPreemption), "of higher priority"
 
 
 def test_never_for_a_gang_that_would_still_not_fit() -> None:
@@ -156,8 +185,11 @@ def test_the_checks_are_bounded_and_what_is_taken_still_frees_enough() -> None:
 # -- properties ---------------------------------------------------------------------------------
 
 
+Case = tuple[list[Node], list[RunningPod], Gang, bool, list[DisruptionBudget]]
+
+
 @st.composite
-def clusters(draw: st.DrawFn) -> tuple[list[Node], list[RunningPod], Gang, bool]:
+def clusters(draw: st.DrawFn) -> Case:
     count = draw(st.integers(1, 4))
     racks = draw(st.booleans())
     nodes = [node(i, f"r{i % 2}" if racks else "r0") for i in range(count)]
@@ -190,7 +222,17 @@ def clusters(draw: st.DrawFn) -> tuple[list[Node], list[RunningPod], Gang, bool]
                 )
             )
     g = gang(draw(st.integers(1, 3)), draw(st.sampled_from([4, 8])), topology="rack" if racks else None)
-    return nodes, pods, g, draw(st.booleans())
+    uids = [p.uid for p in pods]
+    allowances = draw(st.lists(st.integers(0, 1), max_size=2)) if uids else []
+    budgets = [
+        DisruptionBudget("lo", f"pdb{i}", frozenset(draw(st.sets(st.sampled_from(uids)))), allowed)
+        for i, allowed in enumerate(allowances)
+    ]
+    return nodes, pods, g, draw(st.booleans()), budgets
+
+
+def breaks_a_budget(work: Work, budgets: list[DisruptionBudget]) -> bool:
+    return any(len({p.uid for p in work.pods} & b.pods) > b.allowed for b in budgets)
 
 
 def fits_without(g: Gang, nodes: list[Node], pods: list[RunningPod], gone: set[str]) -> bool:
@@ -201,17 +243,16 @@ def fits_without(g: Gang, nodes: list[Node], pods: list[RunningPod], gone: set[s
 
 @settings(max_examples=600, deadline=None)
 @given(clusters())
-def test_victims_may_be_taken_are_whole_free_enough_and_are_the_least_in_the_order(
-    case: tuple[list[Node], list[RunningPod], Gang, bool],
-) -> None:
-    nodes, pods, g, soft_preemptor = case
+def test_victims_may_be_taken_are_whole_free_enough_and_are_the_least_in_the_order(case: Case) -> None:
+    """The order: work its budgets let go first, then `preference`; budgets never veto."""
+    nodes, pods, g, soft_preemptor, budgets = case
     work = units(pods, {})
     result = choose_victims(
-        g, {n.name: n for n in nodes}, free_after(nodes, pods), work, interruptable=soft_preemptor
+        g, {n.name: n for n in nodes}, free_after(nodes, pods), work, budgets, interruptable=soft_preemptor
     )
     allowed = sorted(
         (w for w in work if may_take(g.priority, soft_preemptor, w) and any(p.node for p in w.pods)),
-        key=preference,
+        key=lambda w: (breaks_a_budget(w, budgets), preference(w)),
     )
     fitting = [
         set(c)
@@ -236,20 +277,21 @@ def test_victims_may_be_taken_are_whole_free_enough_and_are_the_least_in_the_ord
     taken = {keys.index(v.key) for v in chosen}
     best = min(fitting, key=lambda s: sorted(s, reverse=True))
     assert taken == best, ([allowed[i].name for i in sorted(taken)], [allowed[i].name for i in sorted(best)])
+    passed = {b.name for b in budgets if len(gone & b.pods) > b.allowed}
+    assert {told.split()[1].split("/")[1] for told in result.past_budgets} == passed
+    event("past a budget" if passed else "within budgets")
 
 
 @settings(max_examples=100, deadline=None)
 @given(clusters(), st.randoms(use_true_random=False))
-def test_the_choice_does_not_depend_on_the_order_of_the_work(
-    case: tuple[list[Node], list[RunningPod], Gang, bool], rnd: object
-) -> None:
-    nodes, pods, g, _ = case
+def test_the_choice_does_not_depend_on_the_order_of_the_work(case: Case, rnd: object) -> None:
+    nodes, pods, g, _, budgets = case
     work = units(pods, {})
     shuffled = list(work)
     rnd.shuffle(shuffled)  # type: ignore[attr-defined]
     by_name = {n.name: n for n in nodes}
-    a = choose_victims(g, by_name, free_after(nodes, pods), work)
-    b = choose_victims(g, by_name, free_after(nodes, pods), shuffled)
+    a = choose_victims(g, by_name, free_after(nodes, pods), work, budgets)
+    b = choose_victims(g, by_name, free_after(nodes, pods), shuffled, budgets)
     assert type(a) is type(b)
     if isinstance(a, Preemption) and isinstance(b, Preemption):
         assert [v.key for v in a.victims] == [v.key for v in b.victims]
