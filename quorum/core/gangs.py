@@ -154,3 +154,14 @@ def gang_name(source: GangSource, group: str) -> str:
     digest = hashlib.sha256(wanted.encode()).hexdigest()[:_HASH_LEN]
     stem = clean[: _MAX_NAME - _HASH_LEN - 1].rstrip("-")
     return f"{stem}-{digest}"
+
+
+def queued_since(group_created: float | None, pods_created: Collection[float], min_member: int) -> float:
+    """When a gang joined the queue, for its age in queue order: once it had both its group
+    object and minMember pods — the minMember-th oldest of the pods it has now. Creation times
+    are the apiserver's, so a tenant cannot make a gang older than it is: reusing an old group
+    object, or keeping one old pod while the rest come later, does not move it ahead."""
+    times = sorted(pods_created)
+    need = max(1, min_member)
+    pods_ready = times[need - 1] if len(times) >= need else (times[-1] if times else 0.0)
+    return max(group_created or 0.0, pods_ready)

@@ -13,7 +13,14 @@ from typing import Any
 
 from quorum.core.conditions import timestamp
 from quorum.core.gangs import GROUP_APIS as GROUP_APIS  # re-exported: the operator's modules use it
-from quorum.core.gangs import MAX_MIN_AVAILABLE, GangMarker, GangSource, gang_marker, parse_min_available
+from quorum.core.gangs import (
+    MAX_MIN_AVAILABLE,
+    GangMarker,
+    GangSource,
+    gang_marker,
+    parse_min_available,
+    queued_since,
+)
 from quorum.core.model import Gang, Pod, resources
 from quorum.core.quantity import QuantityError
 from quorum.k8s.convert import pod_from_api
@@ -223,15 +230,16 @@ class GangView:
     def to_core(self, held_since: float | None = None, convert: Callable[[JSON], Pod] = pod_from_api) -> Gang:
         assert self.min_member is not None
         counts = self.counts()
-        created = (
-            timestamp((self.group or {}).get("metadata", {}).get("creationTimestamp"))
-            if self.group
-            else min((timestamp(p["metadata"].get("creationTimestamp")) for p in self.pods), default=0.0)
+        min_member = 1 if self.basic else self.min_member
+        created = queued_since(
+            timestamp((self.group.get("metadata") or {}).get("creationTimestamp")) if self.group else None,
+            [timestamp(p["metadata"].get("creationTimestamp")) for p in self.active],
+            min_member,
         )
         return Gang(
             namespace=self.namespace,
             name=self.name,
-            min_member=1 if self.basic else self.min_member,
+            min_member=min_member,
             pods=tuple(convert(p) for p in self.releasable),
             members=counts["members"],
             released=0 if self.basic else counts["released"],

@@ -7,7 +7,7 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quorum.core.gangs import GangSource, gang_marker, gang_markers, gang_name
+from quorum.core.gangs import GangSource, gang_marker, gang_markers, gang_name, queued_since
 
 VALID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
@@ -63,3 +63,20 @@ def test_clean_names_are_kept(source: GangSource, group: str) -> None:
 def test_different_groups_get_different_names(source: GangSource, a: str, b: str) -> None:
     if a != b:
         assert gang_name(source, a) != gang_name(source, b)
+
+
+@given(
+    st.none() | st.floats(0, 1e6),
+    st.lists(st.floats(0, 1e6), max_size=8),
+    st.integers(1, 10),
+    st.floats(0, 1e6),
+)
+def test_a_gang_is_queued_once_it_has_its_group_and_min_member_pods(
+    group: float | None, pods: list[float], min_member: int, later: float
+) -> None:
+    age = queued_since(group, pods, min_member)
+    assert age >= (group or 0.0), "never older than its group object"
+    if len(pods) >= min_member:
+        assert age == max(group or 0.0, sorted(pods)[min_member - 1])
+    # A pod made at or after that time never makes the gang older.
+    assert queued_since(group, [*pods, age + later], min_member) >= age

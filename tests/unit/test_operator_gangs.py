@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from quorum.core.conditions import GangState, admitted, phase
+from quorum.core.times import timestamp
 from quorum.operator.gangs import (
     GROUP_DROPPED,
     GROUP_NOT_SERVED,
@@ -214,3 +215,29 @@ def test_a_group_that_breaks_reading_is_that_gangs_failure_only() -> None:
     first, second = assemble(store)
     assert first.failure is not None and first.failure.startswith("reading its group failed: AttributeError")
     assert second.failure is None and second.min_member == 1
+
+
+def test_a_gangs_age_in_the_queue_is_when_it_had_its_group_and_min_member_pods() -> None:
+    """An old PodGroup reused for new pods, or one old pod kept while the rest come later, does
+    not move a gang ahead: its age is the minMember-th oldest of its pods (times the apiserver
+    set), and never older than its group."""
+
+    def at(pod: dict[str, Any], when: str) -> dict[str, Any]:
+        pod["metadata"]["creationTimestamp"] = when
+        return pod
+
+    old_group = podgroup(2)
+    old_group["metadata"]["creationTimestamp"] = "2025-01-01T00:00:00Z"
+    pods = {
+        "a": at(gang_pod("a", "a"), "2026-11-22T00:00:00Z"),  # kept from long ago
+        "b": at(gang_pod("b", "b"), "2026-11-25T10:00:00Z"),
+        "c": at(gang_pod("c", "c"), "2026-11-25T11:00:00Z"),
+    }
+    store = Store(pods=pods, groups={("scheduling.sigs.k8s.io", "ns", "pg1"): old_group})
+    (view,) = assemble(store)
+    assert view.to_core().created == timestamp("2026-11-25T10:00:00Z"), "when it first had 2 pods"
+    late_group = podgroup(1)
+    late_group["metadata"]["creationTimestamp"] = "2026-11-25T12:00:00Z"
+    store.groups[("scheduling.sigs.k8s.io", "ns", "pg1")] = late_group
+    (view,) = assemble(store)
+    assert view.to_core().created == timestamp("2026-11-25T12:00:00Z"), "not before its group"
