@@ -6,7 +6,9 @@ admitted and runs whole."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -314,6 +316,57 @@ async def test_a_disruption_budget_does_not_make_a_tenants_gang_immune(
     uid = hoard["metadata"]["uid"]
     left = (await client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector="app=hoard")).items
     assert all(p.metadata.uid != uid or p.metadata.deletion_timestamp for p in left), "the victim went"
+
+
+async def test_an_old_podgroup_reused_does_not_jump_the_queue(
+    tenant_api: client.ApiClient, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
+) -> None:
+    """The tenant makes its PodGroup early and its pods only after a bystander's gang queued for
+    the same node. When the node frees, the bystander, queued first, is admitted; the tenant's
+    gang (named to win a tie) waits."""
+    pool: TestPool = await test_pool(count=1)
+    await create_podgroup(tenant_api, namespace, "aaa-early", 1)
+    filler = bare_pod("filler", pool)
+    filler["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "8"}}
+    await client.CoreV1Api(api).create_namespaced_pod(namespace, filler)
+    await all_running(api, namespace, 1)
+    await create_podgroup(api, namespace, "fair", 1)
+    await client.AppsV1Api(api).create_namespaced_deployment(namespace, deployment("fair", 1, 8, pool, "fair"))
+    await held_for_room(api, namespace, "pg-fair")
+    core = client.CoreV1Api(api)
+    (fair,) = (await core.list_namespaced_pod(namespace, label_selector="app=fair")).items
+    # Creation times have whole seconds: the tenant's pods come in a later one.
+    next_second = fair.metadata.creation_timestamp.timestamp() + 1
+    await asyncio.sleep(max(0.0, next_second - time.time()) + 0.05)
+    await client.AppsV1Api(tenant_api).create_namespaced_deployment(
+        namespace, deployment("aaa-early", 1, 8, pool, "aaa-early")
+    )
+    await held_for_room(api, namespace, "pg-aaa-early")
+    (early,) = (await core.list_namespaced_pod(namespace, label_selector="app=aaa-early")).items
+    assert early.metadata.creation_timestamp > fair.metadata.creation_timestamp, "the set-up"
+
+    await core.delete_namespaced_pod("filler", namespace, grace_period_seconds=0)
+    (admitted,) = await all_running(api, namespace, 1, "app=fair")
+    assert admitted["spec"]["nodeName"] == pool.names[0]
+    await held_for_room(api, namespace, "pg-aaa-early")
+    (early,) = (await core.list_namespaced_pod(namespace, label_selector="app=aaa-early")).items
+    assert early.spec.scheduling_gates and not early.spec.node_name, "the tenant's gang still waits"
+
+
+async def held_for_room(api: client.ApiClient, namespace: str, gang: str) -> JSON:
+    async def probe() -> JSON | None:
+        try:
+            obj = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+                "quorum.dev", "v1alpha1", namespace, "gangs", gang
+            )
+        except ApiException:
+            return None
+        conditions = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
+        held = conditions.get("Unschedulable", {}).get("status") == "True"
+        return obj if held else None
+
+    found: JSON = await eventually(probe, timeout=60, what=f"{gang} held for lack of room")
+    return found
 
 
 async def test_a_tenant_may_not_take_a_system_priority(
