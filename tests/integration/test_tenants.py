@@ -331,7 +331,8 @@ async def test_an_old_podgroup_reused_does_not_jump_the_queue(
     await client.CoreV1Api(api).create_namespaced_pod(namespace, filler)
     await all_running(api, namespace, 1)
     await create_podgroup(api, namespace, "fair", 1)
-    await client.AppsV1Api(api).create_namespaced_deployment(namespace, deployment("fair", 1, 8, pool, "fair"))
+    apps = client.AppsV1Api(api)
+    await apps.create_namespaced_deployment(namespace, deployment("fair", 1, 8, pool, "fair"))
     await held_for_room(api, namespace, "pg-fair")
     core = client.CoreV1Api(api)
     (fair,) = (await core.list_namespaced_pod(namespace, label_selector="app=fair")).items
