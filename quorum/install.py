@@ -18,6 +18,7 @@ policy has neither failure mode.
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import re
 import sys
@@ -32,6 +33,13 @@ _NAMESPACE_TOKEN = re.compile(rf"(?<![\w-]){re.escape(DEFAULT_NAMESPACE)}(?![\w-
 _ANY_ADDRESS = re.compile(
     r'^( *)- ipBlock: \{cidr: 0\.0\.0\.0/0\}\n\1- ipBlock: \{cidr: "::/0"\}\n', re.MULTILINE
 )
+# The Slurm nodes quorum-sunk-scheduler's hook port admits (manifests/optional/sunk-scheduler.yaml).
+_SLURM_NODES = re.compile(
+    r"^( *)- namespaceSelector: \{matchLabels: \{kubernetes\.io/metadata\.name: tenant-slurm\}\}"
+    r"  # the Slurm nodes\n",
+    re.MULTILINE,
+)
+SUNK_MANIFEST = "optional/sunk-scheduler.yaml"
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
@@ -53,14 +61,23 @@ def operator_username(namespace: str) -> str:
     return f"system:serviceaccount:{namespace}:{OPERATOR_SERVICE_ACCOUNT}"
 
 
-def render(manifest: str, namespace: str, apiserver_cidrs: tuple[str, ...] = ()) -> str:
+def render(
+    manifest: str, namespace: str, apiserver_cidrs: tuple[str, ...] = (), slurm_cidrs: tuple[str, ...] = ()
+) -> str:
     """`manifest` (written for quorum-system) for `namespace`; with `apiserver_cidrs`, the
-    webhook NetworkPolicy admits those address blocks instead of any address."""
+    webhook NetworkPolicy admits those address blocks instead of any address; with
+    `slurm_cidrs`, quorum-sunk-scheduler's hook port admits those instead of Slurm's namespace."""
     text = _NAMESPACE_TOKEN.sub(check_namespace(namespace), manifest)
-    if apiserver_cidrs:
-        blocks = [str(ipaddress.ip_network(c, strict=False)) for c in apiserver_cidrs]
-        text = _ANY_ADDRESS.sub(lambda m: "".join(f"{m[1]}- ipBlock: {{cidr: {b}}}\n" for b in blocks), text)
+    for pattern, cidrs in ((_ANY_ADDRESS, apiserver_cidrs), (_SLURM_NODES, slurm_cidrs)):
+        if cidrs:
+            text = pattern.sub(functools.partial(_address_blocks, cidrs), text)
     return text
+
+
+def _address_blocks(cidrs: tuple[str, ...], match: re.Match[str]) -> str:
+    """One `ipBlock` source per address block, in place of the matched source."""
+    blocks = [str(ipaddress.ip_network(c, strict=False)) for c in cidrs]
+    return "".join(f"{match[1]}- ipBlock: {{cidr: {b}}}\n" for b in blocks)
 
 
 def render_files(
@@ -68,10 +85,14 @@ def render_files(
     namespace: str,
     directory: Path = MANIFESTS,
     apiserver_cidrs: tuple[str, ...] = (),
+    slurm_cidrs: tuple[str, ...] = (),
 ) -> str:
     """The manifests `names` (default: every manifests/*.yaml, in order) as one stream."""
     paths = [directory / n for n in names] if names is not None else sorted(directory.glob("*.yaml"))
-    return "\n---\n".join(render(p.read_text(), namespace, apiserver_cidrs).strip() for p in paths) + "\n"
+    return (
+        "\n---\n".join(render(p.read_text(), namespace, apiserver_cidrs, slurm_cidrs).strip() for p in paths)
+        + "\n"
+    )
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -90,12 +111,24 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="address block of the apiserver (repeat): the only one the webhook port admits "
         "besides scrapers (default: any address; see manifests/60-network-policy.yaml)",
     )
+    parser.add_argument(
+        "--slurm-cidr",
+        action="append",
+        default=[],
+        help=f"address block of the Slurm nodes (repeat): also print manifests/{SUNK_MANIFEST}, its hook "
+        "port admitting only these blocks (default: that manifest is not printed; as written it admits "
+        "the pods of namespace tenant-slurm)",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        sys.stdout.write(render_files(None, args.namespace, args.dir, tuple(args.apiserver_cidr)))
+        names = sorted(p.name for p in args.dir.glob("*.yaml"))
+        if args.slurm_cidr:
+            names.append(SUNK_MANIFEST)
+        cidrs = tuple(args.apiserver_cidr), tuple(args.slurm_cidr)
+        sys.stdout.write(render_files(names, args.namespace, args.dir, *cidrs))
     except (InvalidNamespace, ValueError) as err:
         print(f"quorum manifests: {err}", file=sys.stderr)
         return 2

@@ -323,7 +323,7 @@ class Instance:
 
     def _start_slurm(self, spec: ClusterSpec, state: InstanceState, start: Callable[..., None]) -> None:
         """munged, slurmctld, one slurmd per node, slurmrestd, then quorum-sunk-scheduler with its
-        own ServiceAccount's token (manifests/optional/sunk-scheduler.yaml)."""
+        own ServiceAccount's token, under its fence (manifests/optional/sunk-scheduler.yaml)."""
         ports, layout = state.ports, self.slurm_layout
         nodes = render_nodes(self._pool(spec))
         slurm_nodes = slurm.slurm_nodes(nodes, free_ports(len(nodes)), self._node_groups(spec))
@@ -347,9 +347,18 @@ class Instance:
         docs = [
             d for d in yaml.safe_load_all(render_files(["optional/sunk-scheduler.yaml"], spec.namespace)) if d
         ]
-        rbac = [d for d in docs if d["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
+        # Its identity and its fence (the Deployment, Service and NetworkPolicy are for a cluster;
+        # here it runs as a local process).
+        kinds = (
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        )
+        rights = [d for d in docs if d["kind"] in kinds]
         self.kubectl(
-            "apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": rbac})
+            "apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": rights})
         )
         token = self.kubectl(
             "create", "token", "quorum-sunk-scheduler", f"--namespace={spec.namespace}", "--duration=720h"
@@ -402,6 +411,7 @@ class Instance:
                     "QUORUM_SUNK_HOOK_TOKEN_FILE": str(layout.hook_token),
                     "QUORUM_SUNK_SLURM_HOOK_TOKEN_PATH": str(layout.hook_token),
                     "QUORUM_SUNK_SLURM_KILL_WAIT_SECONDS": str(slurm.KILL_WAIT_SECONDS),
+                    "QUORUM_SUNK_NAMESPACES": layout.sunk_namespaces.read_text(),
                 }
             )
         return spawn(component, argv, self.layout.log(component), self.layout.root, env)

@@ -13,6 +13,7 @@ ports (`slurm_conf`, `gres_conf`, `hook_script`), unit-tested without starting a
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
@@ -105,6 +106,11 @@ class SlurmLayout:
     def logs(self) -> Path:
         return self.root / "logs"
 
+    @property
+    def sunk_namespaces(self) -> Path:
+        """The SUNK scheduler's allow-list (QUORUM_SUNK_NAMESPACES) for this cluster."""
+        return self.root / "sunk-namespaces.json"
+
     def device(self, node: str, index: int) -> Path:
         return self.root / "dev" / node / f"nvidia{index}"
 
@@ -170,6 +176,13 @@ def slurm_conf(
             f"PartitionName={name}{HIGH_SUFFIX} Nodes={listed} PriorityTier=10 MaxTime=INFINITE State=UP"
         )
     return "\n".join(lines) + "\n"
+
+
+def sunk_namespaces(nodes: Sequence[SlurmNode]) -> dict[str, Any]:
+    """What the local cluster's namespaces may name in Slurm: every partition (each pool group's
+    and its `-high` one), and no account, QOS or reservation (there is no slurmdbd)."""
+    pools = {n.partition for n in nodes}
+    return {"*": {"partitions": sorted(pools | {p + HIGH_SUFFIX for p in pools})}}
 
 
 def gres_conf(nodes: Sequence[SlurmNode], layout: SlurmLayout) -> str:
@@ -248,6 +261,7 @@ def prepare(layout: SlurmLayout, nodes: Sequence[SlurmNode], ctld_port: int, hoo
             path.touch()
     layout.conf.write_text(slurm_conf(nodes, layout, ctld_port, hook_url, hostname))
     (layout.root / "gres.conf").write_text(gres_conf(nodes, layout))
+    layout.sunk_namespaces.write_text(json.dumps(sunk_namespaces(nodes)))
     for event in ("prolog", "epilog"):
         script = layout.root / f"{event}.sh"
         script.write_text(hook_script(hook_url, event, layout.hook_token))

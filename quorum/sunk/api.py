@@ -16,6 +16,7 @@ from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM
 from quorum.k8s import writes
 from quorum.k8s.reads import json_unless_gone
 from quorum.k8s.writes import discard, unless_gone
+from quorum.sunk.model import JOB_ID
 
 JSON = dict[str, Any]
 COMPONENT = "quorum-sunk-scheduler"
@@ -42,7 +43,10 @@ class SunkApi(Protocol):
         """Delete exactly this pod (uid precondition); False if it is gone or was replaced."""
         ...
 
-    async def bind_pod(self, pod: JSON, node: str) -> bool: ...
+    async def bind_pod(self, pod: JSON, node: str, job_id: int) -> bool:
+        """Bind the pod to `node` for Slurm job `job_id` (recorded on the pod, annotation
+        `sunk.coreweave.com/job-id`); False if it is gone, bound already or replaced."""
+        ...
 
     async def add_toleration(self, pod: JSON, toleration: JSON) -> bool:
         """The pod tolerates `toleration` (added if it does not); False if it is gone or was
@@ -89,8 +93,8 @@ class LiveSunkApi:
     async def delete_pod(self, pod: JSON) -> bool:
         return await writes.delete_pod(self.api, pod)
 
-    async def bind_pod(self, pod: JSON, node: str) -> bool:
-        return await bind_pod(self.api, pod, node)
+    async def bind_pod(self, pod: JSON, node: str, job_id: int) -> bool:
+        return await bind_pod(self.api, pod, node, job_id)
 
     async def add_toleration(self, pod: JSON, toleration: JSON) -> bool:
         ops = toleration_patch(pod, toleration)
@@ -106,16 +110,29 @@ class LiveSunkApi:
         return await set_node_condition(self.api, name, condition)
 
 
-async def bind_pod(api: client.ApiClient, pod: dict[str, Any], node: str) -> bool:
-    """Bind a pod to a node (the Binding API, uid-checked); False if it is gone, bound already
-    or replaced."""
+def binding(pod: dict[str, Any], node: str, job_id: int) -> dict[str, Any]:
+    """The Binding of a pod to a node (uid-checked). The apiserver copies a Binding's annotations
+    onto the pod as it sets nodeName, so the job is recorded in the same write: `/hooks/stop`
+    deletes only pods bound to the job it names."""
     meta = pod["metadata"]
-    body = {
+    return {
         "apiVersion": "v1",
         "kind": "Binding",
-        "metadata": {"name": meta["name"], "namespace": meta["namespace"], "uid": meta["uid"]},
+        "metadata": {
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta["uid"],
+            "annotations": {JOB_ID: str(job_id)},
+        },
         "target": {"apiVersion": "v1", "kind": "Node", "name": node},
     }
+
+
+async def bind_pod(api: client.ApiClient, pod: dict[str, Any], node: str, job_id: int) -> bool:
+    """Bind a pod to a node for a Slurm job (`binding`); False if it is gone, bound already or
+    replaced."""
+    meta = pod["metadata"]
+    body = binding(pod, node, job_id)
     try:
         await discard(
             client.CoreV1Api(api).create_namespaced_pod_binding(

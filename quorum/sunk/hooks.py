@@ -3,13 +3,17 @@
 - `POST /hooks/prolog?job=&node=`: lock the node for the job (taint, wait for evictions); a
   non-2xx answer fails the prolog, and Slurm requeues the job and drains the node.
 - `POST /hooks/epilog?job=&node=`: unlock the node unless another job still runs there.
-- `POST /hooks/stop?job=`: the placeholder job was told to stop: delete its pods and answer once
-  they are gone (504 if they are not, before the script's time runs out: it then drains the node).
-- `GET /healthz`, `GET /readyz` (watches listed and a pass made), `GET /metrics`.
+- `POST /hooks/stop?job=`: the placeholder job was told to stop: delete the pods bound to it and
+  answer once they are gone (504 if they are not, before the script's time runs out: it then
+  drains the node).
+- `GET /healthz`, `GET /readyz` (watches listed and a pass made), `GET /metrics` (on the metrics
+  port instead when the process has one: `make_metrics_app`).
 
 The hooks taint nodes and delete pods, so they answer only callers that send the shared secret
-(`Authorization: Bearer`, 401 otherwise), and the prolog and epilog only for a node the job was
-given (403 otherwise): a stolen secret still cannot lock a node no job of Slurm's runs on.
+(`Authorization: Bearer`, 401 otherwise); the prolog and epilog only for a node the job was
+given, and the stop only for a job of quorum's that Slurm is ending (403, or 404 for a job Slurm
+does not know): a stolen secret still cannot lock a node no job of Slurm's runs on, nor delete
+the pods of a job that runs.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from collections.abc import Awaitable, Callable
 import prometheus_client
 from aiohttp import web
 
+from quorum.sunk.model import StopRefusal
 from quorum.sunk.scheduler import SunkScheduler
 from quorum.sunk.slurm import SlurmError
 
@@ -97,6 +102,10 @@ async def stop(request: web.Request) -> web.Response:
     except SlurmError as err:
         HOOKS.labels("stop", "failed").inc()
         return web.Response(status=503, text=f"{err}\n")
+    if isinstance(gone, StopRefusal):
+        HOOKS.labels("stop", "forbidden").inc()
+        log.warning("stop job %s refused: %s", job, gone.reason)
+        return web.Response(status=gone.status, text=gone.reason + "\n")
     HOOKS.labels("stop", "gone" if gone else "timeout").inc()
     log.info("stop job %s: pods %s", job, "gone" if gone else "still there")
     return web.Response(
@@ -121,13 +130,26 @@ async def metrics(request: web.Request) -> web.Response:
     return web.Response(body=prometheus_client.generate_latest(), content_type="text/plain")
 
 
-def make_app(scheduler: SunkScheduler, token: str) -> web.Application:
+def make_app(scheduler: SunkScheduler, token: str, with_metrics: bool = True) -> web.Application:
+    """The hook API; `/metrics` too unless a metrics port of its own serves it (then the hook
+    port, open to the Slurm nodes, and the metrics port, open to scrapers, are kept apart)."""
     app = web.Application(middlewares=[authenticated])
     app[SCHEDULER] = scheduler
     app[TOKEN] = token.encode()
     app.router.add_post("/hooks/prolog", prolog)
     app.router.add_post("/hooks/epilog", epilog)
     app.router.add_post("/hooks/stop", stop)
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    if with_metrics:
+        app.router.add_get("/metrics", metrics)
+    return app
+
+
+def make_metrics_app(scheduler: SunkScheduler) -> web.Application:
+    """The metrics port: `/metrics` and the probes, no hook."""
+    app = web.Application()
+    app[SCHEDULER] = scheduler
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics)

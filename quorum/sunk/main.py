@@ -11,26 +11,40 @@ from collections.abc import Sequence
 
 from aiohttp import web
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from quorum.k8s.client import api_client
 from quorum.sunk.api import LiveSunkApi
-from quorum.sunk.hooks import make_app
+from quorum.sunk.hooks import make_app, make_metrics_app
 from quorum.sunk.scheduler import SunkScheduler
 from quorum.sunk.settings import SunkSettings
 from quorum.sunk.slurm import SlurmRest
 
 
-async def serve(settings: SunkSettings, token: str, host: str, port: int) -> None:
+def host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    # In a cluster the hook API must be reachable from the Slurm nodes (through its Service).
+    return host or "0.0.0.0", int(port)  # noqa: S104
+
+
+async def serve(settings: SunkSettings, token: str, address: str, metrics_address: str | None) -> None:
     api = await api_client()
     slurm = SlurmRest.from_key_file(settings.slurm_url, settings.slurm_jwt_key_file, settings.slurm_user)
     scheduler = SunkScheduler(settings, LiveSunkApi(api), slurm)
-    runner = web.AppRunner(make_app(scheduler, token), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    sites = [(make_app(scheduler, token, with_metrics=metrics_address is None), address)]
+    if metrics_address is not None:
+        sites.append((make_metrics_app(scheduler), metrics_address))
+    runners = []
+    for app, where in sites:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        runners.append(runner)
+        await web.TCPSite(runner, *host_port(where)).start()
     try:
         await scheduler.run(api)
     finally:
-        await runner.cleanup()
+        for runner in runners:
+            await runner.cleanup()
         await slurm.close()
         await api.close()
 
@@ -42,6 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, else in-cluster)")
     parser.add_argument("--address", default="0.0.0.0:8091", help="host:port of the hook API and /metrics")
+    parser.add_argument(
+        "--metrics-address",
+        default="",
+        help="host:port of /metrics (and the probes) apart from the hook API, so that a NetworkPolicy "
+        "can open each port to its own callers (default: /metrics on --address)",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     if args.kubeconfig:
@@ -51,7 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         settings = SunkSettings()
-    except ValidationError as err:
+    except (ValidationError, SettingsError) as err:
         print(f"quorum-sunk-scheduler: invalid QUORUM_SUNK_* setting:\n{err}", file=sys.stderr)
         return 2
     try:
@@ -66,10 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    host, _, port = args.address.rpartition(":")
     try:
-        # In a cluster the hook API must be reachable from the Slurm nodes (through its Service).
-        asyncio.run(serve(settings, token, host or "0.0.0.0", int(port)))  # noqa: S104
+        asyncio.run(serve(settings, token, args.address, args.metrics_address or None))
     except KeyboardInterrupt:
         return 0
     return 0

@@ -7,6 +7,10 @@
   each component nodes of its own), so Slurm places the gang all or nothing.
 - `assign()`: which pod goes to which node of an allocation.
 - `ended()`: why a job that is no longer running ended, in words for an Event.
+- `allowance_of()`, `not_allowed()`: which partitions, accounts, QOS and reservations a
+  namespace's pods may name (the platform's allow-list), and what a pod asks beyond it.
+- `stop_refusal()`, `bound_by()`: whether a `/hooks/stop` call is one Slurm's SIGTERM made, and
+  which pods it may delete.
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from quorum.core.conditions import GangState, Waiting, compose, keep_transition_times
 from quorum.core.requests import pod_requests
@@ -30,6 +34,7 @@ NODES = PREFIX + "nodes"  # Slurm node names the pod may use, comma-separated
 COMMENT = PREFIX + "comment"
 RESERVATION = PREFIX + "reservation"
 ANNOTATIONS = (PARTITION, ACCOUNT, QOS, TIME_LIMIT, EXCLUSIVE, NODES, COMMENT, RESERVATION)
+JOB_ID = PREFIX + "job-id"  # on a pod the scheduler bound: its placeholder job (set by the Binding)
 LOCK = PREFIX + "lock"  # the taint key; also the node annotation with the lock state
 LOCK_STATES = ("false", "pending", "locked", "locked_strict")
 ACCELERATOR = PREFIX + "accelerator"
@@ -187,6 +192,11 @@ def _options(annotations: Mapping[str, Any], problems: list[str]) -> Options:
     if comment is not None and (len(comment) > _MAX_COMMENT or not comment.isprintable()):
         problems.append(f"annotation {COMMENT} must be printable and at most {_MAX_COMMENT} characters")
         comment = None
+    elif comment is not None and STARTED in comment:
+        # The placeholder script marks its start by appending this: a comment that carries it
+        # would have the pod bound before the prolog locked the node.
+        problems.append(f"annotation {COMMENT} may not contain {STARTED!r}: remove it")
+        comment = None
     return Options(
         partition=name(PARTITION),
         account=name(ACCOUNT),
@@ -196,6 +206,79 @@ def _options(annotations: Mapping[str, Any], problems: list[str]) -> Options:
         nodes=nodes,
         comment=comment,
         reservation=name(RESERVATION),
+    )
+
+
+# -- what a namespace may ask of Slurm -----------------------------------------------------------
+
+ANY_NAMESPACE = "*"
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """The Slurm names one namespace's pods may ask for (the platform's allow-list). A pod that
+    names none of a kind gets Slurm's default, which is always allowed; an empty set allows only
+    that."""
+
+    partitions: frozenset[str] = field(default_factory=frozenset)
+    accounts: frozenset[str] = field(default_factory=frozenset)
+    qos: frozenset[str] = field(default_factory=frozenset)
+    reservations: frozenset[str] = field(default_factory=frozenset)
+
+
+NOTHING = Allowance()
+# (annotation, Options field, Allowance field, words): the four names the allow-list covers.
+_ALLOWED_KINDS = (
+    (PARTITION, "partition", "partitions", "partitions"),
+    (ACCOUNT, "account", "accounts", "accounts"),
+    (QOS, "qos", "qos", "QOS"),
+    (RESERVATION, "reservation", "reservations", "reservations"),
+)
+
+
+def allowance_of(namespace: str, table: Mapping[str, Allowance]) -> Allowance:
+    """What `namespace` may use: its own entry, else the `*` entry, else only Slurm's defaults
+    (an entry of its own replaces `*`, it does not add to it)."""
+    found = table.get(namespace)
+    if found is None:
+        found = table.get(ANY_NAMESPACE)
+    return NOTHING if found is None else found
+
+
+@dataclass(frozen=True)
+class NotAllowed:
+    annotation: str
+    value: str
+    allowed: frozenset[str]
+    words: str  # "partitions", "accounts", ...
+
+
+def not_allowed(options: Options, allowance: Allowance) -> tuple[NotAllowed, ...]:
+    """Each Slurm name the pod asks for that its namespace may not use (empty: allowed)."""
+    found = []
+    for annotation, option, allowed_field, words in _ALLOWED_KINDS:
+        value = getattr(options, option)
+        allowed: frozenset[str] = getattr(allowance, allowed_field)
+        if value is not None and value not in allowed:
+            found.append(NotAllowed(annotation, value, allowed, words))
+    return tuple(found)
+
+
+def allowance_refusal(pod: PodRequest, allowance: Allowance) -> str | None:
+    """Why the pod may not be submitted, in words for its Event: what it asked, what its
+    namespace may use, and the fix; None if its namespace may use all it asks for."""
+    refused = not_allowed(pod.options, allowance)
+    if not refused:
+        return None
+    asked = ", ".join(f"{r.annotation}={r.value}" for r in refused)
+    may = "; ".join(
+        f"{r.words} " + (", ".join(sorted(r.allowed)[:20]) if r.allowed else "none but Slurm's default")
+        for r in refused
+    )
+    return (
+        f"namespace {pod.namespace} may not use what pod {pod.name} asks of Slurm ({asked}); it may use: "
+        f"{may}. Set the annotation to an allowed value, or remove it for Slurm's default; to be "
+        "allowed more, ask the platform (quorum-sunk-scheduler's QUORUM_SUNK_NAMESPACES)"
     )
 
 
@@ -425,6 +508,86 @@ def ended(job_id: int, state: str, reason: str | None = None, preempted: bool = 
     return JobEnd(event, f"Slurm job {job_id} {words}{extra}; the pod is deleted with it")
 
 
+# -- /hooks/stop: only for a job Slurm is ending, only its own pods -------------------------------
+
+
+class JobView(Protocol):
+    """What the stop decision reads of a Slurm job (`quorum.sunk.slurm.Job` is one)."""
+
+    @property
+    def job_id(self) -> int: ...
+    @property
+    def job_state(self) -> str: ...
+    @property
+    def user_name(self) -> str | None: ...
+    @property
+    def comment(self) -> str | None: ...
+    @property
+    def preempt_time(self) -> int | None: ...
+
+
+def key_of_job(user_name: str | None, comment: str | None, our_user: str) -> str | None:
+    """The pod or gang a job stands for: named by its comment, and only in a job of the Slurm user
+    quorum submits as (Slurm authenticates the user; any user can write a comment)."""
+    if user_name != our_user:
+        return None
+    return key_of_comment(comment)
+
+
+# What Slurm shows for a job whose script got SIGTERM because Slurm is ending it: COMPLETING
+# while scancel, a time limit or a preemption (PreemptMode=CANCEL) runs its course, then the end
+# state; REQUEUED* while it is requeued. Any other state (RUNNING, PENDING, SUSPENDED, a bare
+# signal's SIGNALING, one Slurm adds later) is not a stop.
+STOPPING_STATES = frozenset(
+    {
+        "COMPLETING", "CANCELLED", "COMPLETED", "FAILED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL",
+        "PREEMPTED", "DEADLINE", "OUT_OF_MEMORY", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+    }
+)  # fmt: skip
+
+
+def stopping(state: str, preempt_time: int | None) -> bool:
+    """Slurm is ending the job (or has): a preemption with a GraceTime keeps it RUNNING, with its
+    preempt_time set, until the grace ends."""
+    return state in STOPPING_STATES or (state == "RUNNING" and bool(preempt_time))
+
+
+@dataclass(frozen=True)
+class StopRefusal:
+    status: int  # 404: Slurm knows no such job; 403: not quorum's, or not stopping
+    reason: str
+
+
+def stop_refusal(job_id: int, jobs: Sequence[JobView], our_user: str) -> StopRefusal | None:
+    """Why a `/hooks/stop?job=` call is not one a placeholder job's SIGTERM made (`jobs`: what
+    Slurm says of the id, every component of a heterogeneous job); None if it is. The shared
+    secret alone does not stop a job that runs, nor touch a job that is not quorum's."""
+    if not jobs:
+        return StopRefusal(404, f"Slurm knows no job {job_id}")
+    if not any(key_of_job(j.user_name, j.comment, our_user) for j in jobs):
+        users = ", ".join(sorted({j.user_name or "?" for j in jobs}))
+        return StopRefusal(
+            403,
+            f"job {job_id} is not a placeholder job of quorum-sunk-scheduler (its Slurm user is {users}, "
+            f"quorum submits as {our_user}, with a comment naming its pods)",
+        )
+    job = next((j for j in jobs if j.job_id == job_id), jobs[0])
+    if not stopping(job.job_state, job.preempt_time):
+        return StopRefusal(
+            403,
+            f"job {job_id} is {job.job_state} in Slurm, not stopping: /hooks/stop is for a placeholder "
+            "job Slurm is ending (cancelled, preempted, out of time); its pods stay",
+        )
+    return None
+
+
+def bound_by(pod: Mapping[str, Any], job_id: int) -> bool:
+    """The scheduler bound this pod to job `job_id`'s allocation: it is on a node, and its Binding
+    recorded the job."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    return bool(spec.get("nodeName")) and (meta.get("annotations") or {}).get(JOB_ID) == str(job_id)
+
+
 @dataclass
 class Counts:
     """What a reconcile pass did (the scheduler's metrics count these)."""
@@ -573,6 +736,16 @@ def lock_patch(node: Mapping[str, Any], state: str) -> list[dict[str, Any]] | No
     else:
         ops.append({"op": "add", "path": f"/metadata/annotations/{_escape(LOCK)}", "value": state})
     return ops
+
+
+def drain_annotation_patch(node: Mapping[str, Any], reason: str) -> list[dict[str, Any]]:
+    """The JSON patch that shows Slurm's drain reason on a node (`""` removes it)."""
+    key = f"/metadata/annotations/{_escape(DRAIN_ANNOTATION)}"
+    if reason == "":
+        return [{"op": "remove", "path": key}]
+    if not (node.get("metadata") or {}).get("annotations"):
+        return [{"op": "add", "path": "/metadata/annotations", "value": {DRAIN_ANNOTATION: reason}}]
+    return [{"op": "add", "path": key, "value": reason}]
 
 
 def tolerates_lock(pod: Mapping[str, Any]) -> bool:

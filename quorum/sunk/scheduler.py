@@ -6,9 +6,11 @@ One pass (`reconcile`), every `poll_seconds` and whenever a pod changes:
 2. a live job whose pods are all gone or finished is cancelled (pod deleted -> job cancelled);
 3. an ended job's pods are deleted with an Event saying why (cancelled, preempted, time limit);
 4. a pending pod (or a complete gang) with no live job is validated and submitted; a pod that
-   fails validation gets a Warning Event and is not tried again until it changes;
+   fails validation, or asks for a partition, account, QOS or reservation its namespace may not
+   use (`QUORUM_SUNK_NAMESPACES`), gets a Warning Event and is not tried again until it changes;
 5. a job that runs and whose script has marked its comment `: started` has its pods bound to
-   the nodes Slurm allocated (Binding API), after they gain the lock toleration.
+   the nodes Slurm allocated (Binding API, which records the job on the pod), after they gain
+   the lock toleration.
 Everything is read again each pass, so a restarted scheduler reconciles what it finds: no
 orphan job, no orphan pod. Slurm being down holds new work and touches nothing running.
 """
@@ -118,6 +120,8 @@ class SunkScheduler:
         self.gang_notes: dict[str, tuple[str, str]] = {}  # gang key -> why it is not submitted
         self.gang_groups: dict[str, GangGroup] = {}  # gang key -> its group, read when needed
         self.gang_written: dict[str, JSON] = {}  # gang key -> the Gang status last written
+        # pod uid -> the job this process bound it to: known before the watch shows the Binding
+        self.bound_jobs: dict[str, int] = {}
         self.schedulers_of: dict[tuple[str, str], set[str]] = {}  # (ns, gang) -> schedulerNames
         self.schedulers_pass = -1
         self.node_locks: dict[str, asyncio.Lock] = {}
@@ -176,6 +180,7 @@ class SunkScheduler:
 
     async def reconcile(self) -> model.Counts:
         counts = model.Counts()
+        self.bound_jobs = {uid: job for uid, job in self.bound_jobs.items() if uid in self.pods.items}
         jobs = await self.slurm.jobs()
         by_key: dict[str, list[Job]] = {}
         for job in jobs:
@@ -216,9 +221,7 @@ class SunkScheduler:
     def key_of_job(self, job: Job) -> str | None:
         """The pod or gang a job stands for: named by its comment, and only in a job this scheduler
         submitted (its user, whom Slurm authenticates, is ours). Any Slurm user can write a comment."""
-        if job.user_name != self.settings.slurm_user:
-            return None
-        return model.key_of_comment(job.comment)
+        return model.key_of_job(job.user_name, job.comment, self.settings.slurm_user)
 
     def key_of_pod(self, pod: JSON) -> str:
         marker = self.marker(pod)
@@ -246,12 +249,19 @@ class SunkScheduler:
             if self.invalid.get(uid) == seen:
                 return 0
             try:
-                requests.append(model.validate(pod, self.settings.slurm_kill_wait_seconds))
+                request = model.validate(pod, self.settings.slurm_kill_wait_seconds)
             except model.InvalidPod as err:
                 self.invalid[uid] = seen
                 counts.invalid += 1
                 await self.refuse(key, pod, "FailedValidation", f"not passed to Slurm: {err}")
                 return 0
+            allowance = model.allowance_of(request.namespace, self.settings.namespaces)
+            if (refusal := model.allowance_refusal(request, allowance)) is not None:
+                self.invalid[uid] = seen
+                counts.invalid += 1
+                await self.refuse(key, pod, "SlurmNotAllowed", f"not passed to Slurm: {refusal}")
+                return 0
+            requests.append(request)
         gang = None
         if key.startswith("gang/"):
             _, namespace, gang_name = key.split("/", 2)
@@ -461,15 +471,16 @@ class SunkScheduler:
                 return 0
             where.update(got)
         bound = 0
+        job = live[0]
         for uid, node in where.items():
             pod = by_uid[uid]
             if (pod.get("spec") or {}).get("nodeName"):
                 continue
             if not await self.api.add_toleration(pod, model.LOCK_TOLERATION):
                 continue
-            if await self.api.bind_pod(pod, node):
+            if await self.api.bind_pod(pod, node, job.group_id):
+                self.bound_jobs[uid] = job.group_id
                 bound += 1
-                job = live[0]
                 await self.event(
                     pod,
                     "Scheduled",
@@ -492,20 +503,25 @@ class SunkScheduler:
                 deleted += 1
         return deleted
 
-    async def stop_job(self, job_id: int) -> bool:
-        """The placeholder script was told to stop: delete the job's pods and wait until they are
-        gone (True), or until `stop_seconds` passed (False)."""
+    async def stop_job(self, job_id: int) -> model.StopRefusal | bool:
+        """The placeholder script was told to stop: delete the pods this scheduler bound to the
+        job and wait until they are gone (True), or until `stop_seconds` passed (False). Refused
+        (and nothing deleted) unless Slurm knows the job as one of quorum's and is ending it."""
         jobs = await self.slurm.job(job_id)
-        key = next((k for k in (self.key_of_job(j) for j in jobs) if k), None)
-        if key is None:
-            return True
-        first = jobs[0]
-        end = model.ended(job_id, first.job_state, first.state_reason, bool(first.preempt_time))
+        refused = model.stop_refusal(job_id, jobs, self.settings.slurm_user)
+        if refused is not None:
+            return refused
+        key = next(k for k in map(self.key_of_job, jobs) if k)
+        job = next((j for j in jobs if j.job_id == job_id), jobs[0])
+        end = model.ended(job.group_id, job.job_state, job.state_reason, bool(job.preempt_time))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.stop_seconds
         asked: set[str] = set()
         while True:
-            mine = [p for p in self.ours() if self.key_of_pod(p) == key and not finished(p)]
+            mine = [
+                p for p in self.ours()
+                if self.key_of_pod(p) == key and self.bound_to(p, job.group_id) and not finished(p)
+            ]  # fmt: skip
             if not mine:
                 return True
             for pod in mine:
@@ -517,6 +533,11 @@ class SunkScheduler:
             if loop.time() > deadline:
                 return False
             await asyncio.sleep(0.2)
+
+    def bound_to(self, pod: JSON, job_id: int) -> bool:
+        """This scheduler bound the pod to the job: its Binding's record on the pod, or this
+        process's own until the watch shows the Binding."""
+        return model.bound_by(pod, job_id) or self.bound_jobs.get(pod["metadata"]["uid"]) == job_id
 
     # -- node locking ----------------------------------------------------------------------------
 
@@ -626,13 +647,4 @@ class SunkScheduler:
             await self.annotate_drain(node, step.annotate)
 
     async def annotate_drain(self, node: JSON, reason: str) -> None:
-        key = "/metadata/annotations/" + model.DRAIN_ANNOTATION.replace("/", "~1")
-        annotations = node["metadata"].get("annotations")
-        ops: list[JSON]
-        if reason == "":
-            ops = [{"op": "remove", "path": key}]
-        elif not annotations:
-            ops = [{"op": "add", "path": "/metadata/annotations", "value": {model.DRAIN_ANNOTATION: reason}}]
-        else:
-            ops = [{"op": "add", "path": key, "value": reason}]
-        await self.api.patch_node(node, ops)
+        await self.api.patch_node(node, model.drain_annotation_patch(node, reason))

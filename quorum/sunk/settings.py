@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from quorum.sunk.model import ANY_NAMESPACE, Allowance
+
+_NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_SLURM_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+_ALLOWANCE_KEYS = ("partitions", "accounts", "qos", "reservations")
 
 
 class SunkSettings(BaseSettings):
@@ -32,6 +40,40 @@ class SunkSettings(BaseSettings):
     """How often Slurm's jobs are listed (slurmrestd has no watch)."""
     lock_timeout_seconds: float = Field(default=100.0, gt=0, le=3600)
     """How long a prolog waits for the pods a lock evicts before it fails (Slurm then drains)."""
+    namespaces: dict[str, Allowance] = Field(default_factory=dict)
+    """What each namespace's pods may name in Slurm, as JSON: {"team-a": {"partitions": ["gpu"],
+    "accounts": ["team-a"], "qos": ["normal"], "reservations": []}, "*": {...}}. A namespace's
+    own entry, else "*", else nothing: a pod may always leave a kind to Slurm's default, and
+    one that names a partition, account, QOS or reservation its namespace may not use is not
+    submitted (Event `SlurmNotAllowed`). Every job runs as `slurm_user`, so this list, not
+    Slurm, decides which of that user's partitions and accounts a tenant gets."""
+
+    @field_validator("namespaces", mode="before")
+    @classmethod
+    def _allow_list(cls, value: Any) -> Any:
+        """Namespace names (or "*") and Slurm names only, and no key but the four: a typo
+        ("partition") must stop the scheduler, not silently allow nothing."""
+        if not isinstance(value, dict):
+            return value  # pydantic says what is wrong
+        for namespace, entry in value.items():
+            if namespace != ANY_NAMESPACE and not _NAMESPACE.fullmatch(str(namespace)):
+                raise ValueError(f"{namespace!r} is not a namespace name (nor '*', every other namespace)")
+            if isinstance(entry, Allowance):
+                continue
+            if not isinstance(entry, dict):
+                raise ValueError(f"{namespace}: expected an object with keys {', '.join(_ALLOWANCE_KEYS)}")
+            if unknown := sorted(set(entry) - set(_ALLOWANCE_KEYS)):
+                keys = ", ".join(_ALLOWANCE_KEYS)
+                raise ValueError(f"{namespace}: unknown key(s) {', '.join(unknown)}; the keys are {keys}")
+            for kind, names in entry.items():
+                if not isinstance(names, list) or not all(
+                    isinstance(n, str) and _SLURM_NAME.fullmatch(n) for n in names
+                ):
+                    raise ValueError(
+                        f"{namespace}.{kind}: expected a list of Slurm names (letters, digits, _ . -), "
+                        f"got {names!r}"
+                    )
+        return value
 
     @property
     def stop_seconds(self) -> int:

@@ -1,6 +1,8 @@
 """The SUNK scheduler against a real Slurm 22.05 (munge, slurmctld, slurmrestd, one slurmd per
 kwok node) on an instance of its own (`t-sunk`, pool data/pool-slurm.yaml: slurm-gpu-000..003,
-slurm-cpu-000, a cordoned GPU node). Each test names the nodes it uses, so tests do not meet."""
+slurm-cpu-000, a cordoned GPU node). Each test names the nodes it uses, so tests do not meet.
+The scheduler runs under its fence (quorum-sunk-scheduler-fence, applied as the instance is up),
+so every test shows the fence lets its real writes through."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.gangs import PLACED_BY_LABEL
 from quorum.devcluster import slurm
@@ -28,6 +31,7 @@ pytestmark = pytest.mark.cluster
 
 POOL = Path(__file__).resolve().parents[2] / "quorum" / "devcluster" / "data" / "pool-slurm.yaml"
 SCHEDULER = "tenant-slurm-slurm-scheduler"
+FENCE = "ValidatingAdmissionPolicy 'quorum-sunk-scheduler-fence'"
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +159,12 @@ async def test_a_pod_runs_where_slurm_put_it_and_its_deletion_cancels_the_job(
     assert "SlurmJobSubmitted" in reasons and "Scheduled" in reasons
     found = await read_pod(api, ns, "p1")
     assert found is not None and model.tolerates_lock(found)
+    assert found["metadata"]["annotations"][model.JOB_ID] == str(job), "the Binding recorded the job"
+    # The secret alone does not stop a job that runs: Slurm is not ending it.
+    token = sunk.slurm_layout.hook_token.read_text().strip()
+    status, text = call_hook(sunk, f"/hooks/stop?job={job}", token)
+    assert (status, text.strip().split(":")[0]) == (403, f"job {job} is RUNNING in Slurm, not stopping")
+    assert await bound(api, ns, "p1") == node and jobs_of(sunk, "p1")[job][0] == "RUNNING"
 
     await core.delete_namespaced_pod("p1", ns)
     await eventually(lambda: job_ended(sunk, job), timeout=60, what=f"job {job} cancelled")
@@ -620,6 +630,10 @@ async def test_the_hook_api_answers_only_slurm_for_the_nodes_of_the_job(
     status, text = call_hook(sunk, "/hooks/prolog?job=999999&node=slurm-gpu-002", token)
     assert (status, text.strip()) == (403, "Slurm knows no job 999999")
     assert await node_lock(api, "slurm-gpu-002") == "locked", "no refused call changed the lock"
+    status, text = call_hook(sunk, f"/hooks/stop?job={job}", token)  # a batch job, not a placeholder
+    assert status == 403 and f"job {job} is not a placeholder job of quorum-sunk-scheduler" in text, text
+    status, text = call_hook(sunk, "/hooks/stop?job=999999", token)
+    assert (status, text.strip()) == (404, "Slurm knows no job 999999")
 
     run(sunk, "scancel", str(job))
 
@@ -691,3 +705,84 @@ async def test_a_job_another_slurm_user_gave_a_quorum_comment_is_not_taken_for_o
     await eventually(looked_again, timeout=30, what="two passes after the decoy ended")
     assert await read_pod(api, ns, "decoy-0") is not None, "deleted for another user's job"
     await client.CoreV1Api(api).delete_namespaced_pod("decoy-0", ns, grace_period_seconds=0)
+
+
+async def test_a_pod_asking_for_what_its_namespace_may_not_use_is_told_and_not_submitted(
+    sunk: Instance, api: client.ApiClient, ns: str
+) -> None:
+    """The local cluster lets every namespace name its partitions, and no account (its
+    QUORUM_SUNK_NAMESPACES, quorum/devcluster/slurm.py)."""
+    await client.CoreV1Api(api).create_namespaced_pod(
+        ns, pod("billed", annotations={model.PARTITION: "gpu", model.ACCOUNT: "physics"})
+    )
+
+    async def refused() -> str | None:
+        return next((m for r, m in await events(api, ns, "billed") if r == "SlurmNotAllowed"), None)
+
+    message = await eventually(refused, timeout=30, what="a SlurmNotAllowed Event")
+    assert (
+        f"namespace {ns} may not use what pod billed asks of Slurm (sunk.coreweave.com/account=physics)"
+        in (message)
+    )
+    assert "accounts none but Slurm's default" in message
+    target = passes(sunk) + 2
+
+    async def looked_again() -> bool:
+        return passes(sunk) >= target
+
+    await eventually(looked_again, timeout=30, what="two more scheduler passes")
+    assert jobs_of(sunk, "billed") == {}
+    assert [r for r, _ in await events(api, ns, "billed")].count("SlurmNotAllowed") == 1
+
+
+async def test_the_fence_refuses_the_schedulers_identity_what_its_code_never_writes(
+    sunk: Instance, api: client.ApiClient, ns: str
+) -> None:
+    """With the scheduler's own ServiceAccount token, writes its RBAC allows but its code never
+    makes are refused by the apiserver, each saying what; the fence type-checks against the
+    apiserver's schemas (a CEL error would make it refuse the scheduler's real writes too)."""
+    core = client.CoreV1Api(api)
+    await core.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "theirs"},
+            "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+        },
+    )
+    await core.create_namespaced_pod(ns, pod("ours", annotations={model.NODES: "slurm-gpu-000"}))
+    await eventually(lambda: bound(api, ns, "ours"), timeout=60, what="ours bound")
+    scheduler = await api_client(sunk.kubeconfig("quorum-sunk-scheduler"))
+    async with scheduler:
+        as_it = client.CoreV1Api(scheduler)
+
+        async def refused(call: Any) -> str | None:
+            try:
+                await call
+            except ApiException as err:
+                if err.status == 403 and FENCE in str(err.body):
+                    return str(err.body)
+                raise
+            return None
+
+        deletion = await eventually(
+            lambda: refused(as_it.delete_namespaced_pod("theirs", ns)), timeout=30, what="the fence in force"
+        )
+        assert "may change and delete only the pods it schedules" in deletion, deletion
+        assert "has schedulerName default-scheduler" in deletion, deletion
+        label = await refused(as_it.patch_namespaced_pod("ours", ns, {"metadata": {"labels": {"team": "x"}}}))
+        assert label is not None and "may not change the labels of Pod" in label, label
+        taint = {"spec": {"taints": [{"key": "evil", "effect": "NoExecute"}]}}
+        tainted = await refused(as_it.patch_node("slurm-gpu-000", taint))
+        assert tainted is not None and "only in its sunk.coreweave.com/lock" in tainted, tainted
+    assert await read_pod(api, ns, "theirs") is not None
+    node = await raw_json(core.read_node("slurm-gpu-000", _preload_content=False))
+    assert all(t["key"] != "evil" for t in node["spec"].get("taints") or [])
+    policy = await raw_json(
+        client.AdmissionregistrationV1Api(api).read_validating_admission_policy(
+            "quorum-sunk-scheduler-fence", _preload_content=False
+        )
+    )
+    assert (policy.get("status") or {}).get("typeChecking", {}).get("expressionWarnings") in (None, []), (
+        policy["status"]
+    )
+    await core.delete_namespaced_pod("ours", ns, grace_period_seconds=0)

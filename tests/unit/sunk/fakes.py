@@ -14,7 +14,7 @@ import jsonpatch
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM
-from quorum.sunk import model
+from quorum.sunk import api, model
 from quorum.sunk.scheduler import SunkScheduler
 from quorum.sunk.slurm import Job, JobResources, JobResourcesNode, Node, SlurmUnavailable
 
@@ -35,6 +35,16 @@ class FakeSunkApi:
         self.calls: list[tuple[str, str]] = []
         self.failing: set[tuple[str, str]] = set()
         self.uids = itertools.count(1)
+        self.watcher: SunkScheduler | None = None  # kept in sync after each write, as its watch would
+
+    def watch(self, scheduler: SunkScheduler) -> None:
+        """Deliver the pods and nodes to `scheduler` now and after every write (its watches)."""
+        self.watcher = scheduler
+        self.sync(scheduler)
+
+    def changed(self) -> None:
+        if self.watcher is not None:
+            self.sync(self.watcher)
 
     def call(self, name: str, target: str) -> None:
         if (name, target) in self.failing or (name, "*") in self.failing:
@@ -102,14 +112,21 @@ class FakeSunkApi:
 
     async def delete_pod(self, pod: JSON) -> bool:
         self.call("delete_pod", pod["metadata"]["name"])
-        return self.pods.pop(pod["metadata"]["uid"], None) is not None
+        gone = self.pods.pop(pod["metadata"]["uid"], None) is not None
+        self.changed()
+        return gone
 
-    async def bind_pod(self, pod: JSON, node: str) -> bool:
+    async def bind_pod(self, pod: JSON, node: str, job_id: int) -> bool:
+        """As the apiserver binds: nodeName set, the Binding's annotations copied onto the pod."""
         self.call("bind_pod", pod["metadata"]["name"])
         found = self.same_pod(pod)
         if found is None or found["spec"].get("nodeName"):
             return False
         found["spec"]["nodeName"] = node
+        found["metadata"].setdefault("annotations", {}).update(
+            api.binding(pod, node, job_id)["metadata"]["annotations"]
+        )
+        self.changed()
         return True
 
     async def add_toleration(self, pod: JSON, toleration: JSON) -> bool:
@@ -246,3 +263,10 @@ class FakeSlurm:
     def end(self, group: int, state: str, end_time: int = 1, reason: str | None = None) -> None:
         for job in self.components[group]:
             job.job_state, job.state_reason, job.end_time = state, reason, end_time
+
+    def stopping(self, group: int, preempted: bool = False) -> None:
+        """Slurm is ending the job (scancel, preemption): COMPLETING while its script has SIGTERM
+        and KillWait runs; a preempted job has its preempt_time set."""
+        for job in self.components[group]:
+            job.job_state = "COMPLETING"
+            job.preempt_time = 1 if preempted else 0

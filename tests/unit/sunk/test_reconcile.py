@@ -48,11 +48,14 @@ def podgroup(name: str, min_member: int) -> JSON:
     return {"metadata": {"name": name, "namespace": "ns"}, "spec": {"minMember": min_member}}
 
 
+ALLOWED = {"ns": model.Allowance(partitions=frozenset({"gpu"}))}  # the platform's allow-list
+
+
 class Cluster:
     def __init__(self) -> None:
         self.api = FakeSunkApi()
         self.slurm = FakeSlurm()
-        self.scheduler = SunkScheduler(SunkSettings(), self.api, self.slurm)
+        self.scheduler = SunkScheduler(SunkSettings(namespaces=ALLOWED), self.api, self.slurm)
 
     async def reconcile(self) -> model.Counts:
         self.api.sync(self.scheduler)
