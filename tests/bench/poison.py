@@ -11,7 +11,15 @@ everybody. Once it is held, 30 small gangs (2 pods x 1 GPU) arrive one a second.
   (its /metrics), and whether it ever lost the Lease (its log);
 - how the big gang is held (its Gang's Unschedulable condition).
 
-Bounded: 1,331 pods, 600 s. Writes bench/results/<date>-poison.json.
+Then the cost attack (docs/threat-model.md): the tenant identity (`edit` in its namespace only)
+creates 64 one-pod gangs that never fit, each pod of its own shape with the most the apiserver
+accepts of a gang pod (`quorum-gang-pod-size`: 64 tolerations, a required node affinity of 8
+terms x 8 expressions x 64 values; one more toleration is refused, which is checked), and 5 small
+gangs arrive behind them. Measured: the operator's worst pass and the small gangs' latency on the
+instance, and the planner's passes over the same pods, read back from the apiserver and converted
+as the operator converts them, in front of 5,000 nodes (the instance has 200).
+
+Bounded: 1,400 pods, 600 s per phase. Writes bench/results/<date>-poison.json.
 
     make bench-poison
 """
@@ -29,14 +37,26 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from quorum.core.model import Gang
+from quorum.core.planner import Planner, PlannerSettings
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.config import ClusterSpec
+from quorum.k8s.convert import pod_from_api
 from tests.bench.end_to_end import PodTimes, percentile
-from tests.kube import api_client, assert_no_overcommit, create_namespace, create_podgroup, eventually
+from tests.bench.planner import GANG_POD_LIMITS, nodes_of
+from tests.kube import (
+    api_client,
+    assert_no_overcommit,
+    create_namespace,
+    create_podgroup,
+    eventually,
+    raw_json,
+)
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 NAMESPACE = "poison"
 WORKERS, SMALL_GANGS, PACE_SECONDS, DEADLINE = 1270, 30, 1.0, 600.0
+ATTACK_NAMESPACE, ATTACK_GANGS, BYSTANDERS, ATTACK_NODES = "poison-attack", 64, 5, 5_000
 
 
 def pod(name: str, group: str, gpus: int, cpu: str = "1") -> dict[str, Any]:
@@ -160,17 +180,172 @@ async def workload(instance: Instance, port: int) -> dict[str, Any]:
     }
 
 
+def attack_pod(g: int, tolerations: int) -> dict[str, Any]:
+    """Gang `g`'s one pod: 9 GPUs (never fits an 8-GPU node), its own keys (its own shape)."""
+    _, terms, expressions, values = GANG_POD_LIMITS
+    body = pod(f"attack-{g:02d}", f"attack-{g:02d}", 9)
+    spec = body["spec"]
+    spec["tolerations"] = [
+        {"key": f"attack{g}.example.com/t{i}", "operator": "Exists"} for i in range(tolerations)
+    ]
+    spec["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": f"attack{g}.example.com/k{t}-{e}",
+                                "operator": "NotIn",
+                                "values": [f"v{i}" for i in range(values)],
+                            }
+                            for e in range(expressions)
+                        ]
+                    }
+                    for t in range(terms)
+                ]
+            }
+        }
+    }
+    return body
+
+
+async def cost_attack(instance: Instance, port: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The attack on the instance: what it measured, and the attack pods as the apiserver has them."""
+    api = await api_client(instance.kubeconfig("admin"))
+    tenant = await api_client(instance.kubeconfig("tenant"))
+    async with api, tenant:
+        await create_namespace(api, ATTACK_NAMESPACE)
+        binding = {
+            "metadata": {"name": "tenant-edit"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+            "subjects": [
+                {"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "tenant@example.com"}
+            ],
+        }
+        await client.RbacAuthorizationV1Api(api).create_namespaced_role_binding(ATTACK_NAMESPACE, binding)
+        core, custom = client.CoreV1Api(tenant), client.CustomObjectsApi(api)
+        tolerations = GANG_POD_LIMITS[0]
+        try:
+            await core.create_namespaced_pod(ATTACK_NAMESPACE, attack_pod(99, tolerations + 1), dry_run="All")
+            refused = ""
+        except client.ApiException as err:
+            refused = str(json.loads(err.body)["message"])[:200]
+        if "quorum-gang-pod-size" not in refused:
+            raise AssertionError(f"{tolerations + 1} tolerations were not refused: {refused!r}")
+        for g in range(ATTACK_GANGS):
+            await create_podgroup(tenant, ATTACK_NAMESPACE, f"attack-{g:02d}", 1)
+        without_attack = await bystanders(api, tenant, "without")
+        before = scrape(port)
+        started = time.monotonic()
+        for g in range(ATTACK_GANGS):
+            await core.create_namespaced_pod(
+                ATTACK_NAMESPACE, attack_pod(g, tolerations), _preload_content=False
+            )
+        created = time.monotonic() - started
+
+        async def all_held() -> bool:
+            listed = await custom.list_namespaced_custom_object(
+                "quorum.dev", "v1alpha1", ATTACK_NAMESPACE, "gangs"
+            )
+            held = sum(
+                1
+                for gang in listed["items"]
+                for c in (gang.get("status") or {}).get("conditions") or []
+                if c["type"] == "Unschedulable" and c["status"] == "True"
+            )
+            return held == ATTACK_GANGS
+
+        await eventually(all_held, timeout=DEADLINE, what=f"the {ATTACK_GANGS} attack gangs held")
+        held_after = time.monotonic() - started
+        with_attack = await bystanders(api, tenant, "with")
+        after = scrape(port)
+        listed = await raw_json(
+            client.CoreV1Api(api).list_namespaced_pod(
+                ATTACK_NAMESPACE, label_selector="quorum.dev/gang", _preload_content=False
+            )
+        )
+        pods = [p for p in listed["items"] if p["metadata"]["name"].startswith("attack-")]
+    return {
+        "gangs": ATTACK_GANGS,
+        "per_pod": f"{tolerations} tolerations, affinity {GANG_POD_LIMITS[1]} terms x "
+        f"{GANG_POD_LIMITS[2]} expressions x {GANG_POD_LIMITS[3]} values",
+        "one_more_toleration_refused": refused,
+        "created_in_s": round(created, 1),
+        "all_held_after_s": round(held_after, 1),
+        "operator_worst_pass_s": round(after.get("quorum_operator_pass_duration_max_seconds", -1), 3),
+        "operator_passes": int(
+            after.get("quorum_operator_pass_duration_seconds_count", 0)
+            - before.get("quorum_operator_pass_duration_seconds_count", 0)
+        ),
+        "bystanders_bound_ms": {"without_attack": without_attack, "with_attack": with_attack},
+    }, pods
+
+
+async def bystanders(api: client.ApiClient, tenant: client.ApiClient, run: str) -> dict[str, int]:
+    """BYSTANDERS gangs of 2 one-GPU pods, one a second: last pod created -> both bound (ms)."""
+    core = client.CoreV1Api(tenant)
+    names = [f"{run}-{g}" for g in range(BYSTANDERS)]
+    for name in names:
+        await create_podgroup(tenant, ATTACK_NAMESPACE, name, 2)
+    # Done when every bystander pod in the namespace is bound (the first run's too, in the second).
+    times = PodTimes(ATTACK_NAMESPACE, BYSTANDERS * 2 * (2 if run == "with" else 1))
+    follower = asyncio.create_task(times.follow(api))
+    await asyncio.sleep(1)
+    for name in names:
+        for i in range(2):
+            await core.create_namespaced_pod(ATTACK_NAMESPACE, pod(f"{name}-{i}", name, 1))
+            times.created[f"{name}-{i}"] = time.monotonic()
+        await asyncio.sleep(PACE_SECONDS)
+    try:
+        await asyncio.wait_for(times.done.wait(), DEADLINE)
+    finally:
+        follower.cancel()
+    bound = [
+        max(times.bound[f"{name}-{i}"] for i in range(2))
+        - max(times.created[f"{name}-{i}"] for i in range(2))
+        for name in names
+    ]
+    return {"p50": round(percentile(bound, 50) * 1000), "max": round(max(bound) * 1000)}
+
+
+def planner_over(pods: list[dict[str, Any]], size: int, passes: int = 6) -> dict[str, Any]:
+    """The planner's passes over these pods (one-pod held gangs) in front of `size` nodes: the
+    first indexes every shape, later ones find them held."""
+    queue = [
+        Gang(ATTACK_NAMESPACE, p["metadata"]["name"], 1, (pod_from_api(p),), members=1, created=float(i),
+             held_since=0.0)
+        for i, p in enumerate(pods)
+    ]  # fmt: skip
+    by_name = {n.name: n for n in nodes_of(size)}
+    planner = Planner(PlannerSettings(starvation_seconds=1e9))
+    times = []
+    for i in range(passes):
+        started = time.perf_counter()
+        planner.plan(by_name, {}, queue, now=1.0, changed=None if i == 0 else ())
+        times.append(time.perf_counter() - started)
+    return {
+        "nodes": size,
+        "gangs": len(queue),
+        "first_pass_ms": round(times[0] * 1000, 1),
+        "worst_later_pass_ms": round(max(times[1:]) * 1000, 1),
+    }
+
+
 def main() -> int:
     instance = Instance("bench-poison")
     instance.down(quiet=True)
     state = instance.up(ClusterSpec(name="bench-poison", pool_size=200, client_qps=500, client_burst=1000))
     try:
         result = asyncio.run(workload(instance, state.ports.operator))
+        result["cost_attack"], attack_pods = asyncio.run(cost_attack(instance, state.ports.operator))
         log = instance.layout.log("quorum-operator").read_text(errors="replace")
         result["lease_lost"] = log.count("lost the Lease")
         result["recursion_errors"] = log.count("RecursionError")
     finally:
         instance.down(quiet=True)
+    # With the control plane stopped: the planner alone, as a leader's first pass would run it.
+    result["cost_attack"]["planner"] = planner_over(attack_pods, ATTACK_NODES)
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     out = RESULTS / f"{stamp}-poison.json"
