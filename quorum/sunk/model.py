@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from quorum.core.conditions import GangState, Waiting, compose, keep_transition_times
 from quorum.core.requests import pod_requests
+from quorum.core.times import timestamp
 
 PREFIX = "sunk.coreweave.com/"
 PARTITION = PREFIX + "partition"
@@ -579,6 +580,20 @@ def stop_refusal(job_id: int, jobs: Sequence[JobView], our_user: str) -> StopRef
             "job Slurm is ending (cancelled, preempted, out of time); its pods stay",
         )
     return None
+
+
+def goes_with_ended_job(pod: Mapping[str, Any], job_id: int, ended_at: float) -> bool:
+    """Whether a pod of the job's pod or gang goes when job `job_id` ended at `ended_at` (Slurm's
+    end time, whole seconds). A bound pod goes if its Binding recorded that job (never if it
+    recorded another); one bound before Bindings recorded the job, if it was made by the end. An
+    unbound pod goes if it was made in an earlier second: one made in the end's own second cannot
+    be told from the next submission's, so it is spared and submitted again."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    created = timestamp(meta.get("creationTimestamp"))
+    if spec.get("nodeName"):
+        recorded = (meta.get("annotations") or {}).get(JOB_ID)
+        return recorded == str(job_id) if recorded is not None else created <= ended_at
+    return created < ended_at
 
 
 def bound_by(pod: Mapping[str, Any], job_id: int) -> bool:

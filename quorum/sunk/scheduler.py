@@ -40,7 +40,7 @@ from quorum.core.gangs import (
     gang_markers,
     parse_min_available,
 )
-from quorum.k8s.convert import gang_record, timestamp
+from quorum.k8s.convert import gang_record
 from quorum.k8s.watch import watch_objects
 from quorum.k8s.writes import now
 from quorum.sunk import model
@@ -122,6 +122,9 @@ class SunkScheduler:
         self.gang_written: dict[str, JSON] = {}  # gang key -> the Gang status last written
         # pod uid -> the job this process bound it to: known before the watch shows the Binding
         self.bound_jobs: dict[str, int] = {}
+        # pod uid -> (job, the pod's resourceVersion) of a Binding sent whose answer has not come,
+        # or was lost: it may have bound the pod
+        self.binding: dict[str, tuple[int, str]] = {}
         self.schedulers_of: dict[tuple[str, str], set[str]] = {}  # (ns, gang) -> schedulerNames
         self.schedulers_pass = -1
         self.node_locks: dict[str, asyncio.Lock] = {}
@@ -181,6 +184,7 @@ class SunkScheduler:
     async def reconcile(self) -> model.Counts:
         counts = model.Counts()
         self.bound_jobs = {uid: job for uid, job in self.bound_jobs.items() if uid in self.pods.items}
+        self.binding = {uid: b for uid, b in self.binding.items() if uid in self.pods.items}
         jobs = await self.slurm.jobs()
         by_key: dict[str, list[Job]] = {}
         for job in jobs:
@@ -209,8 +213,13 @@ class SunkScheduler:
             live = [j for j in by_key.get(key, []) if j.alive]
             pending = [p for p in mine if not (p.get("spec") or {}).get("nodeName")]
             if not live and pending:
-                ended_at = max((j.end_time or 0 for j in by_key.get(key, [])), default=0)
-                fresh = [p for p in pending if timestamp(p["metadata"].get("creationTimestamp")) > ended_at]
+                ended = [j for j in by_key.get(key, []) if j.end_time]
+                last = max(ended, key=lambda j: j.end_time or 0, default=None)
+                fresh = [
+                    p
+                    for p in pending
+                    if last is None or not model.goes_with_ended_job(p, last.group_id, last.end_time or 0)
+                ]
                 if fresh:
                     counts.submitted += await self.submit(key, fresh, counts)
             elif live and pending:
@@ -459,9 +468,10 @@ class SunkScheduler:
         placeholder = model.plan_placeholder(requests, gang)
         components = sorted(live, key=lambda j: j.het_job_offset)
         if len(components) != len(placeholder.components):
-            log.warning("job %s has %d components for %d shapes; cancelling it", live[0].group_id,
-                        len(components), len(placeholder.components))  # fmt: skip
-            await self.slurm.cancel(live[0].group_id)
+            # A member of one shape is gone (its replacement comes): wait for it. A job is
+            # cancelled only once all its pods are gone (reconcile), never under pods that are there.
+            log.info("job %s has %d components for %d shapes now; waiting for the gang's members",
+                     live[0].group_id, len(components), len(placeholder.components))  # fmt: skip
             return 0
         where: dict[str, str] = {}
         for component, job in zip(placeholder.components, components, strict=True):
@@ -478,14 +488,18 @@ class SunkScheduler:
                 continue
             if not await self.api.add_toleration(pod, model.LOCK_TOLERATION):
                 continue
-            if await self.api.bind_pod(pod, node, job.group_id):
-                self.bound_jobs[uid] = job.group_id
-                bound += 1
-                await self.event(
-                    pod,
-                    "Scheduled",
-                    f"bound to {node} by Slurm job {job.group_id} (partition {job.partition})",
-                )
+            # Until its answer comes, a stop of the job must not take the pod for unbound; if the
+            # answer is lost, until the watch shows which it was (`unsure`).
+            self.binding[uid] = (job.group_id, pod["metadata"].get("resourceVersion", ""))
+            if not await self.api.bind_pod(pod, node, job.group_id):
+                del self.binding[uid]  # refused (gone, or bound already): not by us
+                continue
+            del self.binding[uid]
+            self.bound_jobs[uid] = job.group_id
+            bound += 1
+            await self.event(
+                pod, "Scheduled", f"bound to {node} by Slurm job {job.group_id} (partition {job.partition})"
+            )
         return bound
 
     # -- jobs that ended -------------------------------------------------------------------------
@@ -496,8 +510,8 @@ class SunkScheduler:
         ended_at = job.end_time or time.time()  # 0 while Slurm has not recorded the end yet
         deleted = 0
         for pod in mine:
-            if timestamp(pod["metadata"].get("creationTimestamp")) > ended_at:
-                continue  # made after the job ended: the next submission's
+            if not model.goes_with_ended_job(pod, job.group_id, ended_at):
+                continue  # made after the job ended (the next submission's), or another job's
             await self.event(pod, end.reason, end.message, warning=True)
             if await self.api.delete_pod(pod):
                 deleted += 1
@@ -518,11 +532,9 @@ class SunkScheduler:
         deadline = loop.time() + self.settings.stop_seconds
         asked: set[str] = set()
         while True:
-            mine = [
-                p for p in self.ours()
-                if self.key_of_pod(p) == key and self.bound_to(p, job.group_id) and not finished(p)
-            ]  # fmt: skip
-            if not mine:
+            of_key = [p for p in self.ours() if self.key_of_pod(p) == key and not finished(p)]
+            mine = [p for p in of_key if self.bound_to(p, job.group_id)]
+            if not mine and not any(self.unsure(p, job.group_id) for p in of_key):
                 return True
             for pod in mine:
                 uid = pod["metadata"]["uid"]
@@ -533,6 +545,17 @@ class SunkScheduler:
             if loop.time() > deadline:
                 return False
             await asyncio.sleep(0.2)
+
+    def unsure(self, pod: JSON, job_id: int) -> bool:
+        """A Binding of the pod to the job was sent and its answer has not come (or was lost),
+        and the watch has not shown the pod since: it may be on the job's node."""
+        sent = self.binding.get(pod["metadata"]["uid"])
+        return (
+            sent is not None
+            and sent[0] == job_id
+            and not (pod.get("spec") or {}).get("nodeName")
+            and pod["metadata"].get("resourceVersion", "") == sent[1]
+        )
 
     def bound_to(self, pod: JSON, job_id: int) -> bool:
         """This scheduler bound the pod to the job: its Binding's record on the pod, or this

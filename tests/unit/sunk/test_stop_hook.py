@@ -11,11 +11,15 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.sunk import model
 from quorum.sunk.hooks import make_app
+from quorum.sunk.scheduler import SunkScheduler
+from quorum.sunk.settings import SunkSettings
 from quorum.sunk.slurm import Job
-from tests.unit.sunk.fakes import FakeSunkApi
-from tests.unit.sunk.test_reconcile import CREATED_AT, Cluster, pod, podgroup
+from tests.unit.sunk.fakes import JSON, FakeSunkApi
+from tests.unit.sunk.test_reconcile import ALLOWED, CREATED_AT, Cluster, pod, podgroup
 
 TOKEN = "t" * 32
+# A stop waits for its pods KillWait - 5 s: 6 s here (the pods' grace period is 5 s).
+QUICK = SunkSettings(namespaces=ALLOWED, slurm_kill_wait_seconds=11)
 
 
 @pytest.fixture
@@ -139,9 +143,13 @@ async def test_a_stop_for_an_earlier_job_of_the_same_gang_leaves_the_pods_of_the
     assert cluster.api.pods == {}
 
 
-async def test_a_stop_leaves_a_pod_of_the_gang_that_was_never_bound_to_the_job(cluster: Cluster) -> None:
-    """Only pods bound to the job count: one pod's binding failed, so the stop deletes the other,
-    and the next pass deletes the unbound one for the job that ended (with the same Event)."""
+async def test_a_stop_leaves_a_pod_of_the_gang_whose_binding_failed(cluster: Cluster) -> None:
+    """Only pods bound to the job are the stop's: one pod's Binding failed (etcd timed out), so
+    the stop deletes the other. Whether the failed one was bound it cannot know until the watch
+    shows the pod again, so it does not say "pods gone" (504: the script drains the node); the
+    next pass deletes the unbound pod for the job that ended (with the same Event)."""
+    cluster.scheduler = SunkScheduler(QUICK, cluster.api, cluster.slurm)
+    cluster.api.watch(cluster.scheduler)
     cluster.api.add_group("scheduling.sigs.k8s.io", "v1alpha1", podgroup("train", 2))
     for i in range(2):
         cluster.api.add_pod(pod(f"train-{i}", "train"))
@@ -154,7 +162,7 @@ async def test_a_stop_leaves_a_pod_of_the_gang_that_was_never_bound_to_the_job(c
     cluster.api.failing.clear()
     cluster.slurm.stopping(group)
 
-    assert await stop(cluster, group) == (200, "pods gone")
+    assert await stop(cluster, group) == (504, "pods still there")
     assert pod_names(cluster.api) == {"train-1"}
     cluster.slurm.end(group, "CANCELLED", end_time=CREATED_AT + 60)
     assert (await cluster.reconcile()).deleted == 1
@@ -201,3 +209,34 @@ def test_a_stop_is_legitimate_only_while_slurm_ends_the_job(
     assert model.stop_refusal(7, [stranger], "root") is not None, "never another user's job"
     unmarked = job.model_copy(update={"comment": "nightly batch"})
     assert model.stop_refusal(7, [unmarked], "root") is not None, "never a job without quorum's comment"
+
+
+class AnswerLostApi(FakeSunkApi):
+    """The apiserver binds `lose` but its answer never comes back (a timeout after the write)."""
+
+    lose = "train-1"
+
+    async def bind_pod(self, pod: JSON, node: str, job_id: int) -> bool:
+        bound = await super().bind_pod(pod, node, job_id)
+        if pod["metadata"]["name"] == self.lose:
+            raise ApiException(status=504, reason="Gateway Timeout")
+        return bound
+
+
+async def test_a_stop_does_not_call_pods_gone_while_a_binding_to_the_job_may_have_happened() -> None:
+    """The Binding of train-1 was made but its answer lost, and the scheduler's view does not
+    show it yet: the stop deletes what it knows is bound and then answers that pods may still be
+    there (504: the script drains the node), never "pods gone" over a pod that may be on it."""
+    cluster = Cluster()
+    cluster.api = AnswerLostApi()
+    cluster.scheduler = SunkScheduler(QUICK, cluster.api, cluster.slurm)
+    group = await cluster.submitted_gang()
+    cluster.slurm.start(group, [("gpu-a", 2, 2), ("gpu-b", 2, 2)])
+    with pytest.raises(ApiException, match="Gateway Timeout"):
+        await cluster.reconcile()
+    lost = cluster.api.pod("train-1")
+    assert lost is not None and model.bound_by(lost, group), "the set-up: bound, unbeknown to it"
+    cluster.slurm.stopping(group)
+
+    assert await stop(cluster, group) == (504, "pods still there")
+    assert pod_names(cluster.api) == {"train-1"}, "train-0, known bound, went; train-1 is unknown"
