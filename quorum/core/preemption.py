@@ -250,8 +250,7 @@ def choose_victims(
         return NoPreemption(gang, "Fits", "it fits without taking anything", checker.checks)
     lower = [w for w in work if may_take(gang.priority, interruptable, w)]
     useful = [w for w in lower if any(p.node in eligible for p in w.pods)]
-    # Work its budgets let go first: a set that breaks no budget beats every set that breaks one.
-    candidates = sorted(useful, key=lambda w: (bool(_budget_forbids(w, budgets)), preference(w)))
+    candidates = _within_budgets_first(sorted(useful, key=preference), budgets)
     candidates = candidates[: settings.max_candidates]
     if not candidates:
         return NoPreemption(
@@ -327,12 +326,22 @@ class _Checker:
         return result
 
 
-def _budget_forbids(work: Work, budgets: Sequence[DisruptionBudget]) -> bool:
-    """A budget would not let this work go whole, taken alone."""
-    uids = {p.uid for p in work.pods}
-    return any(
-        budget.namespace == work.namespace and len(uids & budget.pods) > budget.allowed for budget in budgets
-    )
+def _within_budgets_first(ordered: Sequence[Work], budgets: Sequence[DisruptionBudget]) -> list[Work]:
+    """The work in the order of preference, but what the budgets let go *together with the work
+    before it* first (kube-scheduler's filterPodsWithPDBViolation): every prefix of that part
+    keeps every budget, so a set that keeps them all is found before one that passes one."""
+    taken = [0] * len(budgets)  # pods of each budget the work kept so far takes
+    within: list[Work] = []
+    past: list[Work] = []
+    for work in ordered:
+        uids = {p.uid for p in work.pods}
+        counts = [len(uids & b.pods) for b in budgets]
+        if all(t + n <= b.allowed for t, n, b in zip(taken, counts, budgets, strict=True) if n):
+            within.append(work)
+            taken = [t + n for t, n in zip(taken, counts, strict=True)]
+        else:
+            past.append(work)
+    return within + past
 
 
 def _budgets_broken(victims: Sequence[Work], budgets: Sequence[DisruptionBudget]) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from quorum.core.gangs import (
     queued_since,
 )
 from quorum.core.model import Gang, Pod, resources
+from quorum.core.preemption import HIGHEST_USER_PRIORITY
 from quorum.core.quantity import QuantityError
 from quorum.k8s.convert import pod_from_api
 
@@ -255,9 +256,12 @@ class GangView:
         """A Kubernetes 1.36 PodGroup's own `priority` when it has one; otherwise the highest of
         its pods' (admission resolved their priorityClassName)."""
         own = ((self.group or {}).get("spec") or {}).get("priority")
-        if isinstance(own, int):
-            return own
-        return max(((p.get("spec") or {}).get("priority") or 0 for p in self.pods), default=0)
+        pods = max(((p.get("spec") or {}).get("priority") or 0 for p in self.pods), default=0)
+        if isinstance(own, int) and not isinstance(own, bool):
+            # A system class counts only as far as its pods have it: only pods are held to the
+            # platform's quota on those classes, so a group object alone cannot claim one.
+            return own if own <= HIGHEST_USER_PRIORITY else min(own, pods)
+        return pods
 
 
 def assemble(store: Store, just_released: frozenset[str] = frozenset()) -> list[GangView]:

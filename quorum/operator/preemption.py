@@ -95,7 +95,7 @@ def group_facts(view: GangView) -> GroupFacts:
     priority = spec.get("priority") if isinstance(spec, dict) else None
     mode = spec.get("disruptionMode") if isinstance(spec, dict) else None
     return GroupFacts(
-        priority if isinstance(priority, int) and not isinstance(priority, bool) else None,
+        view.priority() if isinstance(priority, int) and not isinstance(priority, bool) else None,
         mode if isinstance(mode, str) else None,
         annotations.get("quorum.dev/preemptible") != "false",
     )
@@ -313,7 +313,9 @@ class Preempter:
                 for v in preemption.victims
             ],
         }
-        await self.statuses.patch(key, {"preemption": record})
+        if not await self.statuses.patch(key, {"preemption": record}):
+            log.info("%s: its Gang is gone; nothing preempted", who)
+            return  # not recorded: nothing may be taken
         self.records[key] = record
         self.why_not.pop(key, None)
         for name in preemption.nodes:

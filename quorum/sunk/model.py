@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -582,18 +582,31 @@ def stop_refusal(job_id: int, jobs: Sequence[JobView], our_user: str) -> StopRef
     return None
 
 
-def goes_with_ended_job(pod: Mapping[str, Any], job_id: int, ended_at: float) -> bool:
+def goes_with_ended_job(
+    pod: Mapping[str, Any], job_id: int, ended_at: float, live: Collection[int] = ()
+) -> bool:
     """Whether a pod of the job's pod or gang goes when job `job_id` ended at `ended_at` (Slurm's
-    end time, whole seconds). A bound pod goes if its Binding recorded that job (never if it
-    recorded another); one bound before Bindings recorded the job, if it was made by the end. An
+    end time, whole seconds); `live`: the key's jobs still alive. A bound pod goes unless its
+    Binding recorded a job that is still alive (the annotation is the pod owner's to edit, so a
+    record of anything else — another id, none — does not keep a pod on a node Slurm freed). An
     unbound pod goes if it was made in an earlier second: one made in the end's own second cannot
     be told from the next submission's, so it is spared and submitted again."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    created = timestamp(meta.get("creationTimestamp"))
     if spec.get("nodeName"):
-        recorded = (meta.get("annotations") or {}).get(JOB_ID)
-        return recorded == str(job_id) if recorded is not None else created <= ended_at
-    return created < ended_at
+        return not _recorded_live(pod, live, job_id)
+    return timestamp(meta.get("creationTimestamp")) < ended_at
+
+
+def _recorded_live(pod: Mapping[str, Any], live: Collection[int], but: int) -> bool:
+    recorded = ((pod.get("metadata") or {}).get("annotations") or {}).get(JOB_ID)
+    return recorded is not None and recorded.isdigit() and int(recorded) in live and int(recorded) != but
+
+
+def on_jobs_nodes(pod: Mapping[str, Any], job_id: int, live: Collection[int]) -> bool:
+    """A bound pod of the job's key that the stop of job `job_id` must see gone: every bound pod
+    of the key, unless its Binding recorded another job that is still alive (a pod bound before
+    Bindings recorded the job, or whose record its owner changed, counts)."""
+    return bool((pod.get("spec") or {}).get("nodeName")) and not _recorded_live(pod, live, job_id)
 
 
 def bound_by(pod: Mapping[str, Any], job_id: int) -> bool:

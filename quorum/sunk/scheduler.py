@@ -49,6 +49,9 @@ from quorum.sunk.settings import SunkSettings
 from quorum.sunk.slurm import Job, Slurm, SlurmError, SlurmUnavailable, drain_node, resume_node
 
 log = logging.getLogger("quorum.sunk")
+# How long a Binding whose answer was lost may still land (the apiserver's request timeout): a
+# stop of its job does not answer "pods gone" before then unless the watch shows the pod bound.
+BINDING_SETTLES = 60.0
 PASSES = prometheus_client.Counter("quorum_sunk_passes_total", "Reconcile passes, by result", ["result"])
 ACTIONS = prometheus_client.Counter(
     "quorum_sunk_actions_total",
@@ -122,9 +125,9 @@ class SunkScheduler:
         self.gang_written: dict[str, JSON] = {}  # gang key -> the Gang status last written
         # pod uid -> the job this process bound it to: known before the watch shows the Binding
         self.bound_jobs: dict[str, int] = {}
-        # pod uid -> (job, the pod's resourceVersion) of a Binding sent whose answer has not come,
-        # or was lost: it may have bound the pod
-        self.binding: dict[str, tuple[int, str]] = {}
+        # pod uid -> (job, when its answer was lost, or None while it is awaited) of a Binding
+        # sent: it may have bound the pod
+        self.binding: dict[str, tuple[int, float | None]] = {}
         self.schedulers_of: dict[tuple[str, str], set[str]] = {}  # (ns, gang) -> schedulerNames
         self.schedulers_pass = -1
         self.node_locks: dict[str, asyncio.Lock] = {}
@@ -488,13 +491,17 @@ class SunkScheduler:
                 continue
             if not await self.api.add_toleration(pod, model.LOCK_TOLERATION):
                 continue
-            # Until its answer comes, a stop of the job must not take the pod for unbound; if the
-            # answer is lost, until the watch shows which it was (`unsure`).
-            self.binding[uid] = (job.group_id, pod["metadata"].get("resourceVersion", ""))
-            if not await self.api.bind_pod(pod, node, job.group_id):
-                del self.binding[uid]  # refused (gone, or bound already): not by us
-                continue
+            # Until its answer comes a stop of the job must not take the pod for unbound, nor for
+            # a while if the answer is lost (`unsure`).
+            self.binding[uid] = (job.group_id, None)
+            try:
+                bound_now = await self.api.bind_pod(pod, node, job.group_id)
+            except BaseException:
+                self.binding[uid] = (job.group_id, time.monotonic())
+                raise
             del self.binding[uid]
+            if not bound_now:
+                continue  # refused (gone, or bound already): not by us
             self.bound_jobs[uid] = job.group_id
             bound += 1
             await self.event(
@@ -528,12 +535,13 @@ class SunkScheduler:
         key = next(k for k in map(self.key_of_job, jobs) if k)
         job = next((j for j in jobs if j.job_id == job_id), jobs[0])
         end = model.ended(job.group_id, job.job_state, job.state_reason, bool(job.preempt_time))
+        others = {j.group_id for j in await self.live_jobs(key) if j.group_id != job.group_id}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.stop_seconds
         asked: set[str] = set()
         while True:
             of_key = [p for p in self.ours() if self.key_of_pod(p) == key and not finished(p)]
-            mine = [p for p in of_key if self.bound_to(p, job.group_id)]
+            mine = [p for p in of_key if self.bound_to(p, job.group_id, others)]
             if not mine and not any(self.unsure(p, job.group_id) for p in of_key):
                 return True
             for pod in mine:
@@ -547,20 +555,25 @@ class SunkScheduler:
             await asyncio.sleep(0.2)
 
     def unsure(self, pod: JSON, job_id: int) -> bool:
-        """A Binding of the pod to the job was sent and its answer has not come (or was lost),
-        and the watch has not shown the pod since: it may be on the job's node."""
+        """A Binding of the pod to the job was sent and its answer has not come, or was lost
+        less than `BINDING_SETTLES` ago, and the watch has not shown the pod bound: it may be on
+        the job's node."""
         sent = self.binding.get(pod["metadata"]["uid"])
+        if sent is None or sent[0] != job_id or (pod.get("spec") or {}).get("nodeName"):
+            return False
+        lost_at = sent[1]
+        return lost_at is None or time.monotonic() - lost_at < BINDING_SETTLES
+
+    def bound_to(self, pod: JSON, job_id: int, others: set[int]) -> bool:
+        """The pod is on the job's nodes as far as this scheduler can tell: bound, and not
+        recorded for another live job (`others`); or bound by this process a moment ago, before
+        the watch shows it."""
         return (
-            sent is not None
-            and sent[0] == job_id
-            and not (pod.get("spec") or {}).get("nodeName")
-            and pod["metadata"].get("resourceVersion", "") == sent[1]
+            model.on_jobs_nodes(pod, job_id, others) or self.bound_jobs.get(pod["metadata"]["uid"]) == job_id
         )
 
-    def bound_to(self, pod: JSON, job_id: int) -> bool:
-        """This scheduler bound the pod to the job: its Binding's record on the pod, or this
-        process's own until the watch shows the Binding."""
-        return model.bound_by(pod, job_id) or self.bound_jobs.get(pod["metadata"]["uid"]) == job_id
+    async def live_jobs(self, key: str) -> list[Job]:
+        return [j for j in await self.slurm.jobs() if j.alive and self.key_of_job(j) == key]
 
     # -- node locking ----------------------------------------------------------------------------
 

@@ -277,6 +277,10 @@ NEVER_VICTIMS: dict[str, Callable[[JSON], object]] = {
         ownerReferences=[{"kind": "DaemonSet", "name": "d", "uid": "u", "controller": True}]
     ),
     "static": lambda p: p["metadata"].update(annotations={"kubernetes.io/config.mirror": "x"}),
+    "a Node's": lambda p: p["metadata"].update(
+        ownerReferences=[{"kind": "Node", "name": "n", "uid": "u", "controller": True}]
+    ),
+    "immune by the platform": lambda p: p["metadata"].update(annotations={"quorum.dev/preemptible": "false"}),
 }
 
 

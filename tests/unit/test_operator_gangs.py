@@ -176,6 +176,10 @@ def test_a_workload_podgroups_priority_and_disruption_mode_go_to_the_gang() -> N
     assert gang.priority == 100 and gang.disruption_mode == "PodGroup"
     del group["spec"]["priority"]
     assert assemble(store)[0].to_core().priority == 5, "else the pods' own"
+    group["spec"]["priority"] = 2_000_001_000  # system-node-critical, named on the group alone
+    assert assemble(store)[0].to_core().priority == 5, "a group cannot claim a system class its pods lack"
+    member["spec"]["priority"] = 2_000_000_000
+    assert assemble(store)[0].to_core().priority == 2_000_000_000, "as far as its pods have one"
 
 
 def test_a_malformed_group_leaves_its_gang_waiting_with_what_to_fix() -> None:

@@ -115,6 +115,19 @@ def test_a_budget_is_kept_where_another_victim_will_do_but_never_vetoes() -> Non
     assert "past PodDisruptionBudget lo/keep-one" in passed.summary()
 
 
+def test_a_set_within_every_budget_beats_one_whose_items_each_keep_it_but_together_do_not() -> None:
+    """a and b share a node and a budget that allows one; c, less preferred, would do alone."""
+    nodes = [node(0), node(1)]
+    pods = [
+        running("a", "n0", 4, priority=1),
+        running("b", "n0", 4, priority=1),
+        running("c", "n1", priority=5),
+    ]
+    budget = DisruptionBudget("lo", "one-at-a-time", frozenset({"a", "b"}), 1)
+    result = choose(gang(1), nodes, pods, budgets=[budget])
+    assert victims(result) == ["c"] and isinstance(result, Preemption) and result.past_budgets == ()
+
+
 def test_victims_that_each_keep_a_budget_but_together_pass_it_say_so() -> None:
     nodes = [node(0), node(1)]
     pods = [running("a", "n0", priority=1), running("b", "n1", priority=1)]
@@ -231,8 +244,15 @@ def clusters(draw: st.DrawFn) -> Case:
     return nodes, pods, g, draw(st.booleans()), budgets
 
 
-def breaks_a_budget(work: Work, budgets: list[DisruptionBudget]) -> bool:
-    return any(len({p.uid for p in work.pods} & b.pods) > b.allowed for b in budgets)
+def budgets_first(ordered: list[Work], budgets: list[DisruptionBudget]) -> list[Work]:
+    """The oracle's order: in preference order, what keeps every budget together with what came
+    before it, then the rest."""
+    within: list[Work] = []
+    for work in ordered:
+        uids = {p.uid for w in [*within, work] for p in w.pods}
+        if all(len(uids & b.pods) <= b.allowed for b in budgets):
+            within.append(work)
+    return within + [w for w in ordered if w not in within]
 
 
 def fits_without(g: Gang, nodes: list[Node], pods: list[RunningPod], gone: set[str]) -> bool:
@@ -250,9 +270,12 @@ def test_victims_may_be_taken_are_whole_free_enough_and_are_the_least_in_the_ord
     result = choose_victims(
         g, {n.name: n for n in nodes}, free_after(nodes, pods), work, budgets, interruptable=soft_preemptor
     )
-    allowed = sorted(
-        (w for w in work if may_take(g.priority, soft_preemptor, w) and any(p.node for p in w.pods)),
-        key=lambda w: (breaks_a_budget(w, budgets), preference(w)),
+    allowed = budgets_first(
+        sorted(
+            (w for w in work if may_take(g.priority, soft_preemptor, w) and any(p.node for p in w.pods)),
+            key=preference,
+        ),
+        budgets,
     )
     fitting = [
         set(c)

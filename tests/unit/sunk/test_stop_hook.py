@@ -240,3 +240,26 @@ async def test_a_stop_does_not_call_pods_gone_while_a_binding_to_the_job_may_hav
 
     assert await stop(cluster, group) == (504, "pods still there")
     assert pod_names(cluster.api) == {"train-1"}, "train-0, known bound, went; train-1 is unknown"
+
+
+async def test_a_pod_whose_owner_rewrote_its_job_record_still_goes_with_the_job(cluster: Cluster) -> None:
+    """The tenant edits `sunk.coreweave.com/job-id` on its bound pod (annotations are its to
+    edit) to stay on the node after its job ends: the stop and the pass after the end both take
+    a bound pod whose record names no live job of its key, and the node is not left to it."""
+    group = await bound_gang(cluster)
+    for name, record in (("train-0", "999999"), ("train-1", None)):
+        found = cluster.api.pod(name)
+        assert found is not None
+        annotations = found["metadata"]["annotations"]
+        if record is None:
+            del annotations[model.JOB_ID]
+        else:
+            annotations[model.JOB_ID] = record
+    # A scheduler that restarted since: it knows only what the pods say.
+    cluster.scheduler = SunkScheduler(QUICK, cluster.api, cluster.slurm)
+    cluster.api.watch(cluster.scheduler)
+    cluster.api.sync(cluster.scheduler)
+    cluster.slurm.stopping(group)
+    assert await stop(cluster, group) == (200, "pods gone")
+    assert cluster.api.pods == {}, "both deleted, each after its Event"
+    assert {e[0] for e in cluster.api.events if e[1] == "SlurmJobCancelled"} == {"train-0", "train-1"}
