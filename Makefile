@@ -5,6 +5,10 @@ NAME ?= default
 SIZE ?=
 SLURM ?=
 PYTEST_ARGS ?=
+# `make up K8S=1.37`: another Kubernetes minor for the local control plane (default 1.36).
+ifdef K8S
+export QUORUM_K8S := $(K8S)
+endif
 # The venv lives outside the repo (~/.cache/quorum/venv/<hash>), shared by clones.
 PY = PYTHONPATH="$(CURDIR)" "$$(hack/ensure-venv)/bin/python"
 VENV_BIN = "$$(hack/ensure-venv)/bin"

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from quorum.devcluster.versions import DEFAULT_FEATURE_GATES
+from quorum.devcluster.versions import DEFAULT_FEATURE_GATES, RELEASE
 from quorum.install import DEFAULT_NAMESPACE
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -40,7 +40,7 @@ class ClusterSpec:
 
     name: str = "default"
     feature_gates: Mapping[str, bool] = field(default_factory=lambda: dict(DEFAULT_FEATURE_GATES))
-    runtime_config: str = "api/alpha=true"
+    runtime_config: str = RELEASE.runtime_config
     # KubeSchedulerConfiguration `profiles`; None keeps the scheduler's default profile.
     scheduler_profiles: list[dict[str, Any]] | None = None
     # Client QPS/burst of kube-scheduler and kube-controller-manager (benchmarks raise them).

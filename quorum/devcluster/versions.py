@@ -9,23 +9,15 @@ The staging modules (k8s.io/api, k8s.io/client-go, ...) are released as v0.<mino
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 
 KUBERNETES_VERSION = "v1.36.4"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
 
-# kwok v0.8 and k8s.io/kubernetes v1.36 both declare `go 1.26.0`.
+# kwok v0.8 and k8s.io/kubernetes v1.36 and v1.37 all declare `go 1.26.0`.
 MIN_GO_VERSION = (1, 26, 0)
-
-# Feature gates that apiserver, controller-manager and scheduler all get, the same on all three
-# (docs/architecture.md, "The local control plane").
-DEFAULT_FEATURE_GATES: dict[str, bool] = {
-    "GenericWorkload": True,
-    "GangScheduling": True,
-    "TopologyAwareWorkloadScheduling": True,
-    "WorkloadAwarePreemption": True,
-}
 
 KUBERNETES_BINARIES = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 ALL_BINARIES = (*KUBERNETES_BINARIES, "etcd", "kwok")
@@ -51,4 +43,41 @@ class Pins:
         return f"{text}_{hashlib.sha256(text.encode()).hexdigest()[:6]}"
 
 
-PINS = Pins()
+@dataclass(frozen=True)
+class Release:
+    """One Kubernetes minor the local control plane can run: its pins, and the feature gates and
+    runtime-config that apiserver, controller-manager and scheduler all get for Workload Aware
+    Scheduling (docs/architecture.md, "The local control plane")."""
+
+    pins: Pins
+    feature_gates: dict[str, bool]
+    runtime_config: str
+
+
+RELEASES: dict[str, Release] = {
+    "1.36": Release(
+        Pins(),
+        {
+            "GenericWorkload": True,
+            "GangScheduling": True,
+            "TopologyAwareWorkloadScheduling": True,
+            "WorkloadAwarePreemption": True,
+        },
+        "api/alpha=true",
+    ),
+    # 1.37 merged GangScheduling and WorkloadAwarePreemption into GenericWorkload; Workload and
+    # PodGroup are served at v1beta1 (beta, off by default) and v1alpha3, no longer v1alpha2.
+    # Not yet the default: quorum reads v1alpha2 only (issue 27).
+    "1.37": Release(
+        Pins("v1.37.2", "v3.7.3", "v0.8.0"),
+        {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True, "CompositePodGroup": True},
+        "api/alpha=true,api/beta=true",
+    ),
+}
+# `make up K8S=1.37` (QUORUM_K8S) picks another; the default is the one quorum is tested on.
+_CHOSEN = os.environ.get("QUORUM_K8S") or "1.36"
+if _CHOSEN not in RELEASES:
+    raise SystemExit(f"QUORUM_K8S={_CHOSEN}: the local control plane runs one of {', '.join(RELEASES)}")
+RELEASE = RELEASES[_CHOSEN]
+PINS = RELEASE.pins
+DEFAULT_FEATURE_GATES = RELEASE.feature_gates
