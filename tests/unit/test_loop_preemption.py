@@ -271,5 +271,8 @@ async def test_a_preemption_whose_room_went_to_another_backs_the_next_one_off() 
             await step(loop)
             assert len(api.victims_deleted) == victims, "preempted again before its backoff ended"
             now.advance(2)
-        await step(loop)
+        for _ in range(3):  # once its backoff has ended it preempts again, within a pass or two
+            await step(loop)
+            if len(api.victims_deleted) == 3:
+                break
         assert len(api.victims_deleted) == 3
