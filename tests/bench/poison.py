@@ -38,12 +38,11 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from quorum.core.model import Gang
-from quorum.core.planner import Planner, PlannerSettings
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.config import ClusterSpec
 from quorum.k8s.convert import pod_from_api
 from tests.bench.end_to_end import PodTimes, percentile
-from tests.bench.planner import GANG_POD_LIMITS, nodes_of
+from tests.bench.planner import GANG_POD_LIMITS, held_passes, nodes_of
 from tests.kube import (
     api_client,
     assert_no_overcommit,
@@ -318,18 +317,7 @@ def planner_over(pods: list[dict[str, Any]], size: int, passes: int = 6) -> dict
         for i, p in enumerate(pods)
     ]  # fmt: skip
     by_name = {n.name: n for n in nodes_of(size)}
-    planner = Planner(PlannerSettings(starvation_seconds=1e9))
-    times = []
-    for i in range(passes):
-        started = time.perf_counter()
-        planner.plan(by_name, {}, queue, now=1.0, changed=None if i == 0 else ())
-        times.append(time.perf_counter() - started)
-    return {
-        "nodes": size,
-        "gangs": len(queue),
-        "first_pass_ms": round(times[0] * 1000, 1),
-        "worst_later_pass_ms": round(max(times[1:]) * 1000, 1),
-    }
+    return {"nodes": size, "gangs": len(queue), **held_passes(by_name, queue, passes)}
 
 
 def main() -> int:
