@@ -6,7 +6,7 @@
 | label `pod-group.scheduling.sigs.k8s.io: <n>` (seeds 000/001)  | `pg-<n>`  |
 | label `scheduling.x-k8s.io/pod-group: <n>` (scheduler-plugins) | `xpg-<n>` |
 | labels `pod-group.scheduling.sigs.k8s.io/name` + `/min-available` | `lbl-<n>` |
-| `spec.schedulingGroup.podGroupName: <n>` (Kubernetes 1.36 WAS)  | `wpg-<n>` |
+| `spec.schedulingGroup.podGroupName: <n>` (Kubernetes WAS)       | `wpg-<n>` |
 
 A pod with several markers belongs to the first row's group. A pod whose schedulerName belongs
 to another scheduler is not quorum's, whatever its labels.
@@ -48,10 +48,12 @@ class GangSource(StrEnum):
 
 
 # The API (group, version) of each PodGroup kind a gang can name; label-only gangs have none.
+# Kubernetes' own PodGroup is read at whichever version the cluster serves (quorum.core.workloads);
+# the version here is the one quorum prefers.
 GROUP_APIS: dict[GangSource, tuple[str, str]] = {
     GangSource.SIGS_POD_GROUP: ("scheduling.sigs.k8s.io", "v1alpha1"),
     GangSource.X_POD_GROUP: ("scheduling.x-k8s.io", "v1alpha1"),
-    GangSource.WORKLOAD_POD_GROUP: ("scheduling.k8s.io", "v1alpha2"),
+    GangSource.WORKLOAD_POD_GROUP: ("scheduling.k8s.io", "v1beta1"),
 }
 
 

@@ -155,8 +155,10 @@ class Gang:
     held_since: float | None = None
     # All pods in one domain of this node label (a rack, a block, a zone), or anywhere.
     topology_key: str | None = None
-    # Kubernetes 1.36's `disruptionMode` (Pod | PodGroup): how this gang may be preempted.
+    # `disruptionMode` (Pod | PodGroup; 1.37's single | all): how this gang may be preempted.
     disruption_mode: str | None = None
+    # The CompositePodGroup (same namespace) whose minGroupCount this gang counts toward.
+    composite: str | None = None
     # One pod of each shape among its pods, in order (computed once: the planner asks often).
     shapes: tuple[Pod, ...] = field(init=False, repr=False, compare=False)
 
@@ -165,6 +167,22 @@ class Gang:
         for pod in self.pods:
             firsts.setdefault(pod.shape, pod)
         object.__setattr__(self, "shapes", tuple(firsts.values()))
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Composite:
+    """A Kubernetes 1.37 CompositePodGroup: of its child gangs, `min_group_count` are released
+    together or none is; all of them in one domain of `topology_key` if it has one."""
+
+    namespace: str
+    name: str
+    min_group_count: int
+    admitted: int = 0  # child gangs admitted already: they count, and take no new room
+    topology_key: str | None = None
 
     @property
     def key(self) -> tuple[str, str]:

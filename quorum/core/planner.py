@@ -51,15 +51,16 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from quorum.core.explain import amount, explain
 from quorum.core.fit import FitSettings
 from quorum.core.index import Key, NodeIndex, NodesOfShape, Shape, ShapeEntry, slots
-from quorum.core.model import Gang, Node, Pod, Resources, fits, subtract
+from quorum.core.model import Composite, Gang, Node, Pod, Resources, fits, subtract
 from quorum.core.topology import domains_of, explain_domains, least_waste_first
 
 _MANY = 1_000_000  # pods that fit where a pod asks for nothing (as `quorum.core.index.slots`)
+MAX_COMPOSITE_DOMAINS = 32  # domains a composite with a topology key is tried in, per pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +189,7 @@ class PassState:
     may_hold: frozenset[tuple[str, str]] = frozenset()  # the starving gangs whose turn it may be
     explained: dict[tuple[object, ...], str] = field(default_factory=dict)  # alike held alike
     touched: set[Shape] = field(default_factory=set)
+    undo: list[tuple[str, dict[str, int]]] = field(default_factory=list)  # (node, free before a commit)
 
 
 class Planner:
@@ -206,25 +208,47 @@ class Planner:
         queue: Sequence[Gang],
         now: float = 0.0,
         changed: Collection[str] | None = None,
+        composites: Mapping[tuple[str, str], Composite] | None = None,
     ) -> Plan:
         """Plan the queue. `changed`: the names of the nodes whose usage or object changed since
-        the previous pass (None: compare everything)."""
+        the previous pass (None: compare everything). `composites`: the CompositePodGroups the
+        queue's gangs name; a composite's gangs are planned together, where its first is."""
         self.sync(nodes, used, changed)
         state = PassState(self.settings.pass_budget, may_hold=self.turn(queue, now))
         releases: list[Release] = []
         holds: list[Hold] = []
         held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]] = {}
-        for gang in sorted(queue, key=queue_order):
+        ordered = sorted(queue, key=queue_order)
+        children: dict[tuple[str, str], list[Gang]] = {}
+        for gang in ordered:
+            if gang.composite is not None:
+                children.setdefault((gang.namespace, gang.composite), []).append(gang)
+        planned: set[tuple[str, str]] = set()
+        for gang in ordered:
+            unit = [gang]
+            composite = None
+            if gang.composite is not None:
+                key = (gang.namespace, gang.composite)
+                if key in planned:
+                    continue
+                planned.add(key)
+                unit = children[key]
+                composite = (composites or {}).get(key)
             try:
-                decided = self.plan_gang(gang, now, state, held)
+                if composite is None:  # not known: each gang on its own
+                    decided: list[Release | Hold | None] = [self.plan_gang(g, now, state, held) for g in unit]
+                else:
+                    decided = [*self.plan_composite(composite, unit, now, state, held)]
             except Exception as err:  # one gang's failure must not stop the others
                 # The index may be half-updated: the next pass rebuilds it from scratch.
                 self.synced = False
-                decided = Hold(gang, "PlanningFailed", f"planning failed: {type(err).__name__}: {err}")
-            if isinstance(decided, Release):
-                releases.append(decided)
-            elif decided is not None:
-                holds.append(decided)
+                message = f"planning failed: {type(err).__name__}: {err}"
+                decided = [Hold(g, "PlanningFailed", message) for g in unit]
+            for one in decided:
+                if isinstance(one, Release):
+                    releases.append(one)
+                elif one is not None:
+                    holds.append(one)
         self.index.keep_only(state.touched)  # shapes no gang asked for this pass are forgotten
         self.held = held
         return Plan(tuple(releases), tuple(holds), state.visits)
@@ -279,8 +303,72 @@ class Planner:
             taken[node.name] = _take(index.free[node.name] if so_far is None else so_far, pod.requests)
         self.committed.update(taken)  # before the index changes: restored next pass if it fails
         for name, room in taken.items():
+            state.undo.append((name, index.free[name]))
             index.set_free(name, room)
         return Release(gang, tuple(outcome.placement))
+
+    def plan_composite(
+        self,
+        composite: Composite,
+        gangs: Sequence[Gang],
+        now: float,
+        state: PassState,
+        held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]],
+    ) -> list[Release | Hold | None]:
+        """A CompositePodGroup's gangs, all-or-nothing at its level: released only if, with the
+        ones admitted already, at least minGroupCount of them are placed together (each whole,
+        node by node, the room of one taken before the next is placed); otherwise the room is
+        given back and all of them wait. With a topology key: all in one domain, the domains
+        tried in order until one takes enough (at most `MAX_COMPOSITE_DOMAINS`)."""
+        if composite.topology_key is None:
+            decided = self._try_composite(composite, gangs, now, state, held)
+            return decided if decided is not None else self._composite_holds(composite, gangs, None)
+        key = composite.topology_key
+        values = sorted({n.labels[key] for n in self.index.nodes.values() if key in n.labels})
+        for value in values[:MAX_COMPOSITE_DOMAINS]:
+            pinned = [
+                replace(
+                    g, pods=tuple(replace(p, node_selector={**p.node_selector, key: value}) for p in g.pods)
+                )
+                for g in gangs
+            ]
+            decided = self._try_composite(composite, pinned, now, state, {})
+            if decided is not None:
+                return decided
+        return self._composite_holds(composite, gangs, (key, len(values)))
+
+    def _try_composite(
+        self,
+        composite: Composite,
+        gangs: Sequence[Gang],
+        now: float,
+        state: PassState,
+        held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]],
+    ) -> list[Release | Hold | None] | None:
+        """The gangs' decisions if enough were placed; None (their room given back) if not."""
+        mark = len(state.undo)
+        decided = [self.plan_gang(g, now, state, held) for g in gangs]
+        placed = composite.admitted + sum(isinstance(d, Release) for d in decided)
+        if placed >= composite.min_group_count:
+            return decided
+        for name, room in reversed(state.undo[mark:]):
+            self.index.set_free(name, room)
+        del state.undo[mark:]
+        return None
+
+    def _composite_holds(
+        self, composite: Composite, gangs: Sequence[Gang], domains: tuple[str, int] | None
+    ) -> list[Release | Hold | None]:
+        where = ""
+        if domains is not None:
+            key, count = domains
+            where = f" in one {key.rsplit('/', 1)[-1]} (node label {key}; {count} tried)"
+        message = (
+            f"CompositePodGroup {composite.name} needs {composite.min_group_count} of its gangs placed "
+            f"together{where} ({composite.admitted} admitted already); fewer fit now, so none of them is "
+            f"released"
+        )
+        return [Hold(g, "WaitingForGroups", message) for g in gangs]
 
     def turn(self, queue: Sequence[Gang], now: float) -> frozenset[tuple[str, str]]:
         """The starving gangs that may hold capacity this pass: starving gangs take turns of

@@ -8,18 +8,30 @@ import sys
 import time
 from pathlib import Path
 
-from quorum.devcluster.build import BuildError, ensure_binaries
+from quorum.devcluster.build import BinaryCache, BuildError, ensure_binaries
 from quorum.devcluster.cluster import ClusterError, Instance, state_root
 from quorum.devcluster.config import ClusterSpec
 from quorum.devcluster.process import is_alive
+from quorum.devcluster.versions import DEFAULT_RELEASE, RELEASES
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    dev = subparsers.add_parser("dev", help="local Kubernetes 1.36 control plane (no Docker)")
+    dev = subparsers.add_parser("dev", help="local Kubernetes control plane (no Docker)")
     cmds = dev.add_subparsers(dest="dev_command", required=True)
-    cmds.add_parser("build", help="build and cache etcd, Kubernetes and kwok binaries")
+    build = cmds.add_parser("build", help="build and cache etcd, Kubernetes and kwok binaries")
+    build.add_argument(
+        "--all",
+        action="store_true",
+        help=f"every Kubernetes minor ({', '.join(RELEASES)}), not only the default",
+    )
     up = cmds.add_parser("up", help="start an instance (a no-op if it is up)")
     up.add_argument("--name", default="default")
+    up.add_argument(
+        "--kubernetes",
+        choices=sorted(RELEASES),
+        default=None,
+        help=f"the Kubernetes minor to run (default {DEFAULT_RELEASE}; env QUORUM_K8S)",
+    )
     up.add_argument("--size", type=int, default=None, help="scale the node pool to ~N nodes")
     up.add_argument("--pool", type=Path, default=None, help="a node-pool file")
     up.add_argument("--qps", type=float, default=None, help="scheduler/controller client QPS")
@@ -38,13 +50,20 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 def run(args: argparse.Namespace) -> int:
     try:
         if args.dev_command == "build":
-            cache = ensure_binaries()
-            print(cache.bin_dir)
+            for name in RELEASES if args.all else [DEFAULT_RELEASE]:
+                print(ensure_binaries(BinaryCache(RELEASES[name].pins)).bin_dir)
         elif args.dev_command == "up":
             # No option: keep a running instance as it is (`make up` twice is a no-op).
             spec = None
-            if any(v is not None for v in (args.pool, args.size, args.qps, args.burst)) or args.slurm:
-                spec = ClusterSpec(name=args.name, pool_file=args.pool, pool_size=args.size, slurm=args.slurm)
+            chosen = (args.pool, args.size, args.qps, args.burst, args.kubernetes)
+            if any(v is not None for v in chosen) or args.slurm:
+                spec = ClusterSpec(
+                    name=args.name,
+                    kubernetes=args.kubernetes or DEFAULT_RELEASE,
+                    pool_file=args.pool,
+                    pool_size=args.size,
+                    slurm=args.slurm,
+                )
                 if args.qps is not None:
                     spec = dataclasses.replace(spec, client_qps=args.qps)
                 if args.burst is not None:

@@ -10,6 +10,7 @@ that started them; `down()` stops exactly the recorded PIDs.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -165,8 +166,11 @@ class Instance:
 
     @property
     def binaries(self) -> BinaryCache:
+        """The binaries of the release this instance runs (or would run: the default)."""
         if self._binaries is None:
-            self._binaries = ensure_binaries()
+            state = self.state()
+            spec = state.spec if state else ClusterSpec(name=self.name)
+            self._binaries = ensure_binaries(BinaryCache(spec.release.pins))
         return self._binaries
 
     def kubectl(
@@ -197,7 +201,8 @@ class Instance:
         self.down(quiet=True)  # whatever is left of an earlier, broken start
         if spec.slurm:
             slurm.ensure_installed()
-        self.binaries  # build first if needed  # noqa: B018
+        if self._binaries is None or self._binaries.pins != spec.release.pins:
+            self._binaries = ensure_binaries(BinaryCache(spec.release.pins))  # build first if needed
         started = time.monotonic()
         shutil.rmtree(self.layout.root, ignore_errors=True)
         for d in (self.layout.pki, self.layout.logs, self.layout.etcd_data):
@@ -314,6 +319,40 @@ class Instance:
             "kube-scheduler": f"https://127.0.0.1:{state.ports.scheduler}/healthz",
         }[component]
         self._wait(component, record, lambda: probe(url), timeout)
+
+    def upgrade(self, kubernetes: str, log: Callable[[str], None] | None = None) -> InstanceState:
+        """Move a running instance to another Kubernetes minor in place, as a platform upgrades a
+        control plane: stop the scheduler, controller-manager, apiserver and etcd; start them
+        from the new release's binaries with its gates and runtime-config, on the same data and
+        ports. Nodes (kwok), quorum and the workloads keep running throughout."""
+        say = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+        state = self.state()
+        if state is None or not self.is_up():
+            raise ClusterError(f"instance {self.name!r} is not up")
+        spec = dataclasses.replace(state.spec, kubernetes=kubernetes, feature_gates=None, runtime_config=None)
+        self._binaries = ensure_binaries(BinaryCache(spec.release.pins))
+        order = ("kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd")
+        stop([p for name in order for p in state.processes if p.name == name])
+        kept = [p for p in state.processes if p.name not in order]
+        state = InstanceState(spec, state.ports, kept, state.started_at, state.server)
+        self._save(state)
+        ports = state.ports
+        (self.layout.root / "scheduler-config.yaml").write_text(
+            scheduler_config(spec, self.layout.kubeconfig("scheduler"))
+        )
+        healthy: dict[str, Callable[[], bool]] = {
+            "etcd": lambda: probe(f"http://127.0.0.1:{ports.etcd_client}/health"),
+            "kube-apiserver": lambda: self.rest().get("/readyz", timeout=2)[0] == 200,
+            "kube-controller-manager": lambda: probe(f"https://127.0.0.1:{ports.controller_manager}/healthz"),
+            "kube-scheduler": lambda: probe(f"https://127.0.0.1:{ports.scheduler}/healthz"),
+        }
+        for component in reversed(order):
+            record = self._spawn(component, state)
+            state.processes.append(record)
+            self._save(state)
+            self._wait(component, record, healthy[component], 90)
+        say(f"instance {self.name!r} now runs Kubernetes {spec.release.pins.kubernetes}")
+        return state
 
     # -- steps ---------------------------------------------------------------------------
 

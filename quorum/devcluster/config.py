@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from quorum.devcluster.versions import DEFAULT_FEATURE_GATES, RELEASE
+from quorum.devcluster.versions import DEFAULT_RELEASE, RELEASES, Release
 from quorum.install import DEFAULT_NAMESPACE
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -39,8 +39,9 @@ class ClusterSpec:
     """How to start one named instance. Defaults are what `make up` uses."""
 
     name: str = "default"
-    feature_gates: Mapping[str, bool] = field(default_factory=lambda: dict(DEFAULT_FEATURE_GATES))
-    runtime_config: str = RELEASE.runtime_config
+    kubernetes: str = DEFAULT_RELEASE  # the minor it runs: a key of versions.RELEASES
+    feature_gates: Mapping[str, bool] | None = None  # None: the release's
+    runtime_config: str | None = None  # None: the release's
     # KubeSchedulerConfiguration `profiles`; None keeps the scheduler's default profile.
     scheduler_profiles: list[dict[str, Any]] | None = None
     # Client QPS/burst of kube-scheduler and kube-controller-manager (benchmarks raise them).
@@ -55,13 +56,26 @@ class ClusterSpec:
     namespace: str = DEFAULT_NAMESPACE  # where quorum is installed (`quorum manifests --namespace`)
     slurm: bool = False  # a real Slurm cluster beside it and quorum-sunk-scheduler (docs/sunk.md)
 
+    @property
+    def release(self) -> Release:
+        return RELEASES[self.kubernetes]
+
+    @property
+    def gates(self) -> Mapping[str, bool]:
+        return self.release.feature_gates if self.feature_gates is None else self.feature_gates
+
+    @property
+    def runtime(self) -> str:
+        return self.release.runtime_config if self.runtime_config is None else self.runtime_config
+
     def feature_gates_flag(self) -> str:
-        return ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.feature_gates.items()))
+        return ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.gates.items()))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,
-            "feature_gates": dict(self.feature_gates),
+            "kubernetes": self.kubernetes,
+            "feature_gates": None if self.feature_gates is None else dict(self.feature_gates),
             "runtime_config": self.runtime_config,
             "scheduler_profiles": self.scheduler_profiles,
             "client_qps": self.client_qps,
@@ -222,7 +236,7 @@ def component_args(
             "--authorization-mode=RBAC",
             f"--admission-control-config-file={layout.root / 'admission-config.yaml'}",
             "--allow-privileged=true",
-            f"--runtime-config={spec.runtime_config}",
+            f"--runtime-config={spec.runtime}",
             f"--feature-gates={gates}",
             # The `kubernetes` Service's endpoint would be 127.0.0.1, which Endpoints reject.
             "--endpoint-reconciler-type=none",
@@ -308,7 +322,8 @@ def spec_from_json(data: Mapping[str, Any]) -> ClusterSpec:
     """Inverse of `ClusterSpec.to_json` (what state.json records)."""
     return ClusterSpec(
         name=data["name"],
-        feature_gates=dict(data["feature_gates"]),
+        kubernetes=data.get("kubernetes", "1.36"),
+        feature_gates=None if data["feature_gates"] is None else dict(data["feature_gates"]),
         runtime_config=data["runtime_config"],
         scheduler_profiles=data["scheduler_profiles"],
         client_qps=data["client_qps"],

@@ -66,18 +66,25 @@ RELEASES: dict[str, Release] = {
         "api/alpha=true",
     ),
     # 1.37 merged GangScheduling and WorkloadAwarePreemption into GenericWorkload; Workload and
-    # PodGroup are served at v1beta1 (beta, off by default) and v1alpha3, no longer v1alpha2.
-    # Not yet the default: quorum reads v1alpha2 only (issue 27).
+    # PodGroup are served at v1beta1 (beta, off by default) and v1alpha3 (with the alpha
+    # CompositePodGroup), no longer at v1alpha2.
     "1.37": Release(
         Pins("v1.37.2", "v3.7.3", "v0.8.0"),
-        {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True, "CompositePodGroup": True},
+        {
+            "GenericWorkload": True,
+            "TopologyAwareWorkloadScheduling": True,
+            "CompositePodGroup": True,
+            "PodGroupPreemptionPolicy": True,
+            "WorkloadWithJob": True,
+        },
         "api/alpha=true,api/beta=true",
     ),
 }
-# `make up K8S=1.37` (QUORUM_K8S) picks another; the default is the one quorum is tested on.
-_CHOSEN = os.environ.get("QUORUM_K8S") or "1.36"
-if _CHOSEN not in RELEASES:
-    raise SystemExit(f"QUORUM_K8S={_CHOSEN}: the local control plane runs one of {', '.join(RELEASES)}")
-RELEASE = RELEASES[_CHOSEN]
-PINS = RELEASE.pins
-DEFAULT_FEATURE_GATES = RELEASE.feature_gates
+LATEST = "1.37"
+# `make up K8S=1.36` (QUORUM_K8S) runs another minor; the default is the latest.
+DEFAULT_RELEASE = os.environ.get("QUORUM_K8S") or LATEST
+if DEFAULT_RELEASE not in RELEASES:
+    raise SystemExit(
+        f"QUORUM_K8S={DEFAULT_RELEASE}: the local control plane runs one of {', '.join(RELEASES)}"
+    )
+PINS = RELEASES[DEFAULT_RELEASE].pins

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -65,10 +65,44 @@ async def crd_labels(api: client.ApiClient, name: str) -> dict[str, str] | None:
     return dict(crd.metadata.labels or {})
 
 
-async def serves(api: client.ApiClient, group: str, version: str) -> bool:
-    """Whether the apiserver serves `group/version` (discovery)."""
-    try:
-        groups = await client.ApisApi(api).get_api_versions()
-    except ApiException:
-        return False
-    return any(g.name == group and any(v.version == version for v in g.versions) for g in groups.groups)
+async def served_versions(api: client.ApiClient, group: str) -> list[str]:
+    """The versions of `group` the apiserver serves (discovery; [] where it serves none).
+    Raises ApiException when discovery itself fails: "not served" is never guessed."""
+    response: Any = await api.call_api(
+        "/apis", "GET", auth_settings=["BearerToken"], _preload_content=False, _request_timeout=30
+    )
+    groups = (await response.json()).get("groups") or []
+    return [str(v.get("version")) for g in groups if g.get("name") == group for v in g.get("versions") or []]
+
+
+class ServedListing:
+    """A cluster-wide list (and watch) of `plural` of `group` at the first of `versions` the
+    apiserver serves, found by discovery before every (re)list; `on_version` hears each answer.
+    Where none is served it answers 404, as the apiserver does for a CRD not installed: the
+    watch (`quorum.k8s.watch`) lists it as empty and asks again every 30 s, so an API enabled
+    later is picked up without a restart, and after a control-plane upgrade the failed watch
+    relists at the version now served."""
+
+    def __init__(
+        self,
+        api: client.ApiClient,
+        group: str,
+        plural: str,
+        versions: tuple[str, ...],
+        on_version: Callable[[str | None], None],
+    ) -> None:
+        self.api, self.group, self.plural, self.versions = api, group, plural, versions
+        self.on_version = on_version
+        self.version: str | None = None
+        self.__name__ = f"{plural}.{group}"
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs.get("watch"):
+            served = await served_versions(self.api, self.group)
+            self.version = next((v for v in self.versions if v in served), None)
+            self.on_version(self.version)
+        if self.version is None:
+            raise ApiException(status=404, reason=f"{self.group} serves none of {', '.join(self.versions)}")
+        return await client.CustomObjectsApi(self.api).list_cluster_custom_object(
+            self.group, self.version, self.plural, *args, **kwargs
+        )

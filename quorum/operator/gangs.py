@@ -5,8 +5,8 @@ gang, its group object, its minMember, its counters and its status. Pure functio
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
-from collections.abc import Callable
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -21,9 +21,18 @@ from quorum.core.gangs import (
     parse_min_available,
     queued_since,
 )
-from quorum.core.model import Gang, Pod, resources
+from quorum.core.model import Composite, Gang, Pod, resources
 from quorum.core.preemption import HIGHEST_USER_PRIORITY
 from quorum.core.quantity import QuantityError
+from quorum.core.workloads import (
+    POD_GROUP_VERSIONS,
+    InvalidWorkloadObject,
+    composite_facts,
+    disruption_mode,
+    parent_name,
+    preemption_policy,
+    topology_of,
+)
 from quorum.k8s.convert import pod_from_api
 
 GANG_LABEL = "quorum.dev/gang"
@@ -41,14 +50,23 @@ class Store:
     groups: dict[tuple[str, str, str], JSON] = field(default_factory=dict)  # (api group, ns, name)
     gangs: dict[tuple[str, str], JSON] = field(default_factory=dict)  # (ns, name) -> Gang object
     pdbs: dict[tuple[str, str], JSON] = field(default_factory=dict)  # (ns, name) -> PodDisruptionBudget
-    # Whether the cluster serves Kubernetes 1.36's PodGroup (scheduling.k8s.io/v1alpha2).
-    workload_api: bool = True
+    composites: dict[tuple[str, str], JSON] = field(default_factory=dict)  # (ns, name) -> CompositePodGroup
+    # The version of scheduling.k8s.io PodGroup the cluster serves (1.37: v1beta1; 1.36:
+    # v1alpha2), None where it serves none; and of CompositePodGroup (1.37: v1alpha3). Kept
+    # current by discovery (`quorum.operator.workloads`).
+    pod_group_version: str | None = POD_GROUP_VERSIONS[0]
+    composite_version: str | None = None
     # API groups of the v1alpha1 PodGroups whose CRD is quorum's (crds/): quorum writes their
     # phase and counters. Another's (scheduler-plugins' own CRD, its controller writing the
     # status) gets no status from quorum: the Gang object tells the story.
     owned_group_apis: frozenset[str] = frozenset(g for g, v in GROUP_APIS.values() if v == "v1alpha1")
     # Watched kind -> set once its first listing is in: the loop plans only when all are.
     synced: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    @property
+    def workload_api(self) -> bool:
+        """Whether the cluster serves a Kubernetes Workload Aware Scheduling PodGroup."""
+        return self.pod_group_version is not None
 
     def sync_event(self, kind: str) -> asyncio.Event:
         return self.synced.setdefault(kind, asyncio.Event())
@@ -125,6 +143,11 @@ def store_pdbs(store: Store) -> StoreTable:
     return StoreTable(store.pdbs, namespaced)
 
 
+def store_composites(store: Store) -> StoreTable:
+    """The Store's CompositePodGroups (Kubernetes 1.37), by (namespace, name)."""
+    return StoreTable(store.composites, namespaced)
+
+
 def store_groups(store: Store, api_group: str) -> StoreTable:
     """The Store's group objects of one API group (a PodGroup kind), by (group, ns, name)."""
     return StoreTable(store.groups, lambda obj: (api_group, *namespaced(obj)), (api_group,))
@@ -158,7 +181,10 @@ class GangView:
     group: JSON | None = None
     min_member: int | None = None
     waiting: str | None = None  # why the gang cannot be planned yet (its group is missing, ...)
-    basic: bool = False  # a Kubernetes 1.36 PodGroup with the `basic` policy: pods go one by one
+    basic: bool = False  # a Kubernetes PodGroup with the `basic` policy: pods go one by one
+    disruption_mode: str | None = None  # Pod | PodGroup (either version's spelling)
+    preemption_policy: str | None = None  # 1.37's PodGroup `preemptionPolicy`
+    parent: str | None = None  # 1.37: the CompositePodGroup this gang counts toward
     min_resources: dict[str, int] = field(default_factory=dict)
     schedule_timeout: int = 60
     topology_key: str | None = None  # all pods in one domain of this node label
@@ -249,7 +275,8 @@ class GangView:
             min_resources=self.min_resources,
             held_since=held_since,
             topology_key=self.topology_key,
-            disruption_mode=((self.group or {}).get("spec") or {}).get("disruptionMode"),
+            disruption_mode=self.disruption_mode,
+            composite=self.parent,
         )
 
     def priority(self) -> int:
@@ -294,9 +321,10 @@ GROUP_DROPPED = (
 )
 GROUP_NOT_SERVED = (
     "GroupNotServed",
-    "this cluster does not serve scheduling.k8s.io/v1alpha2, so the PodGroup this pod names can never "
-    "exist: quorum released it without gang admission (serve the API with "
-    "--runtime-config=scheduling.k8s.io/v1alpha2=true to have it held as a gang)",
+    "this cluster serves no scheduling.k8s.io PodGroup (v1beta1, v1alpha3 or v1alpha2), so the PodGroup "
+    "this pod names can never exist: quorum released it without gang admission (serve the API with "
+    "--runtime-config=scheduling.k8s.io/v1beta1=true on Kubernetes 1.37, scheduling.k8s.io/v1alpha2=true "
+    "on 1.36, to have it held as a gang)",
 )
 
 
@@ -383,8 +411,55 @@ def _attach_group(view: GangView, store: Store) -> None:
     view.group = group
     try:
         _read_group(view, group)
-    except (InvalidGroup, QuantityError) as err:
+    except (InvalidGroup, InvalidWorkloadObject, QuantityError) as err:
         view.waiting = f"{marker.describe()} is invalid: {err}; fix it to have the gang planned"
+        return
+    if view.parent is not None:
+        _attach_composite(view, store)
+
+
+def _attach_composite(view: GangView, store: Store) -> None:
+    """A 1.37 PodGroup of a CompositePodGroup waits until the composite exists and is valid."""
+    assert view.parent is not None
+    obj = store.composites.get((view.namespace, view.parent))
+    if obj is None:
+        view.waiting = (
+            f"waiting for CompositePodGroup {view.parent} (scheduling.k8s.io), its PodGroup's parent, "
+            f"to exist in namespace {view.namespace}"
+        )
+        return
+    try:
+        composite_facts(obj)
+    except InvalidWorkloadObject as err:
+        view.waiting = f"CompositePodGroup {view.parent} is invalid: {err}; fix it to have its gangs planned"
+
+
+def composites(store: Store, views: Collection[GangView]) -> dict[tuple[str, str], Composite]:
+    """The CompositePodGroups the views' gangs count toward, each with how many of its gangs are
+    admitted already (released at least minMember): the planner counts those as placed."""
+    admitted: Counter[tuple[str, str]] = Counter()
+    named: set[tuple[str, str]] = set()
+    for view in views:
+        if view.parent is None:
+            continue
+        key = (view.namespace, view.parent)
+        named.add(key)
+        if (
+            view.min_member is not None
+            and view.waiting is None
+            and view.counts()["released"] >= view.min_member
+        ):
+            admitted[key] += 1
+    found = {}
+    for key in named:
+        obj = store.composites.get(key)
+        try:
+            facts = composite_facts(obj) if obj is not None else None
+        except InvalidWorkloadObject:
+            facts = None
+        if facts is not None:
+            found[key] = Composite(*key, facts.min_group_count, admitted[key], facts.topology_key)
+    return found
 
 
 def _read_group(view: GangView, group: JSON) -> None:
@@ -393,6 +468,9 @@ def _read_group(view: GangView, group: JSON) -> None:
         raise InvalidGroup(f"spec must be an object; found {type(spec).__name__}")
     view.topology_key = topology_key(group)
     if view.marker.source is GangSource.WORKLOAD_POD_GROUP:
+        view.disruption_mode = disruption_mode(spec)
+        view.preemption_policy = preemption_policy(spec)
+        view.parent = parent_name(spec)
         policy = spec.get("schedulingPolicy") or {}
         if isinstance(policy, dict) and "gang" in policy:
             gang = policy.get("gang") or {}
@@ -418,14 +496,11 @@ def _read_group(view: GangView, group: JSON) -> None:
 
 
 def topology_key(group: JSON) -> str | None:
-    """The node label all of the gang must share a value of: Kubernetes 1.36's
+    """The node label all of the gang must share a value of: a Kubernetes PodGroup's
     `spec.schedulingConstraints.topology[].key` (at most one), or on the other PodGroups the
     annotation `quorum.dev/topology-key`."""
     spec = group.get("spec") or {}
-    constraints = spec.get("schedulingConstraints") if isinstance(spec, dict) else None
-    topology = constraints.get("topology") if isinstance(constraints, dict) else None
-    for constraint in topology if isinstance(topology, list) else []:
-        if isinstance(constraint, dict) and isinstance(constraint.get("key"), str) and constraint["key"]:
-            return str(constraint["key"])
+    if isinstance(spec, dict) and (key := topology_of(spec)):
+        return key
     value = ((group.get("metadata") or {}).get("annotations") or {}).get(TOPOLOGY_ANNOTATION)
     return str(value) if value else None

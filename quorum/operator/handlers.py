@@ -16,6 +16,7 @@ import asyncio
 import functools
 import gc
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -24,6 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM
 from quorum.core.lifecycle import BackoffPolicy
+from quorum.core.workloads import COMPOSITE_VERSIONS, POD_GROUP_VERSIONS, WAS_GROUP
 from quorum.k8s import reads
 from quorum.k8s.api import CrashingApi, LiveApi
 from quorum.k8s.client import api_client
@@ -34,6 +36,7 @@ from quorum.operator.gangs import (
     GROUP_APIS,
     GangPods,
     Store,
+    store_composites,
     store_gangs,
     store_groups,
     store_nodes,
@@ -130,15 +133,7 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         RUNNERS.append(await serve(host or "0.0.0.0", int(port), health))  # noqa: S104
     TASKS.append(asyncio.create_task(monitor_event_loop_lag(), name="event-loop-lag"))
     api = await api_client(trace_configs=(metrics.api_trace_config(),))
-    store = Store(
-        workload_api=await reads.serves(api, "scheduling.k8s.io", "v1alpha2"),
-        owned_group_apis=await owned_group_apis(api),
-    )
-    if not store.workload_api:
-        log.warning(
-            "scheduling.k8s.io/v1alpha2 is not served: Kubernetes 1.36 PodGroups are not watched, and pods "
-            "that name one (spec.schedulingGroup) are released without gang admission, with a warning Event"
-        )
+    store = Store(owned_group_apis=await owned_group_apis(api))
     bound = BoundPods()
     live = CrashingApi(api, config.test_crash_after) if config.test_crash_after else LiveApi(api)
     loop = GangLoop(
@@ -187,10 +182,20 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         ),
     ]
     for group, version in GROUP_APIS.values():
-        if group == "scheduling.k8s.io" and not store.workload_api:
+        if group == WAS_GROUP:
             continue
         listing = functools.partial(custom.list_cluster_custom_object, group, version, "podgroups")
         watches.append((f"podgroups.{group}", listing, [store_groups(store, group)]))
+    # Kubernetes' own PodGroups and CompositePodGroups: at whichever version is served, found by
+    # discovery at every (re)list, so an API turned on later or an upgrade is followed live.
+    pod_groups = reads.ServedListing(
+        api, WAS_GROUP, "podgroups", POD_GROUP_VERSIONS, served(store, "pod_group")
+    )
+    composites = reads.ServedListing(
+        api, WAS_GROUP, "compositepodgroups", COMPOSITE_VERSIONS, served(store, "composite")
+    )
+    watches.append((f"podgroups.{WAS_GROUP}", pod_groups, [store_groups(store, WAS_GROUP)]))
+    watches.append((f"compositepodgroups.{WAS_GROUP}", composites, [store_composites(store)]))
     for kind, listing, indexes in watches:
         synced = bound.synced if kind == "pods" else store.sync_event(kind)
         store.synced[kind] = synced
@@ -199,6 +204,28 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         TASKS.append(asyncio.create_task(report_synced(health, kind, synced), name=f"{kind} synced"))
     lease = LeaseSettings.for_duration(config.namespace, config.lease_seconds)
     TASKS.append(asyncio.create_task(campaign_when_synced(api, loop, lease), name="leader-election"))
+
+
+def served(store: Store, kind: str) -> Callable[[str | None], None]:
+    """Keep `store.<kind>_version` as discovery finds it, and say when it changes."""
+
+    def found(version: str | None) -> None:
+        attribute = f"{kind}_version"
+        before = getattr(store, attribute)
+        setattr(store, attribute, version)
+        if version == before:
+            return
+        if kind == "pod_group" and version is None:
+            log.warning(
+                "scheduling.k8s.io serves no PodGroup version quorum reads (%s): Kubernetes PodGroups are "
+                "not watched, and pods that name one (spec.schedulingGroup) are released without gang "
+                "admission, with a warning Event",
+                ", ".join(POD_GROUP_VERSIONS),
+            )
+        else:
+            log.info("scheduling.k8s.io %s: now read at %s (was %s)", kind, version, before)
+
+    return found
 
 
 async def campaign_when_synced(api: client.ApiClient, loop: GangLoop, lease: LeaseSettings) -> None:

@@ -33,7 +33,7 @@ from quorum.core.planner import Hold, Planner
 from quorum.k8s.api import KubeApi
 from quorum.k8s.usage import BoundPods
 from quorum.operator import clock, metrics
-from quorum.operator.gangs import GangView, Store, assemble
+from quorum.operator.gangs import GangView, Store, assemble, composites
 from quorum.operator.health import Health
 from quorum.operator.holds import Holds
 from quorum.operator.ledger import Ledger
@@ -219,6 +219,7 @@ class GangLoop:
             tokens=self.preempter.tokens(),
             changed=self.changed(),
             now=now,
+            composites=composites(self.store, views.values()),
         )
         self.lap("snapshot")
         planned = await asyncio.to_thread(plan, snapshot, self.planner, self.pod_models)

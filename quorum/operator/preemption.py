@@ -78,7 +78,10 @@ class Candidate:
 
 
 def may_preempt(view: GangView) -> bool:
-    """PriorityClass `preemptionPolicy: Never` (resolved into each pod) keeps a gang from it."""
+    """`preemptionPolicy: Never` keeps a gang from preempting: its PodGroup's (Kubernetes 1.37),
+    or its PriorityClass's (resolved into each pod)."""
+    if view.preemption_policy == "Never":
+        return False
     return not any((p.get("spec") or {}).get("preemptionPolicy") == "Never" for p in view.pods)
 
 
@@ -93,10 +96,9 @@ def group_facts(view: GangView) -> GroupFacts:
     spec = group.get("spec") or {}
     annotations = (group.get("metadata") or {}).get("annotations") or {}
     priority = spec.get("priority") if isinstance(spec, dict) else None
-    mode = spec.get("disruptionMode") if isinstance(spec, dict) else None
     return GroupFacts(
         view.priority() if isinstance(priority, int) and not isinstance(priority, bool) else None,
-        mode if isinstance(mode, str) else None,
+        view.disruption_mode,
         annotations.get("quorum.dev/preemptible") != "false",
     )
 
@@ -211,7 +213,8 @@ class Preempter:
         for view, gang in holds:
             key = view.key
             if not may_preempt(view):
-                self.why_not[key] = "no preemption: its pods' PriorityClass has preemptionPolicy: Never"
+                whose = "its PodGroup" if view.preemption_policy == "Never" else "its pods' PriorityClass"
+                self.why_not[key] = f"no preemption: {whose} has preemptionPolicy: Never"
                 continue
             if now - self.tried.get(key, -1e18) < self.retry_after(key):
                 continue

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from quorum.core.model import Gang, Node, Pod, Resources
+from quorum.core.model import Composite, Gang, Node, Pod, Resources
 from quorum.core.planner import Plan, Planner
 from quorum.k8s.convert import node_from_api, pod_from_api
 from quorum.operator.gangs import JSON, GangView
@@ -29,6 +29,7 @@ class Snapshot:
     tokens: Mapping[GangKey, str]  # the reservation of each gang that preempts
     changed: set[str] | None  # nodes whose usage or object changed since the last pass (None: all)
     now: float
+    composites: Mapping[GangKey, Composite] = field(default_factory=dict)  # 1.37 CompositePodGroups
 
 
 class NodeModels:
@@ -109,5 +110,12 @@ def plan(snapshot: Snapshot, planner: Planner, pod_models: PodModels) -> Planned
         except Exception as err:
             failed[key] = f"reading its pods failed: {type(err).__name__}: {err}"
     pod_models.keep_seen()
-    plan = planner.plan(snapshot.nodes, snapshot.used, queue, snapshot.now, changed=snapshot.changed)
+    plan = planner.plan(
+        snapshot.nodes,
+        snapshot.used,
+        queue,
+        snapshot.now,
+        changed=snapshot.changed,
+        composites=snapshot.composites,
+    )
     return Planned(plan, failed)

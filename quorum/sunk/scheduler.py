@@ -40,6 +40,7 @@ from quorum.core.gangs import (
     gang_markers,
     parse_min_available,
 )
+from quorum.core.workloads import POD_GROUP_VERSIONS
 from quorum.k8s.convert import gang_record
 from quorum.k8s.watch import watch_objects
 from quorum.k8s.writes import now
@@ -122,6 +123,7 @@ class SunkScheduler:
         self.invalid: dict[str, str] = {}  # pod uid -> fingerprint that failed validation
         self.gang_notes: dict[str, tuple[str, str]] = {}  # gang key -> why it is not submitted
         self.gang_groups: dict[str, GangGroup] = {}  # gang key -> its group, read when needed
+        self.pod_group_version = POD_GROUP_VERSIONS[0]  # the WAS version a PodGroup was last read at
         self.gang_written: dict[str, JSON] = {}  # gang key -> the Gang status last written
         # pod uid -> the job this process bound it to: known before the watch shows the Binding
         self.bound_jobs: dict[str, int] = {}
@@ -369,7 +371,16 @@ class SunkScheduler:
             except BadMinAvailable:
                 return GangGroup(None)  # the webhook refuses such pods; they wait here
         group, version = GROUP_APIS[marker.source]
-        obj = await self.api.read_group(group, version, pod["metadata"]["namespace"], marker.group)
+        versions = [version]
+        if marker.source is GangSource.WORKLOAD_POD_GROUP:  # whichever the cluster serves, last found first
+            versions = sorted(POD_GROUP_VERSIONS, key=lambda v: v != self.pod_group_version)
+        obj = None
+        for version in versions:
+            obj = await self.api.read_group(group, version, pod["metadata"]["namespace"], marker.group)
+            if obj is not None:
+                if marker.source is GangSource.WORKLOAD_POD_GROUP:
+                    self.pod_group_version = version
+                break
         if obj is None:
             return GangGroup(None)
         read = GangGroup(model.group_min_member(obj, group == "scheduling.k8s.io"), obj)

@@ -173,6 +173,7 @@ def start_instance(mode: str, scenario: Scenario, tmp: Path) -> tuple[Instance, 
     with_quorum = mode == "quorum"
     spec = ClusterSpec(
         name=f"bench-{mode}",
+        kubernetes="1.36",  # scheduler-plugins' coscheduler builds against 1.36 (it has no 1.37 release)
         pool_file=pool,
         client_qps=QPS,
         client_burst=BURST,

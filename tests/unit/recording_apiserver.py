@@ -40,6 +40,11 @@ RESOURCES: dict[tuple[str, str], list[tuple[str, str, bool, tuple[str, ...]]]] =
     ("scheduling.sigs.k8s.io", "v1alpha1"): [("podgroups", "PodGroup", True, ("status",))],
     ("scheduling.x-k8s.io", "v1alpha1"): [("podgroups", "PodGroup", True, ("status",))],
     ("scheduling.k8s.io", "v1alpha2"): [("podgroups", "PodGroup", True, ("status",))],
+    ("scheduling.k8s.io", "v1beta1"): [("podgroups", "PodGroup", True, ("status",))],
+    ("scheduling.k8s.io", "v1alpha3"): [
+        ("podgroups", "PodGroup", True, ("status",)),
+        ("compositepodgroups", "CompositePodGroup", True, ("status",)),
+    ],
 }
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 

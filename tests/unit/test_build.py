@@ -19,7 +19,7 @@ from quorum.devcluster.build import (
     parse_go_version,
     staging_modules_of,
 )
-from quorum.devcluster.versions import PINS, RELEASES, Pins
+from quorum.devcluster.versions import RELEASES, Pins
 
 KUBERNETES_GO_MOD = """module k8s.io/kubernetes
 
@@ -41,14 +41,14 @@ replace (
 
 def test_staging_version_follows_kubernetes_version() -> None:
     assert Pins(kubernetes="v1.36.4").staging == "v0.36.4"
-    assert PINS.kubernetes.startswith("v1.36.")
-    assert PINS.etcd.startswith("v3.6.")
+    assert RELEASES["1.36"].pins.kubernetes.startswith("v1.36.")
+    assert RELEASES["1.36"].pins.etcd.startswith("v3.6.")
 
 
 def test_each_release_has_the_gates_of_its_minor() -> None:
     """1.37 merged GangScheduling and WorkloadAwarePreemption into GenericWorkload: an apiserver
     given a gate name it does not know does not start, so the gates go with the release."""
-    assert RELEASES["1.36"].pins == PINS and "GangScheduling" in RELEASES["1.36"].feature_gates
+    assert "GangScheduling" in RELEASES["1.36"].feature_gates
     modern = RELEASES["1.37"]
     assert modern.pins.kubernetes.startswith("v1.37.") and modern.pins.etcd.startswith("v3.7.")
     assert modern.pins.staging.startswith("v0.37.")
@@ -56,14 +56,21 @@ def test_each_release_has_the_gates_of_its_minor() -> None:
     assert "api/beta=true" in modern.runtime_config, "v1beta1 Workload and PodGroup are beta, off by default"
 
 
-def test_the_release_is_chosen_by_quorum_k8s() -> None:
+def test_the_release_is_1_37_unless_quorum_k8s_says_otherwise() -> None:
     probe = (
         "from quorum.devcluster import versions, config; "
-        "print(versions.PINS.kubernetes, config.ClusterSpec().runtime_config)"
+        "print(versions.PINS.kubernetes, config.ClusterSpec().runtime, config.ClusterSpec().kubernetes)"
     )
-    env = {**os.environ, "QUORUM_K8S": "1.37", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["v1.37.2", "api/alpha=true,api/beta=true"]
+    root = str(Path(__file__).resolve().parents[2])
+    for chosen, want in (
+        ("", ["v1.37.2", "api/alpha=true,api/beta=true", "1.37"]),
+        ("1.36", ["v1.36.4", "api/alpha=true", "1.36"]),
+    ):
+        env = {**os.environ, "QUORUM_K8S": chosen, "PYTHONPATH": root}
+        out = subprocess.run(
+            [sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True
+        )
+        assert out.stdout.split() == want
 
 
 def test_cache_key_changes_with_any_pin() -> None:

@@ -41,15 +41,23 @@ def flag(argv: list[str], name: str) -> str:
 
 
 def test_same_feature_gates_for_apiserver_scheduler_and_controller_manager() -> None:
-    spec = ClusterSpec()
-    gates = {
-        flag(args(c, spec), "feature-gates")
-        for c in ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
-    }
-    assert gates == {
-        "GangScheduling=true,GenericWorkload=true,"
-        "TopologyAwareWorkloadScheduling=true,WorkloadAwarePreemption=true"
-    }
+    for release, want in (
+        (
+            "1.36",
+            "GangScheduling=true,GenericWorkload=true,TopologyAwareWorkloadScheduling=true,WorkloadAwarePreemption=true",
+        ),
+        (
+            "1.37",
+            "CompositePodGroup=true,GenericWorkload=true,PodGroupPreemptionPolicy=true,"
+            "TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true",
+        ),
+    ):
+        spec = ClusterSpec(kubernetes=release)
+        gates = {
+            flag(args(c, spec), "feature-gates")
+            for c in ("kube-apiserver", "kube-scheduler", "kube-controller-manager")
+        }
+        assert gates == {want}
 
 
 def test_other_gates_and_runtime_config() -> None:

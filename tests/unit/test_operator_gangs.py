@@ -121,10 +121,10 @@ def test_pods_that_name_a_workload_podgroup_the_cluster_does_not_serve_are_orpha
     member["spec"]["schedulingGroup"] = {"podGroupName": "workers"}
     served = Store(pods={"a": member})
     assert orphans(served) == [] and [v.name for v in assemble(served)] == ["wpg-workers"]
-    not_served = Store(pods={"a": member}, workload_api=False)
+    not_served = Store(pods={"a": member}, pod_group_version=None)
     assert orphans(not_served) == [(member, GROUP_NOT_SERVED)] and assemble(not_served) == []
     reason, message = GROUP_NOT_SERVED
-    assert reason == "GroupNotServed" and "--runtime-config=scheduling.k8s.io/v1alpha2=true" in message
+    assert reason == "GroupNotServed" and "--runtime-config=scheduling.k8s.io/v1beta1=true" in message
 
 
 def test_pods_with_others_gates_are_not_quorums_to_release_yet() -> None:

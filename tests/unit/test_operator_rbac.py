@@ -199,11 +199,11 @@ def seed(fake: RecordingApiserver) -> None:
 
 def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callable[[], Awaitable[object]]]]:
     """Each LiveApi method, called as the operator calls it (the group objects' status as
-    quorum/operator/status.py writes it: merge patch on v1alpha1, apply on 1.36's v1alpha2)."""
+    quorum/operator/status.py writes it: merge patch on v1alpha1, apply on Kubernetes' own, each version)."""
     pod = fake.objects[("", "pods", "ml", "p-0")]
     gang = fake.objects[(GANG_GROUP, GANG_PLURAL, "ml", "g")]
     uid = fake.objects[("batch", "jobs", "ml", "train")]["metadata"]["uid"]
-    groups = [(g, v) for g, v in GROUP_APIS.values()]
+    groups = [(g, v) for g, v in GROUP_APIS.values()] + [("scheduling.k8s.io", v) for v in ("v1alpha2", "v1alpha3")]
     victim = fake.objects[("", "pods", "ml", "victim")]
     node = fake.objects[("", "nodes", None, "node-1")]
     reserved = {"key": "quorum.dev/reserved", "value": "t0k3n", "effect": "NoSchedule"}

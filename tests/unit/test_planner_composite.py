@@ -1,0 +1,118 @@
+"""Composite gangs (Kubernetes 1.37 CompositePodGroup): of a composite's child gangs,
+minGroupCount are released together or none; the room of a failed try is given back."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quorum.core.model import Composite, Gang, Node, resources
+from quorum.core.planner import Plan, Planner
+from tests.unit.test_planner import GPU, gang, node
+
+RACK = "rack"
+
+
+def child(name: str, n: int, gpus: int, composite: str = "job", created: float = 0) -> Gang:
+    return gang(name, n, gpus=gpus, composite=composite, created=created)
+
+
+def racked(name: str, rack: str, gpus: int = 8) -> Node:
+    base = node(name, gpus)
+    return replace(base, labels={**base.labels, RACK: rack})
+
+
+def plan(
+    nodes: list[Node],
+    queue: list[Gang],
+    *composites: Composite,
+    used: dict[str, dict[str, int]] | None = None,
+) -> Plan:
+    return Planner().plan(
+        {n.name: n for n in nodes}, used or {}, queue, composites={c.key: c for c in composites}
+    )
+
+
+def test_children_that_each_fit_alone_but_not_together_release_none() -> None:
+    nodes = [node("a"), node("b")]  # 16 GPUs
+    queue = [child("leader", 1, 8), child("workers", 2, 8)]  # 24 GPUs together
+    result = plan(nodes, queue, Composite("ns", "job", 2))
+    assert not result.releases
+    assert {h.reason for h in result.holds} == {"WaitingForGroups"}
+    assert "CompositePodGroup job needs 2 of its gangs" in result.holds[0].message
+
+
+def test_children_that_fit_together_are_released_together() -> None:
+    nodes = [node("a"), node("b"), node("c")]
+    queue = [child("leader", 1, 8), child("workers", 2, 8)]
+    result = plan(nodes, queue, Composite("ns", "job", 2))
+    assert {r.gang.name for r in result.releases} == {"leader", "workers"}
+    used = [n.name for r in result.releases for _, n in r.placement]
+    assert len(used) == len(set(used)) == 3, "one whole node each: the room of one is taken before the next"
+
+
+def test_the_room_of_a_failed_composite_goes_to_the_gang_behind_it() -> None:
+    nodes = [node("a"), node("b")]
+    queue = [child("leader", 1, 8), child("workers", 2, 8), gang("other", 2, gpus=8, created=1)]
+    result = plan(nodes, queue, Composite("ns", "job", 2))
+    assert [r.gang.name for r in result.releases] == ["other"], (
+        "the composite's tentative room was given back"
+    )
+
+
+def test_min_group_count_below_the_children_releases_those_that_fit() -> None:
+    nodes = [node("a"), node("b")]
+    queue = [child("leader", 1, 8), child("workers", 2, 8)]
+    result = plan(nodes, queue, Composite("ns", "job", 1))
+    assert [r.gang.name for r in result.releases] == ["leader"]
+    assert [(h.gang.name, h.reason) for h in result.holds] == [("workers", "Unschedulable")]
+
+
+def test_children_admitted_already_count_toward_min_group_count() -> None:
+    result = plan([node("a")], [child("workers", 1, 8)], Composite("ns", "job", 2, admitted=1))
+    assert [r.gang.name for r in result.releases] == ["workers"]
+
+
+def test_a_composite_topology_puts_every_child_in_one_rack() -> None:
+    nodes = [racked("a1", "r1"), racked("b1", "r2"), racked("b2", "r2")]
+    queue = [child("leader", 1, 8), child("workers", 1, 8)]
+    result = plan(nodes, queue, Composite("ns", "job", 2, topology_key=RACK))
+    racks = {n.labels[RACK] for r in result.releases for _, n in r.placement}
+    assert len(result.releases) == 2 and racks == {"r2"}, "r1 has room for one child only"
+
+
+def test_no_rack_with_room_for_all_holds_them_all_and_says_so() -> None:
+    nodes = [racked("a1", "r1"), racked("b1", "r2")]
+    result = plan(
+        nodes, [child("leader", 1, 8), child("workers", 1, 8)], Composite("ns", "job", 2, topology_key=RACK)
+    )
+    assert not result.releases
+    assert "in one rack (node label rack; 2 tried)" in result.holds[0].message
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sizes=st.lists(st.tuples(st.integers(1, 3), st.sampled_from([2, 4, 8])), min_size=1, max_size=4),
+    nodes_count=st.integers(0, 5),
+    min_groups=st.integers(1, 4),
+    admitted=st.integers(0, 2),
+)
+def test_a_composite_is_released_with_at_least_min_group_count_or_not_at_all(
+    sizes: list[tuple[int, int]], nodes_count: int, min_groups: int, admitted: int
+) -> None:
+    """Whatever the sizes: either nothing of the composite is released, or with the admitted
+    ones at least minGroupCount are; and no node is given more than it has."""
+    nodes = [node(f"n{i}") for i in range(nodes_count)]
+    queue = [child(f"c{i}", n, gpus, created=i) for i, (n, gpus) in enumerate(sizes)]
+    result = plan(nodes, queue, Composite("ns", "job", min_groups, admitted=admitted))
+    released = len(result.releases)
+    assert released == 0 or released + admitted >= min_groups
+    if released == 0:
+        assert all(h.reason in ("WaitingForGroups", "Unschedulable") for h in result.holds)
+    taken: dict[str, int] = {}
+    for release in result.releases:
+        for pod, where in release.placement:
+            taken[where.name] = taken.get(where.name, 0) + pod.requests[GPU]
+    assert all(gpus <= resources({GPU: "8"})[GPU] for gpus in taken.values())
