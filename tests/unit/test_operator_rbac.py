@@ -203,7 +203,9 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
     pod = fake.objects[("", "pods", "ml", "p-0")]
     gang = fake.objects[(GANG_GROUP, GANG_PLURAL, "ml", "g")]
     uid = fake.objects[("batch", "jobs", "ml", "train")]["metadata"]["uid"]
-    groups = [(g, v) for g, v in GROUP_APIS.values()] + [("scheduling.k8s.io", v) for v in ("v1alpha2", "v1alpha3")]
+    groups = [(g, v) for g, v in GROUP_APIS.values()] + [
+        ("scheduling.k8s.io", v) for v in ("v1alpha2", "v1alpha3")
+    ]
     victim = fake.objects[("", "pods", "ml", "victim")]
     node = fake.objects[("", "nodes", None, "node-1")]
     reserved = {"key": "quorum.dev/reserved", "value": "t0k3n", "effect": "NoSchedule"}

@@ -10,7 +10,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from quorum.devcluster.build import BinaryCache
-from quorum.devcluster.versions import RELEASES
 from quorum.devcluster.coscheduler import (
     CONTROLLER_RUNTIME_VERSION,
     SCHEDULER_NAME,
@@ -21,6 +20,7 @@ from quorum.devcluster.coscheduler import (
     scheduler_config,
 )
 from quorum.devcluster.nodes import load_pool
+from quorum.devcluster.versions import RELEASES
 from tests.bench.peer_report import markdown
 from tests.bench.peer_workloads import (
     GANG_SIZES,
@@ -63,7 +63,9 @@ def test_bench_pool_has_exactly_the_asked_production_nodes(tmp_path: Path) -> No
 
 
 def test_cw_coscheduler_build_module_pins_kubernetes_and_its_staging_modules() -> None:
-    text = build_module(BinaryCache(RELEASES["1.36"].pins, root=Path("/nonexistent")), ["k8s.io/api", "k8s.io/client-go"])
+    text = build_module(
+        BinaryCache(RELEASES["1.36"].pins, root=Path("/nonexistent")), ["k8s.io/api", "k8s.io/client-go"]
+    )
     assert text.startswith("module quorum.dev/build/cw-coscheduler\n")
     assert f"sigs.k8s.io/scheduler-plugins {SCHEDULER_PLUGINS_VERSION}" in text
     assert f"sigs.k8s.io/controller-runtime {CONTROLLER_RUNTIME_VERSION}" in text
