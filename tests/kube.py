@@ -174,3 +174,87 @@ async def create_podgroup(
             "spec": {"minMember": min_member, **spec},
         },
     )
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+class WorkloadApi:
+    """Kubernetes' Workload Aware Scheduling API as the cluster under test serves it: 1.37's
+    v1beta1 or 1.36's v1alpha2. Tests write their objects through it, so that one test shows the
+    same behaviour on both (`make test` runs the marked ones on a 1.36 plane too)."""
+
+    GROUP = "scheduling.k8s.io"
+
+    def __init__(self, version: str) -> None:
+        self.version = version
+
+    @classmethod
+    async def of(cls, api: client.ApiClient) -> WorkloadApi:
+        groups = await client.ApisApi(api).get_api_versions()
+        served = {v.version for g in groups.groups if g.name == cls.GROUP for v in g.versions}
+        version = next(v for v in ("v1beta1", "v1alpha2") if v in served)
+        return cls(version)
+
+    @property
+    def legacy(self) -> bool:
+        """Kubernetes 1.36's spelling."""
+        return self.version == "v1alpha2"
+
+    @property
+    def scheduled_condition(self) -> str:
+        """kube-scheduler's condition on a PodGroup it placed."""
+        return "PodGroupScheduled" if self.legacy else "PodGroupInitiallyScheduled"
+
+    @property
+    def examples(self) -> Path:
+        """Seed 004's examples for this version."""
+        base = EXAMPLES / "seed-004-workload-aware"
+        return base / "kubernetes-1.36" if self.legacy else base
+
+    def disruption(self, mode: str) -> Any:
+        """`Pod` or `PodGroup` as this version spells it (1.37: `{single: {}}` or `{all: {}}`)."""
+        return mode if self.legacy else {{"Pod": "single", "PodGroup": "all"}[mode]: {}}
+
+    def workload(self, name: str, templates: list[dict[str, Any]]) -> dict[str, Any]:
+        for template in templates:
+            if "disruptionMode" in template:
+                template["disruptionMode"] = self.disruption(template["disruptionMode"])
+        return {
+            "apiVersion": f"{self.GROUP}/{self.version}",
+            "kind": "Workload",
+            "metadata": {"name": name},
+            "spec": {"podGroupTemplates": templates},
+        }
+
+    def podgroup(
+        self, name: str, policy: dict[str, Any], template: tuple[str, str] | None = None, **spec: Any
+    ) -> dict[str, Any]:
+        """A PodGroup; `disruptionMode` in `spec` as quorum names it (Pod | PodGroup)."""
+        body: dict[str, Any] = {"schedulingPolicy": policy, **spec}
+        if "disruptionMode" in body:
+            body["disruptionMode"] = self.disruption(body["disruptionMode"])
+        if template is not None:
+            if self.legacy:
+                body["podGroupTemplateRef"] = {
+                    "workload": {"workloadName": template[0], "podGroupTemplateName": template[1]}
+                }
+            else:
+                body["workloadRef"] = {"workloadName": template[0], "templateName": template[1]}
+        return {
+            "apiVersion": f"{self.GROUP}/{self.version}",
+            "kind": "PodGroup",
+            "metadata": {"name": name},
+            "spec": body,
+        }
+
+    async def create(self, api: client.ApiClient, namespace: str, plural: str, body: dict[str, Any]) -> None:
+        await client.CustomObjectsApi(api).create_namespaced_custom_object(
+            self.GROUP, self.version, namespace, plural, body
+        )
+
+    async def get(self, api: client.ApiClient, namespace: str, plural: str, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+            self.GROUP, self.version, namespace, plural, name
+        )
+        return found

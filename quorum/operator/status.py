@@ -400,11 +400,16 @@ class GangRecords:
 
     async def write_group(self, view: GangView, status: GangStatus, timed: list[JSON], stamp: str) -> None:
         """The group object's status. quorum's own PodGroup kinds (v1alpha1): phase, counters and
-        conditions prefixed `Quorum`. A Kubernetes 1.36 PodGroup is kube-scheduler's too: only
-        quorum's conditions, by server-side apply, so its `PodGroupScheduled` stays."""
+        conditions prefixed `Quorum`. A Kubernetes PodGroup is kube-scheduler's too: only quorum's
+        conditions, by server-side apply, so its `PodGroupScheduled` (1.37:
+        `PodGroupInitiallyScheduled`) stays; in the version the cluster serves."""
         if view.group is None or view.marker.source not in GROUP_APIS:
             return
         api_group, version = GROUP_APIS[view.marker.source]
+        if view.marker.source is GangSource.WORKLOAD_POD_GROUP:
+            if self.store.pod_group_version is None:
+                return
+            version = self.store.pod_group_version
         name = view.group["metadata"]["name"]
         conditions = [{**c, "type": "Quorum" + c["type"], "reason": c["reason"] or "None"} for c in timed]
         if view.marker.source is GangSource.WORKLOAD_POD_GROUP:

@@ -20,7 +20,7 @@ from quorum.devcluster.cluster import Instance
 from quorum.devcluster.nodes import STATE_LABEL, TEST_POOL_KEY, TestPool
 from tests.kube import assert_no_overcommit, create_podgroup, eventually, raw_json
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.kubernetes_1_36]
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SIGS = ("scheduling.sigs.k8s.io", "v1alpha1", "podgroups")

@@ -20,7 +20,7 @@ from quorum.devcluster.nodes import TestPool
 from quorum.devcluster.process import is_alive
 from tests.kube import api_client, create_namespace, create_podgroup, eventually
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.kubernetes_1_36]
 
 GATE = "quorum.dev/gang"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -1,6 +1,7 @@
-"""Kubernetes 1.36 Workload Aware Scheduling on the real control plane (the scheduler's own
-GangScheduling plugin on, as in the default instance): a Workload's PodGroup held until minCount
-pods exist and fit, then released together; quorum's conditions beside the scheduler's."""
+"""Kubernetes Workload Aware Scheduling on the real control plane (the scheduler's own gang
+plugin on, as in the default instance): a Workload's PodGroup held until minCount pods exist and
+fit, then released together; quorum's conditions beside the scheduler's. The same assertions on
+1.37 (v1beta1) and, in `make test`'s second run, on 1.36 (v1alpha2)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,13 @@ from kubernetes_asyncio import client
 
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.nodes import TestPool
-from tests.integration.test_gangs import EXAMPLES, GANGS, admitted, assert_as_planned, gated, get, pods
+from tests.integration.test_gangs import GANGS, admitted, assert_as_planned, gated, get, pods
 from tests.integration.test_instances import WITHOUT_GANG_SCHEDULING
 from tests.integration.test_topology import RACK
-from tests.kube import api_client, assert_no_overcommit, create_namespace, eventually
+from tests.kube import WorkloadApi, api_client, assert_no_overcommit, create_namespace, eventually
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.kubernetes_1_36]
 
-WAS = ("scheduling.k8s.io", "v1alpha2")
 
 
 class NoPool:
@@ -35,33 +35,6 @@ NO_POOL: Any = NoPool()
 
 async def gang_reason(api: client.ApiClient, namespace: str, name: str, reason: str) -> bool:
     return admitted(await get(api, GANGS, namespace, name)).get("reason") == reason
-
-
-async def create(api: client.ApiClient, namespace: str, plural: str, body: dict[str, Any]) -> None:
-    await client.CustomObjectsApi(api).create_namespaced_custom_object(*WAS, namespace, plural, body)
-
-
-def workload(name: str, templates: list[dict[str, Any]]) -> dict[str, Any]:
-    return {
-        "apiVersion": "scheduling.k8s.io/v1alpha2",
-        "kind": "Workload",
-        "metadata": {"name": name},
-        "spec": {"podGroupTemplates": templates},
-    }
-
-
-def podgroup(name: str, policy: dict[str, Any], template: tuple[str, str] | None = None) -> dict[str, Any]:
-    spec: dict[str, Any] = {"schedulingPolicy": policy}
-    if template is not None:
-        spec["podGroupTemplateRef"] = {
-            "workload": {"workloadName": template[0], "podGroupTemplateName": template[1]}
-        }
-    return {
-        "apiVersion": "scheduling.k8s.io/v1alpha2",
-        "kind": "PodGroup",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
 
 
 def member(name: str, group: str, pool: TestPool, gpus: int) -> dict[str, Any]:
@@ -85,14 +58,14 @@ async def test_a_workload_podgroup_of_min_count_4_is_held_then_released_together
     customer_api: client.ApiClient, api: client.ApiClient, namespace: str, test_pool: Callable[..., Any]
 ) -> None:
     pool: TestPool = await test_pool(count=4)
+    was = await WorkloadApi.of(api)
     gang = {"gang": {"minCount": 4}}
-    await create(
-        customer_api,
-        namespace,
-        "workloads",
-        workload("train", [{"name": "workers", "schedulingPolicy": gang}]),
+    await was.create(
+        customer_api, namespace, "workloads", was.workload("train", [{"name": "workers", "schedulingPolicy": gang}])
     )
-    await create(customer_api, namespace, "podgroups", podgroup("train-workers", gang, ("train", "workers")))
+    await was.create(
+        customer_api, namespace, "podgroups", was.podgroup("train-workers", gang, ("train", "workers"))
+    )
     core = client.CoreV1Api(customer_api)
     for i in range(3):
         await core.create_namespaced_pod(namespace, member(f"w{i}", "train-workers", pool, 8))
@@ -118,15 +91,15 @@ async def test_a_workload_podgroup_of_min_count_4_is_held_then_released_together
     await assert_as_planned(api, namespace, "wpg-train-workers")
 
     async def both_conditions() -> dict[str, Any] | None:
-        group = await client.CustomObjectsApi(api).get_namespaced_custom_object(
-            *WAS, namespace, "podgroups", "train-workers"
-        )
+        group = await was.get(api, namespace, "podgroups", "train-workers")
         types = {c["type"]: c for c in (group.get("status") or {}).get("conditions") or []}
         ours = types.get("QuorumAdmitted", {}).get("status") == "True"
-        return types if ours and "PodGroupScheduled" in types else None
+        return types if ours and was.scheduled_condition in types else None
 
-    types = await eventually(both_conditions, timeout=30, what="QuorumAdmitted beside PodGroupScheduled")
-    assert types["PodGroupScheduled"]["status"] == "True", "the scheduler's condition is kept"
+    types = await eventually(
+        both_conditions, timeout=30, what=f"QuorumAdmitted beside {was.scheduled_condition}"
+    )
+    assert types[was.scheduled_condition]["status"] == "True", "the scheduler's condition is kept"
     await assert_no_overcommit(api)
 
 
@@ -136,14 +109,15 @@ async def test_basic_policy_pods_go_at_once_and_a_late_podgroup_frees_its_waitin
     """A Workload with two templates: one driver with `basic`, workers with `gang minCount 4`.
     The workers' PodGroup is created after its pods: they wait, told which PodGroup, then go."""
     pool: TestPool = await test_pool(count=4)
+    was = await WorkloadApi.of(api)
     workers = {"gang": {"minCount": 4}}
     templates = [
         {"name": "driver", "schedulingPolicy": {"basic": {}}},
         {"name": "workers", "schedulingPolicy": workers},
     ]
-    await create(customer_api, namespace, "workloads", workload("job", templates))
-    await create(
-        customer_api, namespace, "podgroups", podgroup("job-driver", {"basic": {}}, ("job", "driver"))
+    await was.create(customer_api, namespace, "workloads", was.workload("job", templates))
+    await was.create(
+        customer_api, namespace, "podgroups", was.podgroup("job-driver", {"basic": {}}, ("job", "driver"))
     )
     core = client.CoreV1Api(customer_api)
     await core.create_namespaced_pod(namespace, member("driver", "job-driver", pool, 0))
@@ -163,7 +137,9 @@ async def test_basic_policy_pods_go_at_once_and_a_late_podgroup_frees_its_waitin
     await eventually(told_which_group, timeout=30, what="an Event naming the missing PodGroup")
     assert all(gated(p) for p in await pods(api, namespace, "app=job-workers"))
 
-    await create(customer_api, namespace, "podgroups", podgroup("job-workers", workers, ("job", "workers")))
+    await was.create(
+        customer_api, namespace, "podgroups", was.podgroup("job-workers", workers, ("job", "workers"))
+    )
 
     async def workers_bound() -> bool:
         found = await pods(api, namespace, "app=job-workers")
@@ -181,16 +157,14 @@ async def test_a_workload_topology_constraint_puts_the_gang_in_one_rack(
     test_pool: Callable[..., Any],
 ) -> None:
     pool: TestPool = await test_pool(count=10, racks={"r2": 4, "r1": 6})
+    was = await WorkloadApi.of(api)
     policy = {"gang": {"minCount": 4}}
     constraints = {"topology": [{"key": RACK}]}
     template = {"name": "workers", "schedulingPolicy": policy, "schedulingConstraints": constraints}
-    await create(customer_api, namespace, "workloads", workload("ring", [template]))
-    group = podgroup("ring-workers", policy, ("ring", "workers"))
-    group["spec"]["schedulingConstraints"] = constraints
-    await create(customer_api, namespace, "podgroups", group)
-    stored = await client.CustomObjectsApi(api).get_namespaced_custom_object(
-        *WAS, namespace, "podgroups", "ring-workers"
-    )
+    await was.create(customer_api, namespace, "workloads", was.workload("ring", [template]))
+    group = was.podgroup("ring-workers", policy, ("ring", "workers"), schedulingConstraints=constraints)
+    await was.create(customer_api, namespace, "podgroups", group)
+    stored = await was.get(api, namespace, "podgroups", "ring-workers")
     assert stored["spec"].get("schedulingConstraints") == constraints, (
         "TopologyAwareWorkloadScheduling keeps it"
     )
@@ -217,7 +191,8 @@ async def test_without_the_schedulers_gang_plugin_quorum_still_releases_whole_ga
     admin = await api_client(instance.kubeconfig("admin"))
     async with admin:
         await create_namespace(admin, "ng")
-        await create(admin, "ng", "podgroups", podgroup("trio", {"gang": {"minCount": 3}}))
+        was = await WorkloadApi.of(admin)
+        await was.create(admin, "ng", "podgroups", was.podgroup("trio", {"gang": {"minCount": 3}}))
         core = client.CoreV1Api(admin)
         pool = NO_POOL
         for i in range(2):
@@ -240,8 +215,10 @@ async def test_without_the_schedulers_gang_plugin_quorum_still_releases_whole_ga
 async def test_the_seed_004_examples_run(
     cluster: Instance, api: client.ApiClient, namespace: str, example: str
 ) -> None:
-    """examples/seed-004-workload-aware/*.yaml exactly, applied by a customer with kubectl."""
-    manifest = (EXAMPLES / "seed-004-workload-aware" / f"{example}.yaml").read_text()
+    """examples/seed-004-workload-aware/*.yaml exactly (1.36: its kubernetes-1.36/), applied by a
+    customer with kubectl."""
+    was = await WorkloadApi.of(api)
+    manifest = (was.examples / f"{example}.yaml").read_text()
     applied = cluster.kubectl("-n", namespace, "apply", "-f", "-", who="customer", input_text=manifest)
     assert applied.returncode == 0, applied.stderr
     size = {"gang": 4, "topology": 4, "preemption": 2}[example]
