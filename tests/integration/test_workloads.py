@@ -21,7 +21,6 @@ from tests.kube import WorkloadApi, api_client, assert_no_overcommit, create_nam
 pytestmark = [pytest.mark.cluster, pytest.mark.kubernetes_1_36]
 
 
-
 class NoPool:
     """Pods that may go to any production node of an instance of their own."""
 
@@ -61,7 +60,10 @@ async def test_a_workload_podgroup_of_min_count_4_is_held_then_released_together
     was = await WorkloadApi.of(api)
     gang = {"gang": {"minCount": 4}}
     await was.create(
-        customer_api, namespace, "workloads", was.workload("train", [{"name": "workers", "schedulingPolicy": gang}])
+        customer_api,
+        namespace,
+        "workloads",
+        was.workload("train", [{"name": "workers", "schedulingPolicy": gang}]),
     )
     await was.create(
         customer_api, namespace, "podgroups", was.podgroup("train-workers", gang, ("train", "workers"))
