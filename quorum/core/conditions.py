@@ -14,6 +14,7 @@ SUNK scheduler composes the Gangs of gangs Slurm places with it; nothing else bu
 | `Preempting` | quorum is taking lower-priority work's room for it (docs/preemption.md) |
 | `Preempted` | it was preempted for a higher-priority gang and is not admitted again yet |
 | `Restarted` | it lost members while running and was restarted whole (RestartGang), not admitted again yet |
+| `Resized` | its group's minCount grew (Kubernetes 1.37) and the new size is not released yet |
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ CONDITION_TYPES = (
     "Preempting",
     "Preempted",
     "Restarted",
+    "Resized",
 )
 # Hold reasons that mean "no room for the whole gang now": Unschedulable=True, and the
 # starvation guard's clock runs. SlurmResources: Slurm holds a gang it places for lack of nodes.
@@ -69,6 +71,7 @@ class GangState:
     failure: str | None = None  # what of quorum's work on it failed, in a sentence
     preemption: Mapping[str, Any] | None = None  # the Gang's `status.preemption` (it preempts)
     preempted: Mapping[str, Any] | None = None  # the Gang's `status.preempted` (it was preempted)
+    resized: Mapping[str, Any] | None = None  # the Gang's `status.resized` (its minCount changed)
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,23 @@ def conditions(state: GangState) -> list[JSON]:
         preempting(state.preemption),
         preempted(state.preempted, readmitted=status == "True"),
         restarted(state.recovery, readmitted=status == "True"),
+        resized(state.resized, state.counts["released"]),
     ]
+
+
+def resized(record: Mapping[str, Any] | None, released: int) -> JSON:
+    """True while a gang whose minMember grew has fewer released than the new size; the message
+    (from what to what, and how it goes on) stays until the next resize."""
+    if not record:
+        return {"type": "Resized", "status": "False", "reason": "NotResized", "message": ""}
+    old, new = record.get("from"), record.get("to")
+    message = f"minMember changed from {old} to {new} at {record.get('time')}"
+    if isinstance(old, int) and isinstance(new, int) and new > old and released < new:
+        message += f": {released} released; the other {new - released} go once all of them fit"
+        return {"type": "Resized", "status": "True", "reason": "Growing", "message": message}
+    if isinstance(old, int) and isinstance(new, int) and new < old:
+        message += f": members beyond {new} are elastic"
+    return {"type": "Resized", "status": "False", "reason": "Resized", "message": message}
 
 
 def preempting(record: Mapping[str, Any] | None) -> JSON:
@@ -207,6 +226,7 @@ def compose_recovering(
             preempting(None),
             preempted(preempted_by, readmitted=False),
             restarted(recovery, readmitted=False),
+            resized(None, 0),
         ],
     )
 
@@ -249,6 +269,14 @@ def planning_failed(failure: str | None) -> JSON:
 
 
 # -- the recovery record on the Gang (`status.recovery`) ------------------------------------
+
+
+def attempt_of(admission: Mapping[str, Any]) -> int:
+    """The number of the decision a Gang's `status.admission` records (0: none)."""
+    try:
+        return int(admission.get("attempt") or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def recovery_of(gang: JSON | None) -> JSON:

@@ -29,6 +29,11 @@ class KubeApi(Protocol):
 
     async def delete_gang(self, namespace: str, name: str) -> None: ...
 
+    async def patch_gang(self, namespace: str, name: str, patch: JSON) -> bool:
+        """A merge patch of a Gang's metadata and spec (its source, owner, minMember); False if
+        it is gone."""
+        ...
+
     async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> bool: ...
 
     async def patch_group_status(
@@ -83,6 +88,9 @@ class LiveApi:
 
     async def delete_gang(self, namespace: str, name: str) -> None:
         await writes.delete_gang(self.api, namespace, name)
+
+    async def patch_gang(self, namespace: str, name: str, patch: JSON) -> bool:
+        return await writes.patch_gang(self.api, namespace, name, patch)
 
     async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> bool:
         return await writes.patch_gang_status(self.api, namespace, name, status)

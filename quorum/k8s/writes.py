@@ -247,6 +247,22 @@ async def patch_gang_status(api: client.ApiClient, namespace: str, name: str, st
     return await patch_status(api, GANG_GROUP, GANG_VERSION, GANG_PLURAL, namespace, name, status)
 
 
+async def patch_gang(api: client.ApiClient, namespace: str, name: str, patch: dict[str, Any]) -> bool:
+    """A merge patch of a Gang (not its status); False if it is gone."""
+    return await unless_gone(
+        client.CustomObjectsApi(api).patch_namespaced_custom_object(
+            GANG_GROUP,
+            GANG_VERSION,
+            namespace,
+            GANG_PLURAL,
+            name,
+            patch,
+            _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+            _preload_content=False,
+        )
+    )
+
+
 async def delete_gang(api: client.ApiClient, namespace: str, name: str) -> None:
     try:
         await client.CustomObjectsApi(api).delete_namespaced_custom_object(

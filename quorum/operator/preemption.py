@@ -387,12 +387,15 @@ class Preempter:
         now: float,
     ) -> None:
         """`status.preempted` and an Event on each victim gang's Gang (a lone pod: on the pod);
-        a suspended Job is recorded for recovery to resume."""
+        a suspended Job is recorded for recovery to resume. Before any victim is deleted, and
+        required: an Event that cannot be posted fails the preemption before it deletes."""
         for victim in victims:
             gang_name = victim.name if victim.kind == "gang" else victim.gang
             gang = self.store.gangs.get((victim.namespace, gang_name)) if gang_name else None
             if gang is None:
-                await self.statuses.events.post(pod_ref(victim.pods[0]), "Preempted", told, warning=True)
+                await self.statuses.events.post(
+                    pod_ref(victim.pods[0]), "Preempted", told, warning=True, required=True
+                )
                 continue
             status: JSON = {"preempted": {"by": who, "time": iso(now), "message": told}}
             jobs = sorted(name for ns, name in suspend if ns == victim.namespace)
@@ -405,7 +408,7 @@ class Preempter:
                 }
             await self.statuses.patch((victim.namespace, str(gang_name)), status)
             suspended = f"; suspended Job {', '.join(jobs)} until its pods are gone" if jobs else ""
-            await self.statuses.events.post(gang, "Preempted", told + suspended, warning=True)
+            await self.statuses.events.post(gang, "Preempted", told + suspended, warning=True, required=True)
 
     @staticmethod
     async def each(pods: Sequence[RunningPod], call: Any, at_once: int = 16) -> None:

@@ -21,7 +21,7 @@ import logging
 import math
 from collections.abc import Callable, Mapping
 
-from quorum.core.conditions import backoff_until, iso, iso_deadline, recovery_of, timestamp
+from quorum.core.conditions import attempt_of, backoff_until, iso, iso_deadline, recovery_of, timestamp
 from quorum.core.lifecycle import (
     MEMBER_LOSS_ANNOTATION,
     Action,
@@ -143,6 +143,8 @@ class Recoverer:
             return "finish-disruption"  # recorded and not done (a leader died in between, a write failed)
         if view.min_member is None or view.basic:
             return None
+        if growing(view.min_member, gang):
+            return None  # its group's minCount grew: the new size is planned first, never a loss
         recovery = recovery_of(gang)
         if recovery.get("suspendedJobs"):
             return "resume-jobs" if self.may_poll(view.key) else None
@@ -556,8 +558,23 @@ def members_of(view: GangView, bound: dict[str, tuple[str, str]]) -> list[Member
     return members
 
 
-def attempt_of(admission: JSON) -> int:
-    try:
-        return int(admission.get("attempt") or 0)
-    except (TypeError, ValueError):
-        return 0
+def growing(min_member: int, gang: JSON) -> bool:
+    """Whether the gang's group grew (1.37's mutable `gang.minCount`) and no decision at the new
+    size has been made yet: before quorum recorded the new size (the Gang's `spec.minMember` is
+    smaller), or since (its `status.resized` is later than its last admission). Meanwhile fewer
+    than minMember bound is the old size still running, not a loss or a partial placement. (The
+    resize records the decision it was made under; a release at the new size is a later one.)"""
+    recorded = (gang.get("spec") or {}).get("minMember")
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and min_member > recorded:
+        return True
+    status = gang.get("status") or {}
+    resized = status.get("resized")
+    admission = status.get("admission")
+    if not isinstance(resized, dict) or not isinstance(admission, dict):
+        return False
+    grew = (
+        isinstance(resized.get("to"), int)
+        and isinstance(resized.get("from"), int)
+        and resized["to"] > resized["from"]
+    )
+    return grew and resized.get("attempt") == attempt_of(admission)

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from quorum.core import conditions
 from quorum.core.fit import FitSettings, why_not
 from quorum.core.model import Gang, Node, Toleration, fits, subtract
 from quorum.core.planner import Release
@@ -284,11 +285,9 @@ def reservation_toleration(token: str) -> Toleration:
 
 
 def attempt_of(gang: JSON) -> int:
+    """The number of the gang's last decision (0: none)."""
     admission = (gang.get("status") or {}).get("admission") or {}
-    try:
-        return int(admission.get("attempt") or 0) if isinstance(admission, dict) else 0
-    except (TypeError, ValueError):
-        return 0
+    return conditions.attempt_of(admission) if isinstance(admission, dict) else 0
 
 
 def member_complete_time(view: GangView) -> float:

@@ -25,6 +25,7 @@ from quorum.core.conditions import (
     NO_ROOM,
     GangState,
     GangStatus,
+    attempt_of,
     compose,
     compose_recovering,
     iso,
@@ -46,7 +47,7 @@ log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
 COUNTERS = ("members", "gated", "released", "bound", "running", "succeeded", "failed")
 # The fields of a Gang's status that record quorum's decisions: what the pass acts on.
-DECISIONS = frozenset({"admission", "recovery", "disruption", "preemption", "preempted"})
+DECISIONS = frozenset({"admission", "recovery", "disruption", "preemption", "preempted", "resized"})
 
 
 @dataclass
@@ -189,7 +190,9 @@ class GangRecords:
         counts["released"] += released_now  # released in this pass: not yet seen by the watch
         counts["gated"] -= released_now
         status = (self.gang(view.key) or {}).get("status") or {}
-        recovery, preemption, preempted = (status.get(k) for k in ("recovery", "preemption", "preempted"))
+        recovery, preemption, preempted, resized = (
+            status.get(k) for k in ("recovery", "preemption", "preempted", "resized")
+        )
         return GangState(
             counts=counts,
             min_member=view.min_member or 1,
@@ -201,6 +204,7 @@ class GangRecords:
             failure=failure,
             preemption=preemption if isinstance(preemption, dict) else None,
             preempted=preempted if isinstance(preempted, dict) else None,
+            resized=resized if isinstance(resized, dict) else None,
         )
 
     def due(self, view: GangView, status: GangStatus, hold: Hold | None) -> StatusWrite | None:
@@ -326,8 +330,9 @@ class GangRecords:
         spec, owner = gang_record(view.group, view.marker.group, view.min_member or 1)
         if existing is not None:
             owners = existing["metadata"].get("ownerReferences") or []
-            if owner is None or any(o.get("uid") == owner["uid"] for o in owners):
-                return existing
+            same = owner is None or any(o.get("uid") == owner["uid"] for o in owners)
+            if same or not owners:
+                return await self.keep_gang(view, existing, spec, None if same else owner)
             # The group was deleted and made again under the same name: a new gang, whose
             # conditions start afresh (the next pass composes and writes them again).
             await self.api.delete_gang(view.namespace, view.name)
@@ -339,6 +344,55 @@ class GangRecords:
         self.forget(view.key)  # a new object: its status is still to be written
         self.store.gangs[view.key] = gang
         return gang
+
+    async def keep_gang(self, view: GangView, existing: JSON, spec: JSON, adopt: JSON | None) -> JSON:
+        """The Gang kept as it is, but for two changes of its group. `adopt`: the group was made
+        again while the Gang had no owner, as the upgrade of its API leaves it (the old group
+        deleted with propagationPolicy Orphan, docs/workloads.md "Upgrading"): the Gang now stands
+        for the new one, its records kept. A resized group (1.37's mutable `gang.minCount`): the
+        resize is recorded (`status.resized`, then `spec.minMember`, in that order: recovery
+        reads the gap between them as growing, never as a loss) with an Event."""
+        old = (existing.get("spec") or {}).get("minMember")
+        resize = view.min_member is not None and isinstance(old, int) and old != spec["minMember"]
+        if adopt is None and not resize:
+            return existing
+        patch: JSON = {"spec": {}}
+        told: list[tuple[str, str]] = []
+        if adopt is not None:
+            patch["metadata"] = {"ownerReferences": [adopt]}
+            patch["spec"]["source"] = spec["source"]
+            told.append(
+                (
+                    "Adopted",
+                    f"the Gang now stands for {adopt['kind']} {adopt['name']} ({adopt['apiVersion']}), "
+                    "made again under the same name; its records are kept",
+                )
+            )
+        if resize:
+            new = spec["minMember"]
+            attempt = attempt_of((existing.get("status") or {}).get("admission") or {})
+            resized = {"from": old, "to": new, "time": now_rfc3339(), "attempt": attempt}
+            if not await self.patch(view.key, {"resized": resized}):
+                return existing
+            patch["spec"]["minMember"] = new
+            how = (
+                f"the {new - old} more members are released once all of them fit; until then it runs at {old}"
+                if new > old
+                else f"members beyond {new} are elastic: losing them is not a member loss"
+            )
+            told.append(
+                ("Resized", f"minMember changed from {old} to {new} (its PodGroup's gang.minCount): {how}")
+            )
+        if not await self.api.patch_gang(view.namespace, view.name, patch):
+            return existing
+        current = self.store.gangs.get(view.key, existing)  # with the status just written
+        updated = {**current, "spec": {**(current.get("spec") or {}), **patch["spec"]}}
+        if adopt is not None:
+            updated["metadata"] = {**current["metadata"], "ownerReferences": [adopt]}
+        self.store.gangs[view.key] = updated
+        for reason, message in told:
+            await self.events.post_all([updated, view.group], reason, message)
+        return updated
 
     async def warn_unmodeled(self, view: GangView, gang: JSON) -> None:
         """A gang whose pods use hard constraints the planner does not model gets a warning that

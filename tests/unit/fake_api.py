@@ -225,6 +225,17 @@ class FakeApi:
         if self.server.gangs.pop((namespace, name), None) is not None:
             self.changed("gangs", (namespace, name), None)
 
+    async def patch_gang(self, namespace: str, name: str, patch: JSON) -> bool:
+        await self._call("patch_gang", namespace, name, patch)
+        gang = self.server.gangs.get((namespace, name))
+        if gang is None:
+            return False
+        updated = copy.deepcopy(gang)
+        merge_patch(updated, patch)
+        self.server.gangs[(namespace, name)] = updated
+        self.changed("gangs", (namespace, name), updated)
+        return True
+
     async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> bool:
         await self._call("patch_gang_status", namespace, name, status)
         gang = self.server.gangs.get((namespace, name))

@@ -114,6 +114,7 @@ class AuditedApi(FakeApi):
         self.bound_at: dict[str, int] = {}  # pod uid -> seq of its binding
         self.fresh_read: dict[str, int] = {}  # gang -> seq of quorum's last read of its pods
         self.deleted_bound: dict[tuple[str, int], set[str]] = {}  # (gang, attempt) -> bound pods deleted
+        self.lost: set[str] = set()  # gangs a running member of which someone else took
         self.skip = set(os.environ.get("QUORUM_MODEL_SKIP", "").split(","))  # checks left out, to explore
 
     def tick(self) -> int:
@@ -189,6 +190,10 @@ class AuditedApi(FakeApi):
                 f"deleted pod {name} of {gang} {self.clock.time() - released_at:.0f}s after its decision "
                 f"(attempt {attempt}), before its timeout of {TIMEOUT}s ended",
                 "timeout",
+            )
+        if disruption.get("reason") == "MemberLost" and gang not in self.lost:
+            self.violate(
+                f"deleted pod {name} of {gang}: restarted for a member loss, but it lost none", "lost"
             )
         recorded = (
             isinstance(disruption, dict)
@@ -500,7 +505,26 @@ class DisruptionMachine(RuleBasedStateMachine):
             if p["spec"].get("nodeName") and GANG_LABEL in p["metadata"]["labels"]
         ]
         if running:
-            self.remove_pod(data.draw(st.sampled_from(sorted(running, key=lambda p: p["metadata"]["uid"]))))
+            taken = data.draw(st.sampled_from(sorted(running, key=lambda p: p["metadata"]["uid"])))
+            self.api.lost.add(taken["metadata"]["labels"][GANG_LABEL])
+            self.remove_pod(taken)
+
+    @rule(data=st.data(), change=st.sampled_from([-2, -1, 1, 2]))
+    def its_group_is_resized(self, data: st.DataObject, change: int) -> None:
+        """A tenant changes a running gang's minMember (Kubernetes 1.37's mutable gang.minCount):
+        growing is not a member loss, shrinking makes the members beyond it elastic."""
+        live = [g for g in self.model.gangs.values() if not g.finished]
+        if not live:
+            return
+        spec = data.draw(st.sampled_from(live))
+        spec.min_member = max(1, min(spec.size, spec.min_member + change))
+        for table in (self.api.server.groups, self.loop.store.groups):
+            group = table.get(("scheduling.sigs.k8s.io", NS, spec.name))
+            if group is not None:
+                table[("scheduling.sigs.k8s.io", NS, spec.name)] = {
+                    **group,
+                    "spec": {**group["spec"], "minMember": spec.min_member},
+                }
 
     @rule(data=st.data())
     def a_member_is_replaced_while_the_gang_watch_lags(self, data: st.DataObject) -> None:

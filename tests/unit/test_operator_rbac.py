@@ -213,6 +213,7 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
     return {
         "release_pod": [lambda: live.release_pod(pod, "node-1"), lambda: live.release_pod(pod, None)],
         "create_gang": [lambda: live.create_gang("ml", "new", {"minMember": 2}, None)],
+        "patch_gang": [lambda: live.patch_gang("ml", "g", {"spec": {"minMember": 3}})],
         "delete_gang": [lambda: live.delete_gang("ml", "new")],
         "patch_gang_status": [lambda: live.patch_gang_status("ml", "g", {"phase": "Pending"})],
         "patch_group_status": [

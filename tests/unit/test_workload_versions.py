@@ -1,0 +1,207 @@
+"""Kubernetes 1.36 and 1.37 PodGroups read alike; a group's minMember changed live (1.37's
+mutable gang.minCount) is recorded with an Event and never read as a member loss; a Gang
+orphaned by an upgrade of its group's API is adopted by the group made again, its records kept.
+Against the stateful fake API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from quorum.core.conditions import compose
+from quorum.core.workloads import (
+    DISRUPT_GROUP,
+    DISRUPT_POD,
+    InvalidWorkloadObject,
+    composite_facts,
+    disruption_mode,
+)
+from quorum.operator.gangs import Store, assemble, composites
+from quorum.operator.recovery import growing
+from quorum.operator.status import GangRecords
+from tests.unit.fake_api import FakeApi
+from tests.unit.test_operator_gangs import gang_pod, podgroup
+
+
+def wpg_pod(name: str, group: str = "workers", gated: bool = True) -> dict[str, Any]:
+    pod = gang_pod(name, name, gated=gated)
+    pod["metadata"]["labels"] = {"quorum.dev/gang": f"wpg-{group}"}
+    pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return pod
+
+
+def k8s_podgroup(version: str, name: str = "workers", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"scheduling.k8s.io/{version}",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "creationTimestamp": "2026-11-22T00:00:00Z",
+        },
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, **spec},
+    }
+
+
+@pytest.mark.parametrize(
+    ("version", "mode", "want"),
+    [
+        ("v1alpha2", "PodGroup", DISRUPT_GROUP),
+        ("v1alpha2", "Pod", DISRUPT_POD),
+        ("v1beta1", {"all": {}}, DISRUPT_GROUP),
+        ("v1beta1", {"single": {}}, DISRUPT_POD),
+        ("v1beta1", None, None),
+    ],
+)
+def test_both_spellings_of_disruption_mode_mean_the_same(version: str, mode: Any, want: str | None) -> None:
+    spec = {} if mode is None else {"disruptionMode": mode}
+    store = Store(pods={"a": wpg_pod("a"), "b": wpg_pod("b")}, pod_group_version=version)
+    store.groups[("scheduling.k8s.io", "ns", "workers")] = k8s_podgroup(version, **spec)
+    (view,) = assemble(store)
+    assert view.waiting is None and view.min_member == 2
+    assert view.disruption_mode == want and view.to_core().disruption_mode == want
+
+
+@pytest.mark.parametrize("bad", [{"single": {}, "all": {}}, {"some": {}}, "Everything", 3])
+def test_a_disruption_mode_of_neither_spelling_leaves_the_gang_waiting_with_the_fix(bad: Any) -> None:
+    with pytest.raises(InvalidWorkloadObject, match="single"):
+        disruption_mode({"disruptionMode": bad})
+    store = Store(pods={"a": wpg_pod("a")})
+    store.groups[("scheduling.k8s.io", "ns", "workers")] = k8s_podgroup("v1beta1", disruptionMode=bad)
+    (view,) = assemble(store)
+    assert view.waiting is not None and "spec.disruptionMode must be" in view.waiting
+
+
+def test_preemption_policy_never_and_the_parent_composite_are_read() -> None:
+    store = Store(pods={"a": wpg_pod("a")})
+    group = k8s_podgroup("v1beta1", preemptionPolicy="Never", parentCompositePodGroupName="job")
+    store.groups[("scheduling.k8s.io", "ns", "workers")] = group
+    (view,) = assemble(store)
+    assert view.preemption_policy == "Never" and view.parent == "job"
+    assert view.waiting is not None and "waiting for CompositePodGroup job" in view.waiting
+    store.composites[("ns", "job")] = {
+        "metadata": {"name": "job", "namespace": "ns"},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+            "schedulingConstraints": {"topology": [{"key": "rack"}]},
+        },
+    }
+    (view,) = assemble(store)
+    assert view.waiting is None and view.to_core().composite == "job"
+    (composite,) = composites(store, [view]).values()
+    assert (composite.min_group_count, composite.admitted, composite.topology_key) == (2, 0, "rack")
+
+
+def test_a_composite_with_a_bad_min_group_count_is_said_so() -> None:
+    with pytest.raises(InvalidWorkloadObject, match="minGroupCount"):
+        composite_facts(
+            {"metadata": {"name": "c"}, "spec": {"schedulingPolicy": {"gang": {"minGroupCount": 0}}}}
+        )
+    assert (
+        composite_facts(
+            {"metadata": {"name": "c"}, "spec": {"schedulingPolicy": {"basic": {}}}}
+        ).min_group_count
+        == 1
+    )
+
+
+def gang_of(min_member: int, attempt: int = 1, owners: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "quorum.dev/v1alpha1",
+        "kind": "Gang",
+        "metadata": {
+            "name": "pg-pg1",
+            "namespace": "ns",
+            "ownerReferences": [{"uid": "g1"}] if owners is None else owners,
+        },
+        "spec": {"minMember": min_member, "source": {"kind": "PodGroup", "name": "pg1", "uid": "g1"}},
+        "status": {"admission": {"attempt": attempt, "time": "2026-11-22T00:00:00Z"}, "bound": min_member},
+    }
+
+
+def running_store(min_member: int, gang: dict[str, Any]) -> Store:
+    store = Store(pods={u: gang_pod(u, u, gated=False, phase_="Running") for u in ("a", "b")})
+    for pod in store.pods.values():
+        pod["spec"]["nodeName"] = "n1"
+    store.groups[("scheduling.sigs.k8s.io", "ns", "pg1")] = podgroup(min_member)
+    store.gangs[("ns", "pg-pg1")] = gang
+    return store
+
+
+async def test_a_group_that_grows_is_recorded_then_resized_and_never_read_as_a_loss() -> None:
+    gang = gang_of(2)
+    store = running_store(4, gang)
+    assert growing(4, gang), "before quorum records the new size: the Gang says 2"
+    api = FakeApi(store)
+    records = GangRecords(api, store)
+    (view,) = assemble(store)
+    kept = await records.ensure_gang(view)
+    methods = [m for m, _ in api.calls]
+    assert methods[:2] == ["patch_gang_status", "patch_gang"], "the resize recorded before the size"
+    assert kept["spec"]["minMember"] == 4
+    resized = store.gangs[("ns", "pg-pg1")]["status"]["resized"]
+    assert (resized["from"], resized["to"], resized["attempt"]) == (2, 4, 1)
+    assert growing(4, store.gangs[("ns", "pg-pg1")]), "no decision at the new size yet"
+    later = {**store.gangs[("ns", "pg-pg1")]}
+    later["status"] = {**later["status"], "admission": {"attempt": 2, "time": "2026-11-22T00:01:00Z"}}
+    assert not growing(4, later), "a release at the new size is a new decision"
+    events = [args for m, args in api.calls if m == "post_event"]
+    assert any(args[1] == "Resized" and "from 2 to 4" in args[2] for args in events)
+    status = compose(records.state(view, None, None))
+    assert (
+        status.condition("Resized")["status"] == "True" and status.condition("Resized")["reason"] == "Growing"
+    )
+
+
+async def test_a_group_that_shrinks_makes_the_members_beyond_it_elastic() -> None:
+    store = running_store(1, gang_of(2))
+    api = FakeApi(store)
+    records = GangRecords(api, store)
+    (view,) = assemble(store)
+    await records.ensure_gang(view)
+    assert not growing(1, store.gangs[("ns", "pg-pg1")])
+    status = compose(records.state(view, None, None))
+    assert status.condition("Resized")["status"] == "False"
+    assert "members beyond 1 are elastic" in status.condition("Resized")["message"]
+
+
+async def test_an_orphaned_gang_is_adopted_by_its_group_made_again_and_keeps_its_records() -> None:
+    """The upgrade deletes the old group with propagationPolicy Orphan (the Gang loses its owner)
+    and makes it again at the new version (a new uid): the Gang is re-pointed, not replaced."""
+    gang = gang_of(2, owners=[])
+    store = running_store(2, gang)
+    group = store.groups[("scheduling.sigs.k8s.io", "ns", "pg1")]
+    group["metadata"]["uid"] = "g2"
+    api = FakeApi(store)
+    records = GangRecords(api, store)
+    (view,) = assemble(store)
+    kept = await records.ensure_gang(view)
+    assert "delete_gang" not in [m for m, _ in api.calls] and "create_gang" not in [m for m, _ in api.calls]
+    assert kept["metadata"]["ownerReferences"][0]["uid"] == "g2" and kept["spec"]["source"]["uid"] == "g2"
+    assert kept["status"]["admission"]["attempt"] == 1, "its records are kept"
+
+
+async def test_a_group_remade_while_the_gang_still_names_the_old_one_is_a_new_gang() -> None:
+    store = running_store(2, gang_of(2))
+    store.groups[("scheduling.sigs.k8s.io", "ns", "pg1")]["metadata"]["uid"] = "g2"
+    api = FakeApi(store)
+    (view,) = assemble(store)
+    await GangRecords(api, store).ensure_gang(view)
+    assert [m for m, _ in api.calls][:2] == ["delete_gang", "create_gang"]
+
+
+async def test_a_resize_the_watch_has_not_shown_yet_still_reads_as_growing() -> None:
+    """Watch lag: the store's Gang has the new size but not yet the `resized` record; what the
+    operator wrote is what recovery reads (the records' copy), so it is not a loss."""
+    store = running_store(4, gang_of(2))
+    api = FakeApi(store)
+    records = GangRecords(api, store)
+    (view,) = assemble(store)
+    await records.ensure_gang(view)
+    lagging = {**store.gangs[("ns", "pg-pg1")]}
+    lagging["status"] = {k: v for k, v in lagging["status"].items() if k != "resized"}
+    store.gangs[("ns", "pg-pg1")] = lagging
+    seen = records.gang(("ns", "pg-pg1"))
+    assert seen is not None and growing(4, seen)
