@@ -115,3 +115,33 @@ def topology_of(spec: Mapping[str, Any]) -> str | None:
         if isinstance(constraint, Mapping) and isinstance(constraint.get("key"), str) and constraint["key"]:
             return str(constraint["key"])
     return None
+
+
+def scheduler_refusal(
+    group_kind: str,
+    group_name: str,
+    group_spec: Mapping[str, Any],
+    pods: Collection[tuple[str, int, str]],
+) -> str | None:
+    """Why Kubernetes 1.37's kube-scheduler would refuse a gang's pods once released, or None: it
+    schedules the pods of a group only if each has its root group's priority (`spec.priority`,
+    0 without a priorityClassName) and preemption policy (`PreemptLowerPriority` unless set).
+    `pods`: (name, priority, preemptionPolicy) of each. A gang quorum released anyway would sit
+    unscheduled; it waits instead, told how to fix it."""
+    priority = group_spec.get("priority")
+    priority = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
+    policy = group_spec.get("preemptionPolicy") or "PreemptLowerPriority"
+    for name, pod_priority, pod_policy in pods:
+        if pod_priority != priority:
+            return (
+                f"pod {name} has priority {pod_priority} and its {group_kind} {group_name} {priority}: "
+                f"Kubernetes 1.37 schedules a group's pods only at the group's priority (give the "
+                f"{group_kind}, or its Workload template, the pods' priorityClassName)"
+            )
+        if (pod_policy or "PreemptLowerPriority") != policy:
+            return (
+                f"pod {name} has preemptionPolicy {pod_policy or 'PreemptLowerPriority'} and its "
+                f"{group_kind} {group_name} {policy}: Kubernetes 1.37 schedules a group's pods only with "
+                f"the group's preemption policy (use a PriorityClass whose preemptionPolicy matches)"
+            )
+    return None

@@ -31,6 +31,7 @@ from quorum.core.workloads import (
     disruption_mode,
     parent_name,
     preemption_policy,
+    scheduler_refusal,
     topology_of,
 )
 from quorum.k8s.convert import pod_from_api
@@ -416,6 +417,31 @@ def _attach_group(view: GangView, store: Store) -> None:
         return
     if view.parent is not None:
         _attach_composite(view, store)
+    if marker.source is GangSource.WORKLOAD_POD_GROUP and store.pod_group_version not in (None, "v1alpha2"):
+        _check_scheduler_rules(view, store, group)
+
+
+def _check_scheduler_rules(view: GangView, store: Store, group: JSON) -> None:
+    """1.37's kube-scheduler refuses a group's pods whose priority or preemption policy is not
+    its root group's (the CompositePodGroup at the top, or the PodGroup): such a gang waits,
+    told why, rather than be released to sit unscheduled."""
+    if view.waiting is not None:
+        return
+    kind, root = "PodGroup", group
+    if view.parent is not None and (parent := store.composites.get((view.namespace, view.parent))):
+        kind, root = "CompositePodGroup", parent
+    spec = root.get("spec") or {}
+    pods = [
+        (
+            str(p["metadata"]["name"]),
+            int((p.get("spec") or {}).get("priority") or 0),
+            str((p.get("spec") or {}).get("preemptionPolicy") or ""),
+        )
+        for p in view.active
+    ]
+    refusal = scheduler_refusal(kind, str((root.get("metadata") or {}).get("name")), spec, pods)
+    if refusal is not None:
+        view.waiting = refusal
 
 
 def _attach_composite(view: GangView, store: Store) -> None:

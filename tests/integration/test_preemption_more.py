@@ -19,7 +19,14 @@ from quorum.devcluster.nodes import TestPool
 from tests.integration.test_gang_lifecycle import job
 from tests.integration.test_gangs import GANGS, deployment, gated, get, pods
 from tests.integration.test_preemption import HIGH, LOW, apply_gang, make_pool
-from tests.kube import api_client, assert_no_overcommit, create_namespace, create_podgroup, eventually
+from tests.kube import (
+    WorkloadApi,
+    api_client,
+    assert_no_overcommit,
+    create_namespace,
+    create_podgroup,
+    eventually,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -270,12 +277,16 @@ async def test_seed_004_preemption_example_as_written_takes_room_from_low_priori
     await assert_no_overcommit(api)
 
 
-def elastic_objects(pool: TestPool) -> list[tuple[str, dict[str, Any]]]:
-    """A 1.36 Workload and PodGroup of two 8-GPU low-priority pods, `disruptionMode: Pod`."""
+def elastic_objects(pool: TestPool, was: WorkloadApi) -> list[tuple[str, dict[str, Any]]]:
+    """A Workload and PodGroup of two 8-GPU low-priority pods, `disruptionMode: Pod` (1.37:
+    `{single: {}}`)."""
     policy = {"gang": {"minCount": 2}}
-    template = {"name": "workers", "schedulingPolicy": policy, "disruptionMode": "Pod"}
-    ref = {"workload": {"workloadName": "elastic", "podGroupTemplateName": "workers"}}
-    group_spec = {"podGroupTemplateRef": ref, "schedulingPolicy": policy, "disruptionMode": "Pod"}
+    template = {
+        "name": "workers",
+        "schedulingPolicy": policy,
+        "disruptionMode": "Pod",
+        "priorityClassName": LOW,
+    }
     container = {
         "name": "c",
         "image": "registry.k8s.io/pause:3.10",
@@ -288,11 +299,13 @@ def elastic_objects(pool: TestPool) -> list[tuple[str, dict[str, Any]]]:
         **pool.pod_spec(),
     }
     return [
+        ("workloads", was.workload("elastic", [template])),
         (
-            "workloads",
-            {"kind": "Workload", "metadata": {"name": "elastic"}, "spec": {"podGroupTemplates": [template]}},
+            "podgroups",
+            was.podgroup(
+                "elastic-workers", policy, ("elastic", "workers"), disruptionMode="Pod", priorityClassName=LOW
+            ),
         ),
-        ("podgroups", {"kind": "PodGroup", "metadata": {"name": "elastic-workers"}, "spec": group_spec}),
         *[
             ("pods", {"metadata": {"name": f"elastic-{i}", "labels": {"app": "elastic"}}, "spec": pod_spec})
             for i in range(2)
@@ -303,16 +316,16 @@ def elastic_objects(pool: TestPool) -> list[tuple[str, dict[str, Any]]]:
 async def test_a_podgroup_with_disruption_mode_pod_gives_up_only_the_pods_needed(
     preempting: Instance, api: client.ApiClient, ns: str
 ) -> None:
-    """Kubernetes 1.36's `disruptionMode: Pod`: its owner lets its pods go one by one, so a
+    """`disruptionMode: Pod` (1.37: `{single: {}}`): its owner lets its pods go one by one, so a
     preemptor needing one node takes one of its pods, not the whole gang."""
     pool = await make_pool(preempting, 2)
-    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    for plural, body in elastic_objects(pool):
+    core = client.CoreV1Api(api)
+    was = await WorkloadApi.of(api)
+    for plural, body in elastic_objects(pool, was):
         if plural == "pods":
             await core.create_namespaced_pod(ns, body)
         else:
-            body = {"apiVersion": "scheduling.k8s.io/v1alpha2", **body}
-            await custom.create_namespaced_custom_object("scheduling.k8s.io", "v1alpha2", ns, plural, body)
+            await was.create(api, ns, plural, body)
     before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in await running(api, ns, "app=elastic", 2)}
 
     await apply_gang(api, ns, "urgent", 1, pool, HIGH)  # one node's worth: 8 GPUs
@@ -326,3 +339,42 @@ async def test_a_podgroup_with_disruption_mode_pod_gives_up_only_the_pods_needed
     preempted = {e.involved_object.name for e in events if e.reason == "Preempted"}
     assert preempted and kept["metadata"]["name"] not in preempted, preempted
     await assert_no_overcommit(api)
+
+
+async def test_a_podgroup_with_preemption_policy_never_takes_nothing(
+    preempting: Instance, api: client.ApiClient, ns: str
+) -> None:
+    """Kubernetes 1.37's PodGroup `preemptionPolicy: Never` (its pods' PriorityClass says the
+    same: 1.37's kube-scheduler wants the group's priority and policy on its pods): quorum says
+    so and takes nothing."""
+    was = await WorkloadApi.of(api)
+    if was.legacy:
+        pytest.skip("PodGroup preemptionPolicy is Kubernetes 1.37's (this plane runs 1.36)")
+    pool = await make_pool(preempting, 1)
+    await apply_gang(api, ns, "low", 1, pool, LOW)
+    (low,) = await running(api, ns, "app=low", 1)
+    group = was.podgroup(
+        "polite", {"gang": {"minCount": 1}}, preemptionPolicy="Never", priorityClassName=NEVER
+    )
+    await was.create(api, ns, "podgroups", group)
+    container = {
+        "name": "c",
+        "image": "registry.k8s.io/pause:3.10",
+        "resources": {"limits": {"nvidia.com/gpu": "8"}},
+    }
+    spec = {
+        "schedulingGroup": {"podGroupName": "polite"},
+        "priorityClassName": NEVER,
+        "containers": [container],
+    }
+    body = {
+        "metadata": {"name": "polite-0", "labels": {"app": "polite"}},
+        "spec": {**spec, **pool.pod_spec()},
+    }
+    await client.CoreV1Api(api).create_namespaced_pod(ns, body)
+    held = await unschedulable_says(api, ns, "wpg-polite", "its PodGroup has preemptionPolicy: Never")
+    assert held["status"] == "True"
+    (still,) = await running(api, ns, "app=low", 1)
+    assert still["metadata"]["uid"] == low["metadata"]["uid"], "the low-priority pod kept running"
+    events = await client.CoreV1Api(api).list_namespaced_event(ns)
+    assert not [e for e in events.items if e.reason in ("Preempted", "Preempting")], "nothing taken"

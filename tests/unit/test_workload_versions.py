@@ -205,3 +205,35 @@ async def test_a_resize_the_watch_has_not_shown_yet_still_reads_as_growing() -> 
     store.gangs[("ns", "pg-pg1")] = lagging
     seen = records.gang(("ns", "pg-pg1"))
     assert seen is not None and growing(4, seen)
+
+
+def test_on_1_37_pods_whose_priority_is_not_their_groups_wait_told_how_to_fix_it() -> None:
+    """kube-scheduler 1.37 refuses a group's pods at another priority than the group's: quorum
+    does not release them to sit unscheduled. On 1.36 the scheduler has no such rule."""
+    pods = {"a": wpg_pod("a"), "b": wpg_pod("b")}
+    for pod in pods.values():
+        pod["spec"]["priority"] = 10
+    for version, waits in (("v1beta1", True), ("v1alpha2", False)):
+        store = Store(pods=pods, pod_group_version=version)
+        store.groups[("scheduling.k8s.io", "ns", "workers")] = k8s_podgroup(version)
+        (view,) = assemble(store)
+        assert (view.waiting is not None) == waits
+        if waits:
+            assert view.waiting is not None and "priority 10 and its PodGroup workers 0" in view.waiting
+            assert "priorityClassName" in view.waiting
+    store = Store(pods=pods)
+    store.groups[("scheduling.k8s.io", "ns", "workers")] = k8s_podgroup("v1beta1", priority=10)
+    (view,) = assemble(store)
+    assert view.waiting is None
+
+
+def test_on_1_37_a_preemption_policy_unlike_the_groups_is_said_so() -> None:
+    pods = {"a": wpg_pod("a"), "b": wpg_pod("b")}
+    store = Store(pods=pods)
+    store.groups[("scheduling.k8s.io", "ns", "workers")] = k8s_podgroup("v1beta1", preemptionPolicy="Never")
+    (view,) = assemble(store)
+    assert view.waiting is not None and "preemptionPolicy PreemptLowerPriority" in view.waiting
+    for pod in pods.values():
+        pod["spec"]["preemptionPolicy"] = "Never"
+    (view,) = assemble(store)
+    assert view.waiting is None

@@ -1,0 +1,218 @@
+"""What Kubernetes 1.37 adds to Workload Aware Scheduling, on the real control plane: composite
+gangs (a CompositePodGroup's minGroupCount all-or-nothing), a PodGroup's minCount changed live,
+and Jobs with `spec.scheduling` (the Job controller makes the Workload and PodGroup)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from quorum.devcluster.nodes import TestPool
+from tests.integration.test_gangs import GANGS, admitted, assert_as_planned, gated, get, pods
+from tests.integration.test_workloads import member
+from tests.kube import WorkloadApi, assert_no_overcommit, eventually
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+async def was(api: client.ApiClient) -> WorkloadApi:
+    found = await WorkloadApi.of(api)
+    if found.legacy:
+        pytest.skip("Kubernetes 1.37's API (this plane runs 1.36)")
+    return found
+
+
+def condition(gang: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    return next(
+        (c for c in ((gang or {}).get("status") or {}).get("conditions") or [] if c["type"] == kind), {}
+    )
+
+
+async def test_a_composite_whose_gangs_each_fit_alone_but_not_together_releases_none_until_room_appears(
+    api: client.ApiClient,
+    customer_api: client.ApiClient,
+    namespace: str,
+    test_pool: Callable[..., Any],
+    was: WorkloadApi,
+) -> None:
+    """A launcher (1 x 8 GPUs) and workers (2 x 8 GPUs) under a CompositePodGroup of
+    minGroupCount 2, in a pool with two free 8-GPU nodes: each gang would fit alone, both
+    together would not, so neither is released; once a third node frees, both go at once."""
+    pool: TestPool = await test_pool(count=3)
+    core = client.CoreV1Api(customer_api)
+    blocker = member("blocker", "none", pool, 8)
+    del blocker["spec"]["schedulingGroup"]  # an ordinary pod, holding one node
+    await core.create_namespaced_pod(namespace, blocker)
+
+    async def blocker_bound() -> bool:
+        return bool((await core.read_namespaced_pod("blocker", namespace)).spec.node_name)
+
+    await eventually(blocker_bound, timeout=30, what="the blocker bound")
+    templates = [
+        {
+            "name": "cluster",
+            "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+            "podGroupTemplates": [
+                {"name": "launcher", "schedulingPolicy": {"gang": {"minCount": 1}}},
+                {"name": "workers", "schedulingPolicy": {"gang": {"minCount": 2}}},
+            ],
+        }
+    ]
+    workload = was.workload("trainer", [])
+    workload["spec"] = {"compositePodGroupTemplates": templates}
+    await was.create(customer_api, namespace, "workloads", workload)
+    composite = {
+        "apiVersion": "scheduling.k8s.io/v1alpha3",
+        "kind": "CompositePodGroup",
+        "metadata": {"name": "trainer-cluster"},
+        "spec": {
+            "workloadRef": {"workloadName": "trainer", "templateName": "cluster"},
+            "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+        },
+    }
+    await client.CustomObjectsApi(customer_api).create_namespaced_custom_object(
+        "scheduling.k8s.io", "v1alpha3", namespace, "compositepodgroups", composite
+    )
+    for name, count in (("launcher", 1), ("workers", 2)):
+        group = was.podgroup(
+            f"trainer-{name}",
+            {"gang": {"minCount": count}},
+            ("trainer", name),
+            parentCompositePodGroupName="trainer-cluster",
+        )
+        await was.create(customer_api, namespace, "podgroups", group)
+        for i in range(count):
+            await core.create_namespaced_pod(namespace, member(f"{name}-{i}", f"trainer-{name}", pool, 8))
+
+    async def both_held_for_the_composite() -> list[dict[str, Any]] | None:
+        gangs = [await get(api, GANGS, namespace, f"wpg-trainer-{n}") for n in ("launcher", "workers")]
+        held = all(admitted(g).get("reason") == "WaitingForGroups" for g in gangs)
+        return gangs if held else None
+
+    gangs = await eventually(
+        both_held_for_the_composite, timeout=60, what="both gangs held for their composite"
+    )
+    assert (
+        "CompositePodGroup trainer-cluster needs 2 of its gangs placed together"
+        in admitted(gangs[0])["message"]
+    )
+    members = [p for p in await pods(api, namespace) if p["metadata"]["name"] != "blocker"]
+    assert len(members) == 3 and all(gated(p) and not p["spec"].get("nodeName") for p in members), (
+        "neither gang released: each alone would have fit"
+    )
+
+    await core.delete_namespaced_pod("blocker", namespace, grace_period_seconds=0)
+
+    async def all_bound() -> list[dict[str, Any]] | None:
+        found = [p for p in await pods(api, namespace) if p["metadata"]["name"] != "blocker"]
+        return found if len(found) == 3 and all(p["spec"].get("nodeName") for p in found) else None
+
+    bound = await eventually(all_bound, timeout=60, what="both gangs released together once room appeared")
+    assert len({p["spec"]["nodeName"] for p in bound}) == 3
+    for name in ("launcher", "workers"):
+        await assert_as_planned(api, namespace, f"wpg-trainer-{name}")
+    await assert_no_overcommit(api)
+
+
+async def test_a_podgroup_that_grows_releases_the_new_members_together_and_keeps_the_running_ones(
+    api: client.ApiClient,
+    customer_api: client.ApiClient,
+    namespace: str,
+    test_pool: Callable[..., Any],
+    was: WorkloadApi,
+) -> None:
+    """gang.minCount 2 -> 4 while 2 run: the Gang records the resize (Resized, an Event), the 2
+    running pods are kept (a resize is not a member loss), and the 2 new members are released
+    together once both exist."""
+    pool: TestPool = await test_pool(count=4)
+    core = client.CoreV1Api(customer_api)
+    await was.create(customer_api, namespace, "podgroups", was.podgroup("elastic", {"gang": {"minCount": 2}}))
+    for i in range(2):
+        await core.create_namespaced_pod(namespace, member(f"w{i}", "elastic", pool, 8))
+
+    async def running(count: int) -> list[dict[str, Any]] | None:
+        found = await pods(api, namespace)
+        ok = len(found) == count and all(p["status"].get("phase") == "Running" for p in found)
+        return found if ok else None
+
+    first = await eventually(lambda: running(2), timeout=60, what="the first 2 running")
+    await client.CustomObjectsApi(customer_api).patch_namespaced_custom_object(
+        "scheduling.k8s.io",
+        was.version,
+        namespace,
+        "podgroups",
+        "elastic",
+        {"spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}},
+        _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+    )
+    await core.create_namespaced_pod(namespace, member("w2", "elastic", pool, 8))
+
+    async def growing() -> dict[str, Any] | None:
+        gang = await get(api, GANGS, namespace, "wpg-elastic")
+        resized = condition(gang, "Resized")
+        return (
+            gang if resized.get("reason") == "Growing" and gang and gang["spec"]["minMember"] == 4 else None
+        )
+
+    gang = await eventually(growing, timeout=30, what="the Gang resized to 4, growing")
+    assert "minMember changed from 2 to 4" in condition(gang, "Resized")["message"]
+    (w2,) = [p for p in await pods(api, namespace) if p["metadata"]["name"] == "w2"]
+    assert gated(w2), "one new member of two: not released alone"
+    await core.create_namespaced_pod(namespace, member("w3", "elastic", pool, 8))
+    found = await eventually(lambda: running(4), timeout=60, what="all 4 running")
+    uids = {p["metadata"]["uid"] for p in found}
+    assert {p["metadata"]["uid"] for p in first} <= uids, "the running members were kept"
+    gang = await get(api, GANGS, namespace, "wpg-elastic")
+    assert condition(gang, "Resized")["status"] == "False" and gang is not None
+    assert gang["status"]["admission"]["attempt"] == 2, "the growth was a decision of its own"
+    events = (await core.list_namespaced_event(namespace)).items
+    assert any(e.reason == "Resized" and "from 2 to 4" in e.message for e in events)
+    assert not any(e.reason in ("GangRestarted", "MemberLost") for e in events)
+
+
+async def test_a_job_with_spec_scheduling_is_a_gang_of_the_podgroup_its_controller_makes(
+    api: client.ApiClient,
+    customer_api: client.ApiClient,
+    namespace: str,
+    test_pool: Callable[..., Any],
+    was: WorkloadApi,
+) -> None:
+    """`spec.scheduling` (WorkloadWithJob): the Job controller makes a Workload and a PodGroup
+    (gang, minCount 3) and names it on each pod; quorum holds the pods as that gang and releases
+    them together."""
+    pool: TestPool = await test_pool(count=3)
+    template = member("x", "unused", pool, 8)
+    del template["spec"]["schedulingGroup"]
+    template["spec"]["restartPolicy"] = "Never"
+    template["metadata"] = {
+        "labels": {"app": "trainer"},
+        "annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "600s"},
+    }
+    job = {
+        "metadata": {"name": "trainer"},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": 3,
+            "parallelism": 3,
+            "scheduling": {"schedulingPolicy": {"gang": {"minCount": 3}}},
+            "template": template,
+        },
+    }
+    await client.BatchV1Api(customer_api).create_namespaced_job(namespace, job)
+
+    async def all_running() -> list[dict[str, Any]] | None:
+        found = await pods(api, namespace, "app=trainer")
+        ok = len(found) == 3 and all(p["status"].get("phase") == "Running" for p in found)
+        return found if ok else None
+
+    found = await eventually(all_running, timeout=90, what="the Job's 3 pods running")
+    (group,) = {p["spec"]["schedulingGroup"]["podGroupName"] for p in found}
+    gang = await get(api, GANGS, namespace, f"wpg-{group}")
+    assert gang is not None and gang["spec"]["minMember"] == 3
+    assert len(gang["status"]["admission"]["placement"]) == 3, "one decision for the whole Job"
+    assert gang["spec"]["source"]["apiVersion"] == f"scheduling.k8s.io/{was.version}"
+    await assert_as_planned(api, namespace, f"wpg-{group}")
