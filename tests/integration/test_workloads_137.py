@@ -89,8 +89,9 @@ async def test_a_composite_whose_gangs_each_fit_alone_but_not_together_releases_
             await core.create_namespaced_pod(namespace, member(f"{name}-{i}", f"trainer-{name}", pool, 8))
 
     async def both_held_for_the_composite() -> list[dict[str, Any]] | None:
-        gangs = [await get(api, GANGS, namespace, f"wpg-trainer-{n}") for n in ("launcher", "workers")]
-        held = all(admitted(g).get("reason") == "WaitingForGroups" for g in gangs)
+        found = [await get(api, GANGS, namespace, f"wpg-trainer-{n}") for n in ("launcher", "workers")]
+        gangs = [g for g in found if g is not None]
+        held = len(gangs) == 2 and all(admitted(g).get("reason") == "WaitingForGroups" for g in gangs)
         return gangs if held else None
 
     gangs = await eventually(
@@ -166,9 +167,9 @@ async def test_a_podgroup_that_grows_releases_the_new_members_together_and_keeps
     found = await eventually(lambda: running(4), timeout=60, what="all 4 running")
     uids = {p["metadata"]["uid"] for p in found}
     assert {p["metadata"]["uid"] for p in first} <= uids, "the running members were kept"
-    gang = await get(api, GANGS, namespace, "wpg-elastic")
-    assert condition(gang, "Resized")["status"] == "False" and gang is not None
-    assert gang["status"]["admission"]["attempt"] == 2, "the growth was a decision of its own"
+    final = await get(api, GANGS, namespace, "wpg-elastic")
+    assert final is not None and condition(final, "Resized")["status"] == "False"
+    assert final["status"]["admission"]["attempt"] == 2, "the growth was a decision of its own"
     events = (await core.list_namespaced_event(namespace)).items
     assert any(e.reason == "Resized" and "from 2 to 4" in e.message for e in events)
     assert not any(e.reason in ("GangRestarted", "MemberLost") for e in events)
