@@ -5,7 +5,7 @@ NAME ?= default
 SIZE ?=
 SLURM ?=
 PYTEST_ARGS ?=
-# `make up K8S=1.37`: another Kubernetes minor for the local control plane (default 1.36).
+# `make up K8S=1.36`: another Kubernetes minor for the local control plane (default 1.37).
 ifdef K8S
 export QUORUM_K8S := $(K8S)
 endif
@@ -21,10 +21,10 @@ help: ## list targets
 venv: ## create the Python venv (outside the repo, reused)
 	@hack/ensure-venv >/dev/null
 
-build: ## build and cache etcd, Kubernetes 1.36 and kwok from Go modules
-	@$(PY) -m quorum dev build
+build: ## build and cache etcd, Kubernetes (1.37 and 1.36) and kwok from Go modules
+	@$(PY) -m quorum dev build --all
 
-up: ## start the local control plane NAME (default `default`) in the background; SLURM=1 adds Slurm
+up: ## start the local control plane NAME (default `default`) in the background; K8S=1.36 runs 1.36; SLURM=1 adds Slurm
 	@$(PY) -m quorum dev up --name $(NAME) $(if $(SIZE),--size $(SIZE)) $(if $(SLURM),--slurm)
 
 down: ## stop the processes of instance NAME
@@ -57,9 +57,10 @@ soak: ## the disruption model test, long: 20,000 random examples (~10 min; make 
 integration: ## tests on the real local control plane
 	@$(PY) -m pytest -m cluster $(PYTEST_ARGS)
 
-test: lint typecheck hadolint ## everything: lint, types, Dockerfile, unit, packaging, cluster tests
-	@$(PY) -m quorum dev build
+test: lint typecheck hadolint ## everything: lint, types, Dockerfile, unit, packaging, cluster tests on Kubernetes 1.37; then the WAS, webhook and gang tests on 1.36
+	@$(PY) -m quorum dev build --all
 	@$(PY) -m pytest --durations=10 $(PYTEST_ARGS)
+	@QUORUM_K8S=1.36 QUORUM_TEST_INSTANCE=k8s-1-36 $(PY) -m pytest -m kubernetes_1_36 --durations=5 $(PYTEST_ARGS)
 
 bench: bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk ## all benchmarks (results in bench/results/)
 

@@ -24,6 +24,8 @@ import re
 import sys
 from pathlib import Path
 
+import yaml
+
 DEFAULT_NAMESPACE = "quorum-system"
 OPERATOR_SERVICE_ACCOUNT = "quorum-operator"
 WEBHOOKS_SERVICE_ACCOUNT = "quorum-webhooks"
@@ -40,6 +42,16 @@ _SLURM_NODES = re.compile(
     re.MULTILINE,
 )
 SUNK_MANIFEST = "optional/sunk-scheduler.yaml"
+# The admission policies that fence quorum's decisions; `--static-admission` moves them to the
+# apiserver's disk (manifest-based admission configuration, Kubernetes 1.37).
+PROTECTIVE_MANIFESTS = (
+    "40-gate-protection.yaml",
+    "45-gang-backstop.yaml",
+    "47-operator-fence.yaml",
+    "48-tenant-fence.yaml",
+)
+STATIC_SUFFIX = ".static.k8s.io"  # the apiserver loads policies from disk only under such names
+STATIC_MODES = ("off", "protect", "all")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
@@ -95,6 +107,37 @@ def render_files(
     )
 
 
+def static_policies(text: str) -> str:
+    """API admission policies made manifest-based: each policy's and binding's name, and each
+    binding's policyName, end in `.static.k8s.io`; their labels are dropped (not API objects)."""
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    for doc in docs:
+        if doc.get("apiVersion") != "admissionregistration.k8s.io/v1":
+            raise ValueError(
+                f"{doc.get('kind')} {doc['metadata'].get('name')}: only admission policies can be static"
+            )
+        doc["metadata"] = {"name": doc["metadata"]["name"] + STATIC_SUFFIX}
+        if doc["kind"].endswith("Binding"):
+            doc["spec"]["policyName"] += STATIC_SUFFIX
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+def static_admission(mode: str, namespace: str, directory: Path = MANIFESTS) -> dict[str, str]:
+    """The files of the ValidatingAdmissionPolicy plugin's `staticManifestsDir`, by name: with
+    `protect`, quorum's self-protection (manifests/static/); with `all`, its protective policies
+    too (which are then not applied as API objects)."""
+    if mode not in STATIC_MODES:
+        raise ValueError(f"static admission {mode!r}: one of {', '.join(STATIC_MODES)}")
+    if mode == "off":
+        return {}
+    files = {p.name: render(p.read_text(), namespace) for p in sorted((directory / "static").glob("*.yaml"))}
+    if mode == "all":
+        files["quorum-fences.yaml"] = static_policies(
+            render_files(list(PROTECTIVE_MANIFESTS), namespace, directory)
+        )
+    return files
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "manifests",
@@ -119,12 +162,26 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "port admitting only these blocks (default: that manifest is not printed; as written it admits "
         "the pods of namespace tenant-slurm)",
     )
+    parser.add_argument(
+        "--static-admission",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write quorum's self-protection and its protective admission policies into DIR, for the "
+        "kube-apiserver's manifest-based admission configuration (Kubernetes 1.37; docs/install.md), "
+        "and print the other manifests only",
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         names = sorted(p.name for p in args.dir.glob("*.yaml"))
+        if args.static_admission is not None:
+            args.static_admission.mkdir(parents=True, exist_ok=True)
+            for name, text in static_admission("all", args.namespace, args.dir).items():
+                (args.static_admission / name).write_text(text)
+            names = [n for n in names if n not in PROTECTIVE_MANIFESTS]
         if args.slurm_cidr:
             names.append(SUNK_MANIFEST)
         cidrs = tuple(args.apiserver_cidr), tuple(args.slurm_cidr)

@@ -45,7 +45,14 @@ from quorum.devcluster.kubeconfig import RestClient, probe, write_kubeconfig
 from quorum.devcluster.nodes import NodePool, load_pool, node_groups, render_nodes, scale_pool
 from quorum.devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
 from quorum.devcluster.webhooks import local_webhook_configurations
-from quorum.install import OPERATOR_SERVICE_ACCOUNT, operator_username, render, render_files
+from quorum.install import (
+    OPERATOR_SERVICE_ACCOUNT,
+    PROTECTIVE_MANIFESTS,
+    operator_username,
+    render,
+    render_files,
+    static_admission,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO_ROOT / "manifests"
@@ -215,7 +222,7 @@ class Instance:
         (self.layout.root / "scheduler-config.yaml").write_text(
             scheduler_config(spec, self.layout.kubeconfig("scheduler"))
         )
-        (self.layout.root / "admission-config.yaml").write_text(admission_config())
+        (self.layout.root / "admission-config.yaml").write_text(self._static_admission(spec))
 
         def start(component: str, healthy: Callable[[], bool], timeout: float = 60) -> None:
             record = self._spawn(component, state)
@@ -494,7 +501,8 @@ class Instance:
             raise ClusterError(f"kubectl create -f crds/scheduler-plugins failed: {create_if_absent.stderr}")
         for crds in (CRDS, CRDS / "scheduler-plugins"):
             self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds))
-        self.kubectl("apply", "-f", "-", input_text=render_files(list(APPLIED_MANIFESTS), spec.namespace))
+        applied = [m for m in APPLIED_MANIFESTS if not (spec.static == "all" and m in PROTECTIVE_MANIFESTS)]
+        self.kubectl("apply", "-f", "-", input_text=render_files(applied, spec.namespace))
         token = self.kubectl(
             "create",
             "token",
@@ -512,6 +520,18 @@ class Instance:
             token=token,
             namespace=spec.namespace,
         )
+
+    def _static_admission(self, spec: ClusterSpec) -> str:
+        """Write the policies the apiserver loads from disk (none, quorum's self-protection, or
+        its protective policies too) and return the AdmissionConfiguration that names them."""
+        files = static_admission(spec.static if spec.install_manifests else "off", spec.namespace)
+        if not files:
+            return admission_config()
+        directory = self.layout.static_admission
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in files.items():
+            (directory / name).write_text(text)
+        return admission_config(directory)
 
     @staticmethod
     def _pool(spec: ClusterSpec) -> NodePool:

@@ -42,6 +42,7 @@ class ClusterSpec:
     kubernetes: str = DEFAULT_RELEASE  # the minor it runs: a key of versions.RELEASES
     feature_gates: Mapping[str, bool] | None = None  # None: the release's
     runtime_config: str | None = None  # None: the release's
+    static_admission: str | None = None  # None: the release's (off | protect | all; quorum.install)
     # KubeSchedulerConfiguration `profiles`; None keeps the scheduler's default profile.
     scheduler_profiles: list[dict[str, Any]] | None = None
     # Client QPS/burst of kube-scheduler and kube-controller-manager (benchmarks raise them).
@@ -68,8 +69,15 @@ class ClusterSpec:
     def runtime(self) -> str:
         return self.release.runtime_config if self.runtime_config is None else self.runtime_config
 
+    @property
+    def static(self) -> str:
+        return self.release.static_admission if self.static_admission is None else self.static_admission
+
     def feature_gates_flag(self) -> str:
-        return ",".join(f"{k}={str(v).lower()}" for k, v in sorted(self.gates.items()))
+        gates = dict(self.gates)
+        if self.static != "off" and self.kubernetes == "1.36":
+            gates.setdefault("ManifestBasedAdmissionControlConfig", True)  # alpha in 1.36
+        return ",".join(f"{k}={str(v).lower()}" for k, v in sorted(gates.items()))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +85,7 @@ class ClusterSpec:
             "kubernetes": self.kubernetes,
             "feature_gates": None if self.feature_gates is None else dict(self.feature_gates),
             "runtime_config": self.runtime_config,
+            "static_admission": self.static_admission,
             "scheduler_profiles": self.scheduler_profiles,
             "client_qps": self.client_qps,
             "client_burst": self.client_burst,
@@ -128,6 +137,11 @@ class Layout:
         return self.root / "etcd-data"
 
     @property
+    def static_admission(self) -> Path:
+        """The ValidatingAdmissionPolicy plugin's staticManifestsDir."""
+        return self.root / "admission" / "policies"
+
+    @property
     def state_file(self) -> Path:
         return self.root / "state.json"
 
@@ -160,9 +174,10 @@ def scheduler_config(spec: ClusterSpec, kubeconfig: Path) -> str:
 LIMITED_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
 
 
-def admission_config() -> str:
+def admission_config(static_policies: Path | None = None) -> str:
     """The apiserver's AdmissionConfiguration: pods of the limited PriorityClasses are admitted
-    only where a ResourceQuota covers them."""
+    only where a ResourceQuota covers them; with `static_policies`, the admission policies in
+    that directory are loaded from disk (manifest-based admission configuration)."""
     quota = {
         "apiVersion": "apiserver.config.k8s.io/v1",
         "kind": "ResourceQuotaConfiguration",
@@ -175,11 +190,19 @@ def admission_config() -> str:
             }
         ],
     }
+    plugins: list[dict[str, Any]] = [{"name": "ResourceQuota", "configuration": quota}]
     config = {
         "apiVersion": "apiserver.config.k8s.io/v1",
         "kind": "AdmissionConfiguration",
-        "plugins": [{"name": "ResourceQuota", "configuration": quota}],
+        "plugins": plugins,
     }
+    if static_policies is not None:
+        policies = {
+            "apiVersion": "apiserver.config.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyConfiguration",
+            "staticManifestsDir": str(static_policies),
+        }
+        plugins.append({"name": "ValidatingAdmissionPolicy", "configuration": policies})
     return yaml.safe_dump(config, sort_keys=False)
 
 
@@ -325,6 +348,7 @@ def spec_from_json(data: Mapping[str, Any]) -> ClusterSpec:
         kubernetes=data.get("kubernetes", "1.36"),
         feature_gates=None if data["feature_gates"] is None else dict(data["feature_gates"]),
         runtime_config=data["runtime_config"],
+        static_admission=data.get("static_admission"),
         scheduler_profiles=data["scheduler_profiles"],
         client_qps=data["client_qps"],
         client_burst=data["client_burst"],

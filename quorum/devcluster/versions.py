@@ -52,6 +52,9 @@ class Release:
     pins: Pins
     feature_gates: dict[str, bool]
     runtime_config: str
+    # quorum's policies the apiserver loads from its disk (manifest-based admission, beta in 1.37):
+    # off | protect (quorum's self-protection) | all (its protective policies too).
+    static_admission: str = "off"
 
 
 RELEASES: dict[str, Release] = {
@@ -78,6 +81,7 @@ RELEASES: dict[str, Release] = {
             "WorkloadWithJob": True,
         },
         "api/alpha=true,api/beta=true",
+        "protect",
     ),
 }
 LATEST = "1.37"

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
 from quorum.cli import main
-from quorum.install import DEFAULT_NAMESPACE, InvalidNamespace, operator_username, render, render_files
+from quorum.devcluster.config import admission_config
+from quorum.install import (
+    DEFAULT_NAMESPACE,
+    STATIC_SUFFIX,
+    InvalidNamespace,
+    operator_username,
+    render,
+    render_files,
+    static_admission,
+)
 
 
 def test_every_namespace_dependent_place_follows_the_namespace() -> None:
@@ -73,3 +84,35 @@ def test_the_command_prints_the_manifests(capsys: pytest.CaptureFixture[str]) ->
     out = capsys.readouterr().out
     assert "name: ml-platform" in out and DEFAULT_NAMESPACE not in out
     assert main(["manifests", "--namespace", "Bad_Name"]) == 2
+
+
+def test_static_admission_writes_the_fences_for_the_apiservers_disk_and_prints_the_rest(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """`--static-admission DIR`: quorum's self-protection and its protective policies, each
+    name (and each binding's policyName) ending in .static.k8s.io as the apiserver requires,
+    for the namespace; the printed manifests no longer hold those policies."""
+    assert main(["manifests", "--namespace", "ml-platform", "--static-admission", str(tmp_path)]) == 0
+    printed = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d]
+    assert not [d for d in printed if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert written == ["quorum-fences.yaml", "quorum-self-protection.yaml"]
+    docs = [d for p in tmp_path.iterdir() for d in yaml.safe_load_all(p.read_text()) if d]
+    policies = {d["metadata"]["name"] for d in docs if d["kind"] == "ValidatingAdmissionPolicy"}
+    bindings = [d for d in docs if d["kind"] == "ValidatingAdmissionPolicyBinding"]
+    assert all(n.endswith(STATIC_SUFFIX) for n in policies | {b["metadata"]["name"] for b in bindings})
+    assert {b["spec"]["policyName"] for b in bindings} == policies, "each binding names a policy of the set"
+    assert {"quorum-records.static.k8s.io", "quorum-install.static.k8s.io"} <= policies
+    assert not any("paramKind" in d.get("spec", {}) for d in docs), "static policies take no parameters"
+    text = "".join(p.read_text() for p in tmp_path.iterdir())
+    assert "ml-platform" in text and "quorum-system" not in text
+
+
+def test_the_local_plane_names_the_static_policies_in_its_admission_config(tmp_path: Path) -> None:
+    config = yaml.safe_load(admission_config(tmp_path))
+    (plugin,) = [p for p in config["plugins"] if p["name"] == "ValidatingAdmissionPolicy"]
+    assert plugin["configuration"]["staticManifestsDir"] == str(tmp_path)
+    assert [p["name"] for p in yaml.safe_load(admission_config())["plugins"]] == ["ResourceQuota"]
+    assert static_admission("off", "quorum-system") == {}
+    with pytest.raises(ValueError, match="one of off, protect, all"):
+        static_admission("some", "quorum-system")
