@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from quorum import __version__, install
+from quorum import __version__, install, upgrade
 from quorum.devcluster import cli as dev_cli
 from quorum.devcluster import demo, jobset
 from quorum.operator import manual
@@ -23,6 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     certs.add_parser(subparsers)
     manual.add_parser(subparsers)
     install.add_parser(subparsers)
+    upgrade.add_parser(subparsers)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result

@@ -168,7 +168,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=None,
         metavar="DIR",
         help="write quorum's self-protection and its protective admission policies into DIR, for the "
-        "kube-apiserver's manifest-based admission configuration (Kubernetes 1.37; docs/install.md), "
+        "kube-apiserver's manifest-based admission configuration (Kubernetes 1.37; docs/threat-model.md), "
         "and print the other manifests only",
     )
     parser.set_defaults(func=run)

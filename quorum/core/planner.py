@@ -271,7 +271,9 @@ class Planner:
             return None
         if len(gang.shapes) > settings.max_shapes_per_gang:
             return Hold(gang, "TooManyShapes", too_many_shapes(gang, settings.max_shapes_per_gang))
-        starving = gang.key in state.may_hold
+        # The guard holds capacity for one gang; a composite's gangs are placed together or
+        # not at all, so none of them holds any (its room could not be given back whole).
+        starving = gang.key in state.may_hold and gang.composite is None
         entries = {pod.shape: index.shape(pod) for pod in gang.shapes}
         state.touched.update(entries)
         versions = _versions(entries)

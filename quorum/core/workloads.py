@@ -145,3 +145,50 @@ def scheduler_refusal(
                 f"the group's preemption policy (use a PriorityClass whose preemptionPolicy matches)"
             )
     return None
+
+
+_SERVER_FIELDS = ("uid", "resourceVersion", "creationTimestamp", "generation", "managedFields", "finalizers")
+
+
+def to_v1beta1(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A Kubernetes 1.36 (v1alpha2) Workload or PodGroup as 1.37 writes it (v1beta1), to be made
+    again after the upgrade (docs/workloads.md, "Upgrading from 1.36"): `podGroupTemplateRef.
+    workload{workloadName, podGroupTemplateName}` becomes `workloadRef{workloadName,
+    templateName}`, `disruptionMode: Pod | PodGroup` becomes `{single: {}} | {all: {}}`; what the
+    server sets (uid, versions, status, the resolved priority) is left for it to set again."""
+    kind = obj.get("kind")
+    if kind not in ("Workload", "PodGroup"):
+        raise InvalidWorkloadObject(f"only Workloads and PodGroups are converted, not {kind}")
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _SERVER_FIELDS}
+    meta.pop("deletionTimestamp", None)
+    meta.pop("deletionGracePeriodSeconds", None)
+    owners = [
+        o
+        for o in meta.get("ownerReferences") or []
+        if not str(o.get("apiVersion", "")).startswith(f"{WAS_GROUP}/")
+    ]
+    if owners:
+        meta["ownerReferences"] = owners
+    else:
+        meta.pop("ownerReferences", None)
+    spec = dict(obj.get("spec") or {})
+    if kind == "PodGroup":
+        spec = _group_spec(spec)
+        ref = spec.pop("podGroupTemplateRef", None)
+        workload = (ref or {}).get("workload") if isinstance(ref, Mapping) else None
+        if isinstance(workload, Mapping):
+            spec["workloadRef"] = {
+                "workloadName": workload.get("workloadName"),
+                "templateName": workload.get("podGroupTemplateName"),
+            }
+    else:
+        spec["podGroupTemplates"] = [_group_spec(dict(t)) for t in spec.get("podGroupTemplates") or []]
+    return {"apiVersion": f"{WAS_GROUP}/v1beta1", "kind": kind, "metadata": meta, "spec": spec}
+
+
+def _group_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    mode = disruption_mode(spec)
+    if mode is not None:
+        spec["disruptionMode"] = {"single" if mode == DISRUPT_POD else "all": {}}
+    spec.pop("priority", None)  # resolved again from priorityClassName
+    return spec

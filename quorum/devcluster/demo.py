@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
                 "custom-columns=NODE:.metadata.name,TAINTS:.spec.taints[*].key",
             ).stdout.rstrip()
         )
-        section("Kubernetes 1.36 Workload Aware Scheduling API")
+        section(f"Kubernetes {release(instance)} Workload Aware Scheduling API")
         print(instance.kubectl("api-resources", "--api-group=scheduling.k8s.io").stdout.rstrip())
         policies(instance)
         gangs(instance)
@@ -228,7 +228,7 @@ def gangs(instance: Instance) -> None:
 WAS_NAMESPACE = "quorum-demo-workloads"
 RACK = "network.topology.kubernetes.io/rack"
 TOO_WIDE = """
-apiVersion: scheduling.k8s.io/v1alpha2
+apiVersion: scheduling.k8s.io/VERSION
 kind: PodGroup
 metadata: {name: wide}
 spec:
@@ -251,15 +251,25 @@ spec:
 """
 
 
+def release(instance: Instance) -> str:
+    """The Kubernetes minor the instance runs."""
+    state = instance.state()
+    return state.spec.kubernetes if state is not None else "?"
+
+
 def workloads(instance: Instance) -> None:
-    """Seed 004: a Kubernetes 1.36 Workload whose gang must sit in one rack; then a gang that
-    fits the cluster but no single rack, held with the reason per rack."""
+    """Seed 004: a Kubernetes Workload (1.37: v1beta1) whose gang must sit in one rack; then a gang
+    that fits the cluster but no single rack, held with the reason per rack."""
     fresh_namespace(instance, WAS_NAMESPACE)
     ns = ("-n", WAS_NAMESPACE)
     section(
         "Seed 004: a Workload + PodGroup (gang minCount 4, topology: one rack) + an Indexed Job of 4 x 8 GPUs"
     )
-    manifest = (REPO_ROOT / "examples/seed-004-workload-aware/topology.yaml").read_text()
+    examples = REPO_ROOT / "examples/seed-004-workload-aware"
+    legacy = release(instance) == "1.36"  # 1.36 spells the API v1alpha2
+    manifest = (
+        examples / "kubernetes-1.36" / "topology.yaml" if legacy else examples / "topology.yaml"
+    ).read_text()
     as_customer(instance, *ns, "apply", "-f", "-", stdin=manifest)
     wait_for(instance, *ns, "get", "gangs", until="Running")
     section("All 4 in one rack: the one that fits with the least room left, so emptier racks stay whole")
@@ -282,7 +292,14 @@ def workloads(instance: Instance) -> None:
         "jsonpath={range .status.conditions[*]}{.type}={.status} ({.reason}){'\\n'}{end}",
     )
     section("A gang of 5 whole nodes in one rack: the cluster has room, but no rack of 4 can take it")
-    as_customer(instance, *ns, "apply", "-f", "-", stdin=TOO_WIDE)
+    as_customer(
+        instance,
+        *ns,
+        "apply",
+        "-f",
+        "-",
+        stdin=TOO_WIDE.replace("VERSION", "v1alpha2" if legacy else "v1beta1"),
+    )
     wait_for(instance, *ns, "get", "gangs", until="Unschedulable")
     as_customer(
         instance,

@@ -425,8 +425,8 @@ def _check_scheduler_rules(view: GangView, store: Store, group: JSON) -> None:
     """1.37's kube-scheduler refuses a group's pods whose priority or preemption policy is not
     its root group's (the CompositePodGroup at the top, or the PodGroup): such a gang waits,
     told why, rather than be released to sit unscheduled."""
-    if view.waiting is not None:
-        return
+    if view.waiting is not None or not view.gated:
+        return  # nothing to release (a running gang is not held up by it)
     kind, root = "PodGroup", group
     if view.parent is not None and (parent := store.composites.get((view.namespace, view.parent))):
         kind, root = "CompositePodGroup", parent

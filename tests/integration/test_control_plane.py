@@ -15,7 +15,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.nodes import STATE_LABEL
-from tests.kube import assert_no_overcommit, eventually, raw_json
+from tests.kube import WorkloadApi, assert_no_overcommit, eventually, raw_json
 
 pytestmark = pytest.mark.cluster
 
@@ -170,71 +170,28 @@ async def test_scheduling_gate_holds_until_removed_with_node_selector(
     assert pod.spec.node_selector == {"kubernetes.io/hostname": target}
 
 
-async def test_workload_and_podgroup_of_kubernetes_1_36(api: client.ApiClient, namespace: str) -> None:
-    """(d) scheduling.k8s.io/v1alpha2 Workload and PodGroup are served, and pods keep
-    spec.schedulingGroup (GenericWorkload is on)."""
-    custom = client.CustomObjectsApi(api)
-    group, version = "scheduling.k8s.io", "v1alpha2"
-    workload = await custom.create_namespaced_custom_object(
-        group,
-        version,
-        namespace,
-        "workloads",
-        {
-            "apiVersion": f"{group}/{version}",
-            "kind": "Workload",
-            "metadata": {"name": "training"},
-            "spec": {
-                "podGroupTemplates": [
-                    {"name": "driver", "schedulingPolicy": {"basic": {}}},
-                    {
-                        "name": "workers",
-                        "schedulingPolicy": {"gang": {"minCount": 4}},
-                        "schedulingConstraints": {
-                            "topology": [{"key": "network.topology.kubernetes.io/rack"}]
-                        },
-                    },
-                ]
-            },
-        },
-    )
+@pytest.mark.kubernetes_1_36
+async def test_workload_and_podgroup_of_kubernetes(api: client.ApiClient, namespace: str) -> None:
+    """(d) scheduling.k8s.io Workload and PodGroup are served (1.37: v1beta1; 1.36: v1alpha2),
+    and pods keep spec.schedulingGroup (GenericWorkload is on)."""
+    was = await WorkloadApi.of(api)
+    rack = {"topology": [{"key": "network.topology.kubernetes.io/rack"}]}
+    templates = [
+        {"name": "driver", "schedulingPolicy": {"basic": {}}},
+        {"name": "workers", "schedulingPolicy": {"gang": {"minCount": 4}}, "schedulingConstraints": rack},
+    ]
+    await was.create(api, namespace, "workloads", was.workload("training", templates))
+    workload = await was.get(api, namespace, "workloads", "training")
     assert [t["name"] for t in workload["spec"]["podGroupTemplates"]] == ["driver", "workers"]
-    from_template = await custom.create_namespaced_custom_object(
-        group,
-        version,
-        namespace,
-        "podgroups",
-        {
-            "apiVersion": f"{group}/{version}",
-            "kind": "PodGroup",
-            "metadata": {"name": "training-workers"},
-            "spec": {
-                "podGroupTemplateRef": {
-                    "workload": {"workloadName": "training", "podGroupTemplateName": "workers"}
-                },
-                "schedulingPolicy": {"gang": {"minCount": 4}},
-                "schedulingConstraints": {"topology": [{"key": "network.topology.kubernetes.io/rack"}]},
-            },
-        },
+    group = was.podgroup(
+        "training-workers", {"gang": {"minCount": 4}}, ("training", "workers"), schedulingConstraints=rack
     )
+    await was.create(api, namespace, "podgroups", group)
+    from_template = await was.get(api, namespace, "podgroups", "training-workers")
     assert from_template["spec"]["schedulingPolicy"]["gang"]["minCount"] == 4
     # TopologyAwareWorkloadScheduling is on, so the constraint is kept, not silently dropped.
-    assert (
-        from_template["spec"]["schedulingConstraints"]["topology"][0]["key"]
-        == "network.topology.kubernetes.io/rack"
-    )
-    await custom.create_namespaced_custom_object(
-        group,
-        version,
-        namespace,
-        "podgroups",
-        {
-            "apiVersion": f"{group}/{version}",
-            "kind": "PodGroup",
-            "metadata": {"name": "standalone"},
-            "spec": {"schedulingPolicy": {"basic": {}}},
-        },
-    )
+    assert from_template["spec"]["schedulingConstraints"] == rack
+    await was.create(api, namespace, "podgroups", was.podgroup("standalone", {"basic": {}}))
     core = client.CoreV1Api(api)
     pod = await core.create_namespaced_pod(
         namespace,
@@ -249,18 +206,7 @@ async def test_workload_and_podgroup_of_kubernetes_1_36(api: client.ApiClient, n
     )
     assert pod.spec.scheduling_group.pod_group_name == "training-workers"
     with pytest.raises(ApiException) as invalid:
-        await custom.create_namespaced_custom_object(
-            group,
-            version,
-            namespace,
-            "podgroups",
-            {
-                "apiVersion": f"{group}/{version}",
-                "kind": "PodGroup",
-                "metadata": {"name": "bad"},
-                "spec": {"schedulingPolicy": {"gang": {"minCount": 0}}},
-            },
-        )
+        await was.create(api, namespace, "podgroups", was.podgroup("bad", {"gang": {"minCount": 0}}))
     assert invalid.value.status == 422
 
 

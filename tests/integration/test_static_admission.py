@@ -1,4 +1,4 @@
-"""quorum's fences a CKS customer cannot remove (docs/install.md, "Fences a customer cannot
+"""quorum's fences a CKS customer cannot remove (docs/threat-model.md, "Fences a customer cannot
 remove"): on Kubernetes 1.37 the apiserver loads quorum's self-protection from its disk
 (manifest-based admission configuration), so the customer, cluster-admin by RBAC, can neither
 delete those policies (they are not API objects) nor use its RBAC to take quorum's install
@@ -33,7 +33,7 @@ async def test_a_customer_cannot_take_quorums_install_apart(
     api: client.ApiClient, customer_api: client.ApiClient
 ) -> None:
     if (await WorkloadApi.of(api)).legacy:
-        pytest.skip("the local 1.36 plane does not load policies from disk (docs/install.md)")
+        pytest.skip("the local 1.36 plane does not load policies from disk (docs/threat-model.md)")
     admission = client.AdmissionregistrationV1Api(customer_api)
     crds = client.ApiextensionsV1Api(customer_api)
     core, rbac = client.CoreV1Api(customer_api), client.RbacAuthorizationV1Api(customer_api)

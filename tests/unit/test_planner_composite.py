@@ -116,3 +116,23 @@ def test_a_composite_is_released_with_at_least_min_group_count_or_not_at_all(
         for pod, where in release.placement:
             taken[where.name] = taken.get(where.name, 0) + pod.requests[GPU]
     assert all(gpus <= resources({GPU: "8"})[GPU] for gpus in taken.values())
+
+
+def test_a_starving_gang_of_a_composite_holds_no_capacity_and_the_room_stays_whole() -> None:
+    """The starvation guard holds nodes for one gang; a composite's gangs go together or not at
+    all, so none of them holds any: a failed composite leaves every node's room as it was."""
+    nodes = [node("a"), node("b")]
+    queue = [
+        replace(child("leader", 1, 8), held_since=0.0),
+        replace(child("workers", 2, 8), held_since=0.0),
+    ]
+    planner = Planner()
+    result = planner.plan(
+        {n.name: n for n in nodes},
+        {},
+        queue,
+        now=10_000.0,
+        composites={("ns", "job"): Composite("ns", "job", 2)},
+    )
+    assert not result.releases and all(not h.held_nodes for h in result.holds)
+    assert all(planner.index.free[n.name] == n.allocatable for n in nodes)
