@@ -347,6 +347,7 @@ class Instance:
         (self.layout.root / "scheduler-config.yaml").write_text(
             scheduler_config(spec, self.layout.kubeconfig("scheduler"))
         )
+        (self.layout.root / "admission-config.yaml").write_text(self._static_admission(spec))
         healthy: dict[str, Callable[[], bool]] = {
             "etcd": lambda: probe(f"http://127.0.0.1:{ports.etcd_client}/health"),
             "kube-apiserver": lambda: self.rest().get("/readyz", timeout=2)[0] == 200,
