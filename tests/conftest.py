@@ -1,7 +1,8 @@
 """Fixtures for every test that needs the real local control plane (marker `cluster`).
 
 - `cluster`: the shared instance for the session. If `make up` is running it is reused (and
-  left running); otherwise one is started for the run and stopped at the end.
+  left running) when it runs the Kubernetes release under test (QUORUM_K8S, default 1.37);
+  otherwise one is started for the run and stopped at the end.
 - `start_instance`: starts a separate named instance with other flags, stopped after the test.
 - `api` / `customer_api`: kubernetes-asyncio clients as the admin and as a customer.
 - `namespace`: a fresh namespace per test (waits for its default ServiceAccount), deleted after.
@@ -23,6 +24,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from quorum.devcluster.cluster import Instance
 from quorum.devcluster.config import ClusterSpec
 from quorum.devcluster.nodes import TestPool
+from quorum.devcluster.versions import DEFAULT_RELEASE
 from tests.kube import api_client, create_namespace, create_pool_nodes
 
 
@@ -35,8 +37,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Instance]:
     instance = Instance(os.environ.get("QUORUM_TEST_INSTANCE", "default"))
-    if instance.is_up():
-        yield instance
+    state = instance.state()
+    if instance.is_up() and state is not None and state.spec.kubernetes == DEFAULT_RELEASE:
+        yield instance  # `make up`'s instance, of the release under test: reused, left running
         return
     instance.up(ClusterSpec(name=instance.name))
     try:

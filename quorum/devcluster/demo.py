@@ -251,6 +251,64 @@ spec:
 """
 
 
+COMPOSITE = """
+apiVersion: scheduling.k8s.io/v1beta1
+kind: Workload
+metadata: {name: pretrain}
+spec:
+  compositePodGroupTemplates:
+    - name: job
+      schedulingPolicy: {gang: {minGroupCount: 2}}
+      podGroupTemplates:
+        - {name: launcher, schedulingPolicy: {gang: {minCount: 1}}}
+        - {name: workers, schedulingPolicy: {gang: {minCount: 2}}}
+---
+apiVersion: scheduling.k8s.io/v1alpha3
+kind: CompositePodGroup
+metadata: {name: pretrain-job}
+spec:
+  workloadRef: {workloadName: pretrain, templateName: job}
+  schedulingPolicy: {gang: {minGroupCount: 2}}
+---
+apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata: {name: pretrain-launcher}
+spec:
+  parentCompositePodGroupName: pretrain-job
+  workloadRef: {workloadName: pretrain, templateName: launcher}
+  schedulingPolicy: {gang: {minCount: 1}}
+---
+apiVersion: scheduling.k8s.io/v1beta1
+kind: PodGroup
+metadata: {name: pretrain-workers}
+spec:
+  parentCompositePodGroupName: pretrain-job
+  workloadRef: {workloadName: pretrain, templateName: workers}
+  schedulingPolicy: {gang: {minCount: 2}}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: launcher}
+spec:
+  schedulingGroup: {podGroupName: pretrain-launcher}
+  containers: [{name: c, image: registry.k8s.io/pause:3.10, resources: {limits: {cpu: "1"}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: worker-0}
+spec:
+  schedulingGroup: {podGroupName: pretrain-workers}
+  containers: [{name: c, image: registry.k8s.io/pause:3.10, resources: {limits: {nvidia.com/gpu: "8"}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: worker-1}
+spec:
+  schedulingGroup: {podGroupName: pretrain-workers}
+  containers: [{name: c, image: registry.k8s.io/pause:3.10, resources: {limits: {nvidia.com/gpu: "8"}}}]
+"""
+
+
 def release(instance: Instance) -> str:
     """The Kubernetes minor the instance runs."""
     state = instance.state()
@@ -310,6 +368,14 @@ def workloads(instance: Instance) -> None:
         "-o",
         "jsonpath={.status.conditions[?(@.type=='Admitted')].message}{'\\n'}",
     )
+    if not legacy:
+        section(
+            "Kubernetes 1.37: a CompositePodGroup (a launcher gang and a workers gang, minGroupCount 2): "
+            "both gangs are released together, or neither"
+        )
+        as_customer(instance, *ns, "apply", "-f", "-", stdin=COMPOSITE)
+        wait_for(instance, *ns, "get", "gang", "wpg-pretrain-workers", until="Running")
+        as_customer(instance, *ns, "get", "compositepodgroups,podgroups.scheduling.k8s.io,gangs")
     section("Clean up")
     as_customer(instance, "delete", "namespace", GANG_NAMESPACE, NAMESPACE, WAS_NAMESPACE, "--wait=false")
 

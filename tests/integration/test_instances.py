@@ -14,7 +14,8 @@ from kubernetes_asyncio import client
 
 from quorum.devcluster.cluster import ClusterError, Instance
 from quorum.devcluster.process import is_alive
-from tests.kube import api_client, create_namespace, create_podgroup, eventually
+from quorum.devcluster.versions import DEFAULT_RELEASE, RELEASES
+from tests.kube import WorkloadApi, api_client, create_namespace, create_podgroup, eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -74,7 +75,7 @@ async def test_instance_with_other_flags_then_down_leaves_no_pid(
     without GangScheduling; `up` again is a no-op; `quorum dev down` (f) stops every PID."""
     instance = start_instance(
         "t-flags",
-        feature_gates={"GenericWorkload": False, "GangScheduling": False},
+        feature_gates=dict.fromkeys(RELEASES[DEFAULT_RELEASE].feature_gates, False),
         runtime_config="api/alpha=false",
         scheduler_profiles=WITHOUT_GANG_SCHEDULING,
     )
@@ -85,7 +86,7 @@ async def test_instance_with_other_flags_then_down_leaves_no_pid(
     async with api:
         groups = await client.ApisApi(api).get_api_versions()
         served = {v.group_version for g in groups.groups for v in g.versions}
-        assert "scheduling.k8s.io/v1alpha2" not in served
+        assert not {v for v in served if v.startswith("scheduling.k8s.io/v1") and v != "scheduling.k8s.io/v1"}
         core = client.CoreV1Api(api)
         await create_namespace(api, "flags")
         pod = await core.create_namespaced_pod("flags", pod_in_group("p", "missing"))
@@ -117,7 +118,7 @@ async def test_instance_with_other_flags_then_down_leaves_no_pid(
 
         await eventually(seed_admitted, timeout=30, what="the seed PodGroup's gang admitted")
     log = instance.layout.log("quorum-operator").read_text()
-    assert log.count("scheduling.k8s.io/v1alpha2 is not served") == 1, "said once, at start"
+    assert log.count("serves no PodGroup version quorum reads") == 1, "said once, though asked again"
 
     # Already up: a no-op that keeps the same processes.
     again = await quorum_dev("up", "--name", "t-flags")
@@ -161,18 +162,8 @@ async def test_scheduler_profile_without_gang_scheduling_binds_group_pods(
 
 
 async def _one_pod_of_a_pair(api: client.ApiClient, namespace: str) -> None:
-    await client.CustomObjectsApi(api).create_namespaced_custom_object(
-        "scheduling.k8s.io",
-        "v1alpha2",
-        namespace,
-        "podgroups",
-        {
-            "apiVersion": "scheduling.k8s.io/v1alpha2",
-            "kind": "PodGroup",
-            "metadata": {"name": "pair"},
-            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
-        },
-    )
+    was = await WorkloadApi.of(api)
+    await was.create(api, namespace, "podgroups", was.podgroup("pair", {"gang": {"minCount": 2}}))
     await client.CoreV1Api(api).create_namespaced_pod(namespace, pod_in_group("one", "pair"))
 
 
