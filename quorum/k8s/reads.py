@@ -71,7 +71,13 @@ async def served_versions(api: client.ApiClient, group: str) -> list[str]:
     response: Any = await api.call_api(
         "/apis", "GET", auth_settings=["BearerToken"], _preload_content=False, _request_timeout=30
     )
-    groups = (await response.json()).get("groups") or []
+    status = getattr(response, "status", 200)
+    if status != 200:  # an apiserver starting up answers 403 before its RBAC is loaded
+        raise ApiException(status=status, reason="API discovery failed")
+    answer = await response.json()
+    if not isinstance(answer, dict) or answer.get("kind") != "APIGroupList":
+        raise ApiException(status=500, reason="API discovery answered something else than an APIGroupList")
+    groups = answer.get("groups") or []
     return [str(v.get("version")) for g in groups if g.get("name") == group for v in g.get("versions") or []]
 
 

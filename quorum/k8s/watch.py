@@ -73,6 +73,15 @@ def apply(indexes: Sequence[Index], kind: str, obj: dict[str, Any], what: str) -
             )
 
 
+def raise_for_status(response: Any) -> None:
+    """kubernetes-asyncio raises for an error answer only when it reads the body itself; a raw
+    answer (`_preload_content=False`) of 403 or 404 must fail as an ApiException too, not be
+    taken for a listing."""
+    status = getattr(response, "status", 200)
+    if not 200 <= status <= 299:
+        raise ApiException(status=status, reason=getattr(response, "reason", None) or "error")
+
+
 YIELD_EVERY = 50  # events handled before the watch yields to the event loop
 LIST_TIMEOUT_SECONDS = 120  # a list that takes longer is cut off and made again
 WATCH_SECONDS = 300  # the apiserver ends each watch after this; the client gives it 30 s more
@@ -97,6 +106,7 @@ async def watch_objects(
         try:
             try:
                 response: Any = await list_call(_preload_content=False, _request_timeout=LIST_TIMEOUT_SECONDS)
+                raise_for_status(response)
             except ApiException as err:
                 if err.status != 404:
                     raise

@@ -26,6 +26,7 @@ from quorum.core.preemption import HIGHEST_USER_PRIORITY
 from quorum.core.quantity import QuantityError
 from quorum.core.workloads import (
     POD_GROUP_VERSIONS,
+    WAS_GROUP,
     InvalidWorkloadObject,
     composite_facts,
     disruption_mode,
@@ -108,8 +109,13 @@ class StoreTable:
     table: dict[Any, JSON]
     key: Callable[[JSON], Any]
     owned: tuple[str, ...] = ()
+    # (apiVersion, kind) of the objects: a listing of a built-in kind (Kubernetes' PodGroup) gives
+    # its items without them, and the Gang record names its source by them.
+    typed: Callable[[], tuple[str, str]] | None = None
 
     def upsert(self, obj: JSON) -> None:
+        if self.typed is not None and not obj.get("apiVersion"):
+            obj["apiVersion"], obj["kind"] = self.typed()
         self.table[self.key(obj)] = obj
 
     def delete(self, obj: JSON) -> None:
@@ -146,12 +152,21 @@ def store_pdbs(store: Store) -> StoreTable:
 
 def store_composites(store: Store) -> StoreTable:
     """The Store's CompositePodGroups (Kubernetes 1.37), by (namespace, name)."""
-    return StoreTable(store.composites, namespaced)
+    return StoreTable(
+        store.composites,
+        namespaced,
+        typed=lambda: (f"{WAS_GROUP}/{store.composite_version}", "CompositePodGroup"),
+    )
 
 
 def store_groups(store: Store, api_group: str) -> StoreTable:
     """The Store's group objects of one API group (a PodGroup kind), by (group, ns, name)."""
-    return StoreTable(store.groups, lambda obj: (api_group, *namespaced(obj)), (api_group,))
+
+    def typed() -> tuple[str, str]:
+        version = store.pod_group_version if api_group == WAS_GROUP else "v1alpha1"
+        return f"{api_group}/{version}", "PodGroup"
+
+    return StoreTable(store.groups, lambda obj: (api_group, *namespaced(obj)), (api_group,), typed=typed)
 
 
 def is_gated(pod: JSON) -> bool:

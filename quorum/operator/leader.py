@@ -43,23 +43,58 @@ class LeaseSettings:
         )
 
 
+class BoundedLeaseLock(LeaseLock):
+    """A LeaseLock whose every read and write of the Lease has a time limit: a hung apiserver
+    ends the election (and with it the scheduling loop) instead of leaving this replica acting
+    while its Lease runs out and another takes it."""
+
+    timeout: float = 5.0
+
+    async def get(self, name: str, namespace: str) -> Any:
+        return await asyncio.wait_for(super().get(name, namespace), self.timeout)
+
+    async def create(self, name: str, namespace: str, election_record: Any) -> bool:
+        return await asyncio.wait_for(super().create(name, namespace, election_record), self.timeout)
+
+    async def update(self, name: str, namespace: str, updated_record: Any) -> bool:
+        return await asyncio.wait_for(super().update(name, namespace, updated_record), self.timeout)
+
+
 def identity() -> str:
     return f"{socket.gethostname()}_{os.getpid()}"
 
 
 async def lead(
-    api: client.ApiClient, act: Callable[[], Coroutine[Any, Any, None]], settings: LeaseSettings
+    api: client.ApiClient,
+    act: Callable[[], Coroutine[Any, Any, None]],
+    settings: LeaseSettings,
+    lock_of: Callable[[str, str, str, client.ApiClient], Any] | None = None,
 ) -> None:
-    """Campaign for the Lease forever; run `act` while holding it."""
+    """Campaign for the Lease forever; run `act` while holding it. However the election ends
+    (the Lease lost, or the election itself failing: an apiserver restarting resets its
+    connection), `act` is cancelled and has finished before this replica campaigns again. (The
+    library cancels it only when a renewal is refused, not when a renewal raises, and does not
+    wait for it: an orphaned loop would act without the Lease.)"""
     me = identity()
     while True:
-        lock = LeaseLock(settings.name, settings.namespace, me, api)
+        if lock_of is None:
+            lock = BoundedLeaseLock(settings.name, settings.namespace, me, api)
+            lock.timeout = max(1.0, settings.renew_deadline / 2)
+        else:
+            lock = lock_of(settings.name, settings.namespace, me, api)
+        acting: list[asyncio.Task[Any]] = []
+
+        async def start(acting: list[asyncio.Task[Any]] = acting) -> None:
+            task = asyncio.current_task()
+            if task is not None:
+                acting.append(task)
+            await act()
 
         async def stopped() -> None:
             log.warning("%s lost the Lease %s/%s; stopped acting", me, settings.namespace, settings.name)
 
         config = electionconfig.Config(
-            lock, settings.lease_duration, settings.renew_deadline, settings.retry_period, act, stopped
+            lock, settings.lease_duration, settings.renew_deadline, settings.retry_period, start, stopped
         )
         log.info("%s campaigning for the Lease %s/%s", me, settings.namespace, settings.name)
         try:
@@ -68,4 +103,8 @@ async def lead(
             raise
         except Exception:
             log.exception("leader election failed; campaigning again")
+        finally:
+            for task in acting:
+                task.cancel()
+            await asyncio.gather(*acting, return_exceptions=True)
         await asyncio.sleep(settings.retry_period)

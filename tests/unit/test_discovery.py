@@ -1,0 +1,131 @@
+"""What quorum reads of API discovery and of raw list answers: an error is an error, never "not
+served" or an empty listing (an apiserver starting up answers 403 before its RBAC is loaded),
+and the Kubernetes PodGroups a listing gives without apiVersion and kind get them."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from quorum.k8s import reads
+from quorum.k8s.watch import watch_objects
+from quorum.operator.gangs import Store, store_composites, store_groups
+
+
+class Answer:
+    """A raw (`_preload_content=False`) answer of the apiserver."""
+
+    def __init__(self, status: int, body: Any) -> None:
+        self.status, self.reason, self.body = status, "reason", body
+
+    async def json(self) -> Any:
+        return self.body
+
+    async def read(self) -> bytes:
+        return orjson.dumps(self.body)
+
+
+class Discovery:
+    def __init__(self, *answers: Answer) -> None:
+        self.answers = list(answers)
+
+    async def call_api(self, *args: Any, **kwargs: Any) -> Answer:
+        return self.answers.pop(0)
+
+
+def apiserver(*answers: Answer) -> Any:
+    """An ApiClient that gives these answers, in order."""
+    return Discovery(*answers)
+
+
+GROUPS = {
+    "kind": "APIGroupList",
+    "groups": [{"name": "scheduling.k8s.io", "versions": [{"version": "v1"}, {"version": "v1beta1"}]}],
+}
+
+
+async def test_discovery_says_what_is_served_and_fails_rather_than_guess() -> None:
+    assert await reads.served_versions(apiserver(Answer(200, GROUPS)), "scheduling.k8s.io") == [
+        "v1",
+        "v1beta1",
+    ]
+    assert await reads.served_versions(apiserver(Answer(200, GROUPS)), "other.io") == []
+    for status, body in ((403, {"kind": "Status", "code": 403}), (200, {"kind": "Status"}), (200, [])):
+        with pytest.raises(ApiException):
+            await reads.served_versions(apiserver(Answer(status, body)), "scheduling.k8s.io")
+
+
+async def test_a_served_listing_follows_the_version_served_and_says_404_when_none() -> None:
+    heard: list[str | None] = []
+    listing = reads.ServedListing(
+        apiserver(Answer(200, {"kind": "APIGroupList", "groups": []})),
+        "scheduling.k8s.io",
+        "podgroups",
+        ("v1beta1", "v1alpha2"),
+        heard.append,
+    )
+    with pytest.raises(ApiException) as none:
+        await listing()
+    assert none.value.status == 404 and heard == [None]
+
+
+async def test_an_error_answer_to_a_list_is_retried_not_taken_for_an_empty_listing() -> None:
+    """403 then a listing: the index is filled once, from the listing; a 404 (a CRD not
+    installed) lists as empty and counts as synced."""
+    answers = [
+        Answer(403, {"kind": "Status", "code": 403}),
+        Answer(
+            200,
+            {"items": [{"metadata": {"name": "a", "namespace": "n"}}], "metadata": {"resourceVersion": "1"}},
+        ),
+    ]
+    seen: list[list[Any]] = []
+
+    class Index:
+        def upsert(self, obj: Any) -> None:
+            seen[-1].append(obj)
+
+        def delete(self, obj: Any) -> None: ...
+
+        def replace_all(self, objs: list[Any]) -> None:
+            seen.append(list(objs))
+
+    async def list_call(**kwargs: Any) -> Answer:
+        if kwargs.get("watch"):
+            await asyncio.sleep(3600)
+        return answers.pop(0)
+
+    synced = asyncio.Event()
+    task = asyncio.create_task(watch_objects(list_call, [Index()], synced, lambda: None, "things"))
+    await asyncio.wait_for(synced.wait(), 5)
+    task.cancel()
+    assert seen == [[{"metadata": {"name": "a", "namespace": "n"}}]], "the 403 filled nothing"
+
+    answers[:] = [Answer(404, {"kind": "Status", "code": 404})]
+    synced = asyncio.Event()
+    seen.clear()
+    task = asyncio.create_task(watch_objects(list_call, [Index()], synced, lambda: None, "things"))
+    await asyncio.wait_for(synced.wait(), 5)
+    task.cancel()
+    assert seen == [[]]
+
+
+def test_podgroups_listed_without_apiversion_and_kind_get_the_served_ones() -> None:
+    store = Store(pod_group_version="v1beta1", composite_version="v1alpha3")
+    store_groups(store, "scheduling.k8s.io").upsert({"metadata": {"name": "g", "namespace": "n"}})
+    store_composites(store).upsert({"metadata": {"name": "c", "namespace": "n"}})
+    group = store.groups[("scheduling.k8s.io", "n", "g")]
+    assert (group["apiVersion"], group["kind"]) == ("scheduling.k8s.io/v1beta1", "PodGroup")
+    assert store.composites[("n", "c")]["kind"] == "CompositePodGroup"
+    store_groups(store, "scheduling.sigs.k8s.io").upsert(
+        {
+            "apiVersion": "scheduling.sigs.k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "s", "namespace": "n"},
+        }
+    )
+    assert store.groups[("scheduling.sigs.k8s.io", "n", "s")]["apiVersion"].endswith("v1alpha1")
