@@ -96,19 +96,22 @@ async def watch_objects(
 ) -> None:
     """Keep `indexes` current with the objects `list_call` (a kubernetes-asyncio list of a
     cluster-wide resource) lists, until cancelled; set `synced` after the first listing; relist
-    when the watch expires (410 Gone). A resource the apiserver does not serve (404: its CRD is
-    not installed) lists as empty, counts as synced, and is listed again every 30 s. Every
-    request has a time limit: a hung apiserver connection is dropped and made again, never
-    waited on forever."""
+    when the watch expires (410 Gone). A resource the apiserver does not serve at start (404:
+    its CRD is not installed) lists as empty, counts as synced, and is listed again every 30 s.
+    A 404 once it has been listed keeps what the indexes hold and lists again soon: an apiserver
+    restarting answers 404 for a while (its CRDs not loaded yet), and emptying the Gangs then
+    would make a pass plan without the reservations they record. Every request has a time
+    limit: a hung apiserver connection is dropped and made again, never waited on forever."""
     what = what or getattr(list_call, "__name__", "objects")
     backoff = 0.5
+    listed = False
     while True:
         try:
             try:
                 response: Any = await list_call(_preload_content=False, _request_timeout=LIST_TIMEOUT_SECONDS)
                 raise_for_status(response)
             except ApiException as err:
-                if err.status != 404:
+                if err.status != 404 or listed:
                     raise
                 for index in indexes:
                     index.replace_all([])
@@ -121,6 +124,7 @@ async def watch_objects(
                 index.replace_all([])
             for obj in listing["items"]:
                 apply(indexes, "ADDED", obj, what)
+            listed = True
             synced.set()
             on_change()
             version = listing["metadata"]["resourceVersion"]

@@ -212,7 +212,7 @@ class GangRecords:
         deferred by the pacing: a pass at `pacing.next_due` writes the state then)."""
         if view.group is None and view.waiting:
             return None  # no Gang object until its group exists (its pods are told by Events)
-        new_gang = view.key not in self.store.gangs
+        new_gang = view.key not in self.store.gangs or self.record_changes(view)
         entry = self.memory[view.key]
         written = entry.written
         if not new_gang and written == status.body:
@@ -344,6 +344,16 @@ class GangRecords:
         self.forget(view.key)  # a new object: its status is still to be written
         self.store.gangs[view.key] = gang
         return gang
+
+    def record_changes(self, view: GangView) -> bool:
+        """Whether the Gang itself must change (see `keep_gang`): its group was resized, or made
+        again while the Gang had no owner. Such a write is due even when the status is not."""
+        gang = self.store.gangs.get(view.key)
+        if gang is None or view.group is None or view.min_member is None:
+            return False
+        if not (gang["metadata"].get("ownerReferences") or []):
+            return True
+        return (gang.get("spec") or {}).get("minMember") != view.min_member
 
     async def keep_gang(self, view: GangView, existing: JSON, spec: JSON, adopt: JSON | None) -> JSON:
         """The Gang kept as it is, but for two changes of its group. `adopt`: the group was made

@@ -129,3 +129,41 @@ def test_podgroups_listed_without_apiversion_and_kind_get_the_served_ones() -> N
         }
     )
     assert store.groups[("scheduling.sigs.k8s.io", "n", "s")]["apiVersion"].endswith("v1alpha1")
+
+
+async def test_a_404_once_listed_keeps_what_was_listed_and_lists_again() -> None:
+    """An apiserver restarting answers 404 for a CRD's list for a while: the Gangs it listed
+    before stay (a pass must not plan without the reservations they record)."""
+    item = {"metadata": {"name": "a", "namespace": "n"}}
+    answers = [
+        Answer(200, {"items": [item], "metadata": {"resourceVersion": "1"}}),
+        Answer(404, {"kind": "Status", "code": 404}),
+        Answer(200, {"items": [item], "metadata": {"resourceVersion": "2"}}),
+    ]
+    replaced: list[int] = []
+    held: dict[str, Any] = {}
+    relisted = asyncio.Event()
+
+    class Index:
+        def upsert(self, obj: Any) -> None:
+            held[obj["metadata"]["name"]] = obj
+
+        def delete(self, obj: Any) -> None: ...
+
+        def replace_all(self, objs: list[Any]) -> None:
+            held.clear()
+            replaced.append(len(answers))
+
+    async def list_call(**kwargs: Any) -> Answer:
+        if kwargs.get("watch"):
+            raise ApiException(status=500, reason="the apiserver went away")
+        if not answers:
+            relisted.set()
+            await asyncio.sleep(3600)
+        return answers.pop(0)
+
+    task = asyncio.create_task(watch_objects(list_call, [Index()], asyncio.Event(), lambda: None, "gangs"))
+    await asyncio.wait_for(relisted.wait(), 10)
+    task.cancel()
+    assert replaced == [2, 0], "emptied only to take a listing, never for the 404"
+    assert list(held) == ["a"]
