@@ -332,7 +332,9 @@ class GangRecords:
             owners = existing["metadata"].get("ownerReferences") or []
             same = owner is None or any(o.get("uid") == owner["uid"] for o in owners)
             if same or not owners:
-                return await self.keep_gang(view, existing, spec, None if same else owner)
+                # A group being deleted adopts nothing: the Gang would go with it.
+                adopt = None if same or deleting(view.group) else owner
+                return await self.keep_gang(view, existing, spec, adopt)
             # The group was deleted and made again under the same name: a new gang, whose
             # conditions start afresh (the next pass composes and writes them again).
             await self.api.delete_gang(view.namespace, view.name)
@@ -351,7 +353,7 @@ class GangRecords:
         gang = self.store.gangs.get(view.key)
         if gang is None or view.group is None or view.min_member is None:
             return False
-        if not (gang["metadata"].get("ownerReferences") or []):
+        if not (gang["metadata"].get("ownerReferences") or []) and not deleting(view.group):
             return True
         return (gang.get("spec") or {}).get("minMember") != view.min_member
 
@@ -558,3 +560,7 @@ def same_conditions(written: JSON, body: JSON) -> bool:
         and a.get("reason") == b.get("reason")
         for a, b in zip(old, new, strict=True)
     )
+
+
+def deleting(obj: JSON | None) -> bool:
+    return bool(((obj or {}).get("metadata") or {}).get("deletionTimestamp"))

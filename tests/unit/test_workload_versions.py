@@ -237,3 +237,20 @@ def test_on_1_37_a_preemption_policy_unlike_the_groups_is_said_so() -> None:
         pod["spec"]["preemptionPolicy"] = "Never"
     (view,) = assemble(store)
     assert view.waiting is None
+
+
+async def test_a_group_being_deleted_with_its_dependents_orphaned_adopts_nothing() -> None:
+    """The upgrade deletes the group with propagationPolicy Orphan: while it is going, the Gang
+    (its owner reference taken off by the garbage collector) must not take it as owner again,
+    or it would go with it."""
+    gang = gang_of(2, owners=[])
+    store = running_store(2, gang)
+    store.groups[("scheduling.sigs.k8s.io", "ns", "pg1")]["metadata"]["deletionTimestamp"] = (
+        "2026-11-26T00:00:00Z"
+    )
+    api = FakeApi(store)
+    records = GangRecords(api, store)
+    (view,) = assemble(store)
+    assert not records.record_changes(view)
+    kept = await records.ensure_gang(view)
+    assert "patch_gang" not in [m for m, _ in api.calls] and not kept["metadata"]["ownerReferences"]
