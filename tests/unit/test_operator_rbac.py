@@ -67,7 +67,7 @@ OPERATOR_CODE = sorted((REPO / "quorum" / "k8s").glob("*.py")) + sorted(
 )
 # Other kubernetes-asyncio names that make API calls: a class that makes its own (recorded too),
 # and the ApiClient's method for a request to any path.
-CALLING_NAMES = frozenset({"LeaseLock", "call_api"})
+CALLING_NAMES = frozenset({"LeaseLock", "BoundedLeaseLock", "call_api"})
 # What kopf.run is given in quorum/operator/main.py; the recording runs kopf the same way.
 KOPF_RUN = {"standalone": True, "clusterwide": True}
 # Non-resource paths: discovery, which the default ClusterRole system:discovery grants every
@@ -103,9 +103,13 @@ def api_sites(paths: list[Path]) -> list[Site]:
     methods = api_method_names() | CALLING_NAMES
     sites = []
     for path in paths:
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        # A class named as a base (class BoundedLeaseLock(LeaseLock)) makes no call there; the
+        # subclass is checked where it is called.
+        bases = {id(b) for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for b in c.bases}
+        for node in ast.walk(tree):
             name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", None)
-            if isinstance(node, ast.Attribute | ast.Name) and name in methods:
+            if isinstance(node, ast.Attribute | ast.Name) and name in methods and id(node) not in bases:
                 sites.append(Site(path, node.lineno, node.end_lineno or node.lineno, str(name)))
     return sites
 
