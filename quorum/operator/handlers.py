@@ -206,10 +206,20 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     TASKS.append(asyncio.create_task(campaign_when_synced(api, loop, lease), name="leader-election"))
 
 
+NOT_SERVED_CONFIRMATIONS = 2  # discovery answers in a row (30 s apart) before "not served" holds
+
+
 def served(store: Store, kind: str) -> Callable[[str | None], None]:
-    """Keep `store.<kind>_version` as discovery finds it, and say when it changes."""
+    """Keep `store.<kind>_version` as discovery finds it, and say when it changes. "Not served"
+    holds only once discovery has said so twice in a row: pods naming a Kubernetes PodGroup are
+    then released without gang admission, which one odd answer must not cause."""
+    misses = 0
 
     def found(version: str | None) -> None:
+        nonlocal misses
+        misses = misses + 1 if version is None else 0
+        if version is None and misses < NOT_SERVED_CONFIRMATIONS:
+            return
         attribute = f"{kind}_version"
         before = getattr(store, attribute)
         setattr(store, attribute, version)

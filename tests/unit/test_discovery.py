@@ -14,6 +14,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from quorum.k8s import reads
 from quorum.k8s.watch import watch_objects
 from quorum.operator.gangs import Store, store_composites, store_groups
+from quorum.operator.handlers import served
 
 
 class Answer:
@@ -167,3 +168,17 @@ async def test_a_404_once_listed_keeps_what_was_listed_and_lists_again() -> None
     task.cancel()
     assert replaced == [2, 0], "emptied only to take a listing, never for the 404"
     assert list(held) == ["a"]
+
+
+def test_not_served_holds_only_when_discovery_says_so_twice_in_a_row() -> None:
+    store = Store(pod_group_version="v1beta1")
+    found = served(store, "pod_group")
+    found(None)
+    assert store.pod_group_version == "v1beta1", "one odd answer releases nothing"
+    found("v1beta1")
+    found(None)
+    assert store.pod_group_version == "v1beta1"
+    found(None)
+    assert store.pod_group_version is None and not store.workload_api
+    found("v1alpha3")
+    assert store.pod_group_version == "v1alpha3"
