@@ -14,7 +14,7 @@ SUNK scheduler composes the Gangs of gangs Slurm places with it; nothing else bu
 | `Preempting` | quorum is taking lower-priority work's room for it (docs/preemption.md) |
 | `Preempted` | it was preempted for a higher-priority gang and is not admitted again yet |
 | `Restarted` | it lost members while running and was restarted whole (RestartGang), not admitted again yet |
-| `Resized` | its group's minCount grew (Kubernetes 1.37) and the new size is not released yet |
+| `Resized` | its group's minCount grew and the new size is not released yet (present once resized) |
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ CONDITION_TYPES = (
     "Preempting",
     "Preempted",
     "Restarted",
-    "Resized",
-)
+)  # and `Resized`, once a gang was resized
 # Hold reasons that mean "no room for the whole gang now": Unschedulable=True, and the
 # starvation guard's clock runs. SlurmResources: Slurm holds a gang it places for lack of nodes.
 NO_ROOM = ("Unschedulable", "BudgetExhausted", "SlurmResources")
@@ -160,23 +159,24 @@ def conditions(state: GangState) -> list[JSON]:
         preempting(state.preemption),
         preempted(state.preempted, readmitted=status == "True"),
         restarted(state.recovery, readmitted=status == "True"),
-        resized(state.resized, state.counts["released"]),
+        *resized(state.resized, state.counts["released"]),
     ]
 
 
-def resized(record: Mapping[str, Any] | None, released: int) -> JSON:
+def resized(record: Mapping[str, Any] | None, released: int) -> list[JSON]:
     """True while a gang whose minMember grew has fewer released than the new size; the message
-    (from what to what, and how it goes on) stays until the next resize."""
+    (from what to what, and how it goes on) stays until the next resize. None before any resize:
+    each condition costs every status write of every gang its bytes."""
     if not record:
-        return {"type": "Resized", "status": "False", "reason": "NotResized", "message": ""}
+        return []
     old, new = record.get("from"), record.get("to")
     message = f"minMember changed from {old} to {new} at {record.get('time')}"
     if isinstance(old, int) and isinstance(new, int) and new > old and released < new:
         message += f": {released} released; the other {new - released} go once all of them fit"
-        return {"type": "Resized", "status": "True", "reason": "Growing", "message": message}
+        return [{"type": "Resized", "status": "True", "reason": "Growing", "message": message}]
     if isinstance(old, int) and isinstance(new, int) and new < old:
         message += f": members beyond {new} are elastic"
-    return {"type": "Resized", "status": "False", "reason": "Resized", "message": message}
+    return [{"type": "Resized", "status": "False", "reason": "Resized", "message": message}]
 
 
 def preempting(record: Mapping[str, Any] | None) -> JSON:
@@ -226,7 +226,6 @@ def compose_recovering(
             preempting(None),
             preempted(preempted_by, readmitted=False),
             restarted(recovery, readmitted=False),
-            resized(None, 0),
         ],
     )
 
