@@ -61,6 +61,9 @@ from quorum.core.topology import domains_of, explain_domains, least_waste_first
 
 _MANY = 1_000_000  # pods that fit where a pod asks for nothing (as `quorum.core.index.slots`)
 MAX_COMPOSITE_DOMAINS = 32  # domains a composite with a topology key is tried in, per pass
+# Domains all composites together are tried in, per pass: each try indexes the composite's pod
+# shapes pinned to one domain (a sweep of every node), which no search budget counts.
+MAX_COMPOSITE_DOMAINS_PER_PASS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +193,7 @@ class PassState:
     explained: dict[tuple[object, ...], str] = field(default_factory=dict)  # alike held alike
     touched: set[Shape] = field(default_factory=set)
     undo: list[tuple[str, dict[str, int]]] = field(default_factory=list)  # (node, free before a commit)
+    composite_domains_left: int = MAX_COMPOSITE_DOMAINS_PER_PASS
 
 
 class Planner:
@@ -328,6 +332,13 @@ class Planner:
         key = composite.topology_key
         values = sorted({n.labels[key] for n in self.index.nodes.values() if key in n.labels})
         for value in values[:MAX_COMPOSITE_DOMAINS]:
+            if state.composite_domains_left <= 0:
+                message = (
+                    f"CompositePodGroup {composite.name} was not tried this pass: the pass's "
+                    f"{MAX_COMPOSITE_DOMAINS_PER_PASS} tries of a domain went to composites ahead of it"
+                )
+                return [Hold(g, "WaitingForGroups", message) for g in gangs]
+            state.composite_domains_left -= 1
             pinned = [
                 replace(
                     g, pods=tuple(replace(p, node_selector={**p.node_selector, key: value}) for p in g.pods)

@@ -136,3 +136,22 @@ def test_a_starving_gang_of_a_composite_holds_no_capacity_and_the_room_stays_who
     )
     assert not result.releases and all(not h.held_nodes for h in result.holds)
     assert all(planner.index.free[n.name] == n.allocatable for n in nodes)
+
+
+def test_composites_with_topology_share_a_bounded_number_of_domain_tries_per_pass() -> None:
+    """Each domain tried indexes the composite's pods pinned there (a sweep of every node, not
+    counted by the search budget): a tenant's many composites cannot make a pass unbounded."""
+    nodes = [racked(f"n{i}", f"r{i}", gpus=8) for i in range(40)]
+    queue, composites = [], []
+    for c in range(5):  # each needs two whole nodes in one rack: none fits, each tries 32 racks
+        queue += [
+            child(f"a{c}", 1, 8, composite=f"c{c}", created=c),
+            child(f"b{c}", 1, 8, composite=f"c{c}", created=c),
+        ]
+        composites.append(Composite("ns", f"c{c}", 2, topology_key=RACK))
+    result = plan(nodes, queue, *composites)
+    assert not result.releases
+    untried = [h for h in result.holds if "was not tried this pass" in h.message]
+    assert untried and {h.gang.composite for h in untried} == {"c2", "c3", "c4"}, (
+        "64 tries: two composites' worth"
+    )
