@@ -183,6 +183,8 @@ class Composite:
     min_group_count: int
     admitted: int = 0  # child gangs admitted already: they count, and take no new room
     topology_key: str | None = None
+    # The topology domains the admitted gangs' bound pods are in: the others go there too.
+    admitted_domains: frozenset[str] = frozenset()
 
     @property
     def key(self) -> tuple[str, str]:

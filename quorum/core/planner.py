@@ -331,6 +331,8 @@ class Planner:
             return decided if decided is not None else self._composite_holds(composite, gangs, None)
         key = composite.topology_key
         values = sorted({n.labels[key] for n in self.index.nodes.values() if key in n.labels})
+        if composite.admitted_domains:  # where its admitted gangs run (none fits if they are split)
+            values = [v for v in values if {v} == set(composite.admitted_domains)]
         for value in values[:MAX_COMPOSITE_DOMAINS]:
             if state.composite_domains_left <= 0:
                 message = (
@@ -361,7 +363,10 @@ class Planner:
         """The gangs' decisions if enough were placed; None (their room given back) if not."""
         mark = len(state.undo)
         decided = [self.plan_gang(g, now, state, held) for g in gangs]
-        placed = composite.admitted + sum(isinstance(d, Release) for d in decided)
+        # A gang admitted already is counted in `admitted`, whatever of its spare pods goes now.
+        placed = composite.admitted + sum(
+            isinstance(d, Release) and g.released < g.min_member for g, d in zip(gangs, decided, strict=True)
+        )
         if placed >= composite.min_group_count:
             return decided
         for name, room in reversed(state.undo[mark:]):

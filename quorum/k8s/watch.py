@@ -93,6 +93,7 @@ async def watch_objects(
     synced: asyncio.Event,
     on_change: Callable[[], None],
     what: str = "",
+    required: bool = False,
 ) -> None:
     """Keep `indexes` current with the objects `list_call` (a kubernetes-asyncio list of a
     cluster-wide resource) lists, until cancelled; set `synced` after the first listing; relist
@@ -101,7 +102,8 @@ async def watch_objects(
     A 404 once it has been listed keeps what the indexes hold and lists again soon: an apiserver
     restarting answers 404 for a while (its CRDs not loaded yet), and emptying the Gangs then
     would make a pass plan without the reservations they record. Every request has a time
-    limit: a hung apiserver connection is dropped and made again, never waited on forever."""
+    limit: a hung apiserver connection is dropped and made again, never waited on forever.
+    `required`: a 404 is never "not installed" (quorum's own CRD), always an error to retry."""
     what = what or getattr(list_call, "__name__", "objects")
     backoff = 0.5
     listed = False
@@ -111,7 +113,7 @@ async def watch_objects(
                 response: Any = await list_call(_preload_content=False, _request_timeout=LIST_TIMEOUT_SECONDS)
                 raise_for_status(response)
             except ApiException as err:
-                if err.status != 404 or listed:
+                if err.status != 404 or listed or required:
                     raise
                 for index in indexes:
                     index.replace_all([])

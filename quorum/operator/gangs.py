@@ -5,7 +5,7 @@ gang, its group object, its minMember, its counters and its status. Pure functio
 from __future__ import annotations
 
 import asyncio
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -476,9 +476,10 @@ def _attach_composite(view: GangView, store: Store) -> None:
 
 
 def composites(store: Store, views: Collection[GangView]) -> dict[tuple[str, str], Composite]:
-    """The CompositePodGroups the views' gangs count toward, each with how many of its gangs are
-    admitted already (released at least minMember): the planner counts those as placed."""
-    admitted: Counter[tuple[str, str]] = Counter()
+    """The CompositePodGroups the views' gangs count toward, each with its gangs admitted already
+    (released at least minMember: the planner counts them as placed) and, with a topology key,
+    the domains their bound pods are in (the other gangs must go there too)."""
+    admitted: defaultdict[tuple[str, str], list[GangView]] = defaultdict(list)
     named: set[tuple[str, str]] = set()
     for view in views:
         if view.parent is None:
@@ -490,7 +491,7 @@ def composites(store: Store, views: Collection[GangView]) -> dict[tuple[str, str
             and view.waiting is None
             and view.counts()["released"] >= view.min_member
         ):
-            admitted[key] += 1
+            admitted[key].append(view)
     found = {}
     for key in named:
         obj = store.composites.get(key)
@@ -498,8 +499,19 @@ def composites(store: Store, views: Collection[GangView]) -> dict[tuple[str, str
             facts = composite_facts(obj) if obj is not None else None
         except InvalidWorkloadObject:
             facts = None
-        if facts is not None:
-            found[key] = Composite(*key, facts.min_group_count, admitted[key], facts.topology_key)
+        if facts is None:
+            continue
+        domains: set[str] = set()
+        if facts.topology_key:
+            for view in admitted[key]:
+                for pod in view.active:
+                    node = store.nodes.get(str((pod.get("spec") or {}).get("nodeName") or ""))
+                    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+                    if facts.topology_key in labels:
+                        domains.add(str(labels[facts.topology_key]))
+        found[key] = Composite(
+            *key, facts.min_group_count, len(admitted[key]), facts.topology_key, frozenset(domains)
+        )
     return found
 
 

@@ -16,6 +16,7 @@ import asyncio
 import functools
 import gc
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -200,25 +201,35 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         synced = bound.synced if kind == "pods" else store.sync_event(kind)
         store.synced[kind] = synced
         health.set_synced(kind, False)
-        TASKS.append(asyncio.create_task(watch_objects(listing, indexes, synced, loop.wake, kind), name=kind))
+        # quorum's own Gangs are never "not installed": a 404 for them is an apiserver still
+        # loading its CRDs, and planning without the reservations they record would overcommit.
+        watching = watch_objects(
+            listing, indexes, synced, loop.wake, kind, required=kind == "gangs.quorum.dev"
+        )
+        TASKS.append(asyncio.create_task(watching, name=kind))
         TASKS.append(asyncio.create_task(report_synced(health, kind, synced), name=f"{kind} synced"))
     lease = LeaseSettings.for_duration(config.namespace, config.lease_seconds)
     TASKS.append(asyncio.create_task(campaign_when_synced(api, loop, lease), name="leader-election"))
 
 
-NOT_SERVED_CONFIRMATIONS = 2  # discovery answers in a row (30 s apart) before "not served" holds
+NOT_SERVED_SECONDS = 30.0  # discovery says "not served" for this long before it holds
 
 
-def served(store: Store, kind: str) -> Callable[[str | None], None]:
+def served(
+    store: Store, kind: str, clock: Callable[[], float] = time.monotonic
+) -> Callable[[str | None], None]:
     """Keep `store.<kind>_version` as discovery finds it, and say when it changes. "Not served"
-    holds only once discovery has said so twice in a row: pods naming a Kubernetes PodGroup are
-    then released without gang admission, which one odd answer must not cause."""
-    misses = 0
+    holds only once every answer for `NOT_SERVED_SECONDS` has said so: pods naming a Kubernetes
+    PodGroup are then released without gang admission, which odd answers (an apiserver of an HA
+    control plane mid-upgrade, say) must not cause."""
+    since: float | None = None  # the first of the answers in a row that said "not served"
 
     def found(version: str | None) -> None:
-        nonlocal misses
-        misses = misses + 1 if version is None else 0
-        if version is None and misses < NOT_SERVED_CONFIRMATIONS:
+        nonlocal since
+        if version is not None:
+            since = None
+        elif since is None or clock() - since < NOT_SERVED_SECONDS:
+            since = clock() if since is None else since
             return
         attribute = f"{kind}_version"
         before = getattr(store, attribute)

@@ -143,7 +143,7 @@ class Recoverer:
             return "finish-disruption"  # recorded and not done (a leader died in between, a write failed)
         if view.min_member is None or view.basic:
             return None
-        if growing(view.min_member, gang):
+        if growing(view.min_member, gang, view.bound_and_unbound[0]):
             return None  # its group's minCount grew: the new size is planned first, never a loss
         recovery = recovery_of(gang)
         if recovery.get("suspendedJobs"):
@@ -558,23 +558,22 @@ def members_of(view: GangView, bound: dict[str, tuple[str, str]]) -> list[Member
     return members
 
 
-def growing(min_member: int, gang: JSON) -> bool:
+def growing(min_member: int, gang: JSON, bound: int) -> bool:
     """Whether the gang's group grew (1.37's mutable `gang.minCount`) and no decision at the new
     size has been made yet: before quorum recorded the new size (the Gang's `spec.minMember` is
-    smaller), or since (its `status.resized` is later than its last admission). Meanwhile fewer
-    than minMember bound is the old size still running, not a loss or a partial placement. (The
-    resize records the decision it was made under; a release at the new size is a later one.)"""
+    smaller), or since (its `status.resized` names the decision it was made under, and that is
+    still the last one). Meanwhile fewer than minMember bound is the old size still running, not
+    a loss or a partial placement — as long as at least the old size is bound: below it, the
+    gang lost members whatever its new size, and recovery acts on it."""
     recorded = (gang.get("spec") or {}).get("minMember")
     if isinstance(recorded, int) and not isinstance(recorded, bool) and min_member > recorded:
-        return True
+        return bound >= recorded
     status = gang.get("status") or {}
     resized = status.get("resized")
     admission = status.get("admission")
     if not isinstance(resized, dict) or not isinstance(admission, dict):
         return False
-    grew = (
-        isinstance(resized.get("to"), int)
-        and isinstance(resized.get("from"), int)
-        and resized["to"] > resized["from"]
-    )
-    return grew and resized.get("attempt") == attempt_of(admission)
+    old, new = resized.get("from"), resized.get("to")
+    if not isinstance(old, int) or not isinstance(new, int) or new <= old:
+        return False
+    return resized.get("attempt") == attempt_of(admission) and bound >= old

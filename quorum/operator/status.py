@@ -382,7 +382,9 @@ class GangRecords:
             )
         if resize:
             new = spec["minMember"]
-            attempt = attempt_of((existing.get("status") or {}).get("admission") or {})
+            # This process's own last decision, written but maybe not yet shown by the watch.
+            current = self.gang(view.key) or existing
+            attempt = attempt_of((current.get("status") or {}).get("admission") or {})
             resized = {"from": old, "to": new, "time": now_rfc3339(), "attempt": attempt}
             if not await self.patch(view.key, {"resized": resized}):
                 return existing

@@ -170,15 +170,54 @@ async def test_a_404_once_listed_keeps_what_was_listed_and_lists_again() -> None
     assert list(held) == ["a"]
 
 
-def test_not_served_holds_only_when_discovery_says_so_twice_in_a_row() -> None:
+def test_not_served_holds_only_when_discovery_says_so_for_30_seconds() -> None:
+    now = [0.0]
     store = Store(pod_group_version="v1beta1")
-    found = served(store, "pod_group")
+    found = served(store, "pod_group", clock=lambda: now[0])
     found(None)
-    assert store.pod_group_version == "v1beta1", "one odd answer releases nothing"
+    now[0] += 0.5
+    found(None)  # retried half a second later: still not 30 s
+    assert store.pod_group_version == "v1beta1", "odd answers release nothing"
     found("v1beta1")
+    now[0] += 29
     found(None)
     assert store.pod_group_version == "v1beta1"
+    now[0] += 31
     found(None)
     assert store.pod_group_version is None and not store.workload_api
     found("v1alpha3")
     assert store.pod_group_version == "v1alpha3"
+
+
+async def test_quorums_own_gangs_are_never_taken_for_not_installed() -> None:
+    """At start, while the apiserver still loads its CRDs, the Gang list answers 404: that is an
+    error to retry, not an empty listing to plan on."""
+    answers = [
+        Answer(404, {"kind": "Status", "code": 404}),
+        Answer(
+            200,
+            {"items": [{"metadata": {"name": "g", "namespace": "n"}}], "metadata": {"resourceVersion": "1"}},
+        ),
+    ]
+    listings: list[int] = []
+
+    class Index:
+        def upsert(self, obj: Any) -> None: ...
+
+        def delete(self, obj: Any) -> None: ...
+
+        def replace_all(self, objs: list[Any]) -> None:
+            listings.append(len(answers))
+
+    async def list_call(**kwargs: Any) -> Answer:
+        if kwargs.get("watch"):
+            await asyncio.sleep(3600)
+        return answers.pop(0)
+
+    synced = asyncio.Event()
+    task = asyncio.create_task(
+        watch_objects(list_call, [Index()], synced, lambda: None, "gangs", required=True)
+    )
+    await asyncio.wait_for(synced.wait(), 10)
+    task.cancel()
+    assert listings == [0], "synced only by the real listing"

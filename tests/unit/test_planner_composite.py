@@ -155,3 +155,26 @@ def test_composites_with_topology_share_a_bounded_number_of_domain_tries_per_pas
     assert untried and {h.gang.composite for h in untried} == {"c2", "c3", "c4"}, (
         "64 tries: two composites' worth"
     )
+
+
+def test_an_admitted_gangs_spare_pod_does_not_count_it_twice() -> None:
+    """minGroupCount 3, one gang admitted with a spare pod that fits, one that fits, one that
+    does not: 2 of 3 placed, so nothing new is released."""
+    nodes = [node("a"), node("b")]
+    admitted = replace(child("a", 1, 8), released=1, min_member=1, members=2)
+    queue = [admitted, child("b", 1, 8), child("c", 2, 8)]
+    result = plan(nodes, queue, Composite("ns", "job", 3, admitted=1))
+    assert not result.releases, [r.gang.name for r in result.releases]
+
+
+def test_a_composites_gangs_go_to_the_domain_its_admitted_gangs_run_in() -> None:
+    nodes = [racked("a1", "r1"), racked("b1", "r2"), racked("b2", "r2")]
+    result = plan(
+        nodes,
+        [child("workers", 1, 8)],
+        Composite("ns", "job", 2, admitted=1, topology_key=RACK, admitted_domains=frozenset({"r1"})),
+    )
+    (release,) = result.releases
+    assert release.placement[0][1].labels[RACK] == "r1", "beside the admitted launcher, not in the roomier r2"
+    split = Composite("ns", "job", 2, admitted=1, topology_key=RACK, admitted_domains=frozenset({"r1", "r2"}))
+    assert not plan(nodes, [child("workers", 1, 8)], split).releases, "admitted gangs split: no single domain"

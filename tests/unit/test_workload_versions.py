@@ -133,7 +133,7 @@ def running_store(min_member: int, gang: dict[str, Any]) -> Store:
 async def test_a_group_that_grows_is_recorded_then_resized_and_never_read_as_a_loss() -> None:
     gang = gang_of(2)
     store = running_store(4, gang)
-    assert growing(4, gang), "before quorum records the new size: the Gang says 2"
+    assert growing(4, gang, 2), "before quorum records the new size: the Gang says 2"
     api = FakeApi(store)
     records = GangRecords(api, store)
     (view,) = assemble(store)
@@ -143,10 +143,10 @@ async def test_a_group_that_grows_is_recorded_then_resized_and_never_read_as_a_l
     assert kept["spec"]["minMember"] == 4
     resized = store.gangs[("ns", "pg-pg1")]["status"]["resized"]
     assert (resized["from"], resized["to"], resized["attempt"]) == (2, 4, 1)
-    assert growing(4, store.gangs[("ns", "pg-pg1")]), "no decision at the new size yet"
+    assert growing(4, store.gangs[("ns", "pg-pg1")], 2), "no decision at the new size yet"
     later = {**store.gangs[("ns", "pg-pg1")]}
     later["status"] = {**later["status"], "admission": {"attempt": 2, "time": "2026-11-22T00:01:00Z"}}
-    assert not growing(4, later), "a release at the new size is a new decision"
+    assert not growing(4, later, 2), "a release at the new size is a new decision"
     events = [args for m, args in api.calls if m == "post_event"]
     assert any(args[1] == "Resized" and "from 2 to 4" in args[2] for args in events)
     status = compose(records.state(view, None, None))
@@ -161,7 +161,7 @@ async def test_a_group_that_shrinks_makes_the_members_beyond_it_elastic() -> Non
     records = GangRecords(api, store)
     (view,) = assemble(store)
     await records.ensure_gang(view)
-    assert not growing(1, store.gangs[("ns", "pg-pg1")])
+    assert not growing(1, store.gangs[("ns", "pg-pg1")], 2)
     status = compose(records.state(view, None, None))
     assert status.condition("Resized")["status"] == "False"
     assert "members beyond 1 are elastic" in status.condition("Resized")["message"]
@@ -204,7 +204,7 @@ async def test_a_resize_the_watch_has_not_shown_yet_still_reads_as_growing() -> 
     lagging["status"] = {k: v for k, v in lagging["status"].items() if k != "resized"}
     store.gangs[("ns", "pg-pg1")] = lagging
     seen = records.gang(("ns", "pg-pg1"))
-    assert seen is not None and growing(4, seen)
+    assert seen is not None and growing(4, seen, 2)
 
 
 def test_on_1_37_pods_whose_priority_is_not_their_groups_wait_told_how_to_fix_it() -> None:
@@ -254,3 +254,27 @@ async def test_a_group_being_deleted_with_its_dependents_orphaned_adopts_nothing
     assert not records.record_changes(view)
     kept = await records.ensure_gang(view)
     assert "patch_gang" not in [m for m, _ in api.calls] and not kept["metadata"]["ownerReferences"]
+
+
+def test_a_grown_gang_that_fell_below_its_old_size_is_not_growing_but_lost_members() -> None:
+    """Growing shields only the old size still running: a member lost below it is a loss."""
+    gang = gang_of(2)
+    assert growing(4, gang, 2) and not growing(4, gang, 1)
+    gang["spec"]["minMember"] = 4
+    gang["status"]["resized"] = {"from": 2, "to": 4, "attempt": 1}
+    assert growing(4, gang, 2) and not growing(4, gang, 1)
+
+
+async def test_the_resize_names_the_decision_this_process_made_even_before_the_watch_shows_it() -> None:
+    """The Gang the watch shows says attempt 1; this process has just written attempt 2 (not
+    seen yet): the resize is recorded under 2, so once the watch catches up it still reads as
+    growing, not as a loss of the gang that attempt 2 ran whole."""
+    store = running_store(4, gang_of(2))
+    api = FakeApi(store)
+    records = GangRecords(api, store)
+    await records.patch(("ns", "pg-pg1"), {"admission": {"attempt": 2, "time": "2026-11-22T00:02:00Z"}})
+    store.gangs[("ns", "pg-pg1")] = gang_of(2)  # the watch still shows attempt 1
+    (view,) = assemble(store)
+    await records.ensure_gang(view)
+    resized = records.gang(("ns", "pg-pg1"))["status"]["resized"]  # type: ignore[index]
+    assert resized["attempt"] == 2
