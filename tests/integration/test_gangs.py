@@ -166,12 +166,16 @@ async def test_seed_001_held_at_two_of_four_then_released_whole(
     )
     assert gang["status"]["phase"] == "Pending" and gang["status"]["members"] == 2
     assert gang["metadata"]["ownerReferences"][0]["kind"] == "PodGroup"
-    group = await get(api, SIGS, namespace, "pg1")
-    assert group is not None
-    condition = next(c for c in group["status"]["conditions"] if c["type"] == "QuorumAdmitted")
-    assert (
-        condition["message"] == "2 of 4 members exist (minMember 4)" and group["status"]["phase"] == "Pending"
-    )
+
+    async def podgroup_waiting() -> dict[str, Any] | None:
+        # The PodGroup's status is written after the Gang's, so wait for it too.
+        group = await get(api, SIGS, namespace, "pg1")
+        conditions = (group or {}).get("status", {}).get("conditions", [])
+        ours = [c for c in conditions if c["type"] == "QuorumAdmitted"]
+        return group if ours and ours[0]["message"] == "2 of 4 members exist (minMember 4)" else None
+
+    group = await eventually(podgroup_waiting, timeout=30, what="PodGroup QuorumAdmitted waiting")
+    assert group["status"]["phase"] == "Pending"
 
     scaled = cluster.kubectl("-n", namespace, "scale", "deployment", "pause", "--replicas=4", who="customer")
     assert scaled.returncode == 0
