@@ -7,9 +7,10 @@ FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY quorum ./quorum
+# The runtime venv has no pip or setuptools: the build stage's pip installs into it.
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /dist . \
-    && python -m venv /opt/quorum \
-    && /opt/quorum/bin/pip install --no-cache-dir --compile /dist/quorum-*.whl
+    && python -m venv --without-pip /opt/quorum \
+    && pip --python /opt/quorum/bin/python install --no-cache-dir --compile /dist/quorum-*.whl
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="quorum" \

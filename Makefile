@@ -22,22 +22,22 @@ venv: ## create the Python venv (outside the repo, reused)
 	@hack/ensure-venv >/dev/null
 
 build: ## build and cache etcd, Kubernetes (1.37 and 1.36) and kwok from Go modules
-	@$(PY) -m quorum dev build --all
+	@$(PY) -m devcluster build --all
 
 up: ## start the local control plane NAME (default `default`) in the background; K8S=1.36 runs 1.36; SLURM=1 adds Slurm
-	@$(PY) -m quorum dev up --name $(NAME) $(if $(SIZE),--size $(SIZE)) $(if $(SLURM),--slurm)
+	@$(PY) -m devcluster up --name $(NAME) $(if $(SIZE),--size $(SIZE)) $(if $(SLURM),--slurm)
 
 down: ## stop the processes of instance NAME
-	@$(PY) -m quorum dev down --name $(NAME)
+	@$(PY) -m devcluster down --name $(NAME)
 
 status: ## show local instances
-	@$(PY) -m quorum dev status
+	@$(PY) -m devcluster status
 
 demo: ## bring up the control plane and show what quorum sees
-	@$(PY) -m quorum demo
+	@$(PY) -m devcluster demo
 
 jobset-demo: ## seed 004's JobSet example: build JobSet, run it on instance `jobset` (not in `make test`)
-	@$(PY) -m quorum jobset-demo
+	@$(PY) -m devcluster jobset-demo
 
 lint: ## ruff
 	@$(VENV_BIN)/ruff check . && $(VENV_BIN)/ruff format --check .
@@ -58,7 +58,7 @@ integration: ## tests on the real local control plane
 	@$(PY) -m pytest -m cluster $(PYTEST_ARGS)
 
 test: lint typecheck hadolint ## everything: lint, types, Dockerfile, unit, packaging, cluster tests on Kubernetes 1.37; then the WAS, webhook and gang tests on 1.36
-	@$(PY) -m quorum dev build --all
+	@$(PY) -m devcluster build --all
 	@$(PY) -m pytest --durations=10 $(PYTEST_ARGS)
 	@QUORUM_K8S=1.36 QUORUM_TEST_INSTANCE=k8s-1-36 $(PY) -m pytest -m kubernetes_1_36 --durations=5 $(PYTEST_ARGS)
 
@@ -96,5 +96,5 @@ bench-control-plane: ## local control plane start-up time and memory, 22 and 1,0
 	@$(PY) -m tests.bench.control_plane
 
 clean: ## stop every instance and remove .quorum/ (the binary cache stays)
-	-@$(PY) -m quorum dev down --all
+	-@$(PY) -m devcluster down --all
 	rm -rf .quorum

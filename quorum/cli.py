@@ -7,8 +7,6 @@ import sys
 from collections.abc import Sequence
 
 from quorum import __version__, install, upgrade
-from quorum.devcluster import cli as dev_cli
-from quorum.devcluster import demo, jobset
 from quorum.operator import manual
 from quorum.webhooks import certs
 
@@ -17,9 +15,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="quorum", description=__doc__)
     parser.add_argument("--version", action="version", version=f"quorum {__version__}")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    dev_cli.add_parser(subparsers)
-    demo.add_parser(subparsers)
-    jobset.add_parser(subparsers)
     certs.add_parser(subparsers)
     manual.add_parser(subparsers)
     install.add_parser(subparsers)

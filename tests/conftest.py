@@ -21,10 +21,10 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.config import ClusterSpec
-from quorum.devcluster.nodes import TestPool
-from quorum.devcluster.versions import DEFAULT_RELEASE
+from devcluster.cluster import Instance
+from devcluster.config import ClusterSpec
+from devcluster.nodes import TestPool
+from devcluster.versions import DEFAULT_RELEASE
 from tests.kube import api_client, create_namespace, create_pool_nodes
 
 

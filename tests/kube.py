@@ -13,9 +13,9 @@ from typing import Any, TypeVar
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from devcluster.cluster import node_is_ready
+from devcluster.nodes import TestPool
 from quorum.core.quantity import parse_quantity
-from quorum.devcluster.cluster import node_is_ready
-from quorum.devcluster.nodes import TestPool
 from quorum.k8s.client import without_per_request_env_lookups
 
 T = TypeVar("T")

@@ -57,8 +57,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.config import ClusterSpec
+from devcluster.cluster import Instance
+from devcluster.config import ClusterSpec
 from tests.bench.histograms import Samples, difference, histograms, parse_samples, summary_ms, total
 from tests.bench.peers import cpu_seconds
 from tests.kube import api_client, create_namespace, raw_json

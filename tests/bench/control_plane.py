@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.config import ClusterSpec
-from quorum.devcluster.process import ProcessRecord
+from devcluster.cluster import Instance
+from devcluster.config import ClusterSpec
+from devcluster.process import ProcessRecord
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 SETTLE_SECONDS = 30  # let controllers and kwok reach steady state before reading memory
@@ -37,7 +37,7 @@ def measure(name: str, size: int | None) -> dict[str, Any]:
     cold = time.monotonic() - started
     started = time.monotonic()
     subprocess.run(
-        [sys.executable, "-m", "quorum", "dev", "up", "--name", name],
+        [sys.executable, "-m", "devcluster", "up", "--name", name],
         check=True,
         capture_output=True,
     )

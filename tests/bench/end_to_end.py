@@ -34,8 +34,8 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.config import ClusterSpec
+from devcluster.cluster import Instance
+from devcluster.config import ClusterSpec
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s.watch import watch_objects
 from tests.kube import api_client, assert_no_overcommit, create_namespace, create_podgroup, eventually

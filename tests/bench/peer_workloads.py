@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from quorum.devcluster.nodes import load_pool
+from devcluster.nodes import load_pool
 
 GROUP = "scheduling.x-k8s.io"
 GROUP_LABEL = f"{GROUP}/pod-group"

@@ -7,7 +7,7 @@ the same client QPS/burst for the schedulers and the controller-manager:
 - `quorum`: quorum-webhooks and quorum-operator + kube-scheduler (pods ask for cw-coscheduler;
   the webhook gates them and hands them to the default scheduler);
 - `coscheduling`: no quorum; scheduler-plugins' Coscheduling runs as a second scheduler named
-  cw-coscheduler (quorum.devcluster.coscheduler) with its own PodGroup CRD;
+  cw-coscheduler (devcluster.coscheduler) with its own PodGroup CRD;
 - `default`: no quorum, no gangs: kube-scheduler schedules every pod as it comes (the speed
   baseline; gang figures are shown for it only to say what no gang semantics costs).
 
@@ -47,9 +47,9 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.config import ClusterSpec
-from quorum.devcluster.coscheduler import (
+from devcluster.cluster import Instance
+from devcluster.config import ClusterSpec
+from devcluster.coscheduler import (
     PERMIT_WAITING_SECONDS,
     SCHEDULER_NAME,
     ensure_coscheduler,

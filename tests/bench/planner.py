@@ -34,9 +34,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from devcluster.nodes import load_pool, render_nodes, scale_pool
 from quorum.core.model import Gang, Node, Pod, Requirement, Toleration, add, resources, subtract
 from quorum.core.planner import Plan, Planner, PlannerSettings, plan_gangs
-from quorum.devcluster.nodes import load_pool, render_nodes, scale_pool
 from quorum.k8s.convert import node_from_api
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"

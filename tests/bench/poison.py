@@ -37,9 +37,9 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from devcluster.cluster import Instance
+from devcluster.config import ClusterSpec
 from quorum.core.model import Gang
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.config import ClusterSpec
 from quorum.k8s.convert import pod_from_api
 from tests.bench.end_to_end import PodTimes, percentile
 from tests.bench.planner import GANG_POD_LIMITS, held_passes, nodes_of

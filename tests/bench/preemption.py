@@ -42,9 +42,9 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.config import ClusterSpec
-from quorum.devcluster.nodes import TestPool
+from devcluster.cluster import Instance
+from devcluster.config import ClusterSpec
+from devcluster.nodes import TestPool
 from quorum.k8s.watch import watch_objects
 from tests.kube import api_client, create_namespace, create_podgroup, create_pool_nodes, eventually
 

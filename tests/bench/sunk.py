@@ -1,6 +1,6 @@
 """Pods scheduled through Slurm (the SUNK scheduler, docs/sunk.md) beside quorum's own gang path.
 
-An instance of its own (`b-sunk`, the Slurm pool quorum/devcluster/data/pool-slurm.yaml: 4 GPU
+An instance of its own (`b-sunk`, the Slurm pool devcluster/data/pool-slurm.yaml: 4 GPU
 nodes x 8 GPUs, each a real slurmd of a real Slurm 22.05). The same workloads run twice, first
 with `schedulerName: tenant-slurm-slurm-scheduler` (a placeholder Slurm job per pod or per gang,
 bound when Slurm has run its prolog and script) and then through quorum (PodGroup pods held at
@@ -36,16 +36,16 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
-from quorum.devcluster import slurm
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.config import ClusterSpec
+from devcluster import slurm
+from devcluster.cluster import Instance
+from devcluster.config import ClusterSpec
 from quorum.k8s.watch import watch_objects
 from quorum.sunk import model
 from tests.bench.preemption import describe
 from tests.kube import api_client, create_namespace, create_podgroup, eventually
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
-POOL = Path(__file__).resolve().parents[2] / "quorum" / "devcluster" / "data" / "pool-slurm.yaml"
+POOL = Path(__file__).resolve().parents[2] / "devcluster" / "data" / "pool-slurm.yaml"
 SUNK_SCHEDULER = "tenant-slurm-slurm-scheduler"
 GROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
 BURST, ROUNDS, GANG = 24, 8, 16

@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.devcluster.cluster import REPO_ROOT, Instance
+from devcluster.cluster import REPO_ROOT, Instance
 from quorum.pki import CertificateAuthority
 from quorum.webhooks.certs import with_ca_bundle
 from tests.kube import api_client, create_namespace, eventually

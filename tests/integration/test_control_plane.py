@@ -13,8 +13,8 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.nodes import STATE_LABEL
+from devcluster.cluster import Instance
+from devcluster.nodes import STATE_LABEL
 from tests.kube import WorkloadApi, assert_no_overcommit, eventually, raw_json
 
 pytestmark = pytest.mark.cluster

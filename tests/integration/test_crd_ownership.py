@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import CRDS, Instance
+from devcluster.cluster import CRDS, Instance
 from tests.integration.test_gangs import GANGS, get, pods
 from tests.kube import api_client, create_namespace, eventually
 

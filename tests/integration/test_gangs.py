@@ -16,8 +16,8 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.nodes import STATE_LABEL, TEST_POOL_KEY, TestPool
+from devcluster.cluster import Instance
+from devcluster.nodes import STATE_LABEL, TEST_POOL_KEY, TestPool
 from tests.kube import assert_no_overcommit, create_podgroup, eventually, raw_json
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kubernetes_1_36]

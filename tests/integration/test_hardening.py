@@ -14,7 +14,7 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.devcluster.cluster import Instance
+from devcluster.cluster import Instance
 from quorum.install import DEFAULT_NAMESPACE, render_files
 
 pytestmark = pytest.mark.cluster

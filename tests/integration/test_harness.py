@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.nodes import TestPool
+from devcluster.nodes import TestPool
 from tests.kube import eventually, overcommitted_nodes
 
 pytestmark = pytest.mark.cluster

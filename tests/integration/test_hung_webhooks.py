@@ -22,9 +22,9 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.config import ClusterSpec
-from quorum.devcluster.nodes import KWOK_ANNOTATION, TestPool
+from devcluster.cluster import Instance
+from devcluster.config import ClusterSpec
+from devcluster.nodes import KWOK_ANNOTATION, TestPool
 from tests.integration.test_gang_lifecycle import quorum_release, running
 from tests.integration.test_gangs import deployment, gated, pods
 from tests.integration.test_webhooks import _remove_gate as remove_gate

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import Instance
+from devcluster.cluster import Instance
 from tests.kube import api_client
 
 pytestmark = pytest.mark.cluster

@@ -11,7 +11,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.devcluster.cluster import Instance
+from devcluster.cluster import Instance
 from quorum.install import DEFAULT_NAMESPACE
 from tests.integration.test_gangs import deployment, gated, pods
 from tests.integration.test_webhooks import _remove_gate as remove_gate

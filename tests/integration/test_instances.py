@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import ClusterError, Instance
-from quorum.devcluster.process import is_alive
-from quorum.devcluster.versions import DEFAULT_RELEASE, RELEASES
+from devcluster.cluster import ClusterError, Instance
+from devcluster.process import is_alive
+from devcluster.versions import DEFAULT_RELEASE, RELEASES
 from tests.kube import WorkloadApi, api_client, create_namespace, create_podgroup, eventually
 
 pytestmark = pytest.mark.cluster
@@ -29,10 +29,10 @@ WITHOUT_GANG_SCHEDULING = [
 
 
 async def quorum_dev(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run `quorum dev ...` as a person would (a separate process)."""
+    """Run `python -m devcluster ...` as a person would (a separate process)."""
     return await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, "-m", "quorum", "dev", *args],
+        [sys.executable, "-m", "devcluster", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -72,7 +72,7 @@ async def test_instance_with_other_flags_then_down_leaves_no_pid(
     start_instance: Callable[..., Instance],
 ) -> None:
     """A second instance beside the shared one, with the WAS API off and a scheduler profile
-    without GangScheduling; `up` again is a no-op; `quorum dev down` (f) stops every PID."""
+    without GangScheduling; `up` again is a no-op; `python -m devcluster down` (f) stops every PID."""
     instance = start_instance(
         "t-flags",
         feature_gates=dict.fromkeys(RELEASES[DEFAULT_RELEASE].feature_gates, False),
@@ -176,7 +176,7 @@ async def _one_pod_of_a_pair(api: client.ApiClient, namespace: str) -> None:
 
 def test_component_that_fails_to_start_stops_the_rest() -> None:
     instance = Instance("t-broken")
-    from quorum.devcluster.config import ClusterSpec
+    from devcluster.config import ClusterSpec
 
     spec = ClusterSpec(name="t-broken", extra_args={"kube-apiserver": ("--no-such-flag=1",)})
     try:

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.config import ClusterSpec
-from quorum.devcluster.nodes import TestPool
+from devcluster.cluster import Instance
+from devcluster.config import ClusterSpec
+from devcluster.nodes import TestPool
 from tests.integration.test_gang_lifecycle import condition, gang_where, running
 from tests.integration.test_gangs import deployment
 from tests.kube import (

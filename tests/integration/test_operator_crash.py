@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.process import is_alive
+from devcluster.cluster import Instance
+from devcluster.process import is_alive
 from tests.kube import api_client, assert_no_overcommit, create_namespace, create_podgroup, eventually
 
 pytestmark = pytest.mark.cluster

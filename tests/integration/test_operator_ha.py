@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import REPO_ROOT, Instance, free_ports
-from quorum.devcluster.kubeconfig import probe
-from quorum.devcluster.process import ProcessRecord, is_alive, spawn, stop
+from devcluster.cluster import REPO_ROOT, Instance, free_ports
+from devcluster.kubeconfig import probe
+from devcluster.process import ProcessRecord, is_alive, spawn, stop
 from tests.kube import api_client, create_namespace, create_podgroup, eventually
 
 pytestmark = pytest.mark.cluster

@@ -19,8 +19,8 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.nodes import TestPool
+from devcluster.cluster import Instance
+from devcluster.nodes import TestPool
 from tests.integration.test_gang_lifecycle import condition, gang_where
 from tests.integration.test_gangs import GANGS, gated, get, pods
 from tests.kube import api_client, assert_no_overcommit, create_podgroup, eventually

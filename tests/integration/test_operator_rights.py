@@ -21,7 +21,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.devcluster.cluster import Instance
+from devcluster.cluster import Instance
 from quorum.install import OPERATOR_SERVICE_ACCOUNT, WEBHOOKS_SERVICE_ACCOUNT, render_files
 from quorum.k8s import writes
 from quorum.k8s.writes import REQUIRED

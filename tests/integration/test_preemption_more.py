@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import REPO_ROOT, Instance
-from quorum.devcluster.config import ClusterSpec
-from quorum.devcluster.nodes import TestPool
+from devcluster.cluster import REPO_ROOT, Instance
+from devcluster.config import ClusterSpec
+from devcluster.nodes import TestPool
 from tests.integration.test_gang_lifecycle import job
 from tests.integration.test_gangs import GANGS, deployment, gated, get, pods
 from tests.integration.test_preemption import HIGH, LOW, apply_gang, make_pool

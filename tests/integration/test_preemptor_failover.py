@@ -9,8 +9,8 @@ from collections.abc import Callable
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.process import is_alive
+from devcluster.cluster import Instance
+from devcluster.process import is_alive
 from tests.integration.test_gangs import gated, pods
 from tests.integration.test_preemption import HIGH, LOW, apply_gang, events, make_pool, running
 from tests.kube import api_client, assert_no_overcommit, create_namespace, eventually

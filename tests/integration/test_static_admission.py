@@ -14,7 +14,7 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.devcluster.cluster import Instance
+from devcluster.cluster import Instance
 from quorum.install import STATIC_SUFFIX
 from tests.integration.test_tenants import RESERVED, bare_pod
 from tests.kube import WorkloadApi, api_client, create_namespace

@@ -19,17 +19,17 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from devcluster import slurm
+from devcluster.cluster import Instance
+from devcluster.config import ClusterSpec
 from quorum.core.gangs import PLACED_BY_LABEL
-from quorum.devcluster import slurm
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.config import ClusterSpec
 from quorum.sunk import model
 from quorum.sunk.slurm import SlurmRest
 from tests.kube import api_client, create_namespace, eventually, raw_json
 
 pytestmark = pytest.mark.cluster
 
-POOL = Path(__file__).resolve().parents[2] / "quorum" / "devcluster" / "data" / "pool-slurm.yaml"
+POOL = Path(__file__).resolve().parents[2] / "devcluster" / "data" / "pool-slurm.yaml"
 SCHEDULER = "tenant-slurm-slurm-scheduler"
 FENCE = "ValidatingAdmissionPolicy 'quorum-sunk-scheduler-fence'"
 
@@ -711,7 +711,7 @@ async def test_a_pod_asking_for_what_its_namespace_may_not_use_is_told_and_not_s
     sunk: Instance, api: client.ApiClient, ns: str
 ) -> None:
     """The local cluster lets every namespace name its partitions, and no account (its
-    QUORUM_SUNK_NAMESPACES, quorum/devcluster/slurm.py)."""
+    QUORUM_SUNK_NAMESPACES, devcluster/slurm.py)."""
     await client.CoreV1Api(api).create_namespaced_pod(
         ns, pod("billed", annotations={model.PARTITION: "gpu", model.ACCOUNT: "physics"})
     )

@@ -16,9 +16,9 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from devcluster.cluster import Instance
+from devcluster.nodes import TestPool
 from quorum.core.gangs import LABEL_GANG_MIN_AVAILABLE, LABEL_GANG_NAME
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.nodes import TestPool
 from tests.integration.test_gangs import all_running, deployment
 from tests.integration.test_preemption import HIGH, LOW, gang_deployment
 from tests.kube import api_client, create_podgroup, eventually, raw_json

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.nodes import RACK_LABEL, TestPool
+from devcluster.cluster import Instance
+from devcluster.nodes import RACK_LABEL, TestPool
 from tests.integration.test_gangs import (
     GANGS,
     admitted,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import MANIFESTS, REPO_ROOT, Instance
+from devcluster.cluster import MANIFESTS, REPO_ROOT, Instance
 from tests.kube import api_client, create_namespace, create_podgroup, eventually, raw_json
 
 pytestmark = pytest.mark.cluster

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import Instance
+from devcluster.cluster import Instance
 from tests.integration.test_gangs import GANGS, admitted, assert_as_planned, gated, get, pods
 from tests.integration.test_workloads import NO_POOL, member
 from tests.kube import WorkloadApi, api_client, create_namespace, eventually

@@ -15,9 +15,9 @@ import yaml
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.nodes import TestPool
-from quorum.devcluster.process import is_alive
+from devcluster.cluster import Instance
+from devcluster.nodes import TestPool
+from devcluster.process import is_alive
 from tests.kube import api_client, create_namespace, create_podgroup, eventually
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kubernetes_1_36]

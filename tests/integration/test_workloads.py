@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.cluster import Instance
-from quorum.devcluster.nodes import TestPool
+from devcluster.cluster import Instance
+from devcluster.nodes import TestPool
 from tests.integration.test_gangs import GANGS, admitted, assert_as_planned, gated, get, pods
 from tests.integration.test_instances import WITHOUT_GANG_SCHEDULING
 from tests.integration.test_topology import RACK

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes_asyncio import client
 
-from quorum.devcluster.nodes import TestPool
+from devcluster.nodes import TestPool
 from tests.integration.test_gangs import GANGS, admitted, assert_as_planned, gated, get, pods
 from tests.integration.test_workloads import member
 from tests.kube import WorkloadApi, assert_no_overcommit, eventually

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from quorum.devcluster.build import (
+from devcluster.build import (
     BuildError,
     check_go,
     etcd_build_module,
@@ -19,7 +19,7 @@ from quorum.devcluster.build import (
     parse_go_version,
     staging_modules_of,
 )
-from quorum.devcluster.versions import RELEASES, Pins
+from devcluster.versions import RELEASES, Pins
 
 KUBERNETES_GO_MOD = """module k8s.io/kubernetes
 
@@ -58,7 +58,7 @@ def test_each_release_has_the_gates_of_its_minor() -> None:
 
 def test_the_release_is_1_37_unless_quorum_k8s_says_otherwise() -> None:
     probe = (
-        "from quorum.devcluster import versions, config; "
+        "from devcluster import versions, config; "
         "print(versions.PINS.kubernetes, config.ClusterSpec().runtime, config.ClusterSpec().kubernetes)"
     )
     root = str(Path(__file__).resolve().parents[2])

@@ -8,8 +8,8 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quorum.devcluster.cluster import STAGES, kwok_stages
-from quorum.devcluster.config import (
+from devcluster.cluster import STAGES, kwok_stages
+from devcluster.config import (
     COMPONENTS,
     ClusterSpec,
     Layout,

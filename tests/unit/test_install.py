@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devcluster.config import admission_config
 from quorum.cli import main
-from quorum.devcluster.config import admission_config
 from quorum.install import (
     DEFAULT_NAMESPACE,
     STATIC_SUFFIX,

@@ -22,7 +22,7 @@ FORBIDDEN = (
     "quorum.k8s",
     "quorum.operator",
     "quorum.webhooks",
-    "quorum.devcluster",
+    "devcluster",
     "quorum.sunk",
 )
 
@@ -41,6 +41,13 @@ def imports_of(path: Path) -> set[str]:
 def test_core_imports_no_io(module: Path) -> None:
     bad = {n for n in imports_of(module) if any(n == f or n.startswith(f + ".") for f in FORBIDDEN)}
     assert not bad, f"{module.name} imports {sorted(bad)}; quorum.core must stay pure"
+
+
+@pytest.mark.parametrize("module", sorted(QUORUM.rglob("*.py")), ids=lambda p: str(p.relative_to(QUORUM)))
+def test_the_runtime_package_needs_no_dev_tool(module: Path) -> None:
+    """What ships in the image imports neither the local control plane nor the tests."""
+    bad = {n for n in imports_of(module) if n.split(".")[0] in ("devcluster", "tests")}
+    assert not bad, f"{module.relative_to(QUORUM)} imports {sorted(bad)}, which the image does not have"
 
 
 def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:

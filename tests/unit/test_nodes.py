@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quorum.devcluster.nodes import (
+from devcluster.nodes import (
     BLOCK_LABEL,
     HOSTNAME_LABEL,
     RACK_LABEL,

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quorum.devcluster.build import BinaryCache
-from quorum.devcluster.coscheduler import (
+from devcluster.build import BinaryCache
+from devcluster.coscheduler import (
     CONTROLLER_RUNTIME_VERSION,
     SCHEDULER_NAME,
     SCHEDULER_PLUGINS_VERSION,
@@ -19,8 +19,8 @@ from quorum.devcluster.coscheduler import (
     port_moved_framework_names,
     scheduler_config,
 )
-from quorum.devcluster.nodes import load_pool
-from quorum.devcluster.versions import RELEASES
+from devcluster.nodes import load_pool
+from devcluster.versions import RELEASES
 from tests.bench.peer_report import markdown
 from tests.bench.peer_workloads import (
     GANG_SIZES,

@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from quorum.devcluster.process import ProcessRecord, is_alive, spawn, stop
+from devcluster.process import ProcessRecord, is_alive, spawn, stop
 
 
 def test_spawn_records_a_live_process_and_stop_ends_it(tmp_path: Path) -> None:

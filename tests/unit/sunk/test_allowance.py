@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from quorum.devcluster import slurm as devslurm
+from devcluster import slurm as devslurm
 from quorum.sunk import model
 from quorum.sunk.scheduler import SunkScheduler
 from quorum.sunk.settings import SunkSettings

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quorum.devcluster import slurm as devslurm
+from devcluster import slurm as devslurm
 from quorum.sunk import model
 
 KILL_WAIT = 30

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from quorum.devcluster.webhooks import local_webhook_configurations
+from devcluster.webhooks import local_webhook_configurations
 from quorum.webhooks.registry import WEBHOOKS
 
 MANIFESTS = Path(__file__).resolve().parents[3] / "manifests"

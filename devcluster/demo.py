@@ -13,11 +13,11 @@ import sys
 import time
 from importlib.resources import files
 
-from quorum.devcluster import slurm
-from quorum.devcluster.build import BuildError
-from quorum.devcluster.cluster import REPO_ROOT, ClusterError, Instance
-from quorum.devcluster.config import ClusterSpec
-from quorum.devcluster.nodes import TestPool
+from devcluster import slurm
+from devcluster.build import BuildError
+from devcluster.cluster import REPO_ROOT, ClusterError, Instance
+from devcluster.config import ClusterSpec
+from devcluster.nodes import TestPool
 
 NODE_COLUMNS = ",".join(
     (
@@ -199,7 +199,7 @@ def gangs(instance: Instance) -> None:
     section(
         "Seed 001: a PodGroup of minMember 4 and a Deployment of 2 replicas (schedulerName cw-coscheduler)"
     )
-    manifest = files("quorum.devcluster").joinpath("data/seed-001-podgroup-pause.yaml").read_text()
+    manifest = files("devcluster").joinpath("data/seed-001-podgroup-pause.yaml").read_text()
     as_customer(instance, *ns, "apply", "-f", "-", stdin=manifest)
     wait_for(instance, *ns, "get", "gangs", until="WaitingForMembers")
     section("Both pods are held at quorum's gate; the PodGroup and the Gang say why")

@@ -120,7 +120,7 @@ def slurm_conf(
 ) -> str:
     r = layout.root
     lines = [
-        "# Written by quorum (quorum/devcluster/slurm.py) for one local instance.",
+        "# Written by quorum (devcluster/slurm.py) for one local instance.",
         "ClusterName=quorum",
         f"SlurmctldHost={hostname}(127.0.0.1)",
         f"SlurmctldPort={ctld_port}",

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import yaml
 
-from quorum.devcluster.build import BinaryCache, BuildError, check_go
-from quorum.devcluster.cluster import REPO_ROOT, ClusterError, Instance, free_ports
-from quorum.devcluster.demo import fresh_namespace
-from quorum.devcluster.kubeconfig import probe
-from quorum.devcluster.process import ProcessRecord, spawn, stop
-from quorum.devcluster.webhooks import local_webhook_configurations
+from devcluster.build import BinaryCache, BuildError, check_go
+from devcluster.cluster import REPO_ROOT, ClusterError, Instance, free_ports
+from devcluster.demo import fresh_namespace
+from devcluster.kubeconfig import probe
+from devcluster.process import ProcessRecord, spawn, stop
+from devcluster.webhooks import local_webhook_configurations
 from quorum.pki import CertificateAuthority
 
 JOBSET_VERSION = "v0.12.0"  # the first JobSet built on k8s.io/api v0.36 (knows spec.schedulingGroup)

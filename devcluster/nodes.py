@@ -71,7 +71,7 @@ class NodePool(BaseModel):
 def load_pool(path: Path | None = None) -> NodePool:
     """Read a pool file; None means the default pool shipped with quorum."""
     if path is None:
-        text = resources.files("quorum.devcluster").joinpath("data/pool-default.yaml").read_text()
+        text = resources.files("devcluster").joinpath("data/pool-default.yaml").read_text()
     else:
         text = path.read_text()
     return NodePool.model_validate(yaml.safe_load(text))

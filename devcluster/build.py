@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from quorum.devcluster.versions import (
+from devcluster.versions import (
     ALL_BINARIES,
     KUBERNETES_BINARIES,
     MIN_GO_VERSION,

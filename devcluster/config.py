@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from quorum.devcluster.versions import DEFAULT_RELEASE, RELEASES, Release
+from devcluster.versions import DEFAULT_RELEASE, RELEASES, Release
 from quorum.install import DEFAULT_NAMESPACE
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"

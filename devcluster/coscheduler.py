@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from quorum.devcluster.build import (
+from devcluster.build import (
     BinaryCache,
     BuildError,
     check_go,
@@ -43,9 +43,9 @@ from quorum.devcluster.build import (
     kubernetes_build_module,
     staging_modules_of,
 )
-from quorum.devcluster.cluster import ClusterError, Instance, free_ports
-from quorum.devcluster.kubeconfig import probe
-from quorum.devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
+from devcluster.cluster import ClusterError, Instance, free_ports
+from devcluster.kubeconfig import probe
+from devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
 
 SCHEDULER_PLUGINS_VERSION = "v0.34.7"  # newest release served on 2026-11-23 (no v0.35/v0.36)
 # scheduler-plugins v0.34.7 asks for controller-runtime v0.22, which does not compile against

@@ -6,9 +6,9 @@ kubeconfig."""
 
 from __future__ import annotations
 
+from devcluster.config import Layout
+from devcluster.kubeconfig import write_kubeconfig
 from quorum import pki
-from quorum.devcluster.config import Layout
-from quorum.devcluster.kubeconfig import write_kubeconfig
 
 # Identities that get a client certificate: kubeconfig name -> (user, groups).
 CLIENT_IDENTITIES: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -28,9 +28,9 @@ from typing import Any
 
 import yaml
 
-from quorum.devcluster import slurm
-from quorum.devcluster.build import BinaryCache, ensure_binaries
-from quorum.devcluster.config import (
+from devcluster import slurm
+from devcluster.build import BinaryCache, ensure_binaries
+from devcluster.config import (
     ClusterSpec,
     Layout,
     Ports,
@@ -40,11 +40,11 @@ from quorum.devcluster.config import (
     scheduler_config,
     spec_from_json,
 )
-from quorum.devcluster.identities import write_identities
-from quorum.devcluster.kubeconfig import RestClient, probe, write_kubeconfig
-from quorum.devcluster.nodes import NodePool, load_pool, node_groups, render_nodes, scale_pool
-from quorum.devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
-from quorum.devcluster.webhooks import local_webhook_configurations
+from devcluster.identities import write_identities
+from devcluster.kubeconfig import RestClient, probe, write_kubeconfig
+from devcluster.nodes import NodePool, load_pool, node_groups, render_nodes, scale_pool
+from devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
+from devcluster.webhooks import local_webhook_configurations
 from quorum.install import (
     OPERATOR_SERVICE_ACCOUNT,
     PROTECTIVE_MANIFESTS,
@@ -54,7 +54,7 @@ from quorum.install import (
     static_admission,
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = REPO_ROOT / "manifests"
 # What `up` applies from manifests/ as is; the webhook configurations are rewritten to URLs on
 # 127.0.0.1, and the Deployments are not applied (the processes run on this machine).
@@ -492,7 +492,7 @@ class Instance:
         """RBAC of the dev identities; quorum's own namespace, ServiceAccounts and RBAC; and a
         kubeconfig with the operator ServiceAccount's token, so quorum runs locally with exactly
         the rights it has in a cluster."""
-        bootstrap = resources.files("quorum.devcluster").joinpath("data/bootstrap.yaml").read_text()
+        bootstrap = resources.files("devcluster").joinpath("data/bootstrap.yaml").read_text()
         self.kubectl("apply", "-f", "-", input_text=bootstrap)
         if not (spec.install_manifests and MANIFESTS.is_dir()):
             return

@@ -1,4 +1,5 @@
-"""`quorum dev ...`: build, start, stop and inspect local control-plane instances."""
+"""`python -m devcluster ...`: build, start, stop and inspect local control-plane instances, and
+run the demos. A development tool: it needs a checkout of the repository and is not in the image."""
 
 from __future__ import annotations
 
@@ -6,18 +7,29 @@ import argparse
 import dataclasses
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from quorum.devcluster.build import BinaryCache, BuildError, ensure_binaries
-from quorum.devcluster.cluster import ClusterError, Instance, state_root
-from quorum.devcluster.config import ClusterSpec
-from quorum.devcluster.process import is_alive
-from quorum.devcluster.versions import DEFAULT_RELEASE, RELEASES
+from devcluster import demo, jobset
+from devcluster.build import BinaryCache, BuildError, ensure_binaries
+from devcluster.cluster import ClusterError, Instance, state_root
+from devcluster.config import ClusterSpec
+from devcluster.process import is_alive
+from devcluster.versions import DEFAULT_RELEASE, RELEASES
 
 
-def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    dev = subparsers.add_parser("dev", help="local Kubernetes control plane (no Docker)")
-    cmds = dev.add_subparsers(dest="dev_command", required=True)
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m devcluster", description=__doc__)
+    cmds = parser.add_subparsers(dest="command", required=True)
+    _add_instance_commands(cmds)
+    demo.add_parser(cmds)
+    jobset.add_parser(cmds)
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+def _add_instance_commands(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     build = cmds.add_parser("build", help="build and cache etcd, Kubernetes and kwok binaries")
     build.add_argument(
         "--all",
@@ -44,15 +56,16 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     down.add_argument("--all", action="store_true", help="every instance under .quorum/")
     status = cmds.add_parser("status", help="show instances and their processes")
     status.add_argument("--name", default=None)
-    dev.set_defaults(func=run)
+    for command in (build, up, down, status):
+        command.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        if args.dev_command == "build":
+        if args.command == "build":
             for name in RELEASES if args.all else [DEFAULT_RELEASE]:
                 print(ensure_binaries(BinaryCache(RELEASES[name].pins)).bin_dir)
-        elif args.dev_command == "up":
+        elif args.command == "up":
             # No option: keep a running instance as it is (`make up` twice is a no-op).
             spec = None
             chosen = (args.pool, args.size, args.qps, args.burst, args.kubernetes)
@@ -69,11 +82,11 @@ def run(args: argparse.Namespace) -> int:
                 if args.burst is not None:
                     spec = dataclasses.replace(spec, client_burst=args.burst)
             Instance(args.name).up(spec)
-        elif args.dev_command == "down":
+        elif args.command == "down":
             names = _instances() if args.all else [args.name]
             for name in names:
                 Instance(name).down()
-        elif args.dev_command == "status":
+        elif args.command == "status":
             return _status([args.name] if args.name else _instances())
     except (BuildError, ClusterError) as err:
         print(f"error: {err}", file=sys.stderr)
