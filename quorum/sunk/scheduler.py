@@ -40,6 +40,7 @@ from quorum.core.gangs import (
     gang_markers,
     parse_min_available,
 )
+from quorum.core.times import timestamp
 from quorum.core.workloads import POD_GROUP_VERSIONS
 from quorum.k8s.convert import gang_record
 from quorum.k8s.watch import watch_objects
@@ -58,6 +59,12 @@ ACTIONS = prometheus_client.Counter(
     "quorum_sunk_actions_total",
     "What passes did: jobs submitted and cancelled, pods bound, deleted and refused (invalid)",
     ["action"],
+)
+BIND_LATENCY = prometheus_client.Histogram(
+    "quorum_sunk_bind_latency_seconds",
+    "Time from a pod's creation to its Binding to the nodes of its Slurm job (its wait in Slurm's "
+    "queue included), in seconds",
+    buckets=(0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 14400.0),
 )
 JSON = dict[str, Any]
 
@@ -515,6 +522,9 @@ class SunkScheduler:
                 continue  # refused (gone, or bound already): not by us
             self.bound_jobs[uid] = job.group_id
             bound += 1
+            created = timestamp(pod["metadata"].get("creationTimestamp"))
+            if created:
+                BIND_LATENCY.observe(max(0.0, time.time() - created))
             await self.event(
                 pod, "Scheduled", f"bound to {node} by Slurm job {job.group_id} (partition {job.partition})"
             )
