@@ -5,6 +5,8 @@ Layout of the cache (`~/.cache/quorum` unless `QUORUM_CACHE` says otherwise)::
     bin/<pins.cache_key>/       kube-apiserver kube-controller-manager kube-scheduler kubectl
                                 etcd kwok, stages/*.yaml (kwok's own Stage files), .complete
     build/<pins.cache_key>/     the small Go build modules (go.mod, go.sum) and build logs
+    bin/helm-<version>/helm     Helm, for quorum's chart: one per Helm pin, whatever Kubernetes runs
+    build/helm-<version>/       its build log
 
 A build holds an exclusive `flock` on `bin/<key>.lock`, so two `make` runs never race; the
 second waits and then finds `.complete`. Go's own module and build caches (`go env GOMODCACHE`,
@@ -28,6 +30,8 @@ from pathlib import Path
 
 from devcluster.versions import (
     ALL_BINARIES,
+    HELM_MODULE,
+    HELM_VERSION,
     KUBERNETES_BINARIES,
     MIN_GO_VERSION,
     PINS,
@@ -76,6 +80,27 @@ class BinaryCache:
 
     def is_complete(self) -> bool:
         return (self.bin_dir / ".complete").exists() and all(self.path(b).exists() for b in ALL_BINARIES)
+
+
+@dataclass(frozen=True)
+class HelmCache:
+    """Where the pinned Helm is built: a directory of its own, independent of the Kubernetes
+    release (the chart is rendered and installed the same way on each)."""
+
+    version: str = HELM_VERSION
+    root: Path = field(default_factory=cache_root)
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.root / "bin" / f"helm-{self.version}"
+
+    @property
+    def build_dir(self) -> Path:
+        return self.root / "build" / f"helm-{self.version}"
+
+    @property
+    def helm(self) -> Path:
+        return self.bin_dir / "helm"
 
 
 def parse_go_version(output: str) -> tuple[int, int, int] | None:
@@ -158,6 +183,36 @@ def kubernetes_ldflags(pins: Pins, commit: str, build_date: str) -> str:
     return " ".join(["-s", "-w", *flags])
 
 
+def kubernetes_minor_of(go_mod: str) -> tuple[str, str]:
+    """The Kubernetes release a Go module is built against, from its k8s.io/client-go
+    requirement (v0.37.0 -> ("1", "37")), as Helm's Makefile reads it."""
+    match = re.search(r"^\s*k8s\.io/client-go v0\.(\d+)\.", go_mod, re.M)
+    if not match:
+        raise BuildError("the Helm module requires no k8s.io/client-go v0.x: its Kubernetes is unknown")
+    return "1", match[1]
+
+
+def helm_ldflags(version: str, kubernetes: tuple[str, str]) -> str:
+    """What Helm's Makefile sets: its version (`helm version`), and the Kubernetes version that
+    `helm template` and `helm lint` assume without a cluster (else v1.20, older than any chart's
+    kubeVersion here)."""
+    major, minor = kubernetes
+    flags = [
+        f"-X {HELM_MODULE}/internal/version.version={version}",
+        f"-X {HELM_MODULE}/internal/version.gitTreeState=clean",
+        *(
+            f"-X {HELM_MODULE}/pkg/{pkg}.k8sVersion{part}={value}"
+            for pkg in ("lint/rules", "chartutil")
+            for part, value in (("Major", major), ("Minor", minor))
+        ),
+    ]
+    return " ".join(["-s", "-w", *flags])
+
+
+def helm_install_command(go: str, version: str, ldflags: str) -> list[str]:
+    return [go, "install", "-trimpath", "-ldflags", ldflags, f"{HELM_MODULE}/cmd/helm@{version}"]
+
+
 class Builder:
     def __init__(self, cache: BinaryCache, log: Path | None = None) -> None:
         self.cache = cache
@@ -237,6 +292,17 @@ class Builder:
         for rel in KWOK_STAGE_FILES:
             shutil.copyfile(Path(str(info["Dir"])) / rel, stages / Path(rel).name)
 
+    def build_helm(self, out: Path, version: str) -> None:
+        work = self.log.parent
+        work.mkdir(parents=True, exist_ok=True)
+        info = self.module_info(f"{HELM_MODULE}@{version}", work)
+        ldflags = helm_ldflags(version, kubernetes_minor_of(Path(str(info["GoMod"])).read_text()))
+        self.run(
+            helm_install_command(self.go, version, ldflags),
+            work,
+            {"GOBIN": str(out), "GOFLAGS": "-buildvcs=false"},
+        )
+
 
 @contextmanager
 def exclusive_lock(path: Path) -> Iterator[None]:
@@ -281,3 +347,26 @@ def ensure_binaries(cache: BinaryCache | None = None, quiet: bool = False) -> Bi
         shutil.rmtree(cache.bin_dir, ignore_errors=True)
         staging.rename(cache.bin_dir)
     return cache
+
+
+def ensure_helm(cache: HelmCache | None = None, quiet: bool = False) -> Path:
+    """Build the pinned Helm unless the cache has it; return the path of `helm`."""
+    cache = cache or HelmCache()
+    if cache.helm.exists():
+        return cache.helm
+    with exclusive_lock(cache.root / "bin" / f"helm-{cache.version}.lock"):
+        if cache.helm.exists():
+            return cache.helm
+        builder = Builder(BinaryCache(root=cache.root), log=cache.build_dir / "build.log")
+        staging = cache.bin_dir.with_name(cache.bin_dir.name + ".partial")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        started = time.monotonic()
+        if not quiet:
+            print(f"building helm {cache.version} (log: {builder.log}) ...", file=sys.stderr, flush=True)
+        builder.build_helm(staging, cache.version)
+        if not quiet:
+            print(f"  helm: {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+        shutil.rmtree(cache.bin_dir, ignore_errors=True)
+        staging.rename(cache.bin_dir)
+    return cache.helm

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from devcluster import demo, jobset
-from devcluster.build import BinaryCache, BuildError, ensure_binaries
+from devcluster.build import BinaryCache, BuildError, ensure_binaries, ensure_helm
 from devcluster.cluster import ClusterError, Instance, state_root
 from devcluster.config import ClusterSpec
 from devcluster.process import is_alive
@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _add_instance_commands(cmds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    build = cmds.add_parser("build", help="build and cache etcd, Kubernetes and kwok binaries")
+    build = cmds.add_parser("build", help="build and cache etcd, Kubernetes, kwok and helm binaries")
     build.add_argument(
         "--all",
         action="store_true",
@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
         if args.command == "build":
             for name in RELEASES if args.all else [DEFAULT_RELEASE]:
                 print(ensure_binaries(BinaryCache(RELEASES[name].pins)).bin_dir)
+            print(ensure_helm().parent)  # the chart's tests and `make release-manifests` use it
         elif args.command == "up":
             # No option: keep a running instance as it is (`make up` twice is a no-op).
             spec = None

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from devcluster import slurm
-from devcluster.build import BinaryCache, ensure_binaries
+from devcluster.build import BinaryCache, ensure_binaries, ensure_helm
 from devcluster.config import (
     ClusterSpec,
     Layout,
@@ -578,10 +578,11 @@ class Instance:
         shutil.copyfile(self.kubeconfig("admin"), self.state_root / "kubeconfig")
         (self.state_root / "kubeconfig").chmod(0o600)
         bindir = self.binaries.bin_dir
+        helm_dir = ensure_helm().parent
         (self.state_root / "env").write_text(
             "# source me: . .quorum/env\n"
             f"export KUBECONFIG={self.state_root / 'kubeconfig'}\n"
-            f'export PATH={bindir}:"$PATH"\n'
+            f'export PATH={bindir}:{helm_dir}:"$PATH"\n'
             + (f"export SLURM_CONF={self.slurm_layout.conf}\n" if self.slurm_layout.conf.exists() else "")
         )
 

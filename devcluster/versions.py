@@ -15,6 +15,12 @@ from dataclasses import dataclass
 KUBERNETES_VERSION = "v1.36.4"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+# Helm, for quorum's chart (charts/quorum): built from its Go module like the rest and cached in a
+# directory of its own, whatever Kubernetes release runs. v3, not v4: Helm 4 installs the charts
+# Helm 3 does (apiVersion v2), not always the other way round, and v3 is what most platforms'
+# tooling still runs, so testing with it keeps the chart good for both.
+HELM_MODULE = "helm.sh/helm/v3"
+HELM_VERSION = "v3.22.0"
 
 # kwok v0.8 and k8s.io/kubernetes v1.36 and v1.37 all declare `go 1.26.0`.
 MIN_GO_VERSION = (1, 26, 0)

@@ -11,15 +11,20 @@ from pathlib import Path
 import pytest
 
 from devcluster.build import (
+    BinaryCache,
     BuildError,
+    HelmCache,
     check_go,
     etcd_build_module,
+    helm_install_command,
+    helm_ldflags,
     kubernetes_build_module,
     kubernetes_ldflags,
+    kubernetes_minor_of,
     parse_go_version,
     staging_modules_of,
 )
-from devcluster.versions import RELEASES, Pins
+from devcluster.versions import HELM_MODULE, HELM_VERSION, RELEASES, Pins
 
 KUBERNETES_GO_MOD = """module k8s.io/kubernetes
 
@@ -140,3 +145,27 @@ def test_old_go_says_which_version_is_needed(monkeypatch: pytest.MonkeyPatch, tm
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}/usr/bin:/bin")
     with pytest.raises(BuildError, match=r"go1\.20\.4.*needs Go >= 1\.26\.0.*GOTOOLCHAIN"):
         check_go()
+
+
+def test_helm_is_pinned_and_built_from_its_go_module_with_its_version_and_kubernetes() -> None:
+    assert HELM_MODULE == "helm.sh/helm/v3" and HELM_VERSION == "v3.22.0"
+    go_mod = "module helm.sh/helm/v3\n\nrequire (\n\tk8s.io/api v0.37.0\n\tk8s.io/client-go v0.37.0\n)\n"
+    assert kubernetes_minor_of(go_mod) == ("1", "37")
+    with pytest.raises(BuildError, match=r"k8s\.io/client-go"):
+        kubernetes_minor_of("module x\n")
+    flags = helm_ldflags("v3.22.0", ("1", "37"))
+    assert "-X helm.sh/helm/v3/internal/version.version=v3.22.0" in flags
+    for pkg in ("lint/rules", "chartutil"):  # `helm template` and `helm lint` assume Kubernetes 1.37
+        assert f"-X helm.sh/helm/v3/pkg/{pkg}.k8sVersionMinor=37" in flags
+        assert f"-X helm.sh/helm/v3/pkg/{pkg}.k8sVersionMajor=1" in flags
+    command = helm_install_command("/usr/bin/go", "v3.22.0", flags)
+    assert command[:2] == ["/usr/bin/go", "install"] and command[-1] == "helm.sh/helm/v3/cmd/helm@v3.22.0"
+    assert command[command.index("-ldflags") + 1] == flags
+
+
+def test_helm_is_cached_apart_from_any_kubernetes_release(tmp_path: Path) -> None:
+    helm = HelmCache(root=tmp_path)
+    assert helm.helm == tmp_path / "bin" / f"helm-{HELM_VERSION}" / "helm"
+    kubernetes_dirs = {BinaryCache(release.pins, tmp_path).bin_dir for release in RELEASES.values()}
+    assert helm.bin_dir not in kubernetes_dirs and helm.bin_dir.parent == tmp_path / "bin"
+    assert HelmCache("v3.21.0", tmp_path).bin_dir != helm.bin_dir
