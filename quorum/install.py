@@ -89,7 +89,7 @@ def render(
 def _address_blocks(cidrs: tuple[str, ...], match: re.Match[str]) -> str:
     """One `ipBlock` source per address block, in place of the matched source."""
     blocks = [str(ipaddress.ip_network(c, strict=False)) for c in cidrs]
-    return "".join(f"{match[1]}- ipBlock: {{cidr: {b}}}\n" for b in blocks)
+    return "".join(f'{match[1]}- ipBlock: {{cidr: "{b}"}}\n' for b in blocks)
 
 
 def render_files(
@@ -145,8 +145,17 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--namespace", default=DEFAULT_NAMESPACE, help="where quorum runs")
-    parser.add_argument("--dir", type=Path, default=MANIFESTS, help="the manifests to render")
+    parser.add_argument(
+        "--values",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="render the install the Helm chart makes with these values (charts/quorum/values.yaml "
+        "has them all; docs/install.md): CRDs, certificates, platform identities, replicas, settings. "
+        "The options below override the file's. Without it: manifests/ as written, for the namespace",
+    )
+    parser.add_argument("--namespace", default=None, help=f"where quorum runs (default {DEFAULT_NAMESPACE})")
+    parser.add_argument("--dir", type=Path, default=None, help="the manifests to render (not with --values)")
     parser.add_argument(
         "--apiserver-cidr",
         action="append",
@@ -175,6 +184,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.values is not None:
+        return _run_with_values(args)
+    args.namespace = args.namespace or DEFAULT_NAMESPACE
+    args.dir = args.dir or MANIFESTS
     try:
         names = sorted(p.name for p in args.dir.glob("*.yaml"))
         if args.static_admission is not None:
@@ -186,6 +199,39 @@ def run(args: argparse.Namespace) -> int:
             names.append(SUNK_MANIFEST)
         cidrs = tuple(args.apiserver_cidr), tuple(args.slurm_cidr)
         sys.stdout.write(render_files(names, args.namespace, args.dir, *cidrs))
+    except (InvalidNamespace, ValueError) as err:
+        print(f"quorum manifests: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _run_with_values(args: argparse.Namespace) -> int:
+    """`quorum manifests --values FILE`: what `helm template` of charts/quorum makes with FILE,
+    but the Helm hooks (quorum.install_values); the options map onto the values."""
+    from quorum import install_values  # it builds on this module
+
+    try:
+        if args.dir is not None:
+            raise ValueError(
+                "--dir renders manifests as written; --values renders manifests/ and crds/ as the chart does"
+            )
+        flags: dict[str, object] = {}
+        if args.namespace is not None:
+            flags["namespace"] = {"name": check_namespace(args.namespace)}
+        if args.apiserver_cidr:
+            cidrs = [str(ipaddress.ip_network(c, strict=False)) for c in args.apiserver_cidr]
+            flags["networkPolicy"] = {"apiserverCidrs": cidrs}
+        if args.slurm_cidr:
+            cidrs = [str(ipaddress.ip_network(c, strict=False)) for c in args.slurm_cidr]
+            flags["sunk"] = {"enabled": True, "slurmCidrs": cidrs}
+        values = install_values.load_values(install_values.read_values_file(args.values), flags)
+        leave_out: frozenset[str] = frozenset()
+        if args.static_admission is not None:
+            args.static_admission.mkdir(parents=True, exist_ok=True)
+            for name, text in install_values.static_fences(values).items():
+                (args.static_admission / name).write_text(text)
+            leave_out = frozenset(PROTECTIVE_MANIFESTS)
+        sys.stdout.write(install_values.render_values(values, leave_out=leave_out))
     except (InvalidNamespace, ValueError) as err:
         print(f"quorum manifests: {err}", file=sys.stderr)
         return 2
