@@ -13,13 +13,14 @@ import contextlib
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from importlib import resources
@@ -579,12 +580,36 @@ class Instance:
         (self.state_root / "kubeconfig").chmod(0o600)
         bindir = self.binaries.bin_dir
         helm_dir = ensure_helm().parent
-        (self.state_root / "env").write_text(
-            "# source me: . .quorum/env\n"
-            f"export KUBECONFIG={self.state_root / 'kubeconfig'}\n"
-            f'export PATH={bindir}:{helm_dir}:"$PATH"\n'
-            + (f"export SLURM_CONF={self.slurm_layout.conf}\n" if self.slurm_layout.conf.exists() else "")
+        slurm_conf = self.slurm_layout.conf if self.slurm_layout.conf.exists() else None
+        write_env_file(self.state_root, [bindir, helm_dir], slurm_conf)
+
+
+def write_env_file(state_root: Path, tools: Sequence[Path], slurm_conf: Path | None = None) -> Path:
+    """`<state_root>/env`, to source: KUBECONFIG (`<state_root>/kubeconfig`) and PATH with
+    `<state_root>/bin` and the `tools` directories. In `<state_root>/bin`, `quorum` and
+    `kubectl-quorum` (so `kubectl quorum ...` works) run this checkout with this Python: the venv
+    does not install quorum."""
+    commands = state_root / "bin"
+    commands.mkdir(parents=True, exist_ok=True)
+    for name in ("quorum", "kubectl-quorum"):
+        wrapper = commands / name
+        wrapper.write_text(
+            "#!/bin/sh\n"
+            "# written by devcluster: the quorum command of this checkout\n"
+            f"PYTHONPATH={shlex.quote(str(REPO_ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+            "export PYTHONPATH\n"
+            f'exec {shlex.quote(sys.executable)} -m quorum "$@"\n'
         )
+        wrapper.chmod(0o755)
+    path = ":".join(shlex.quote(str(d)) for d in [commands, *tools])
+    env = state_root / "env"
+    env.write_text(
+        "# source me: . .quorum/env\n"
+        f"export KUBECONFIG={shlex.quote(str(state_root / 'kubeconfig'))}\n"
+        f'export PATH={path}:"$PATH"\n'
+        + (f"export SLURM_CONF={shlex.quote(str(slurm_conf))}\n" if slurm_conf is not None else "")
+    )
+    return env
 
 
 def _answers(port: int) -> bool:

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from quorum import __version__, install, upgrade
+from quorum.commands import explain, get, version
 from quorum.operator import manual
 from quorum.webhooks import certs
 
@@ -19,6 +20,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     manual.add_parser(subparsers)
     install.add_parser(subparsers)
     upgrade.add_parser(subparsers)
+    get.add_parser(subparsers)
+    explain.add_parser(subparsers)
+    version.add_parser(subparsers)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result

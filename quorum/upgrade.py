@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.workloads import WAS_GROUP, to_v1beta1
 from quorum.k8s import reads
+from quorum.k8s.client import KubeconfigError, command_client
 from quorum.operator.gangs import is_gated
 
 OLD, NEW = "v1alpha2", "v1beta1"
@@ -64,7 +65,7 @@ def add_parser(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         lines = asyncio.run(_main(args))
-    except (UpgradeError, ApiException, OSError, ValueError) as err:
+    except (UpgradeError, KubeconfigError, ApiException, OSError, ValueError) as err:
         print(f"quorum upgrade-workloads {args.step}: {err}", file=sys.stderr)
         return 1
     for line in lines:
@@ -73,9 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(args: argparse.Namespace) -> list[str]:
-    configuration = client.Configuration()
-    await config.load_kube_config(config_file=args.kubeconfig, client_configuration=configuration)
-    async with client.ApiClient(configuration) as api:
+    async with (await command_client(args.kubeconfig)).api as api:
         if args.step == "save":
             return await save(api, args.to, args.wait)
         return await restore(api, args.source)

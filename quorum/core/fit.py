@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from quorum.core.model import Node, Pod
+from quorum.core.model import Node, Pod, Resources, insufficient
 
 STATE_LABEL = "node.coreweave.cloud/state"
 RESERVED_LABEL = "node.coreweave.cloud/reserved"
@@ -54,3 +54,26 @@ def prefers_not(pod: Pod, node: Node) -> int:
         for taint in node.taints
         if taint.effect == "PreferNoSchedule" and not any(t.tolerates(taint) for t in pod.tolerations)
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a node cannot take a pod now: the first predicate it fails (`why_not`), or else the
+    first resource it has too little of free."""
+
+    reason: str  # "cordoned", "taint is_cpu_compute", "Insufficient nvidia.com/gpu", ...
+    resource: str | None = None  # the resource short, for "Insufficient ..."
+    free: int = 0  # milli-units of it free on the node
+    needed: int = 0  # milli-units of it one pod asks
+
+
+def first_refusal(pod: Pod, node: Node, free: Resources, settings: FitSettings) -> Refusal | None:
+    """Why the node cannot take the pod with `free` room left; None if it can. The planner's
+    own tests, in its order: whether the node may be used at all, then capacity (`fits`)."""
+    reason = why_not(pod, node, settings)
+    if reason is not None:
+        return Refusal(reason)
+    short = insufficient(pod.requests, free)
+    if short is None:
+        return None
+    return Refusal(f"Insufficient {short}", short, max(0, free.get(short, 0)), pod.requests[short])

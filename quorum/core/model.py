@@ -39,7 +39,16 @@ def subtract(a: Resources, b: Resources) -> dict[str, int]:
 
 
 def fits(requests: Resources, free: Resources) -> bool:
-    return all(v <= 0 or free.get(k, 0) >= v for k, v in requests.items())
+    return insufficient(requests, free) is None
+
+
+def insufficient(requests: Resources, free: Resources) -> str | None:
+    """The first resource (in the order of `requests`) of which `free` has less than asked; None
+    if the requests fit."""
+    for k, v in requests.items():
+        if v > 0 and free.get(k, 0) < v:
+            return k
+    return None
 
 
 def total(items: Iterable[Resources]) -> dict[str, int]:

@@ -437,7 +437,7 @@ class Planner:
         for its pods now (in fractions of a pod), then most room when empty. The gang's biggest
         pod stands for all of them when its pods differ."""
         gang, index = hold.gang, self.index
-        pod = max(gang.pods, key=lambda p: _size(p, self.settings))
+        pod = biggest_pod(gang, self.settings)
         by_domain: dict[str | None, list[tuple[float, int, str, int]]] = {}
         for node in index.shape(pod).eligible.values():
             empty = slots(pod, node.allocatable)
@@ -477,6 +477,12 @@ class Planner:
             f"gangs behind it use only what it cannot: {', '.join(held[:10])}{' …' if len(held) > 10 else ''}"
         )
         return Hold(gang, hold.reason, hold.message, tuple(held), message)
+
+
+def biggest_pod(gang: Gang, settings: PlannerSettings) -> Pod:
+    """The gang's biggest pod (accelerators, then CPU, then memory): the one that stands for all
+    of them where one pod must (capacity held for a starving gang; `quorum explain`'s nodes)."""
+    return max(gang.pods, key=lambda p: _size(p, settings))
 
 
 def too_many_shapes(gang: Gang, limit: int) -> str:
@@ -670,6 +676,16 @@ def _shortfall(
                 have[k] += v
     short = [(k, need, have[k]) for k, need in least.items() if need > have[k]]
     return sorted(short, key=lambda s: (s[0] not in settings.accelerators, s[0] in ("cpu", "memory"), s[0]))
+
+
+def resource_shortfall(
+    gang: Gang, eligible: Iterable[str], free: Mapping[str, Mapping[str, int]], settings: PlannerSettings
+) -> list[tuple[str, int, int]]:
+    """The check made before a mixed gang is searched, for any gang: per resource, what the pods
+    still to place ask in all (the least any `needed` of them ask) against what the `eligible`
+    nodes have free in all, where that is less: (resource, needed, free), accelerators first."""
+    needed = max(0, gang.min_member - gang.released)
+    return _shortfall(_least_needs(gang.pods, needed), eligible, free, settings)
 
 
 def _explain_shortfall(shortfall: Sequence[tuple[str, int, int]], needed: int) -> str:

@@ -1,14 +1,18 @@
-"""kubernetes-asyncio clients: from a kubeconfig file, or in-cluster."""
+"""kubernetes-asyncio clients: from a kubeconfig file, or in-cluster; and the one way the `quorum`
+command makes its client, as kubectl would for the person running it."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 from urllib.request import getproxies, proxy_bypass
 
 import aiohttp
 from kubernetes_asyncio import client, config
+from kubernetes_asyncio.config.config_exception import ConfigException
 
 
 async def api_client(
@@ -57,3 +61,65 @@ def without_per_request_env_lookups(
     )
     session.detach()  # the connector now belongs to the new session
     return api
+
+
+IN_CLUSTER_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+class KubeconfigError(RuntimeError):
+    """No usable kubeconfig (or in-cluster account); the message says what was tried."""
+
+
+@dataclass(frozen=True)
+class CommandClient:
+    """The `quorum` command's client, and the namespace the kubeconfig's context names."""
+
+    api: client.ApiClient
+    namespace: str
+    server: str
+
+
+async def command_client(kubeconfig: str | None = None, context: str | None = None) -> CommandClient:
+    """A client for the person running the `quorum` command, found as kubectl finds it:
+    `kubeconfig` (else $KUBECONFIG, which may list several files, else ~/.kube/config), its
+    `context` (else the current one), the context's namespace (else `default`); with no
+    kubeconfig at all, the pod's own ServiceAccount (in-cluster)."""
+    path, exists = _kubeconfig_path(kubeconfig)
+    configuration = client.Configuration()
+    if not exists and not kubeconfig and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except ConfigException as err:
+            raise KubeconfigError(
+                f"no kubeconfig at {path}, and in-cluster configuration failed: {err}"
+            ) from None
+        namespace = _in_cluster_namespace()
+        return CommandClient(
+            without_per_request_env_lookups(configuration), namespace, str(configuration.host or "")
+        )
+    if not exists:
+        raise KubeconfigError(
+            f"no kubeconfig at {path}: pass --kubeconfig FILE, or set KUBECONFIG (`. .quorum/env` for the "
+            "local control plane)"
+        )
+    try:
+        loader = await config.load_kube_config(
+            config_file=path, context=context, client_configuration=configuration, persist_config=False
+        )
+    except (ConfigException, KeyError, TypeError, ValueError) as err:
+        raise KubeconfigError(f"kubeconfig {path} cannot be used: {err}") from None
+    current = getattr(loader, "current_context", None) or {}
+    namespace = str((current.get("context") or {}).get("namespace") or "default")
+    return CommandClient(
+        without_per_request_env_lookups(configuration), namespace, str(configuration.host or "")
+    )
+
+
+def _kubeconfig_path(kubeconfig: str | None) -> tuple[str, bool]:
+    """The kubeconfig (one file, or $KUBECONFIG's list), and whether any of its files exists."""
+    path = kubeconfig or os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    return path, any(Path(p).expanduser().exists() for p in path.split(os.pathsep) if p)
+
+
+def _in_cluster_namespace() -> str:
+    return IN_CLUSTER_NAMESPACE.read_text().strip() if IN_CLUSTER_NAMESPACE.exists() else "default"

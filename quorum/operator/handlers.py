@@ -25,7 +25,6 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM
-from quorum.core.lifecycle import BackoffPolicy
 from quorum.core.workloads import COMPOSITE_VERSIONS, POD_GROUP_VERSIONS, WAS_GROUP
 from quorum.k8s import reads
 from quorum.k8s.api import CrashingApi, LiveApi
@@ -46,12 +45,7 @@ from quorum.operator.gangs import (
 from quorum.operator.health import Health, monitor_event_loop_lag, serve
 from quorum.operator.leader import LeaseSettings, lead
 from quorum.operator.loop import GangLoop
-from quorum.operator.settings import (
-    LoopSettings,
-    OperatorSettings,
-    PreemptionLoopSettings,
-    planner_settings,
-)
+from quorum.operator.settings import OperatorSettings, loop_settings
 
 log = logging.getLogger("quorum.operator")
 
@@ -141,23 +135,7 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         live,
         store,
         bound,
-        LoopSettings(
-            planner=planner_settings(config),
-            resync_seconds=config.resync_seconds,
-            release_concurrency=config.release_concurrency,
-            gang_concurrency=config.gang_concurrency,
-            gang_timeout_seconds=config.gang_timeout_seconds,
-            forming_grace_seconds=config.forming_grace_seconds,
-            status_interval_seconds=config.status_interval_seconds,
-            pass_gap_factor=config.pass_gap_factor,
-            backoff=BackoffPolicy(config.backoff_seconds, config.backoff_cap_seconds),
-            preemption=PreemptionLoopSettings(
-                config.preemption,
-                config.preemption_timeout_seconds,
-                config.preemption_retry_seconds,
-            ),
-            member_loss_policy=config.member_loss_policy,
-        ),
+        loop_settings(config),
         health,
     )
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)

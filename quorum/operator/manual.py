@@ -17,11 +17,12 @@ import os
 from collections import defaultdict
 from typing import Any
 
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s import reads, writes
+from quorum.k8s.client import KubeconfigError, command_client
 from quorum.operator.gangs import GANG_LABEL, is_gated
 
 
@@ -68,6 +69,9 @@ def run(args: argparse.Namespace) -> int:
         args.as_user = operator_username(args.namespace)
     try:
         lines = asyncio.run(_main(args.kubeconfig, args.as_user, target, args.reason))
+    except KubeconfigError as err:
+        print(f"quorum release: {err}")
+        return 2
     except ApiException as err:
         print(f"quorum release: the apiserver refused: {err.status} {err.reason}: {err.body!s}")
         if err.status == 403:
@@ -84,9 +88,7 @@ def run(args: argparse.Namespace) -> int:
 async def _main(
     kubeconfig: str | None, as_user: str, target: tuple[str, str] | None, reason: str
 ) -> list[str]:
-    configuration = client.Configuration()
-    await config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    async with client.ApiClient(configuration) as api:
+    async with (await command_client(kubeconfig)).api as api:
         if as_user:
             api.set_default_header("Impersonate-User", as_user)
         return await release_gangs(api, target, reason, by=getpass.getuser())

@@ -121,3 +121,25 @@ def planner_settings(config: OperatorSettings) -> PlannerSettings:
         starvation_rest_seconds=config.starvation_rest_seconds,
         starvation_max_share=config.starvation_max_share,
     )
+
+
+def loop_settings(config: OperatorSettings) -> LoopSettings:
+    """What the scheduling loop takes, from the operator's settings (and what `quorum explain`
+    replays a pass with)."""
+    return LoopSettings(
+        planner=planner_settings(config),
+        resync_seconds=config.resync_seconds,
+        release_concurrency=config.release_concurrency,
+        gang_concurrency=config.gang_concurrency,
+        gang_timeout_seconds=config.gang_timeout_seconds,
+        forming_grace_seconds=config.forming_grace_seconds,
+        status_interval_seconds=config.status_interval_seconds,
+        pass_gap_factor=config.pass_gap_factor,
+        backoff=BackoffPolicy(config.backoff_seconds, config.backoff_cap_seconds),
+        preemption=PreemptionLoopSettings(
+            config.preemption,
+            config.preemption_timeout_seconds,
+            config.preemption_retry_seconds,
+        ),
+        member_loss_policy=config.member_loss_policy,
+    )

@@ -1,0 +1,135 @@
+"""`quorum explain <gang> [-n NS]` (or `NS/gang`): why a gang waits, on one screen.
+
+Members present and needed; why it waits, in the planner's words; per resource, what the plan is
+short of; per node (or per topology domain) the first reason it cannot take one of its pods, alike
+nodes together; whether it may preempt and whom, or why not; capacity held for it, or held by
+other gangs on nodes it wants; its backoff; the last Events of the Gang and its group object.
+
+Two views. Who may list nodes, pods and Gangs in every namespace gets the answer planned now:
+quorum-operator's own pass replayed on what they read (`quorum.operator.replay`), so it works while
+the operator is down. Anyone else (a namespace's tenant) gets what quorum-operator last recorded on
+the Gang's status, and is told which view it is: explain reads only what the caller's own
+credentials may read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from dataclasses import replace
+from typing import Any
+
+from kubernetes_asyncio import client
+
+from quorum.commands import session
+from quorum.commands.session import CommandError
+from quorum.core.diagnosis import Diagnosis, event_lines, recorded, render
+from quorum.k8s import command_reads
+from quorum.k8s.command_reads import Forbidden
+from quorum.operator.replay import replay
+from quorum.operator.settings import OperatorSettings, loop_settings
+
+JSON = dict[str, Any]
+# What planning needs to read, in every namespace, and how to say it is missing.
+PLANNING_READS = (
+    ("list", "nodes", "", "you cannot read nodes"),
+    ("list", "pods", "", "you cannot list pods in every namespace"),
+    ("list", "gangs", "quorum.dev", "you cannot list Gangs in every namespace"),
+)
+GANG_PREFIXES = ("pg-", "xpg-", "wpg-", "lbl-")
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "explain",
+        help="why a gang waits, on one screen",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("gang", help="the Gang's name (`quorum get` lists them), or <namespace>/<name>")
+    parser.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig context's namespace")
+    session.add_connection_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return session.run("quorum explain", lambda: explain(args))
+
+
+def target(gang: str, namespace: str | None, default: str) -> tuple[str, str]:
+    """(namespace, name) from `NS/gang` or `gang` and -n."""
+    ns, slash, name = gang.rpartition("/")
+    if slash and namespace and ns != namespace:
+        raise CommandError(f"{gang!r} names namespace {ns!r} but -n says {namespace!r}: give one of them")
+    ns = ns if slash else (namespace or default)
+    for what, value in (("namespace", ns), ("gang name", name)):
+        if not _NAME.fullmatch(value):
+            raise CommandError(
+                f"{value!r} is not a valid {what}: write the Gang as <name> or <namespace>/<name>, as "
+                "`quorum get -A` lists it"
+            )
+    return ns, name
+
+
+async def explain(args: argparse.Namespace) -> list[str]:
+    connected = await session.connect(args)
+    async with connected.api as api:
+        namespace, name = target(args.gang, args.namespace, connected.namespace)
+        return render(await diagnose(api, namespace, name, time.time()))
+
+
+async def diagnose(api: client.ApiClient, namespace: str, name: str, now: float) -> Diagnosis:
+    """Everything explain says of the gang, in the view the caller's rights allow."""
+    gang = await command_reads.gang(api, namespace, name)
+    if gang is None:
+        raise CommandError(await not_found(api, namespace, name))
+    diagnosis = await planned(api, (namespace, name), now)
+    if isinstance(diagnosis, str):
+        diagnosis = recorded(gang, now, diagnosis)
+    return await with_events(api, diagnosis, gang, now)
+
+
+async def planned(api: client.ApiClient, key: tuple[str, str], now: float) -> Diagnosis | str:
+    """The planned view, or why the caller gets the recorded one."""
+    for verb, resource, group, missing in PLANNING_READS:
+        if not await command_reads.may(api, verb, resource, group):
+            return missing
+    try:
+        objects = await command_reads.cluster_objects(api)
+    except Forbidden as err:
+        return str(err)
+    diagnosis = replay(objects, key, loop_settings(OperatorSettings.from_env()), now)
+    if diagnosis is None:
+        return "the gang has no pods now: nothing to plan"
+    if not objects.pdbs_read:
+        note = "you cannot list PodDisruptionBudgets: preemption was chosen without them"
+        diagnosis = replace(diagnosis, notes=(*diagnosis.notes, note))
+    return diagnosis
+
+
+async def with_events(api: client.ApiClient, diagnosis: Diagnosis, gang: JSON, now: float) -> Diagnosis:
+    """The diagnosis with the Events of the Gang and of its group object."""
+    meta, source = gang.get("metadata") or {}, (gang.get("spec") or {}).get("source") or {}
+    uids = [u for u in (meta.get("uid"), source.get("uid")) if isinstance(u, str) and u]
+    events: list[JSON] = []
+    try:
+        for uid in uids:
+            events += await command_reads.events_about(api, diagnosis.namespace, uid)
+    except Forbidden as err:
+        return replace(diagnosis, notes=(*diagnosis.notes, f"no events shown: {err}"))
+    return replace(diagnosis, events=event_lines(events, now))
+
+
+async def not_found(api: client.ApiClient, namespace: str, name: str) -> str:
+    """What to say when there is no such Gang: the Gangs whose group has that name, if any."""
+    try:
+        names = [
+            str((g.get("metadata") or {}).get("name")) for g in await command_reads.gangs(api, namespace)
+        ]
+    except Forbidden:
+        names = []
+    alike = [n for n in names if n in {p + name for p in GANG_PREFIXES}]
+    hint = f"; did you mean {' or '.join(alike)} (a Gang is named after its group)?" if alike else ""
+    return f"no Gang {name} in namespace {namespace}{hint} (`quorum get -n {namespace}` lists them)"
