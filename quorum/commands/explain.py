@@ -100,7 +100,11 @@ async def planned(api: client.ApiClient, key: tuple[str, str], now: float) -> Di
         objects = await command_reads.cluster_objects(api)
     except Forbidden as err:
         return str(err)
-    diagnosis = replay(objects, key, loop_settings(OperatorSettings.from_env()), now)
+    try:
+        settings = loop_settings(OperatorSettings.from_env())
+    except ValueError as err:  # pydantic's ValidationError names the variable
+        raise CommandError(f"a QUORUM_OPERATOR_* variable of this environment is wrong: {err}") from None
+    diagnosis = replay(objects, key, settings, now)
     if diagnosis is None:
         return "the gang has no pods now: nothing to plan"
     if not objects.pdbs_read:

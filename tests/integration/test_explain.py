@@ -119,7 +119,7 @@ async def test_explain_gives_the_planners_answer_and_what_the_operator_recorded(
     lines = assert_one_screen(shown.stdout)
     assert lines[0].startswith(f"gang {namespace}/pg-train: Pending, not admitted for ")
     assert f"1 node with room (1 pod in all): {pool.names[0]} (1)" in shown.stdout
-    assert f"Insufficient nvidia.com/gpu (a pod needs 8); closest: {pool.names[1]} 4 free" in shown.stdout
+    assert f"1 node: Insufficient nvidia.com/gpu (a pod needs 8, 4 free): {pool.names[1]}" in shown.stdout
     assert (
         "short in all, on the nodes it may use: nvidia.com/gpu needs 24, 12 free (short by 12)"
         in shown.stdout
@@ -200,7 +200,7 @@ async def test_explain_answers_with_the_operator_stopped(start_instance: Callabl
     shown = quorum("explain", "ml/pg-train", kubeconfig=admin)
     assert shown.returncode == 0, shown.stderr
     assert_one_screen(shown.stdout)
-    assert f"closest: {pool.names[1]} 4 free" in shown.stdout
+    assert f"1 node: Insufficient nvidia.com/gpu (a pod needs 8, 4 free): {pool.names[1]}" in shown.stdout
     listed = quorum("get", "-A", kubeconfig=admin)
     assert listed.returncode == 0 and "pg-train" in listed.stdout and "Unschedulable" in listed.stdout
 

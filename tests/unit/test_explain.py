@@ -5,6 +5,7 @@ same apart, and any diagnosis fits one screen (40 lines of at most 100 columns).
 from __future__ import annotations
 
 import copy
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -105,19 +106,19 @@ def cpu_node(name: str) -> JSON:
     return cpu
 
 
-async def held_cluster() -> tuple[Store, list[JSON], list[JSON]]:
+async def held_cluster(size: int = 5) -> tuple[Store, list[JSON], list[JSON]]:
     """4 GPU nodes, one of them half used by another namespace's pod, 3 CPU nodes, one cordoned
-    node, and gang `big` of 5 pods of 8 GPUs: held for lack of room. Its status is written by a
+    node, and gang `big` of `size` pods of 8 GPUs: held for lack of room. Its status is written by a
     real pass of the operator's loop."""
     nodes = [node(f"n{i}") for i in range(4)] + [cpu_node(f"c{i}") for i in range(3)]
     cordoned = node("x0")
     cordoned["spec"]["unschedulable"] = True
     nodes.append(cordoned)
-    gang_pods = [pod("big", i) for i in range(5)]
+    gang_pods = [pod("big", i) for i in range(size)]
     others = [running("busy", "n1", 4)]
     store = Store()
     store.nodes = {n["metadata"]["name"]: n for n in nodes}
-    store.groups[("scheduling.sigs.k8s.io", NS, "big")] = podgroup("big", 5)
+    store.groups[("scheduling.sigs.k8s.io", NS, "big")] = podgroup("big", size)
     GangPods(store).replace_all(copy.deepcopy(gang_pods + others))
     bound = BoundPods()
     bound.replace_all(copy.deepcopy(gang_pods + others))
@@ -180,6 +181,16 @@ async def test_the_recorded_view_tells_the_same_apart_from_the_record_alone() ->
     assert any(line.startswith("why: needs 5 pods placed together") for line in lines)
 
 
+async def test_the_nodes_are_as_the_planner_saw_them_before_holding_capacity_for_the_gang() -> None:
+    store, nodes, pods = await held_cluster(size=4)
+    later = time.time() + 120  # held for two minutes: the starvation guard holds nodes for it
+    diagnosis = replay(objects_of(store, nodes, pods), (NS, "pg-big"), loop_settings(), later)
+    assert diagnosis is not None and diagnosis.capacity_held.startswith("holding 4 nodes for this gang")
+    assert "3 have room for one" in diagnosis.message
+    assert sorted(v.node for v in diagnosis.nodes if v.reason is None) == ["n0", "n2", "n3"]
+    assert not diagnosis.held_against
+
+
 async def test_a_gang_that_fits_now_is_said_to_wait_for_the_operator() -> None:
     store, nodes, pods = await held_cluster()
     nodes += [node(f"m{i}") for i in range(2)]  # two more empty GPU nodes: it fits
@@ -227,7 +238,7 @@ diagnoses = st.builds(
     min_member=st.integers(0, 10**6),
     released=st.integers(0, 10**6),
     bound=st.integers(0, 10**6),
-    reason=text,
+    reason=st.sampled_from(["Released", "Unschedulable", ""]) | text,
     message=st.text(max_size=3000),
     shortfall=st.none()
     | st.lists(
