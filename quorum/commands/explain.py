@@ -25,6 +25,7 @@ from kubernetes_asyncio import client
 from quorum.commands import session
 from quorum.commands.session import CommandError
 from quorum.core.diagnosis import Diagnosis, event_lines, recorded, render
+from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM
 from quorum.k8s import command_reads
 from quorum.k8s.command_reads import Forbidden
 from quorum.operator.replay import replay
@@ -85,6 +86,9 @@ async def diagnose(api: client.ApiClient, namespace: str, name: str, now: float)
     gang = await command_reads.gang(api, namespace, name)
     if gang is None:
         raise CommandError(await not_found(api, namespace, name))
+    if ((gang.get("metadata") or {}).get("labels") or {}).get(PLACED_BY_LABEL) == PLACED_BY_SLURM:
+        why = "Slurm places this gang: quorum-operator does not plan it"
+        return await with_events(api, recorded(gang, now, why, "quorum-sunk-scheduler"), gang, now)
     diagnosis = await planned(api, (namespace, name), now)
     if isinstance(diagnosis, str):
         diagnosis = recorded(gang, now, diagnosis)
@@ -93,10 +97,10 @@ async def diagnose(api: client.ApiClient, namespace: str, name: str, now: float)
 
 async def planned(api: client.ApiClient, key: tuple[str, str], now: float) -> Diagnosis | str:
     """The planned view, or why the caller gets the recorded one."""
-    for verb, resource, group, missing in PLANNING_READS:
-        if not await command_reads.may(api, verb, resource, group):
-            return missing
     try:
+        for verb, resource, group, missing in PLANNING_READS:
+            if not await command_reads.may(api, verb, resource, group):
+                return missing
         objects = await command_reads.cluster_objects(api)
     except Forbidden as err:
         return str(err)

@@ -410,12 +410,12 @@ def recorded_at(gang: JSON) -> float:
     return max((t for t in times if t), default=0.0)
 
 
-def recorded_view(gang: JSON, now: float, why_not_planned: str) -> str:
+def recorded_view(gang: JSON, now: float, why_not_planned: str, writer: str = "quorum-operator") -> str:
     """The view line of what quorum-operator recorded (`why_not_planned`: why it is not planned
     afresh, e.g. what the caller may not read)."""
     at = recorded_at(gang)
     when = f"{iso(at)} ({human_duration(now - at)} ago)" if at else "a time not recorded"
-    return f"as recorded by quorum-operator at {when} ({why_not_planned})"
+    return f"as recorded by {writer} at {when} ({why_not_planned})"
 
 
 NO_PREEMPTION = "; no preemption"  # how the operator appends why preemption could not help
@@ -459,9 +459,10 @@ def from_status(gang: JSON, now: float, view: str) -> Diagnosis:
     )
 
 
-def recorded(gang: JSON, now: float, why_not_planned: str) -> Diagnosis:
+def recorded(gang: JSON, now: float, why_not_planned: str, writer: str = "quorum-operator") -> Diagnosis:
     """What quorum-operator recorded on the Gang, for one who cannot plan it afresh."""
-    diagnosis = replace(from_status(gang, now, recorded_view(gang, now, why_not_planned)), planned=False)
+    view = recorded_view(gang, now, why_not_planned, writer)
+    diagnosis = replace(from_status(gang, now, view), planned=False)
     if condition(gang, "Unschedulable").get("status") == "True":
         note = (
             "the counts in `why` are the operator's at its last pass (per node needs nodes and pods to read)"

@@ -179,6 +179,9 @@ async def test_the_recorded_view_tells_the_same_apart_from_the_record_alone() ->
     assert not seen.nodes and seen.nodes_note
     lines = render(seen)
     assert any(line.startswith("why: needs 5 pods placed together") for line in lines)
+    assert any(line.startswith("held against it: not known in this view") for line in lines)
+    slurm = recorded(gang, 1e10, "Slurm places this gang", "quorum-sunk-scheduler")
+    assert slurm.view.startswith("as recorded by quorum-sunk-scheduler at ")
 
 
 async def test_the_nodes_are_as_the_planner_saw_them_before_holding_capacity_for_the_gang() -> None:
