@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from quorum import __version__, install, upgrade
-from quorum.commands import explain, get, version
+from quorum.commands import explain, get, uninstall, version
 from quorum.operator import manual
 from quorum.webhooks import certs
 
@@ -20,6 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     manual.add_parser(subparsers)
     install.add_parser(subparsers)
     upgrade.add_parser(subparsers)
+    uninstall.add_parser(subparsers)
     get.add_parser(subparsers)
     explain.add_parser(subparsers)
     version.add_parser(subparsers)

@@ -50,6 +50,10 @@ async def gang_pods(api: client.ApiClient, namespace: str | None, gang: str | No
         )
     else:
         response = await core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
+    if not 200 <= getattr(response, "status", 200) <= 299:  # unparsed answers are not checked by the client
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = await response.read()
+        raise error
     items: list[dict[str, Any]] = (await response.json())["items"]
     return items
 

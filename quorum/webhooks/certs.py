@@ -14,24 +14,36 @@ it), then the new-CA-only configurations. The apiserver trusts whichever certifi
 presents at every moment. Keep DIR for the next rotation; OLD can go.
 
 The CA's key exists only in memory while the serving certificate is signed: no file holds it,
-and each rotation makes a new CA."""
+and each rotation makes a new CA.
+
+`quorum certs ensure --namespace X [--renew-before DAYS] [--san NAME]` does the same in the
+cluster, for a Helm chart's hook Job (or a person): it makes the Secret X/quorum-webhooks-tls if
+it is absent or unusable, renews it when it expires within DAYS (default 30), and sets the
+caBundle of quorum's webhook configurations; a run with nothing to do writes nothing
+(`quorum.commands.certs_ensure` has its steps, its order and the rights it needs)."""
 
 from __future__ import annotations
 
 import argparse
 import base64
+import datetime
 import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
-from quorum import install
+from quorum import install, pki
 from quorum.webhooks import tls
 
 SECRET_NAME = "quorum-webhooks-tls"  # noqa: S105 (a name, not a secret)
+CONFIGURATION_NAME = "quorum-webhooks"
+DEFAULT_RENEW_BEFORE_DAYS = 30
 CONFIGURATION_KINDS = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
 CERT_MANAGER_ANNOTATION = "cert-manager.io/inject-ca-from"
 
@@ -152,6 +164,147 @@ def write(
     return written
 
 
+# -- `quorum certs ensure`: what to do, decided from what is there (pure) --------------------------
+
+
+@dataclass(frozen=True)
+class SecretState:
+    """What the Secret holds, judged for `ensure`."""
+
+    renew: bool
+    reason: str  # e.g. "absent", "valid until 2027-11-27 (renewed 30 days before)"
+    ca_pem: bytes  # the certificates of its ca.crt that parse; b"" if none
+    # tls.crt is signed by ca.crt: the servers present a certificate the Secret's CA vouches for.
+    presents_own_ca: bool
+
+
+def _date(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def assess_secret(
+    data: Mapping[str, bytes] | None,
+    names: tuple[str, ...],
+    now: datetime.datetime,
+    renew_before: datetime.timedelta,
+) -> SecretState:
+    """Whether the Secret's certificate (its data, decoded; None if the Secret is absent) must
+    be made again: absent, unusable, not for `names`, or expiring within `renew_before`."""
+    if data is None:
+        return SecretState(True, "absent", b"", False)
+    try:
+        ca_pem = ca_bundle(data.get("ca.crt") or b"")
+    except CertsError:
+        ca_pem = b""
+    missing = [k for k in ("tls.crt", "tls.key", "ca.crt") if not data.get(k)]
+    if missing:
+        return SecretState(True, f"has no {', '.join(missing)}", ca_pem, False)
+    try:
+        cert = certificates_in(data["tls.crt"])[0]
+        key = serialization.load_pem_private_key(data["tls.key"], None)
+    except (CertsError, IndexError, ValueError, TypeError):
+        return SecretState(True, "tls.crt or tls.key does not parse", ca_pem, False)
+    own_ca = any(_signed_by(cert, ca) for ca in certificates_in(ca_pem)) if ca_pem else False
+    if key.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    ) != cert.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    ):
+        return SecretState(True, "tls.key is not the key of tls.crt", ca_pem, own_ca)
+    if not own_ca:
+        return SecretState(True, "tls.crt is not signed by its ca.crt", ca_pem, False)
+    lacking = sorted(set(names) - names_of(cert.public_bytes(serialization.Encoding.PEM)))
+    if lacking:
+        return SecretState(True, f"tls.crt is not for {', '.join(lacking)}", ca_pem, own_ca)
+    expires = min([cert.not_valid_after_utc] + [c.not_valid_after_utc for c in certificates_in(ca_pem)])
+    if expires <= now:
+        return SecretState(True, f"expired on {_date(expires)}", ca_pem, own_ca)
+    if expires - now <= renew_before:
+        return SecretState(
+            True, f"expires on {_date(expires)}, within {renew_before.days} days: renewing", ca_pem, own_ca
+        )
+    return SecretState(False, f"valid until {_date(expires)}", ca_pem, own_ca)
+
+
+def _signed_by(cert: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        cert.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return False
+    return True
+
+
+def _lenient(bundle: bytes) -> bytes:
+    """The certificates of a caBundle that parse (a garbled bundle trusts nothing)."""
+    try:
+        return ca_bundle(bundle)
+    except CertsError:
+        return b""
+
+
+def bundle_for(current: bytes, state: SecretState, new_ca: bytes | None) -> bytes:
+    """The caBundle a webhook needs, given the one it has.
+
+    Without a new CA: the Secret's CA added if it is missing, nothing removed. With one (a
+    renewal): written before the Secret, so the apiserver trusts both what the servers present
+    now and what they present once they load the new Secret, whenever each does. That is the
+    old Secret's CA and the new one when the old certificate was its CA's (what servers of that
+    Secret present); else, not knowing what they present, everything trusted now plus the new
+    CA. The next renewal drops the older CA: a year on, every server has loaded the Secret."""
+    if new_ca is None:
+        if not state.ca_pem or _ders(state.ca_pem) <= _ders(current):
+            return current
+        return _joined(_lenient(current), state.ca_pem)
+    if state.presents_own_ca:
+        return _joined(state.ca_pem, new_ca)
+    return _joined(_lenient(current), state.ca_pem, new_ca)
+
+
+def _joined(*pems: bytes) -> bytes:
+    return ca_bundle(*(p for p in pems if p))
+
+
+def _ders(bundle: bytes) -> set[bytes]:
+    pem = _lenient(bundle)
+    return {c.public_bytes(serialization.Encoding.DER) for c in certificates_in(pem)} if pem else set()
+
+
+def configuration_patch(
+    configuration: Mapping[str, Any], bundle: Callable[[bytes], bytes]
+) -> list[dict[str, Any]] | None:
+    """The JSON patch that gives each webhook of `configuration` the caBundle `bundle(its
+    current one)` and drops cert-manager's injection annotation (the CA is quorum's); None if
+    nothing would change. It applies only to the version read (resourceVersion tested)."""
+    ops: list[dict[str, Any]] = []
+    for index, webhook in enumerate(configuration.get("webhooks") or []):
+        current = base64.b64decode((webhook.get("clientConfig") or {}).get("caBundle") or "")
+        wanted = bundle(current)
+        if wanted != current:
+            value = base64.b64encode(wanted).decode()
+            ops.append({"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle", "value": value})
+    if CERT_MANAGER_ANNOTATION in (configuration["metadata"].get("annotations") or {}):
+        path = "/metadata/annotations/" + CERT_MANAGER_ANNOTATION.replace("~", "~0").replace("/", "~1")
+        ops.append({"op": "remove", "path": path})
+    if not ops:
+        return None
+    version = {
+        "op": "test",
+        "path": "/metadata/resourceVersion",
+        "value": configuration["metadata"]["resourceVersion"],
+    }
+    return [version, *ops]
+
+
+def renewal_window(days: float) -> datetime.timedelta:
+    """--renew-before, checked: shorter than a serving certificate's life, or every run renews."""
+    if not 0 < days < pki.VALIDITY.days:
+        raise CertsError(
+            f"--renew-before {days:g}: give a number of days above 0 and below {pki.VALIDITY.days} "
+            "(a serving certificate's life), e.g. 30"
+        )
+    return datetime.timedelta(days=days)
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     certs = subparsers.add_parser(
         "certs",
@@ -159,7 +312,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    certs.add_argument("--out", type=Path, required=True, help="directory to write into")
+    certs.add_argument("--out", type=Path, help="directory to write into (required without `ensure`)")
     certs.add_argument("--namespace", default=install.DEFAULT_NAMESPACE, help="where quorum runs")
     certs.add_argument(
         "--rotate-from",
@@ -182,6 +335,42 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         help="the webhook configurations to fill with the caBundle (rendered for --namespace)",
     )
     certs.set_defaults(func=run)
+    actions = certs.add_subparsers(dest="action", metavar="ensure")
+    ensure = actions.add_parser(
+        "ensure",
+        help="in the cluster: make, renew and trust the Secret quorum-webhooks-tls (for a Helm hook Job)",
+        description="Make the Secret NS/quorum-webhooks-tls (a new CA and a serving certificate) if it is "
+        "absent or unusable, renew it when it expires within --renew-before days, and set the caBundle "
+        "of quorum's webhook configurations; a run with nothing to do writes nothing. A renewal first "
+        "makes the webhooks trust the old and the new CA, then writes the Secret.",
+    )
+    ensure.add_argument("--namespace", required=True, help="where quorum runs")
+    ensure.add_argument(
+        "--renew-before",
+        type=float,
+        default=DEFAULT_RENEW_BEFORE_DAYS,
+        metavar="DAYS",
+        help=f"renew when it expires within this many days (default {DEFAULT_RENEW_BEFORE_DAYS})",
+    )
+    ensure.add_argument(
+        "--san",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another DNS name or IP address for the serving certificate (repeatable)",
+    )
+    ensure.add_argument(
+        "--kubeconfig", default=None, help="default: $KUBECONFIG, else ~/.kube/config, else in-cluster"
+    )
+    ensure.set_defaults(func=run_ensure)
+
+
+def run_ensure(args: argparse.Namespace) -> int:
+    # Imported here: the command imports this module's decisions (an import at the top would be
+    # a cycle).
+    from quorum.commands import certs_ensure
+
+    return certs_ensure.run(args)
 
 
 def steps(out: Path, configurations: bool, rotating: bool) -> list[str]:
@@ -202,6 +391,9 @@ def steps(out: Path, configurations: bool, rotating: bool) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out is None:
+        print("quorum certs: pass --out DIR (files to apply), or use `quorum certs ensure`", file=sys.stderr)
+        return 2
     configurations = args.webhook_configurations if args.webhook_configurations.exists() else None
     try:
         written = write(

@@ -1,23 +1,51 @@
-"""The README's uninstall order, followed step by step on an instance of its own: no pod is left
-gated and no pod creation is denied at any point."""
+"""`quorum uninstall` run as a person runs it (a subprocess, `python -m quorum`), each test on an
+instance of its own, while a customer creates gang pods and plain pods without pause: no pod is
+left gated, no pod creation is refused at any point, and pods created afterwards are not gated.
+
+- The whole removal as the cluster's admin: a dry run first changes nothing (the objects are
+  still there and the pods still gated) and lists every step; the run releases the gangs and
+  deletes quorum's objects; a second run succeeds and finds nothing left.
+- `--admission-only` as the lifecycle identity a Helm hook Job has, with exactly the RBAC its
+  docstring lists (plus `quorum certs ensure`'s), on quorum installed in another namespace; then
+  the rest deleted one by one in a random order, as Helm does, with pods created between each.
+  On the local 1.37 plane quorum's self-protection is on the apiserver's disk: the identity,
+  a ServiceAccount of quorum's namespace, passes it; the customer cannot get its token.
+
+The local plane runs quorum-operator and quorum-webhooks as processes, not Deployments: the
+tests stop them where the Deployments would go, and apply the Deployment manifests (which kwok
+"runs") so that their deletion is real."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
+import os
+import random
 import subprocess
 import sys
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
-from devcluster.cluster import MANIFESTS, REPO_ROOT, Instance
+from devcluster.cluster import REPO_ROOT, Instance
+from devcluster.kubeconfig import write_kubeconfig
+from quorum.commands import certs_ensure
+from quorum.core import removal
+from quorum.install import render_files
 from tests.kube import api_client, create_namespace, create_podgroup, eventually, raw_json
 
 pytestmark = pytest.mark.cluster
 
 GATE = "quorum.dev/gang"
+LIFECYCLE = "quorum-lifecycle"
+PACE = 0.25  # seconds between one worker's creates
 
 
 async def gated_anywhere(api: client.ApiClient) -> list[str]:
@@ -45,11 +73,95 @@ def workload(name: str, replicas: int, labels: dict[str, str]) -> dict[str, Any]
     }
 
 
-async def test_the_uninstall_order_leaves_no_pod_gated_and_denies_no_pod(
+def quorum(instance: Instance, kubeconfig: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`quorum ARGV` as a person runs it, with `kubeconfig`."""
+    return subprocess.run(
+        [sys.executable, "-m", "quorum", *argv, f"--kubeconfig={kubeconfig}"],
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        timeout=300,
+        check=False,
+    )
+
+
+# A label-only gang that never forms (1 of 1000 members): the webhook gates each such pod and the
+# operator never releases it, so only the uninstall's release ungates it.
+NEVER_FORMS = {
+    "pod-group.scheduling.sigs.k8s.io/name": "stream",
+    "pod-group.scheduling.sigs.k8s.io/min-available": "1000",
+}
+
+
+@dataclass
+class Creates:
+    """A customer creating gang pods and plain pods in turn until stopped; every refusal kept."""
+
+    core: client.CoreV1Api
+    namespace: str
+    created: int = 0
+    refused: list[str] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    names: itertools.count[int] = field(default_factory=itertools.count)
+
+    async def worker(self) -> None:
+        while not self.stop.is_set():
+            n = next(self.names)
+            labels = NEVER_FORMS if n % 2 == 0 else {}
+            pod = {
+                "metadata": {"name": f"load-{n}", "labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+            }
+            try:
+                await self.core.create_namespaced_pod(self.namespace, pod)
+            except ApiException as err:
+                self.refused.append(
+                    f"load-{n} ({'gang' if labels else 'plain'}): {err.status} {str(err.body)[:300]}"
+                )
+            else:
+                self.created += 1
+            await asyncio.sleep(PACE)
+
+    async def more(self, count: int = 4) -> None:
+        """Wait until `count` more pods were created; fail at once on a refusal."""
+        target = self.created + count
+
+        async def done() -> bool:
+            assert not self.refused, self.refused[:5]
+            return self.created >= target
+
+        await eventually(done, timeout=30, interval=0.05, what=f"{count} more pods created")
+
+
+async def start_creates(
+    instance: Instance, namespace: str
+) -> tuple[Creates, asyncio.Future[Any], client.ApiClient]:
+    customer = await api_client(instance.kubeconfig("customer"))
+    creates = Creates(client.CoreV1Api(customer), namespace)
+    return creates, asyncio.gather(creates.worker(), creates.worker()), customer
+
+
+def no_pod_creation_refused_by_controllers(events: list[dict[str, Any]]) -> None:
+    denied = [e["message"] for e in events if e["reason"] == "FailedCreate"]
+    assert not denied, f"a controller's pod creation was refused during the uninstall: {denied}"
+
+
+async def test_quorum_uninstall_leaves_no_pod_gated_and_refuses_no_pod_creation(
     start_instance: Callable[..., Instance],
 ) -> None:
     instance = start_instance("t-uninstall")
-    api = await api_client(instance.kubeconfig("admin"))
+    admin_kubeconfig = instance.kubeconfig("admin")
+    # The Deployments, as a cluster has them (kwok plays their pods), so that step 3 deletes them.
+    instance.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input_text=render_files(
+            ["20-webhooks-deployment.yaml", "50-operator-deployment.yaml"], "quorum-system"
+        ),
+    )
+    api = await api_client(admin_kubeconfig)
     async with api:
         core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
         await create_namespace(api, "ml")
@@ -69,67 +181,79 @@ async def test_the_uninstall_order_leaves_no_pod_gated_and_denies_no_pod(
                 "quorum.dev", "v1alpha1", "ml", "gangs"
             )
             names = {g["metadata"]["name"] for g in gangs["items"]}
-            # The operator writes a gang short of members only after its forming grace: the
-            # hand release records itself on the Gang, so wait until both are written.
             return found if len(found) == 3 and names >= {"pg-held", "lbl-lone"} else None
 
         await eventually(three_gated_and_recorded, timeout=60, what="3 gated pods, 2 Gangs written")
 
-        # 1. No new gates: the backstop's binding, then the mutating webhook.
-        instance.kubectl("delete", "validatingadmissionpolicybinding", "quorum-gang-backstop")
-
-        async def backstop_dropped() -> bool:
-            probe = ("create", "--dry-run=server", "-f", str(REPO_ROOT / "hack/backstop-probe.yaml"))
-            return (await asyncio.to_thread(instance.kubectl, *probe, check=False)).returncode == 0
-
-        await eventually(backstop_dropped, timeout=30, what="the apiserver to drop the backstop binding")
-        instance.kubectl("delete", "mutatingwebhookconfiguration", "quorum-webhooks")
-        await apps.patch_namespaced_deployment_scale("held", "ml", {"spec": {"replicas": 3}})
-
-        # 2. Release every gated pod, as quorum's operator identity, with a reason.
-        released = await asyncio.to_thread(
-            subprocess.run,
-            [
-                sys.executable,
-                "-m",
-                "quorum",
-                "release",
-                "--all",
-                "--reason",
-                "uninstalling quorum",
-                f"--kubeconfig={instance.kubeconfig('admin')}",
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO_ROOT,
-            timeout=120,
-            check=False,
+        # A dry run changes nothing and says every step.
+        dry = await asyncio.to_thread(quorum, instance, admin_kubeconfig, "uninstall", "--dry-run")
+        assert dry.returncode == 0, dry.stdout + dry.stderr
+        assert "1. MutatingWebhookConfiguration quorum-webhooks: would delete" in dry.stdout
+        assert (
+            "2. would release 3 gated pods of 2 gangs as system:serviceaccount:quorum-system:quorum-operator"
+            in dry.stdout
         )
-        assert released.returncode == 0, released.stdout + released.stderr
-        assert "ml/pg-held: 2 of 2 gated pods released by hand" in released.stdout, released.stdout
-        assert "ml/lbl-lone: 1 of 1 gated pods released by hand" in released.stdout, released.stdout
-        assert await gated_anywhere(api) == []
-        gang = await client.CustomObjectsApi(api).get_namespaced_custom_object(
-            "quorum.dev", "v1alpha1", "ml", "gangs", "pg-held"
-        )
-        assert gang["status"]["manualRelease"]["reason"] == "uninstalling quorum"
+        assert "3. Deployment quorum-system/quorum-operator: would delete" in dry.stdout
+        assert "4. Namespace quorum-system: would delete" in dry.stdout
+        assert dry.stdout.rstrip().endswith("dry run: nothing was changed")
+        for kind, name in (
+            ("mutatingwebhookconfiguration", "quorum-webhooks"),
+            ("validatingadmissionpolicybinding", "quorum-gang-backstop"),
+            ("crd", "gangs.quorum.dev"),
+            ("namespace", "quorum-system"),
+        ):
+            instance.kubectl("get", kind, name)  # still there (fails otherwise)
+        instance.kubectl("-n", "quorum-system", "get", "deployment", "quorum-operator", "quorum-webhooks")
+        assert len(await gated_anywhere(api)) == 3
 
-        # 3. Gate protection, the validating webhooks, the operator (and the backstop policy).
-        instance.kubectl("delete", "-f", str(MANIFESTS / "40-gate-protection.yaml"))
-        instance.kubectl("delete", "validatingwebhookconfiguration", "quorum-webhooks")
+        creates, load, customer = await start_creates(instance, "ml")
+        try:
+            await creates.more()
+            done = await asyncio.to_thread(quorum, instance, admin_kubeconfig, "uninstall")
+            assert done.returncode == 0, done.stdout + done.stderr
+            # Right after it, before anything else is stopped: nothing gated, whatever was created meanwhile.
+            assert await gated_anywhere(api) == []
+            await creates.more()
+        finally:
+            creates.stop.set()
+            await load
+            await customer.close()
+        print(f"\n{creates.created} pods created during the uninstall; its output:\n{done.stdout}")
+        assert not creates.refused, creates.refused[:5]
+        assert (
+            "ml/pg-held: 2 of 2 gated pods released by hand by quorum-admin (quorum uninstall)" in done.stdout
+        )
+        assert "ml/lbl-lone: 1 of 1 gated pods released by hand" in done.stdout
+        assert "1. MutatingWebhookConfiguration quorum-webhooks: deleted" in done.stdout
+        assert "4. CustomResourceDefinition gangs.quorum.dev: deleted, and with it" in done.stdout
+        assert done.stdout.rstrip().endswith("quorum is uninstalled")
+        # The Gangs went with their CRD; the record of the release stays in their Events.
+        events = (await raw_json(core.list_namespaced_event("ml", _preload_content=False)))["items"]
+        released = [
+            e for e in events if e["reason"] == "ReleasedByHand" and e["involvedObject"]["kind"] == "Gang"
+        ]
+        assert {e["involvedObject"]["name"] for e in released} >= {"pg-held", "lbl-lone"}
+        assert all("uninstalling quorum" in e["message"] for e in released)
+
+        # What the Deployments' deletion stops in a cluster.
         instance.stop_component("quorum-operator")
         instance.stop_component("quorum-webhooks")
-        instance.kubectl("delete", "-f", str(MANIFESTS / "45-gang-backstop.yaml"), "--ignore-not-found")
+        for kind, name in (
+            ("mutatingwebhookconfiguration", "quorum-webhooks"),
+            ("validatingwebhookconfiguration", "quorum-webhooks"),
+            ("validatingadmissionpolicy", "quorum-gate-protection"),
+            ("validatingadmissionpolicy", "quorum-records"),
+            ("clusterrole", "quorum-operator"),
+        ):
+            assert instance.kubectl("get", kind, name, check=False).returncode != 0, (kind, name)
+        assert "podgroups.scheduling" not in instance.kubectl("get", "crd", "-o", "name").stdout
 
-        # 4. The CRDs last: quorum's only (a scheduler-plugins CRD would stay).
-        instance.kubectl("delete", "crd", "-l", "app.kubernetes.io/part-of=quorum")
-        assert not instance.kubectl("get", "crd", "-o", "name").stdout.count("podgroups.scheduling")
+        async def namespace_gone() -> bool:
+            return instance.kubectl("get", "namespace", "quorum-system", check=False).returncode != 0
 
-        async def all_running() -> bool:
-            pods = (await core.list_namespaced_pod("ml")).items
-            return len(pods) == 4 and all(p.status.phase == "Running" for p in pods)
+        await eventually(namespace_gone, timeout=60, what="namespace quorum-system deleted")
 
-        await eventually(all_running, timeout=60, what="every pod running without quorum")
+        # Pods created after run, ungated.
         await apps.patch_namespaced_deployment_scale("held", "ml", {"spec": {"replicas": 4}})
 
         async def four_of_held() -> bool:
@@ -139,5 +263,190 @@ async def test_the_uninstall_order_leaves_no_pod_gated_and_denies_no_pod(
         await eventually(four_of_held, timeout=60, what="new pods created and running after the uninstall")
         assert await gated_anywhere(api) == []
         events = (await raw_json(core.list_namespaced_event("ml", _preload_content=False)))["items"]
-        denied = [e["message"] for e in events if e["reason"] == "FailedCreate"]
-        assert not denied, f"a pod creation was denied during the uninstall: {denied}"
+        no_pod_creation_refused_by_controllers(events)
+
+        again = await asyncio.to_thread(quorum, instance, admin_kubeconfig, "uninstall")
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert again.stdout.rstrip().endswith("nothing of quorum was left to remove"), again.stdout
+        # The operator's RBAC is gone: the release looked as the caller instead.
+        assert "2. no gated gang pods anywhere (as quorum-admin): nothing to release" in again.stdout
+        assert ": deleted" not in again.stdout
+
+
+def lifecycle_identity(instance: Instance, namespace: str, probe_namespace: str = "default") -> Path:
+    """The ServiceAccount a Helm hook Job runs as, with exactly the rights the docstrings of
+    `quorum uninstall --admission-only` and `quorum certs ensure` list; a kubeconfig with its
+    token (as devcluster makes the operator's)."""
+    rules = removal.rights(removal.removal_plan(namespace, admission_only=True), namespace, probe_namespace)
+    rules = removal.merged([*rules, *certs_ensure.rules(namespace)])
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": LIFECYCLE, "namespace": namespace},
+    }
+    manifests = [account, *removal.rbac_manifests(rules, LIFECYCLE, namespace)]
+    instance.kubectl(
+        "apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": manifests})
+    )
+    token = instance.kubectl(
+        "create", "token", LIFECYCLE, f"--namespace={namespace}", "--duration=1h"
+    ).stdout.strip()
+    state = instance.state()
+    assert state is not None
+    return write_kubeconfig(
+        instance.layout.root / "lifecycle.kubeconfig",
+        server=state.server,
+        ca_pem=(instance.layout.pki / "ca.crt").read_bytes(),
+        user=f"system:serviceaccount:{namespace}:{LIFECYCLE}",
+        token=token,
+        namespace=namespace,
+    )
+
+
+def customer_cannot_get_the_token(instance: Instance, namespace: str) -> None:
+    """Whoever holds the lifecycle identity's token acts as quorum's operator (it may impersonate
+    it): on 1.37 quorum's self-protection keeps the customer from minting one, from running a pod
+    with it, from a Secret that holds one, and from a shell in a pod that has one."""
+    victim = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "hook", "namespace": namespace},
+        "spec": {
+            "serviceAccountName": LIFECYCLE,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "registry.k8s.io/pause:3.10",
+                    "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                }
+            ],
+        },
+    }
+    instance.kubectl("apply", "-f", "-", input_text=json.dumps(victim))  # the platform's hook pod
+    token_secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/service-account-token",
+        "metadata": {
+            "name": "stolen",
+            "namespace": namespace,
+            "annotations": {"kubernetes.io/service-account.name": LIFECYCLE},
+        },
+    }
+    own_pod = {**victim, "metadata": {"name": "mine", "namespace": namespace}}
+    attempts = {
+        "mint a token": (("create", "token", LIFECYCLE, "-n", namespace), None),
+        "run a pod as it": (("apply", "-f", "-"), json.dumps(own_pod)),
+        "make a token Secret": (("apply", "-f", "-"), json.dumps(token_secret)),
+        "exec into its pod": (
+            (
+                "exec",
+                "-n",
+                namespace,
+                "hook",
+                "--",
+                "cat",
+                "/var/run/secrets/kubernetes.io/serviceaccount/token",
+            ),
+            None,
+        ),
+    }
+    for what, (argv, stdin) in attempts.items():
+        tried = instance.kubectl(*argv, who="customer", input_text=stdin, check=False)
+        assert tried.returncode != 0 and "quorum-namespace.static.k8s.io" in tried.stderr, (
+            what,
+            tried.stderr,
+        )
+
+
+async def test_admission_only_as_the_hook_identity_then_the_rest_in_any_order_refuses_no_pod(
+    start_instance: Callable[..., Instance],
+) -> None:
+    namespace = "gpu-admission"
+    instance = start_instance("t-uninstall-hook", namespace=namespace)
+    hook = lifecycle_identity(instance, namespace)
+    customer_cannot_get_the_token(instance, namespace)
+
+    # The chart's post-install hook, with the same identity (the local webhooks stay trusted:
+    # the dev CA they present is kept in the bundle).
+    made = await asyncio.to_thread(
+        quorum, instance, hook, "certs", "ensure", "--namespace", namespace, "--san", "127.0.0.1"
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert f"Secret {namespace}/quorum-webhooks-tls: created" in made.stdout
+
+    api = await api_client(instance.kubeconfig("admin"))
+    async with api:
+        apps = client.AppsV1Api(api)
+        await create_namespace(api, "team")
+        await apps.create_namespaced_deployment("team", workload("held", 2, NEVER_FORMS))
+
+        async def held() -> bool:
+            return len(await gated_anywhere(api)) == 2
+
+        await eventually(held, timeout=60, what="the gang's 2 pods gated")
+        creates, load, customer = await start_creates(instance, "team")
+        seed = int(time.time())
+        try:
+            await creates.more()
+            hooked = await asyncio.to_thread(
+                quorum, instance, hook, "uninstall", "--admission-only", "--namespace", namespace
+            )
+            assert hooked.returncode == 0, hooked.stdout + hooked.stderr
+            assert await gated_anywhere(api) == []
+            assert (
+                "released by hand by system:serviceaccount:gpu-admission:quorum-lifecycle (quorum uninstall)"
+                in hooked.stdout
+            )
+            assert hooked.stdout.rstrip().endswith("(any order is safe)")
+            await creates.more()
+
+            # Helm deletes the rest of the release in no particular order: each deletion (and
+            # each process stopped) is followed by pods created, none refused or left gated.
+            rest: list[tuple[str, ...]] = [("stop", "quorum-operator"), ("stop", "quorum-webhooks")]
+            kept = set(removal.removal_plan(namespace, admission_only=True))
+            for step in removal.removal_plan(namespace):
+                if step.target is not None and step not in kept:
+                    target = step.target
+                    where = ("-n", target.namespace) if target.namespace else ()
+                    rest.append(
+                        (
+                            "delete",
+                            *where,
+                            target.kind.plural,
+                            target.name,
+                            "--ignore-not-found",
+                            "--wait=false",
+                        )
+                    )
+            random.Random(seed).shuffle(rest)
+            print(f"\nseed {seed}: the rest deleted in the order {[' '.join(r) for r in rest]}")
+            for action in rest:
+                if action[0] == "stop":
+                    instance.stop_component(action[1])
+                else:
+                    instance.kubectl(*action)
+                await creates.more(2)
+                assert await gated_anywhere(api) == [], action
+        finally:
+            creates.stop.set()
+            await load
+            await customer.close()
+        assert not creates.refused, (seed, creates.refused[:5])
+
+        await apps.create_namespaced_deployment("team", workload("after", 2, NEVER_FORMS))
+
+        async def after_running() -> bool:
+            dep = await apps.read_namespaced_deployment("after", "team")
+            return dep.status.available_replicas == 2
+
+        await eventually(after_running, timeout=60, what="a gang's pods created afterwards running, ungated")
+        events = (
+            await raw_json(client.CoreV1Api(api).list_namespaced_event("team", _preload_content=False))
+        )["items"]
+        no_pod_creation_refused_by_controllers(events)

@@ -63,8 +63,9 @@ from tests.unit.recording_apiserver import (
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((REPO / "manifests").glob("*.yaml"))
 # The `quorum` command's calls (get, explain and version read with the caller's own
-# credentials), never the operator's: not the operator's code.
-COMMAND_CODE = {REPO / "quorum" / "k8s" / "command_reads.py"}
+# credentials; uninstall and certs ensure act on quorum's own objects), never the operator's:
+# not the operator's code.
+COMMAND_CODE = {REPO / "quorum" / "k8s" / "command_reads.py", REPO / "quorum" / "k8s" / "objects.py"}
 OPERATOR_CODE = [
     p
     for p in sorted((REPO / "quorum" / "k8s").glob("*.py"))

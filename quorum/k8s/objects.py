@@ -1,0 +1,127 @@
+"""quorum's own objects, by kind and name (`quorum.core.removal.Ref`): read, delete, patch; the
+backstop probe; who the caller is. For `quorum uninstall` and `quorum certs ensure`, which act
+on quorum's install rather than on tenants' workloads."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from quorum.core.removal import Kind, Ref
+
+JSON = dict[str, Any]
+JSON_PATCH = "application/json-patch+json"
+
+
+def refusal(err: ApiException) -> str:
+    """An apiserver's refusal in a line: status, reason and the Status's message (else the body)."""
+    body = err.body
+    raw = body.decode(errors="replace") if isinstance(body, bytes) else str(body or "")
+    try:
+        status = json.loads(raw)
+    except ValueError:
+        status = None
+    message = str(status.get("message") or raw) if isinstance(status, dict) else raw
+    return f"{err.status} {err.reason}: {message}".strip()
+
+
+def path(
+    kind: Kind, name: str | None = None, namespace: str | None = None, all_namespaces: bool = False
+) -> str:
+    base = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
+    if kind.namespaced and not all_namespaces:
+        if namespace is None:
+            raise ValueError(f"{kind.kind} is namespaced: name its namespace")
+        base += f"/namespaces/{namespace}"
+    base += f"/{kind.plural}"
+    return f"{base}/{name}" if name else base
+
+
+async def _call(
+    api: client.ApiClient,
+    method: str,
+    url: str,
+    query: list[tuple[str, str]] | None = None,
+    body: Any = None,
+    content_type: str = "application/json",
+) -> JSON:
+    """One request; its answer as JSON. Raises ApiException (status, reason, body) for any
+    answer that is not 2xx."""
+    response: Any = await api.call_api(
+        url,
+        method,
+        query_params=query or [],
+        header_params={"Accept": "application/json", "Content-Type": content_type},
+        body=body,
+        auth_settings=["BearerToken"],
+        _preload_content=False,
+        _request_timeout=30,
+    )
+    data = await response.read()
+    status = getattr(response, "status", 200)
+    if not 200 <= status <= 299:
+        error = ApiException(status=status, reason=getattr(response, "reason", ""))
+        error.body = data
+        raise error
+    answer: JSON = json.loads(data) if data else {}
+    return answer
+
+
+async def read(api: client.ApiClient, ref: Ref) -> JSON | None:
+    """The object, None if it does not exist."""
+    try:
+        return await _call(api, "GET", path(ref.kind, ref.name, ref.namespace))
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+async def delete(api: client.ApiClient, ref: Ref, dry_run: bool = False) -> bool:
+    """Delete the object (with `dry_run`, ask the apiserver whether it would: a server-side dry
+    run, which changes nothing); False if it does not exist. Dependents go in the background
+    (the garbage collector)."""
+    query = [("dryRun", "All")] if dry_run else []
+    try:
+        await _call(api, "DELETE", path(ref.kind, ref.name, ref.namespace), query)
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
+async def count(api: client.ApiClient, kind: Kind) -> int:
+    """How many objects of `kind` exist (in every namespace)."""
+    listed = await _call(api, "GET", path(kind, all_namespaces=True))
+    return len(listed.get("items") or [])
+
+
+async def dry_run_create(api: client.ApiClient, kind: Kind, namespace: str | None, body: JSON) -> JSON:
+    """Create `body` with a server-side dry run (admission runs, nothing is stored): the object
+    as admission left it; raises the apiserver's refusal as ApiException."""
+    return await _call(api, "POST", path(kind, None, namespace), [("dryRun", "All")], body)
+
+
+async def create(api: client.ApiClient, kind: Kind, namespace: str | None, body: JSON) -> JSON:
+    return await _call(api, "POST", path(kind, None, namespace), None, body)
+
+
+async def replace(api: client.ApiClient, ref: Ref, body: JSON) -> JSON:
+    """PUT: fails with 409 if `body`'s resourceVersion is not the stored one."""
+    return await _call(api, "PUT", path(ref.kind, ref.name, ref.namespace), None, body)
+
+
+async def json_patch(api: client.ApiClient, ref: Ref, ops: list[JSON]) -> JSON:
+    return await _call(api, "PATCH", path(ref.kind, ref.name, ref.namespace), None, ops, JSON_PATCH)
+
+
+async def whoami(api: client.ApiClient) -> str:
+    """The caller's username as the apiserver authenticates it (a SelfSubjectReview, which every
+    authenticated identity may make)."""
+    review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+    answer = await _call(api, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", None, review)
+    return str(((answer.get("status") or {}).get("userInfo") or {}).get("username") or "")

@@ -1,0 +1,200 @@
+"""A stateful fake of the apiserver as `quorum uninstall` (`UninstallApi`) and `quorum certs
+ensure` (`CertsApi`) see it: quorum's objects by kind and name with resourceVersions, gated gang
+pods, the backstop as the apiserver enforces it (it can lag behind its binding's deletion), and
+a log of every write. Any call can be made to fail:
+
+    cluster.fail("delete", when=lambda ref, *_: ref.name == "quorum-webhooks", times=1)
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from quorum.core import removal
+from quorum.core.removal import Kind, Ref
+
+JSON = dict[str, Any]
+OPERATOR = "system:serviceaccount:quorum-system:quorum-operator"
+
+
+def refused(status: int = 500, message: str = "etcdserver: request timed out") -> ApiException:
+    err = ApiException(status=status, reason="Forbidden" if status == 403 else "Internal Server Error")
+    err.body = f'{{"kind":"Status","message":"{message}"}}'.encode()
+    return err
+
+
+@dataclass
+class Fault:
+    method: str
+    when: Callable[..., bool]
+    times: int | None  # None: always
+    error: ApiException
+
+
+@dataclass
+class FakeCluster:
+    objects: dict[Ref, JSON] = field(default_factory=dict)
+    custom_objects: dict[str, int] = field(default_factory=dict)  # CRD name -> objects of it
+    gated: dict[str, int] = field(default_factory=dict)  # "namespace/gang" -> gated pods
+    # Probes the apiserver still refuses after the backstop's binding is gone (its informer lags).
+    backstop_lag: int = 0
+    mutating_lag: int = 0  # the same for the mutating webhook
+    mutating_probes: int = 0
+    backstop_static: bool = False
+    writes: list[tuple[str, str]] = field(default_factory=list)  # (verb, object)
+    released: list[tuple[str, str]] = field(default_factory=list)  # (reason, by)
+    probes: int = 0
+    faults: list[Fault] = field(default_factory=list)
+    versions: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def add(self, ref: Ref, body: JSON | None = None) -> JSON:
+        obj = copy.deepcopy(body) if body is not None else {}
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("name", ref.name)
+        if ref.namespace:
+            meta.setdefault("namespace", ref.namespace)
+        meta["resourceVersion"] = str(next(self.versions))
+        self.objects[ref] = obj
+        return obj
+
+    def install(self, namespace: str = "quorum-system", crds: dict[str, JSON] | None = None) -> None:
+        """Every object the full uninstall removes, as quorum's manifests install them."""
+        for step in removal.removal_plan(namespace):
+            if step.target is not None and step.target.kind is not removal.CRD:
+                self.add(step.target)
+        labels = {removal.PART_OF_LABEL: removal.PART_OF_VALUE}
+        for name in removal.CRDS:
+            group, _ = removal.crd_resource(name)
+            kind = "Gang" if group == "quorum.dev" else "PodGroup"
+            crd = {
+                "metadata": {"labels": labels},
+                "spec": {"names": {"kind": kind}, "versions": [{"name": "v1alpha1", "served": True}]},
+            }
+            self.add(Ref(removal.CRD, name), (crds or {}).get(name, crd))
+
+    def fail(
+        self,
+        method: str,
+        when: Callable[..., bool] = lambda *_: True,
+        times: int | None = None,
+        error: ApiException | None = None,
+    ) -> None:
+        self.faults.append(Fault(method, when, times, error or refused()))
+
+    def _check(self, method: str, *args: Any) -> None:
+        for fault in self.faults:
+            if fault.method == method and fault.times != 0 and fault.when(*args):
+                if fault.times is not None:
+                    fault.times -= 1
+                raise fault.error
+
+    def has(self, kind: Kind, name: str) -> bool:
+        return any(r.kind == kind and r.name == name for r in self.objects)
+
+    # -- UninstallApi -----------------------------------------------------------------------
+
+    async def delete(self, ref: Ref, dry_run: bool) -> bool:
+        self._check("delete", ref, dry_run)
+        if ref not in self.objects:
+            return False
+        if not dry_run:
+            del self.objects[ref]
+            self.writes.append(("delete", str(ref)))
+        return True
+
+    async def read(self, ref: Ref) -> JSON | None:
+        self._check("read", ref)
+        found = self.objects.get(ref)
+        return copy.deepcopy(found) if found is not None else None
+
+    async def count(self, kind: Kind) -> int:
+        self._check("count", kind)
+        return self.custom_objects.get(f"{kind.plural}.{kind.group}", 0)
+
+    async def probe_backstop(self, namespace: str) -> str | None:
+        self._check("probe_backstop", namespace)
+        self.probes += 1
+        name = removal.BACKSTOP + (".static.k8s.io" if self.backstop_static else "")
+        refusal = f"ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request"
+        if self.backstop_static or self.has(removal.POLICY_BINDING, removal.BACKSTOP):
+            return refusal
+        if self.backstop_lag > 0:
+            self.backstop_lag -= 1
+            return refusal
+        return None
+
+    async def probe_mutating(self, namespace: str) -> bool:
+        self._check("probe_mutating", namespace)
+        self.mutating_probes += 1
+        if self.has(removal.MUTATING_WEBHOOKS, removal.WEBHOOKS):
+            return True
+        if self.mutating_lag > 0:
+            self.mutating_lag -= 1
+            return True
+        return False
+
+    async def gated_gangs(self) -> tuple[str, dict[str, int]]:
+        self._check("gated_gangs")
+        return OPERATOR, dict(self.gated)
+
+    async def release_gated(self, reason: str, by: str) -> tuple[str, list[str]]:
+        self._check("release_gated", reason, by)
+        lines = [
+            f"{gang}: {n} of {n} gated pods released by hand by {by}"
+            for gang, n in sorted(self.gated.items())
+        ]
+        self.writes += [("release", gang) for gang in sorted(self.gated)]
+        self.released.append((reason, by))
+        self.gated.clear()
+        return OPERATOR, lines
+
+    async def caller(self) -> str:
+        return "admin"
+
+    # -- CertsApi ---------------------------------------------------------------------------
+
+    async def create(self, kind: Kind, namespace: str | None, body: JSON) -> None:
+        ref = Ref(kind, body["metadata"]["name"], namespace)
+        self._check("create", ref, body)
+        if ref in self.objects:
+            raise refused(409, "already exists")
+        self.add(ref, body)
+        self.writes.append(("create", str(ref)))
+
+    async def replace(self, ref: Ref, body: JSON) -> None:
+        self._check("replace", ref, body)
+        stored = self.objects.get(ref)
+        if stored is None:
+            raise refused(404, "not found")
+        if body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
+            raise refused(409, "the object has been modified")
+        self.add(ref, body)
+        self.writes.append(("replace", str(ref)))
+
+    async def patch(self, ref: Ref, ops: list[JSON]) -> None:
+        self._check("patch", ref, ops)
+        stored = self.objects.get(ref)
+        if stored is None:
+            raise refused(404, "not found")
+        obj = copy.deepcopy(stored)
+        for op in ops:
+            *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+            target: Any = obj
+            for part in parents:
+                target = target[int(part)] if isinstance(target, list) else target.setdefault(part, {})
+            if op["op"] == "test" and target.get(last) != op["value"]:
+                raise refused(422, f"test failed at {op['path']}")
+            if op["op"] == "add":
+                target[last] = op["value"]
+            elif op["op"] == "remove":
+                del target[last]
+        self.add(ref, obj)
+        self.writes.append(("patch", str(ref)))

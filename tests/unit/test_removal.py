@@ -1,0 +1,169 @@
+"""`quorum.core.removal`: the one table of quorum's objects (the image has no manifests/), checked
+against manifests/ and crds/ both ways; the uninstall's order; the rights derived from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from quorum.core import removal
+from quorum.core.removal import Action, Ref
+from quorum.install import render
+
+REPO = Path(__file__).resolve().parents[2]
+MANIFESTS = REPO / "manifests"
+CRDS = REPO / "crds"
+
+
+def docs(paths: list[Path], namespace: str) -> list[dict[str, Any]]:
+    return [d for p in paths for d in yaml.safe_load_all(render(p.read_text(), namespace)) if d]
+
+
+def installed(namespace: str) -> list[dict[str, Any]]:
+    """What `kubectl apply -f manifests/` and the optional manifests create (not the static
+    admission files, which are no API objects)."""
+    paths = sorted(MANIFESTS.glob("*.yaml")) + sorted((MANIFESTS / "optional").glob("*.yaml"))
+    return docs(paths, namespace)
+
+
+def removed(namespace: str) -> set[tuple[str, str, str | None]]:
+    return {
+        (s.target.kind.kind, s.target.name, s.target.namespace)
+        for s in removal.removal_plan(namespace)
+        if s.target is not None
+    }
+
+
+@pytest.mark.parametrize("namespace", ["quorum-system", "gpu-admission"])
+def test_every_installed_object_is_removed_by_name_or_with_the_namespace(namespace: str) -> None:
+    named = removed(namespace)
+    left = []
+    for doc in installed(namespace):
+        meta = doc["metadata"]
+        key = (doc["kind"], meta["name"], meta.get("namespace"))
+        if key in named:
+            continue
+        if meta.get("namespace") == namespace:  # goes with the namespace, deleted last
+            continue
+        left.append(key)
+    assert not left, f"objects of manifests/ that `quorum uninstall` would leave behind: {left}"
+
+
+@pytest.mark.parametrize("namespace", ["quorum-system", "gpu-admission"])
+def test_every_object_removed_by_name_is_one_quorum_installs(namespace: str) -> None:
+    shipped = {
+        (d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")) for d in installed(namespace)
+    }
+    shipped |= {
+        ("CustomResourceDefinition", d["metadata"]["name"], None) for d in docs(crd_files(), namespace)
+    }
+    retired = {
+        (k, n, None)
+        for n in removal.RETIRED
+        for k in ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+    }
+    assert removed(namespace) - shipped == retired
+
+
+def crd_files() -> list[Path]:
+    return sorted(CRDS.rglob("*.yaml"))
+
+
+def test_quorums_crds_are_the_table_and_carry_its_label() -> None:
+    crds = docs(crd_files(), "quorum-system")
+    assert sorted(d["metadata"]["name"] for d in crds) == sorted(removal.CRDS)
+    # The label is what tells quorum's CRD from one scheduler-plugins installed (README: quorum
+    # creates its copy with `kubectl create`, so an existing one keeps its own labels).
+    assert all(removal.is_quorums(d["metadata"].get("labels")) for d in crds)
+
+
+def test_the_order_no_new_gates_then_release_then_protection_then_the_rest() -> None:
+    plan = removal.removal_plan("quorum-system")
+    order = [(s.action, str(s.target) if s.target else None) for s in plan]
+    index = {entry: i for i, entry in enumerate(order)}
+
+    def at(action: Action, target: str | None = None) -> int:
+        return index[(action, target)]
+
+    backstop_binding = at(Action.DELETE, "ValidatingAdmissionPolicyBinding quorum-gang-backstop")
+    wait = at(Action.WAIT_BACKSTOP_DROPPED)
+    mutating = at(Action.DELETE, "MutatingWebhookConfiguration quorum-webhooks")
+    mutating_dropped = at(Action.WAIT_MUTATING_DROPPED)
+    release = at(Action.RELEASE_GATED)
+    gate = at(Action.DELETE, "ValidatingAdmissionPolicyBinding quorum-gate-protection")
+    validating = at(Action.DELETE, "ValidatingWebhookConfiguration quorum-webhooks")
+    operator = at(Action.DELETE, "Deployment quorum-system/quorum-operator")
+    webhooks = at(Action.DELETE, "Deployment quorum-system/quorum-webhooks")
+    crds = [i for i, (a, _) in enumerate(order) if a is Action.DELETE_IF_QUORUMS]
+    rbac = at(Action.DELETE, "ClusterRoleBinding quorum-operator")
+    namespace = at(Action.DELETE, "Namespace quorum-system")
+    # The backstop refuses gang pods without the gate: it must be gone before the webhook that gates.
+    assert backstop_binding < wait < mutating < mutating_dropped < release
+    # The gate stays protected, and the operator there, until every gated pod is released.
+    assert release < gate < operator and release < validating < webhooks
+    assert webhooks < min(crds) and max(crds) < rbac < namespace == len(order) - 1
+    assert [s.number for s in plan] == sorted(s.number for s in plan)
+
+
+def test_admission_only_is_steps_one_to_three_without_the_deployments() -> None:
+    full = removal.removal_plan("gpu-admission")
+    only = removal.removal_plan("gpu-admission", admission_only=True)
+    assert list(only) == [
+        s for s in full if s.number <= 3 and (s.target is None or s.target.kind is not removal.DEPLOYMENT)
+    ]
+    kinds = {s.target.kind.kind for s in only if s.target is not None}
+    assert kinds == {
+        "ValidatingAdmissionPolicyBinding",
+        "ValidatingAdmissionPolicy",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    }
+
+
+def test_rights_are_each_deletion_by_name_the_probe_and_impersonating_the_operator_alone() -> None:
+    rules = removal.rights(removal.removal_plan("gpu-admission", True), "gpu-admission", "probes")
+    assert (
+        removal.Rule("", "serviceaccounts", ("impersonate",), ("quorum-operator",), "gpu-admission") in rules
+    )
+    assert removal.Rule("", "pods", ("create",), (), "probes") in rules
+    unnamed = [r for r in rules if not r.names]
+    assert unnamed == [removal.Rule("", "pods", ("create",), (), "probes")]  # create cannot be named
+    assert {v for r in rules for v in r.verbs} == {"delete", "create", "impersonate"}
+    full = removal.rights(removal.removal_plan("gpu-admission"), "gpu-admission", "probes")
+    assert removal.Rule("", "namespaces", ("get", "delete"), ("gpu-admission",)) in full
+    listed = {(r.group, r.resource) for r in full if r.verbs == ("list",)}
+    assert listed == {removal.crd_resource(n) for n in removal.CRDS}
+
+
+def test_merged_rules_join_names_and_any_name_wins() -> None:
+    a = removal.Rule("g", "r", ("delete",), ("x",))
+    b = removal.Rule("g", "r", ("delete",), ("y", "x"))
+    c = removal.Rule("g", "r", ("delete",), ())
+    assert removal.merged([a, b]) == [removal.Rule("g", "r", ("delete",), ("x", "y"))]
+    assert removal.merged([a, c, b]) == [c]
+
+
+def test_rbac_manifests_bind_a_cluster_role_and_a_role_per_namespace() -> None:
+    rules = removal.rights(removal.removal_plan("ns", True), "ns", "probes")
+    manifests = removal.rbac_manifests(rules, "quorum-lifecycle", "ns")
+    kinds = [(d["kind"], d["metadata"].get("namespace")) for d in manifests]
+    assert kinds == [
+        ("ClusterRole", None),
+        ("ClusterRoleBinding", None),
+        ("Role", "ns"),
+        ("RoleBinding", "ns"),
+        ("Role", "probes"),
+        ("RoleBinding", "probes"),
+    ]
+    for binding in manifests[1::2]:
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "quorum-lifecycle", "namespace": "ns"}
+        ]
+
+
+def test_refs_read_as_kubectl_names_them() -> None:
+    assert str(Ref(removal.DEPLOYMENT, "quorum-operator", "ns")) == "Deployment ns/quorum-operator"
+    assert str(Ref(removal.CRD, "gangs.quorum.dev")) == "CustomResourceDefinition gangs.quorum.dev"
