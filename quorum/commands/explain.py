@@ -5,6 +5,9 @@ short of; per node (or per topology domain) the first reason it cannot take one 
 nodes together; whether it may preempt and whom, or why not; capacity held for it, or held by
 other gangs on nodes it wants; its backoff; the last Events of the Gang and its group object.
 
+The planned view uses the installed operator's settings (its Deployment's QUORUM_OPERATOR_*
+values, e.g. the org whose nodes it uses), or this shell's where that Deployment cannot be read.
+
 Two views. Who may list nodes, pods and Gangs in every namespace gets the answer planned now:
 quorum-operator's own pass replayed on what they read (`quorum.operator.replay`), so it works while
 the operator is down. Anyone else (a namespace's tenant) gets what quorum-operator last recorded on
@@ -15,6 +18,7 @@ credentials may read.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import time
 from dataclasses import replace
@@ -26,10 +30,11 @@ from quorum.commands import session
 from quorum.commands.session import CommandError
 from quorum.core.diagnosis import Diagnosis, event_lines, recorded, render
 from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM
+from quorum.install import DEFAULT_NAMESPACE
 from quorum.k8s import command_reads
 from quorum.k8s.command_reads import Forbidden
 from quorum.operator.replay import replay
-from quorum.operator.settings import OperatorSettings, loop_settings
+from quorum.operator.settings import LoopSettings, OperatorSettings, loop_settings
 
 JSON = dict[str, Any]
 # What planning needs to read, in every namespace, and how to say it is missing.
@@ -51,6 +56,12 @@ def add_parser(subparsers: Any) -> None:
     )
     parser.add_argument("gang", help="the Gang's name (`quorum get` lists them), or <namespace>/<name>")
     parser.add_argument("-n", "--namespace", default=None, help="default: the kubeconfig context's namespace")
+    parser.add_argument(
+        "--quorum-namespace",
+        default=os.environ.get("QUORUM_NAMESPACE", DEFAULT_NAMESPACE),
+        help="where quorum is installed: its operator's settings are read there "
+        f"(default $QUORUM_NAMESPACE, else {DEFAULT_NAMESPACE})",
+    )
     session.add_connection_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -78,10 +89,12 @@ async def explain(args: argparse.Namespace) -> list[str]:
     connected = await session.connect(args)
     async with connected.api as api:
         namespace, name = target(args.gang, args.namespace, connected.namespace)
-        return render(await diagnose(api, namespace, name, time.time()))
+        return render(await diagnose(api, namespace, name, time.time(), args.quorum_namespace))
 
 
-async def diagnose(api: client.ApiClient, namespace: str, name: str, now: float) -> Diagnosis:
+async def diagnose(
+    api: client.ApiClient, namespace: str, name: str, now: float, install_namespace: str = DEFAULT_NAMESPACE
+) -> Diagnosis:
     """Everything explain says of the gang, in the view the caller's rights allow."""
     gang = await command_reads.gang(api, namespace, name)
     if gang is None:
@@ -89,13 +102,36 @@ async def diagnose(api: client.ApiClient, namespace: str, name: str, now: float)
     if ((gang.get("metadata") or {}).get("labels") or {}).get(PLACED_BY_LABEL) == PLACED_BY_SLURM:
         why = "Slurm places this gang: quorum-operator does not plan it"
         return await with_events(api, recorded(gang, now, why, "quorum-sunk-scheduler"), gang, now)
-    diagnosis = await planned(api, (namespace, name), now)
+    diagnosis = await planned(api, (namespace, name), now, install_namespace)
     if isinstance(diagnosis, str):
         diagnosis = recorded(gang, now, diagnosis)
     return await with_events(api, diagnosis, gang, now)
 
 
-async def planned(api: client.ApiClient, key: tuple[str, str], now: float) -> Diagnosis | str:
+async def operator_settings(api: client.ApiClient, install_namespace: str) -> tuple[LoopSettings, str]:
+    """The installed operator's settings (its Deployment's QUORUM_OPERATOR_* values over this
+    shell's), and a note when its Deployment could not be read."""
+    note = ""
+    try:
+        found = await command_reads.deployment(api, install_namespace, "quorum-operator")
+    except Forbidden:
+        found = None
+    if found is None:
+        note = (
+            f"no quorum-operator Deployment read in {install_namespace}: planned with this shell's "
+            "QUORUM_OPERATOR_* settings (--quorum-namespace names quorum's namespace)"
+        )
+    try:
+        config = OperatorSettings.from_deployment(found) if found else OperatorSettings.from_env()
+    except ValueError as err:  # pydantic's ValidationError names the setting
+        where = f"Deployment {install_namespace}/quorum-operator" if found else "this environment"
+        raise CommandError(f"a QUORUM_OPERATOR_* variable of {where} is wrong: {err}") from None
+    return loop_settings(config), note
+
+
+async def planned(
+    api: client.ApiClient, key: tuple[str, str], now: float, install_namespace: str = DEFAULT_NAMESPACE
+) -> Diagnosis | str:
     """The planned view, or why the caller gets the recorded one."""
     try:
         for verb, resource, group, missing in PLANNING_READS:
@@ -104,13 +140,12 @@ async def planned(api: client.ApiClient, key: tuple[str, str], now: float) -> Di
         objects = await command_reads.cluster_objects(api)
     except Forbidden as err:
         return str(err)
-    try:
-        settings = loop_settings(OperatorSettings.from_env())
-    except ValueError as err:  # pydantic's ValidationError names the variable
-        raise CommandError(f"a QUORUM_OPERATOR_* variable of this environment is wrong: {err}") from None
+    settings, settings_note = await operator_settings(api, install_namespace)
     diagnosis = replay(objects, key, settings, now)
     if diagnosis is None:
         return "the gang has no pods now: nothing to plan"
+    if settings_note:
+        diagnosis = replace(diagnosis, notes=(*diagnosis.notes, settings_note))
     if not objects.pdbs_read:
         note = "you cannot list PodDisruptionBudgets: preemption was chosen without them"
         diagnosis = replace(diagnosis, notes=(*diagnosis.notes, note))

@@ -6,6 +6,7 @@ made from them at start (tests make it directly)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -16,9 +17,11 @@ from quorum.core.planner import PlannerSettings
 from quorum.core.preemption import PreemptionSettings
 from quorum.install import DEFAULT_NAMESPACE
 
+PREFIX = "QUORUM_OPERATOR_"
+
 
 class OperatorSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="QUORUM_OPERATOR_", frozen=True, extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="ignore")
 
     org: str | None = None
     """Only nodes labelled node.coreweave.cloud/reserved=<org> are used (None: any org)."""
@@ -78,6 +81,21 @@ class OperatorSettings(BaseSettings):
     @classmethod
     def from_env(cls) -> OperatorSettings:
         return cls()
+
+    @classmethod
+    def from_deployment(cls, deployment: dict[str, Any]) -> OperatorSettings:
+        """The settings a quorum-operator Deployment gives its process: the plain `value`s of its
+        operator container's QUORUM_OPERATOR_* variables over this process's environment
+        (`quorum explain` replays a pass with the installed operator's settings)."""
+        containers = ((deployment.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers")
+        chosen: dict[str, str] = {}
+        for container in containers or []:
+            for var in container.get("env") or []:
+                name, value = var.get("name"), var.get("value")
+                if isinstance(name, str) and name.startswith(PREFIX) and isinstance(value, str):
+                    chosen[name.removeprefix(PREFIX).lower()] = value
+        known = {k: v for k, v in chosen.items() if k in cls.model_fields and k != "namespace"}
+        return cls(**known)  # type: ignore[arg-type]  # strings, validated as the env would be
 
 
 @dataclass(frozen=True)

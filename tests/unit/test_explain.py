@@ -400,3 +400,25 @@ def test_the_status_the_operator_composes_is_read_the_same_way() -> None:
     diagnosis = from_status(composed, 1_800_000_192.0, "planned now")
     assert diagnosis.message == "needs 2 pods placed together; short by 1"
     assert diagnosis.preemption == "none: off"
+
+
+def test_the_planned_view_uses_the_installed_operators_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Deployment's plain QUORUM_OPERATOR_* values win over this shell's; references
+    (valueFrom) and the operator's own namespace are not taken; a bad value is named."""
+    from quorum.operator.settings import OperatorSettings
+
+    monkeypatch.setenv("QUORUM_OPERATOR_ORG", "shell-org")
+    monkeypatch.setenv("QUORUM_OPERATOR_STARVATION_SECONDS", "5")
+    env = [
+        {"name": "QUORUM_OPERATOR_ORG", "value": "acme"},
+        {"name": "QUORUM_OPERATOR_PREEMPTION", "value": "false"},
+        {"name": "QUORUM_OPERATOR_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "OTHER", "value": "x"},
+    ]
+    deployment = {"spec": {"template": {"spec": {"containers": [{"name": "operator", "env": env}]}}}}
+    settings = OperatorSettings.from_deployment(deployment)
+    assert settings.org == "acme" and settings.preemption is False
+    assert settings.starvation_seconds == 5.0, "what the Deployment does not set comes from the shell"
+    env.append({"name": "QUORUM_OPERATOR_STARVATION_SECONDS", "value": "soon"})
+    with pytest.raises(ValueError, match="starvation_seconds"):
+        OperatorSettings.from_deployment(deployment)
