@@ -5,6 +5,7 @@ NAME ?= default
 SIZE ?=
 SLURM ?=
 PYTEST_ARGS ?=
+DIST ?= dist
 # `make up K8S=1.36`: another Kubernetes minor for the local control plane (default 1.37).
 ifdef K8S
 export QUORUM_K8S := $(K8S)
@@ -13,7 +14,7 @@ endif
 PY = PYTHONPATH="$(CURDIR)" "$$(hack/ensure-venv)/bin/python"
 VENV_BIN = "$$(hack/ensure-venv)/bin"
 
-.PHONY: help venv build up down status demo jobset-demo test lint typecheck hadolint unit integration soak bench bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk clean
+.PHONY: help venv build up down status demo jobset-demo test lint typecheck hadolint unit integration soak bench bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk release-manifests clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -94,6 +95,13 @@ bench-sunk: ## pods through a real Slurm (quorum-sunk-scheduler) beside quorum's
 
 bench-control-plane: ## local control plane start-up time and memory, 22 and 1,000 nodes
 	@$(PY) -m tests.bench.control_plane
+
+release-manifests: ## dist/quorum.yaml, dist/quorum-sunk.yaml (kubectl apply --server-side -f; cert-manager makes the certificate) and dist/podgroups.scheduling.x-k8s.io.yaml (kubectl create -f): docs/install.md
+	@mkdir -p $(DIST)
+	@$(PY) -m quorum manifests --values hack/release/quorum-values.yaml > $(DIST)/quorum.yaml
+	@$(PY) -m quorum manifests --values hack/release/quorum-values.yaml --values hack/release/sunk-values.yaml > $(DIST)/quorum-sunk.yaml
+	@cp crds/scheduler-plugins/scheduling.x-k8s.io_podgroups.yaml $(DIST)/podgroups.scheduling.x-k8s.io.yaml
+	@echo "$(DIST)/quorum.yaml $(DIST)/quorum-sunk.yaml $(DIST)/podgroups.scheduling.x-k8s.io.yaml"
 
 clean: ## stop every instance and remove .quorum/ (the binary cache stays)
 	-@$(PY) -m devcluster down --all

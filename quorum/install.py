@@ -148,11 +148,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--values",
         type=Path,
-        default=None,
+        action="append",
+        default=[],
         metavar="FILE",
         help="render the install the Helm chart makes with these values (charts/quorum/values.yaml "
         "has them all; docs/install.md): CRDs, certificates, platform identities, replicas, settings. "
-        "The options below override the file's. Without it: manifests/ as written, for the namespace",
+        "Repeat to merge files in turn, as helm -f does; the options below override them. Without "
+        "it: manifests/ as written, for the namespace",
     )
     parser.add_argument("--namespace", default=None, help=f"where quorum runs (default {DEFAULT_NAMESPACE})")
     parser.add_argument("--dir", type=Path, default=None, help="the manifests to render (not with --values)")
@@ -184,7 +186,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.values is not None:
+    if args.values:
         return _run_with_values(args)
     args.namespace = args.namespace or DEFAULT_NAMESPACE
     args.dir = args.dir or MANIFESTS
@@ -207,7 +209,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_with_values(args: argparse.Namespace) -> int:
     """`quorum manifests --values FILE`: what `helm template` of charts/quorum makes with FILE,
-    but the Helm hooks (quorum.install_values); the options map onto the values."""
+    but the Helm hooks (quorum.install_values); the options map onto the values. It reads
+    manifests/ and crds/ from this checkout: a development command, like `quorum manifests`."""
     from quorum import install_values  # it builds on this module
 
     try:
@@ -224,7 +227,8 @@ def _run_with_values(args: argparse.Namespace) -> int:
         if args.slurm_cidr:
             cidrs = [str(ipaddress.ip_network(c, strict=False)) for c in args.slurm_cidr]
             flags["sunk"] = {"enabled": True, "slurmCidrs": cidrs}
-        values = install_values.load_values(install_values.read_values_file(args.values), flags)
+        files = [install_values.read_values_file(path) for path in args.values]
+        values = install_values.load_values(*files, flags)
         leave_out: frozenset[str] = frozenset()
         if args.static_admission is not None:
             args.static_admission.mkdir(parents=True, exist_ok=True)
