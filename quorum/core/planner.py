@@ -56,7 +56,7 @@ from dataclasses import dataclass, field, replace
 from quorum.core.explain import amount, explain
 from quorum.core.fit import FitSettings
 from quorum.core.index import Key, NodeIndex, NodesOfShape, Shape, ShapeEntry, slots
-from quorum.core.model import Composite, Gang, Node, Pod, Resources, fits, subtract
+from quorum.core.model import Composite, Gang, Node, Pod, Resources, add, fits, subtract
 from quorum.core.topology import domains_of, explain_domains, least_waste_first
 
 _MANY = 1_000_000  # pods that fit where a pod asks for nothing (as `quorum.core.index.slots`)
@@ -204,6 +204,10 @@ class Planner:
         self.synced = False  # False: the next pass rebuilds the index from scratch
         # Gangs held for lack of room last pass, with the versions of their shapes then.
         self.held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]] = {}
+        # The last pass: each gang's place in queue order, and the room the starvation guard
+        # held (taken out of `index.free`) for a starving gang, node by node (see `room_for`).
+        self.order: dict[tuple[str, str], int] = {}
+        self.held_room: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
 
     def plan(
         self,
@@ -223,6 +227,8 @@ class Planner:
         holds: list[Hold] = []
         held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]] = {}
         ordered = sorted(queue, key=queue_order)
+        self.order = {gang.key: i for i, gang in enumerate(ordered)}
+        self.held_room = {}
         children: dict[tuple[str, str], list[Gang]] = {}
         for gang in ordered:
             if gang.composite is not None:
@@ -432,6 +438,20 @@ class Planner:
             raise
         self.synced = True
 
+    def room_for(self, key: tuple[str, str]) -> dict[str, dict[str, int]]:
+        """Each node's room after the last pass as the gang `key` may count on it (what
+        preemption decides with): the room the starvation guard held for it, or for a gang after
+        it in queue order, is free to it. A hold keeps room from the gangs behind the starving
+        one, never from the starving gang itself nor from the gangs planned before the hold."""
+        free = dict(self.index.free)
+        mine = self.order.get(key, len(self.order))
+        for holder, rooms in self.held_room.items():
+            if self.order.get(holder, -1) >= mine:
+                for name, room in rooms.items():
+                    if name in free:
+                        free[name] = add(free[name], room)
+        return free
+
     def hold_capacity(self, hold: Hold, needed: int, now: float) -> Hold:
         """Hold the nodes closest to free for a starving gang (see the module's doc): most room
         for its pods now (in fractions of a pod), then most room when empty. The gang's biggest
@@ -467,9 +487,9 @@ class Planner:
             free_now += min(take, slots(pod, index.free[name]))
             held.append(name)
             self.committed.add(name)
-            index.set_free(
-                name, subtract(index.free[name], {k: v * take for k, v in pod.requests.items() if v > 0})
-            )
+            room = {k: v * take for k, v in pod.requests.items() if v > 0}
+            self.held_room.setdefault(gang.key, {})[name] = room
+            index.set_free(name, subtract(index.free[name], room))
         waited = now - (gang.held_since or now)
         message = (
             f"holding {len(held)} nodes for this gang after {waited:.0f}s held (starvation guard): room "

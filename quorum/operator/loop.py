@@ -210,6 +210,11 @@ class GangLoop:
         self.recoverer.start_due(views, self.work, self.fail, now)
         self.preempter.start_upkeep(views, self.work, now)
         self.lap("recover")
+        # Gangs with a task in flight that the planner does not see this pass: their status
+        # waits for the next pass (woken when the task ends), even if the task ends during the
+        # plan, so that it is never composed without the pass's hold (a held gang shown not
+        # held, its Unschedulable time and its starvation clock restarted, depending on timing).
+        unplanned = {key for key in views if self.work.blocks_planning(key)}
         holds, plannable = self.holds.sort_out(views, now)
         snapshot = Snapshot(
             nodes=nodes,
@@ -245,7 +250,7 @@ class GangLoop:
             plannable,
             planned.plan,
             nodes,
-            self.planner.index.free,
+            self.planner.room_for,
             self.work,
             self.ledger,
             self.fail,
@@ -253,7 +258,7 @@ class GangLoop:
         )
         self.holds.add_why_not(holds, self.preempter.why_not)
         self.lap("preempt")
-        self.start_status_writes(views, holds, now)
+        self.start_status_writes(views, holds, now, unplanned)
         self.lap(f"status of {len(views)} gangs")
         self.collect_garbage(views)
 
@@ -266,10 +271,14 @@ class GangLoop:
     # -- status -------------------------------------------------------------------------------
 
     def start_status_writes(
-        self, views: dict[GangKey, GangView], holds: dict[GangKey, Hold], now: float
+        self,
+        views: dict[GangKey, GangView],
+        holds: dict[GangKey, Hold],
+        now: float,
+        unplanned: set[GangKey],
     ) -> None:
         forming = self.holds.forming(set(views), holds, now)
-        statuses = self.records.start_writes(views, holds, forming, self.work, self.fail)
+        statuses = self.records.start_writes(views, holds, forming | unplanned, self.work, self.fail)
         phases: Counter[tuple[str, str]] = Counter()
         for key, status in statuses.items():
             self.observe_bound(views[key], status.counts)

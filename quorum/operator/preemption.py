@@ -201,13 +201,15 @@ class Preempter:
         self,
         holds: Sequence[tuple[GangView, Gang]],
         nodes: Mapping[str, Node],
-        free: Mapping[str, Resources],
+        room: Callable[[GangKey], Mapping[str, Resources]],
         views: Mapping[GangKey, GangView],
         busy: set[GangKey],
         now: float,
     ) -> Candidate | None:
         """The first gang in queue order that is held for lack of room and may try now, with a
-        snapshot of what the decision reads; None when none may (or a preemption is in flight)."""
+        snapshot of what the decision reads; None when none may (or a preemption is in flight).
+        `room`: each node's room after the pass as a gang may count on it (`Planner.room_for`:
+        capacity the starvation guard holds for the gang itself is its own, not taken)."""
         if not self.settings.enabled or self.in_flight():
             return None
         for view, gang in holds:
@@ -223,7 +225,7 @@ class Preempter:
             running = [f.running for f in self.bound.facts.values()]
             work = [w for w in units(running, groups) if not excluded(w, exclude)]
             budgets = budgets_of(self.store.pdbs, self.bound)
-            return Candidate(key, gang, is_interruptable(view), dict(nodes), dict(free), work, budgets)
+            return Candidate(key, gang, is_interruptable(view), dict(nodes), dict(room(key)), work, budgets)
         return None
 
     def decide(self, candidate: Candidate) -> Preemption | NoPreemption:
@@ -263,7 +265,7 @@ class Preempter:
         plannable: Mapping[GangKey, GangView],
         plan: Plan,
         nodes: Mapping[str, Node],
-        free: Mapping[str, Resources],
+        room: Callable[[GangKey], Mapping[str, Resources]],
         work: GangWork,
         ledger: Ledger,
         fail: Callable[[GangKey, str, str], None],
@@ -278,7 +280,7 @@ class Preempter:
             if h.reason == "Unschedulable" and not work.busy(h.gang.key)
         ]
         busy = {key for key in views if work.blocks_planning(key)} | {r.gang for r in ledger.entries.values()}
-        candidate = self.candidate(held, nodes, free, views, busy, now)
+        candidate = self.candidate(held, nodes, room, views, busy, now)
         if candidate is not None:
             try:
                 outcome: Preemption | NoPreemption | None = await asyncio.to_thread(self.decide, candidate)

@@ -224,7 +224,7 @@ def preemption_of(
             "",
         )
     busy = {r.gang for r in ledger.entries.values()}
-    candidate = preempter.candidate([(view, hold.gang)], nodes, planner.index.free, views, busy, now)
+    candidate = preempter.candidate([(view, hold.gang)], nodes, planner.room_for, views, busy, now)
     if candidate is None:
         why = preempter.why_not.get(key)  # "no preemption: its PodGroup has preemptionPolicy: Never"
         if why is None:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import time
 from typing import Any
 
+from quorum.core.planner import PlannerSettings
 from quorum.k8s.usage import BoundPods
-from quorum.operator import clock
+from quorum.operator import clock, snapshot
+from quorum.operator import loop as loop_module
 from quorum.operator.gangs import Store
 from quorum.operator.loop import GangLoop
 from quorum.operator.settings import PreemptionLoopSettings
@@ -276,3 +279,67 @@ async def test_a_preemption_whose_room_went_to_another_backs_the_next_one_off() 
             if len(api.victims_deleted) == 3:
                 break
         assert len(api.victims_deleted) == 3
+
+
+async def test_a_starving_gang_may_take_the_work_on_the_nodes_held_for_it() -> None:
+    """The starvation guard holds n0 for the gang; the work there is of higher priority first,
+    then of lower. The room held for the gang is its own: freeing the lower-priority work makes
+    it fit, and the preemption goes ahead (it was refused as WouldNotFit when the decision
+    counted the gang's own hold as taken)."""
+    with clock.using(clock.ManualClock()) as now:
+        store, bound = cluster(1, {})
+        running(store, bound, "top", 1, 5000, ["n0"])
+        held(store, "high", 1, 1000)
+        api = FakeApi(store)
+        loop = GangLoop(api, store, bound, settings())
+        await step(loop)
+        assert api.victims_deleted == []
+        now.advance(PlannerSettings().starvation_seconds + 1)
+        await step(loop)  # starving: n0 is held for it
+        await step(loop)
+        conditions = {c["type"]: c for c in store.gangs[(NS, "pg-high")]["status"]["conditions"]}
+        assert conditions["CapacityHeld"]["reason"] == "Starving", conditions["CapacityHeld"]
+        assert "no preemption (NothingToPreempt)" in conditions["Unschedulable"]["message"]
+        del store.pods["top-0"]  # the higher-priority work ends; work of priority 0 takes n0
+        bound.remove("top-0")
+        foreign(store, bound, "taker", "n0")
+        now.advance(PreemptionLoopSettings().retry_seconds + 1)
+        await step(loop)
+        status = store.gangs[(NS, "pg-high")]["status"]
+        assert api.victims_deleted == ["taker"], status["conditions"]
+        assert status["preemption"]["nodes"] == ["n0"]
+
+
+async def test_a_gang_whose_preemption_ends_during_the_plan_is_not_shown_unheld(monkeypatch: Any) -> None:
+    """The pass that ends a preemption does not plan its gang (its task is in flight). When the
+    task ends while the plan runs, the gang's status waits for the next pass: composed now, it
+    would show the gang not held (Unschedulable False), restarting its Unschedulable time and
+    its starvation clock, depending on whether the task or the plan came first."""
+    planned = snapshot.plan
+
+    def slow_plan(*args: Any) -> Any:
+        time.sleep(0.2)  # in the worker thread: the end task runs to its end meanwhile
+        return planned(*args)
+
+    with clock.using(clock.ManualClock()) as now:
+        store, bound = cluster(1, {})
+        running(store, bound, "low", 1, 10, ["n0"])
+        held(store, "high", 1, 1000)
+        api = FakeApi(store)
+        loop = GangLoop(api, store, bound, settings())
+        await step(loop)  # the preemption starts
+        victims_gone(bound, api)
+        foreign(store, bound, "taker", "n0")  # the freed room goes to someone else
+        now.advance(PreemptionLoopSettings().timeout_seconds + 1)
+        monkeypatch.setattr(loop_module, "plan", slow_plan)
+        await step(loop)  # the preemption ends, during the plan
+        assert not store.gangs[(NS, "pg-high")]["status"].get("preemption")
+        monkeypatch.setattr(loop_module, "plan", planned)
+        now.advance(1)
+        await step(loop)
+        written = [
+            next(c["status"] for c in status["conditions"] if c["type"] == "Unschedulable")
+            for ns, name, status in api.called("patch_gang_status")
+            if name == "pg-high" and "conditions" in status
+        ]
+        assert written and set(written) == {"True"}, written

@@ -144,3 +144,20 @@ def test_a_gang_whose_turn_ended_is_not_told_it_still_holds() -> None:
         plan = planner.plan(nodes, used, [first, second], now=now, changed=None if now == 40.0 else ())
         held.append(sorted(h.gang.name for h in plan.holds if h.held_nodes))
     assert held == [["first"], ["second"], ["second"]]
+
+
+def test_the_room_held_for_a_starving_gang_is_free_to_it_and_to_the_gangs_ahead_only() -> None:
+    """What preemption decides with (`Planner.room_for`): the capacity held for the starving
+    gang is taken from the gangs behind it, not from the gang itself nor the gangs before it."""
+    nodes = {n.name: n for n in (node("n0"), node("n1"))}
+    top = gang("top", 3, gpus=8, priority=10, created=0)  # ahead in queue order: never fits
+    starving = gang("starving", 2, gpus=8, created=1, held_since=0.0)
+    behind = gang("behind", 2, gpus=8, created=2)
+    planner = Planner(STARVE)
+    plan = planner.plan(nodes, busy("n0"), [top, starving, behind], now=60.0)
+    assert {h.gang.name: h.held_nodes for h in plan.holds}["starving"] == ("n1", "n0")
+    assert planner.room_for(behind.key)["n1"][GPU] == 0, "held from the gangs behind it"
+    assert planner.room_for(starving.key)["n1"][GPU] == 8000, "its own"
+    assert planner.room_for(top.key)["n1"][GPU] == 8000, "planned before the hold"
+    assert planner.room_for(starving.key)["n0"][GPU] == 0, "what runs there is not freed"
+    assert planner.room_for(("ns", "unknown"))["n1"][GPU] == 0
