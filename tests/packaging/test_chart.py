@@ -428,3 +428,22 @@ def test_quorums_crds_are_kept_by_helm_uninstall_unless_asked(helm: Path) -> Non
     assert all(d["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep" for d in kept)
     dropped = helm_template(helm, "--set", "crds.keep=false").stdout
     assert "helm.sh/resource-policy" not in dropped
+
+
+def test_the_packaged_chart_holds_the_files_it_links_to(helm: Path, tmp_path: Path) -> None:
+    """files/ links to manifests/, crds/ and dashboards/; `helm package` copies them in, so the
+    packaged chart renders what the checkout does."""
+    packaged = run(helm, "package", CHART, "--destination", tmp_path)
+    assert packaged.returncode == 0, packaged.stderr
+    (archive,) = tmp_path.glob("quorum-*.tgz")
+    args = (
+        "--set",
+        "dashboard.enabled=true",
+        "--set",
+        "sunk.enabled=true",
+        "--set",
+        "certificates.mode=certManager",
+    )
+    from_archive = run(helm, "template", "quorum", archive, "--namespace", RELEASE_NAMESPACE, *args)
+    assert from_archive.returncode == 0, from_archive.stderr
+    assert from_archive.stdout == helm_template(helm, *args).stdout
