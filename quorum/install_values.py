@@ -278,6 +278,16 @@ class InstallValues(_Values):
     dashboard: DashboardValues = DashboardValues()
     uninstall: UninstallValues = UninstallValues()
 
+    @model_validator(mode="after")
+    def _probe_where_the_backstop_applies(self) -> InstallValues:
+        probe = self.uninstall.probe_namespace
+        if probe in (self.quorum_namespace, "kube-system", "kube-node-lease"):
+            raise ValueError(
+                f"uninstall.probeNamespace {probe}: quorum's backstop does not apply there, so the "
+                "uninstall hook's probe would prove nothing; name a tenant namespace (default: default)"
+            )
+        return self
+
     @property
     def quorum_namespace(self) -> str:
         return self.namespace.name or install.DEFAULT_NAMESPACE

@@ -298,6 +298,11 @@ def test_values_yaml_schema_and_model_are_one(tmp_path: Path) -> None:
             "/operator/settings/starvationMaxShare",
             "less than",
         ),
+        (
+            {"uninstall": {"probeNamespace": "kube-system"}},
+            "uninstall.probeNamespace kube-system",
+            "uninstall.probeNamespace kube-system: quorum's backstop does not apply there",
+        ),
     ],
 )
 def test_bad_values_fail_with_the_value_named(
