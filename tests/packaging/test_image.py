@@ -77,7 +77,7 @@ def test_install_steps_give_working_entrypoints(tmp_path: Path) -> None:
         "PYTHONDONTWRITEBYTECODE": "1",
         "HOME": str(tmp_path / "nohome"),
     }
-    for script in ("quorum-operator", "quorum-webhooks", "quorum"):
+    for script in ("quorum-operator", "quorum-webhooks", "quorum", "kubectl-quorum"):
         proc = subprocess.run(
             [str(venv / "bin" / script), "--version"],
             capture_output=True,
