@@ -1,7 +1,10 @@
 """`quorum uninstall`: remove quorum so that no pod is left gated and no pod creation is refused
 on the way (docs/lifecycle.md, "Uninstall without stranding pods"). The order and the objects:
 `quorum.core.removal`. It never deletes a tenant's pod; it removes quorum's gate from gated gang
-pods (as quorum's operator, recorded on each Gang with the reason) and deletes quorum's objects.
+pods (as quorum's operator, recorded on each Gang with the reason), resumes the Jobs quorum
+suspended (a recovery's or a preemption's, each once its pods are gone, as quorum would), removes
+the reservation taint `quorum.dev/reserved` a preemption in flight holds nodes with
+(docs/preemption.md; nothing else of a node), and deletes quorum's objects.
 
     quorum uninstall [--namespace NS] [--dry-run] [--admission-only] [--reason TEXT]
                      [--kubeconfig K] [--probe-namespace default] [--timeout 60]
@@ -9,9 +12,30 @@ pods (as quorum's operator, recorded on each Gang with the reason) and deletes q
 Each step prints one line: what it deleted, what was already gone, what it left and why. Run it
 again after a failure: what is done is skipped. `--dry-run` changes nothing: it asks the
 apiserver whether each deletion would be allowed (server-side dry runs) and says what it would
-do. `--admission-only` is what a Helm pre-delete hook runs: steps 1-3 without the Deployments;
-after it nothing of quorum gates a pod or refuses a pod creation, whatever order the rest is
-deleted in.
+do. `--admission-only` is what a Helm pre-delete hook runs: steps 1-3 without the Deployments,
+then the reservation taints; after it nothing of quorum gates a pod, refuses a pod creation,
+keeps a Job suspended or keeps a node reserved, whatever order the rest is deleted in.
+
+Suspended Jobs: quorum suspends a Job (recovery of a partial placement; a preemption's victim)
+so that its pods go, records it on the gang's Gang, and resumes it once none of its pods is left;
+once quorum is gone nothing would. Step 2 resumes each, as the operator, once none of its pods
+is left (waiting at most `--timeout`; a run that stops there is finished by the next).
+
+Reservation taints: once quorum is gone nothing removes them, and a node left with one takes no
+pod again. The full run removes them after the operator's Deployment and its ClusterRoleBinding
+are deleted (an operator still running may no longer write a node, so cannot put one back), as
+the caller. `--admission-only` removes them as the operator (impersonated, as the release), which
+still runs until Helm deletes it: it reserves nodes only for a preemption of a gated gang, none is
+gated after step 2, so only a preemption it decided just before the release could put one back.
+Both runs therefore look at the nodes again, half a second apart, until none has one 5 times in
+a row (`removal.RESERVATION_QUIET`), removing again any put back (said so), at most `--timeout`
+seconds. One line per node; a re-run removes any left (e.g. by a version of quorum
+without this step): the full run as a cluster-admin after `helm uninstall` finds everything
+else gone and does just that.
+
+Left on purpose: quorum-sunk-scheduler's node lock (taint and annotation
+`sunk.coreweave.com/lock`), drain annotation and `SlurmCordon` condition are Slurm's state,
+set by its prolog and lifted by its epilog or by Slurm (docs/sunk.md); see docs/lifecycle.md.
 
 Identity and rights. The release removes quorum's gate, which only quorum's operator may do
 (policy quorum-gate-protection), so the command impersonates
@@ -24,7 +48,10 @@ quorum's self-protection keeps customers from minting tokens, creating pods or S
 (docs/threat-model.md); a chart should create it as a hook resource that is deleted after the
 hook. The exact rules of `--admission-only` for quorum in quorum-system, the probe in `default`
 (ServiceAccount quorum-lifecycle; tests/unit/test_uninstall.py checks this text against
-`removal.rights`, tests/integration/test_uninstall.py runs the command with exactly these):
+`removal.rights`, tests/integration/test_uninstall.py runs the command with exactly these; the
+suspended Jobs and the reservation taints need no right of their own: it acts on them as the
+operator, whose RBAC lets it list Gangs, read and patch Jobs, list and patch nodes, and whose
+fence lets it change only a Job's spec.suspend and a node's quorum.dev/reserved taints):
 
     apiVersion: rbac.authorization.k8s.io/v1
     kind: ClusterRole
@@ -67,9 +94,10 @@ hook. The exact rules of `--admission-only` for quorum in quorum-system, the pro
 (`create pods` in the probe's namespace is for the server-side dry run of the probe alone; RBAC
 cannot grant dry runs only.) The full uninstall also deletes, by name, the Deployments in NS,
 the fences (policies and bindings), quorum's ClusterRoles and ClusterRoleBindings and the
-namespace (read first: is it terminating already), and reads and deletes quorum's CRDs and lists
-their objects (the count it reports): `removal.rights(removal_plan(NS), NS, PROBE)` lists it; it
-is meant for a person with cluster-admin rights.
+namespace (read first: is it terminating already), reads and deletes quorum's CRDs and lists
+their objects (the count it reports), and lists and patches nodes (the reservation taints, once
+the operator's RBAC is gone): `removal.rights(removal_plan(NS), NS, PROBE)` lists it; it is meant
+for a person with cluster-admin rights.
 """
 
 from __future__ import annotations
@@ -89,8 +117,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum import install
 from quorum.core import removal
+from quorum.core.conditions import recovery_of
 from quorum.core.removal import Action, Kind, Ref, Step
-from quorum.k8s import objects, reads
+from quorum.k8s import objects, reads, writes
 from quorum.k8s.client import KubeconfigError, command_client
 from quorum.operator import manual
 from quorum.operator.gangs import GANG_LABEL, is_gated
@@ -98,6 +127,8 @@ from quorum.operator.gangs import GANG_LABEL, is_gated
 JSON = dict[str, Any]
 T = TypeVar("T")
 POD = Kind("", "v1", "pods", "Pod", namespaced=True)
+GANG = Kind("quorum.dev", "v1alpha1", "gangs", "Gang", namespaced=True)
+JOB = Kind("batch", "v1", "jobs", "Job", namespaced=True)
 DEFAULT_REASON = "uninstalling quorum"
 DEFAULT_PROBE_NAMESPACE = "default"
 ACCEPTED_IN_A_ROW = 3  # several apiservers each drop the binding on their own
@@ -106,6 +137,21 @@ RELEASE_ROUNDS = 3
 
 class UninstallError(RuntimeError):
     """A step failed; the message says which, why and what to do."""
+
+
+@dataclass(frozen=True)
+class SuspendedJob:
+    """A Job quorum suspended (recorded on its gang's Gang, `status.recovery.suspendedJobs`) that
+    still is; `pods`: how many of its pods are left (active or terminating)."""
+
+    namespace: str
+    name: str
+    uid: str
+    gang: str
+    pods: int
+
+    def __str__(self) -> str:
+        return f"Job {self.namespace}/{self.name} (suspended by quorum, gang {self.namespace}/{self.gang})"
 
 
 class UninstallApi(Protocol):
@@ -134,14 +180,35 @@ class UninstallApi(Protocol):
         """Release every gated gang pod: (acting identity, one line per gang)."""
         ...
 
+    async def suspended_jobs(self) -> tuple[str, list[SuspendedJob]]:
+        """(acting identity, the Jobs quorum suspended that still are; none once the Gang CRD is
+        gone)."""
+        ...
+
+    async def resume_job(self, job: SuspendedJob, dry_run: bool) -> tuple[str, bool]:
+        """Resume it, uid-tested (with dry_run: ask the apiserver whether it would allow it):
+        (acting identity, False if it is gone or was replaced)."""
+        ...
+
+    async def reserved_nodes(self) -> tuple[str, dict[str, list[str]]]:
+        """(acting identity, the values of the reservation taints of each node that has one)."""
+        ...
+
+    async def unreserve(self, node: str, dry_run: bool) -> tuple[str, list[str]]:
+        """Remove every reservation taint from `node` and nothing else of it (with dry_run: ask
+        the apiserver whether it would allow it): (acting identity, the values removed, or that
+        would be; [] if it has none or is gone)."""
+        ...
+
     async def caller(self) -> str: ...
 
 
 class LiveUninstallApi:
     """`UninstallApi` on two clients: the caller's, and the caller impersonating quorum's
-    operator (for the release). When the operator's identity may not list pods any more (its
-    RBAC is gone: a re-run after step 4, or after Helm deleted it), the release acts as the
-    caller: then the gate protection is gone too (it goes before the RBAC)."""
+    operator (for the release, the Jobs quorum suspended and the reservation taints). When the
+    operator's identity may not list pods, Gangs or nodes any more (its RBAC is gone: later in
+    step 4, a re-run, or after Helm deleted it), these act as the caller: then the gate
+    protection is gone too (it goes before the RBAC)."""
 
     def __init__(self, api: client.ApiClient, operator: client.ApiClient, operator_name: str) -> None:
         self.api, self.operator, self.operator_name = api, operator, operator_name
@@ -198,11 +265,83 @@ class LiveUninstallApi:
     async def release_gated(self, reason: str, by: str) -> tuple[str, list[str]]:
         return await self._acting(lambda api: manual.release_gangs(api, None, reason, by))
 
+    async def suspended_jobs(self) -> tuple[str, list[SuspendedJob]]:
+        return await self._acting(suspended_jobs)
+
+    async def resume_job(self, job: SuspendedJob, dry_run: bool) -> tuple[str, bool]:
+        async def resume(api: client.ApiClient) -> bool:
+            if dry_run:
+                ref = Ref(JOB, job.name, job.namespace)
+                return await objects.patch_would_apply(api, ref, writes.job_suspend_patch(job.uid, False))
+            return await writes.set_job_suspend(api, job.namespace, job.name, job.uid, False)
+
+        return await self._acting(resume)
+
+    async def reserved_nodes(self) -> tuple[str, dict[str, list[str]]]:
+        async def listed(api: client.ApiClient) -> dict[str, list[str]]:
+            nodes = await objects.items(api, removal.NODE)
+            return {n["metadata"]["name"]: reservations(n) for n in nodes if reservations(n)}
+
+        return await self._acting(listed)
+
+    async def unreserve(self, node: str, dry_run: bool) -> tuple[str, list[str]]:
+        return await self._acting(lambda api: unreserve(api, node, dry_run))
+
     async def caller(self) -> str:
         try:
             return await objects.whoami(self.api)
         except ApiException:  # a cluster that refuses SelfSubjectReviews: the record says "someone"
             return ""
+
+
+async def suspended_jobs(api: client.ApiClient) -> list[SuspendedJob]:
+    """The Jobs the Gangs record as suspended by quorum (a recovery's or a preemption's) and
+    that still are suspended, as quorum's recovery reads them."""
+    try:
+        gangs = await objects.items(api, GANG)
+    except ApiException as err:
+        if err.status == 404:  # the CRD is gone, and the records with it
+            return []
+        raise
+    out = []
+    for gang in gangs:
+        meta = gang["metadata"]
+        for name in recovery_of(gang).get("suspendedJobs") or []:
+            job = await reads.job(api, meta["namespace"], str(name))
+            if job is None or not (job.get("spec") or {}).get("suspend"):
+                continue  # gone, or resumed (by quorum's recovery, or someone)
+            status = job.get("status") or {}
+            left = int(status.get("active") or 0) + int(status.get("terminating") or 0)
+            out.append(SuspendedJob(meta["namespace"], str(name), job["metadata"]["uid"], meta["name"], left))
+    return out
+
+
+def reservations(node: JSON) -> list[str]:
+    """The values (preemption tokens) of the node's reservation taints."""
+    taints = (node.get("spec") or {}).get("taints") or []
+    return [str(t.get("value") or "") for t in taints if t.get("key") == writes.RESERVED_TAINT]
+
+
+async def unreserve(api: client.ApiClient, name: str, dry_run: bool, misses: int = 10) -> list[str]:
+    """Remove the node's reservation taints one by one, as quorum's operator removes a stray one
+    (`writes.untaint_patch`, `writes.patch_node`): each by a JSON patch that tests the taint is
+    still at its place, so nothing else of the node changes; a node changed meanwhile is read
+    again. Read by a list (quorum's operator may list nodes, not get them)."""
+    removed: list[str] = []
+    for _ in range(misses):
+        found = await objects.items(api, removal.NODE, f"metadata.name={name}")
+        ops = writes.untaint_patch(found[0], None) if found else None
+        if ops is None:
+            return removed
+        if dry_run:
+            if await objects.patch_would_apply(api, Ref(removal.NODE, name), ops):
+                return reservations(found[0])
+        elif await writes.patch_node(api, found[0], ops):
+            removed.append(str(ops[0]["value"].get("value") or ""))
+    raise UninstallError(
+        f"node {name} changed {misses} times while its reservation taint was being removed; run "
+        "quorum uninstall again"
+    )
 
 
 @dataclass
@@ -283,6 +422,10 @@ async def _one(
         await _wait_dropped(api, step, report, dry_run, probe_namespace, timeout, interval, sleep)
     elif step.action is Action.RELEASE_GATED:
         await _release(api, step, report, dry_run, reason)
+    elif step.action is Action.RESUME_JOBS:
+        await _resume_jobs(api, step, report, dry_run, timeout, interval, sleep)
+    elif step.action is Action.REMOVE_RESERVATIONS:
+        await _remove_reservations(api, step, report, dry_run, timeout, interval, sleep)
 
 
 async def _delete_crd(api: UninstallApi, step: Step, crd: Ref, report: Report, dry_run: bool) -> None:
@@ -401,6 +544,111 @@ async def _release(api: UninstallApi, step: Step, report: Report, dry_run: bool,
     )
 
 
+async def _resume_jobs(
+    api: UninstallApi,
+    step: Step,
+    report: Report,
+    dry_run: bool,
+    timeout: float,
+    interval: float,
+    sleep: Callable[[float], Awaitable[None]],
+) -> None:
+    """Resume each Job quorum suspended once none of its pods is left, as quorum's recovery
+    does (an old pod that failed after the resume would count against the Job's backoffLimit);
+    one line per Job; at most `timeout` seconds waiting for pods to go."""
+    who, jobs = await api.suspended_jobs()
+    if not jobs:
+        report.line(step, f"no Job suspended by quorum (as {who}): nothing to resume")
+        return
+    if dry_run:
+        for job in jobs:
+            who, _ = await api.resume_job(job, dry_run=True)
+            when = f"once its {job.pods} pods are gone" if job.pods else "now"
+            report.line(step, f"{job}: would resume {when} (as {who})", changed=True)
+        return
+    deadline = time.monotonic() + timeout
+    told: set[str] = set()
+    while True:
+        waiting = [job for job in jobs if job.pods]
+        for job in jobs:
+            if job.pods:
+                if str(job) not in told:
+                    told.add(str(job))
+                    report.line(step, f"{job}: {job.pods} pods left; resumed once they are gone")
+                continue
+            who, resumed = await api.resume_job(job, dry_run=False)
+            done = "resumed" if resumed else "gone or replaced meanwhile: left"
+            report.line(step, f"{job}: {done} (as {who})", changed=resumed)
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            left = ", ".join(f"{job.namespace}/{job.name} ({job.pods} pods)" for job in waiting)
+            raise UninstallError(
+                f"step {step.number}: {timeout:.0f} s on, Jobs quorum suspended still have pods: {left}. "
+                "Run quorum uninstall again once they are gone (or with a longer --timeout); resuming "
+                "one now, an old pod that fails would count against its backoffLimit"
+            )
+        await sleep(interval)
+        who, jobs = await api.suspended_jobs()  # those resumed meanwhile (by quorum) drop out
+
+
+async def _remove_reservations(
+    api: UninstallApi,
+    step: Step,
+    report: Report,
+    dry_run: bool,
+    timeout: float,
+    interval: float,
+    sleep: Callable[[float], Awaitable[None]],
+) -> None:
+    """Remove the reservation taint from every node that has one, one line per node; then look
+    again, `interval` apart, until no node has one `removal.RESERVATION_QUIET` times in a row
+    (one put back meanwhile, by an operator still running, is removed again and said so), at
+    most `timeout` seconds."""
+    taint = removal.RESERVED_TAINT
+    who, reserved = await api.reserved_nodes()
+    if dry_run:
+        for node, values in sorted(reserved.items()):
+            who, would = await api.unreserve(node, dry_run=True)
+            if would:
+                shown = ", ".join(f"{taint}={v}" for v in values)
+                report.line(step, f"node {node}: would remove {shown} (as {who})", changed=True)
+        if not any(reserved.values()):
+            report.line(step, f"no node has quorum's reservation taint {taint} (as {who}): nothing to remove")
+        return
+    deadline = time.monotonic() + timeout
+    done: set[str] = set()
+    quiet = looks = 0
+    while True:
+        looks += 1
+        for node in sorted(reserved):
+            who, removed = await api.unreserve(node, dry_run=False)
+            if not removed:
+                continue
+            shown = ", ".join(f"{taint}={v}" for v in removed)
+            again = " again: it was put back (quorum's operator still ran)" if node in done else ""
+            report.line(step, f"node {node}: removed {shown}{again} (as {who})", changed=True)
+            done.add(node)
+        if reserved and looks > 1 and time.monotonic() > deadline:
+            raise UninstallError(
+                f"step {step.number}: {timeout:.0f} s on, reservation taints are still being put back "
+                f"(nodes {', '.join(sorted(reserved))}): quorum's operator still runs; scale its "
+                "Deployment to 0, then run quorum uninstall again"
+            )
+        quiet = 0 if reserved else quiet + 1
+        if quiet >= removal.RESERVATION_QUIET:
+            break
+        await sleep(interval)
+        who, reserved = await api.reserved_nodes()
+    looked = f"none seen in {removal.RESERVATION_QUIET} looks in a row"
+    if done:
+        report.line(step, f"{len(done)} nodes no longer reserved by quorum: {looked} (as {who})")
+    else:
+        report.line(
+            step, f"no node has quorum's reservation taint {taint} ({looked}, as {who}): nothing to remove"
+        )
+
+
 # -- the command --------------------------------------------------------------------------------
 
 
@@ -435,7 +683,10 @@ def add_parser(subparsers: Any) -> None:
         "--timeout",
         type=float,
         default=60.0,
-        help="seconds to wait for the apiserver to drop the backstop's binding (default 60)",
+        help=(
+            "seconds to wait for the apiserver to drop each admission object, for the pods of Jobs "
+            "quorum suspended to go, and for reservation taints to stop being put back (default 60)"
+        ),
     )
     parser.set_defaults(func=run)
 
@@ -478,8 +729,9 @@ def summary(report: Report, dry_run: bool, admission_only: bool) -> str:
         return "nothing of quorum was left to remove"
     if admission_only:
         return (
-            "quorum no longer gates pods or takes part in their admission; its Deployments, fences, "
-            "RBAC, CRDs and namespace are left to whoever deletes them (any order is safe)"
+            "quorum no longer gates pods, takes part in their admission, holds a Job suspended or "
+            "reserves nodes; its Deployments, fences, RBAC, CRDs and namespace are left to whoever "
+            "deletes them (any order is safe)"
         )
     return "quorum is uninstalled"
 

@@ -5,22 +5,35 @@ quorum's objects are named here, once: the wheel and the image hold the `quorum`
 not `manifests/` or `crds/`, so the command cannot read them. `tests/unit/test_removal.py`
 checks this table against `manifests/` and `crds/` both ways.
 
-The order (docs/lifecycle.md, "Uninstall without stranding pods"), so that no pod is left gated
-and no pod creation is refused on the way:
+The order (docs/lifecycle.md, "Uninstall without stranding pods"), so that no pod is left gated,
+no pod creation is refused on the way, and no Job or node is left held by quorum:
 
 1. no new gates: the backstop's binding, then (once the apiserver no longer enforces it) the
    mutating webhook (and wait until the apiserver no longer calls it);
-2. release every gated gang pod;
+2. release every gated gang pod; then resume the Jobs quorum suspended, each once none of its
+   pods is left (a recovery or a preemption suspends a Job, records it on the gang's Gang and
+   resumes it once its pods are gone: once quorum is gone nothing would);
 3. what protects the gate and admits pods: gate protection, the validating webhooks, the
    Deployments, the backstop policy;
 4. quorum's CRDs (only those carrying quorum's label: a PodGroup CRD someone else installed
-   stays), the fences, the cluster-wide RBAC, the namespace (and with it everything in it).
+   stays), the fences, the cluster-wide RBAC, then quorum's reservation taints on nodes, then
+   the namespace (and with it everything in it).
 
-`admission_only` stops after step 3, without the Deployments: what a Helm pre-delete hook runs
-before Helm deletes the rest in no particular order. After it nothing of quorum gates a pod or
-refuses a pod creation whatever goes next: the operator and the webhook server no longer take
-part in admission, and the fences left are policies inside the apiserver that depend on nothing
-running.
+The reservation taints (`quorum.dev/reserved=<token>:NoSchedule`, docs/preemption.md) are what
+a preemption in flight holds its nodes with; only quorum's operator removes them, so once it is
+gone a node left with one takes no pod again. They go once quorum's operator may no longer
+write a node (its ClusterRoleBinding is gone; its Deployment went in step 3), so that an
+operator still running cannot put one back; and the command looks again until none is seen
+`RESERVATION_QUIET` times in a row.
+
+`admission_only` stops after step 3, without the Deployments, and then removes the reservation
+taints as quorum's operator: what a Helm pre-delete hook runs before Helm deletes the rest in no
+particular order. After it nothing of quorum gates a pod, refuses a pod creation, holds a Job
+suspended or keeps a node reserved whatever goes next: the operator and the webhook server no
+longer take part in admission, the fences left are policies inside the apiserver that depend on
+nothing running, and the operator, which still runs until Helm deletes it, reserves nodes only
+for a preemption of a gated gang, and no gang is gated any more (a preemption it had decided
+just before the release is what the repeated look waits out).
 """
 
 from __future__ import annotations
@@ -62,6 +75,7 @@ CRD = Kind("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomRes
 CLUSTER_ROLE = Kind("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole")
 CLUSTER_ROLE_BINDING = Kind("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding")
 NAMESPACE = Kind("", "v1", "namespaces", "Namespace")
+NODE = Kind("", "v1", "nodes", "Node")
 
 WEBHOOKS = "quorum-webhooks"  # both webhook configurations
 BACKSTOP = "quorum-gang-backstop"
@@ -83,6 +97,8 @@ RETIRED = ("quorum-operator-eviction-fence",)
 CRDS = ("gangs.quorum.dev", "podgroups.scheduling.sigs.k8s.io", "podgroups.scheduling.x-k8s.io")
 CLUSTER_ROLE_BINDINGS = ("quorum-operator", "quorum-sunk-scheduler")
 CLUSTER_ROLES = ("quorum-operator", "quorum-sunk-scheduler", "quorum:podgroups-editor", "quorum:gangs-viewer")
+RESERVED_TAINT = "quorum.dev/reserved"  # quorum.k8s.writes.RESERVED_TAINT, the preemption's
+RESERVATION_QUIET = 5  # looks in a row that find no reservation taint, `interval` apart
 
 # The probes of step 1, created with a server-side dry run (admission runs, nothing is stored).
 # The backstop's: a pod only the backstop refuses (quorum's gate without being a gang member);
@@ -143,6 +159,8 @@ class Action(StrEnum):
     WAIT_BACKSTOP_DROPPED = "wait until the apiserver no longer enforces the backstop"
     WAIT_MUTATING_DROPPED = "wait until the apiserver no longer calls the mutating webhook"
     RELEASE_GATED = "release every gated gang pod"
+    RESUME_JOBS = "resume the Jobs quorum suspended"
+    REMOVE_RESERVATIONS = f"remove quorum's reservation taint {RESERVED_TAINT} from every node"
 
 
 @dataclass(frozen=True)
@@ -164,6 +182,7 @@ def removal_plan(namespace: str, admission_only: bool = False) -> tuple[Step, ..
         *delete(1, MUTATING_WEBHOOKS, WEBHOOKS),
         Step(1, Action.WAIT_MUTATING_DROPPED),
         Step(2, Action.RELEASE_GATED),
+        Step(2, Action.RESUME_JOBS),
         *delete(3, POLICY_BINDING, GATE_PROTECTION),
         *delete(3, POLICY, GATE_PROTECTION),
         *delete(3, VALIDATING_WEBHOOKS, WEBHOOKS),
@@ -172,12 +191,13 @@ def removal_plan(namespace: str, admission_only: bool = False) -> tuple[Step, ..
         steps += delete(3, DEPLOYMENT, *DEPLOYMENTS, namespaced=True)
     steps += delete(3, POLICY, BACKSTOP)
     if admission_only:
-        return tuple(steps)
+        return (*steps, Step(3, Action.REMOVE_RESERVATIONS))
     steps += [Step(4, Action.DELETE_IF_QUORUMS, Ref(CRD, name)) for name in CRDS]
     for fence in FENCES:
         steps += delete(4, POLICY_BINDING, fence) + delete(4, POLICY, fence)
     steps += delete(4, CLUSTER_ROLE_BINDING, *CLUSTER_ROLE_BINDINGS)
     steps += delete(4, CLUSTER_ROLE, *CLUSTER_ROLES)
+    steps.append(Step(4, Action.REMOVE_RESERVATIONS))  # the operator may no longer write a node
     steps += delete(4, NAMESPACE, namespace)
     return tuple(steps)
 
@@ -209,11 +229,17 @@ class Rule:
 def rights(steps: Sequence[Step], namespace: str, probe_namespace: str) -> list[Rule]:
     """The rules the identity that carries out `steps` needs, no more: each object's deletion
     by name; the probes' (dry-run) pod creation in `probe_namespace`; impersonating quorum's
-    operator for the release; for quorum's CRDs, reading them (the label) and listing their
-    objects (the count the line reports)."""
+    operator for the release, the Jobs it suspended (it may list Gangs, read Jobs and patch
+    their spec.suspend) and the reservation taints (it may list nodes and patch their
+    reservation taints); for quorum's CRDs, reading them (the label) and listing
+    their objects (the count the line reports). Reservation taints removed after the operator's
+    ClusterRoleBinding is deleted are removed as the caller: listing and patching nodes."""
     rules: list[Rule] = []
+    operator_rbac_gone = False
     for step in steps:
         target = step.target
+        if target == Ref(CLUSTER_ROLE_BINDING, OPERATOR_SERVICE_ACCOUNT):
+            operator_rbac_gone = True
         if step.action is Action.DELETE and target is not None and target.kind is NAMESPACE:
             rules.append(Rule("", "namespaces", ("get", "delete"), (target.name,)))  # is it terminating?
         elif step.action is Action.DELETE and target is not None:
@@ -226,10 +252,14 @@ def rights(steps: Sequence[Step], namespace: str, probe_namespace: str) -> list[
             rules.append(Rule(group, plural, ("list",)))
         elif step.action in (Action.WAIT_BACKSTOP_DROPPED, Action.WAIT_MUTATING_DROPPED):
             rules.append(Rule("", "pods", ("create",), (), probe_namespace))
-        elif step.action is Action.RELEASE_GATED:
+        elif step.action in (Action.RELEASE_GATED, Action.RESUME_JOBS) or (
+            step.action is Action.REMOVE_RESERVATIONS and not operator_rbac_gone
+        ):
             rules.append(
                 Rule("", "serviceaccounts", ("impersonate",), (OPERATOR_SERVICE_ACCOUNT,), namespace)
             )
+        elif step.action is Action.REMOVE_RESERVATIONS:
+            rules.append(Rule(NODE.group, NODE.plural, ("list", "patch")))
     return merged(rules)
 
 

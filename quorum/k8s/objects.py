@@ -96,8 +96,15 @@ async def delete(api: client.ApiClient, ref: Ref, dry_run: bool = False) -> bool
 
 async def count(api: client.ApiClient, kind: Kind) -> int:
     """How many objects of `kind` exist (in every namespace)."""
-    listed = await _call(api, "GET", path(kind, all_namespaces=True))
-    return len(listed.get("items") or [])
+    return len(await items(api, kind))
+
+
+async def items(api: client.ApiClient, kind: Kind, field_selector: str | None = None) -> list[JSON]:
+    """The objects of `kind` (in every namespace), those `field_selector` selects if given (a
+    list, for identities that may list but not get, as quorum's operator may nodes)."""
+    query = [("fieldSelector", field_selector)] if field_selector else []
+    listed = await _call(api, "GET", path(kind, all_namespaces=True), query)
+    return list(listed.get("items") or [])
 
 
 async def dry_run_create(api: client.ApiClient, kind: Kind, namespace: str | None, body: JSON) -> JSON:
@@ -115,8 +122,22 @@ async def replace(api: client.ApiClient, ref: Ref, body: JSON) -> JSON:
     return await _call(api, "PUT", path(ref.kind, ref.name, ref.namespace), None, body)
 
 
-async def json_patch(api: client.ApiClient, ref: Ref, ops: list[JSON]) -> JSON:
-    return await _call(api, "PATCH", path(ref.kind, ref.name, ref.namespace), None, ops, JSON_PATCH)
+async def json_patch(api: client.ApiClient, ref: Ref, ops: list[JSON], dry_run: bool = False) -> JSON:
+    """`dry_run`: a server-side dry run (admission runs, nothing is stored)."""
+    query = [("dryRun", "All")] if dry_run else None
+    return await _call(api, "PATCH", path(ref.kind, ref.name, ref.namespace), query, ops, JSON_PATCH)
+
+
+async def patch_would_apply(api: client.ApiClient, ref: Ref, ops: list[JSON]) -> bool:
+    """Whether the apiserver would apply the JSON patch (a server-side dry run); False if the
+    object is gone or its tests fail; raises the apiserver's refusal."""
+    try:
+        await json_patch(api, ref, ops, dry_run=True)
+    except ApiException as err:
+        if err.status in (404, 409, 422):
+            return False
+        raise
+    return True
 
 
 async def whoami(api: client.ApiClient) -> str:

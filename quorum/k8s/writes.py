@@ -328,12 +328,17 @@ async def delete_pod(api: client.ApiClient, pod: dict[str, Any], unchanged: bool
     return True
 
 
-async def set_job_suspend(api: client.ApiClient, namespace: str, name: str, uid: str, suspend: bool) -> bool:
-    """Suspend or resume one Job (uid-tested JSON patch); False if it is gone or was replaced."""
-    ops = [
+def job_suspend_patch(uid: str, suspend: bool) -> list[dict[str, Any]]:
+    """The JSON patch that suspends or resumes a Job: only this Job (uid), only spec.suspend."""
+    return [
         {"op": "test", "path": "/metadata/uid", "value": uid},
         {"op": "add", "path": "/spec/suspend", "value": suspend},  # add replaces a member that exists
     ]
+
+
+async def set_job_suspend(api: client.ApiClient, namespace: str, name: str, uid: str, suspend: bool) -> bool:
+    """Suspend or resume one Job (uid-tested JSON patch); False if it is gone or was replaced."""
+    ops = job_suspend_patch(uid, suspend)
     try:
         await client.BatchV1Api(api).patch_namespaced_job(name, namespace, ops)
     except ApiException as err:

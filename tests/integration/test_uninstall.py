@@ -5,6 +5,13 @@ left gated, no pod creation is refused at any point, and pods created afterwards
 - The whole removal as the cluster's admin: a dry run first changes nothing (the objects are
   still there and the pods still gated) and lists every step; the run releases the gangs and
   deletes quorum's objects; a second run succeeds and finds nothing left.
+- In both, a node is reserved by a preemption in flight when the uninstall starts (its record
+  on a Gang and its taint `quorum.dev/reserved`, written as quorum's operator with its own code;
+  the operator keeps it, as it keeps any preemption's until it ends): a pod that must go to that
+  node waits, untolerated taint; after the uninstall no node has the taint, and that pod is bound
+  to the node. In the whole removal the operator stopped before (deleted, or crashed mid-
+  preemption), and a Job it suspended (recorded on a Gang) is left suspended: the uninstall
+  resumes it. In `--admission-only` the operator still runs, as in a Helm uninstall.
 - `--admission-only` as the lifecycle identity a Helm hook Job has, with exactly the RBAC its
   docstring lists (plus `quorum certs ensure`'s), on quorum installed in another namespace; then
   the rest deleted one by one in a random order, as Helm does, with pods created between each.
@@ -34,16 +41,19 @@ import pytest
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from devcluster.cluster import REPO_ROOT, Instance
+from devcluster.cluster import REPO_ROOT, Instance, node_is_ready
 from devcluster.kubeconfig import write_kubeconfig
 from quorum.commands import certs_ensure
 from quorum.core import removal
-from quorum.install import render_files
+from quorum.core.times import iso
+from quorum.install import operator_username, render_files
+from quorum.k8s import writes
 from tests.kube import api_client, create_namespace, create_podgroup, eventually, raw_json
 
 pytestmark = pytest.mark.cluster
 
 GATE = "quorum.dev/gang"
+RESERVED = "quorum.dev/reserved"
 LIFECYCLE = "quorum-lifecycle"
 PACE = 0.25  # seconds between one worker's creates
 
@@ -142,6 +152,123 @@ async def start_creates(
     return creates, asyncio.gather(creates.worker(), creates.worker()), customer
 
 
+async def plain_node(api: client.ApiClient) -> str:
+    """A node an ordinary pod may use: Ready, schedulable, no taint it must tolerate."""
+    nodes = (await raw_json(client.CoreV1Api(api).list_node(_preload_content=False)))["items"]
+    usable = sorted(
+        n["metadata"]["name"]
+        for n in nodes
+        if node_is_ready(n)
+        and not n["spec"].get("unschedulable")
+        and all(t["effect"] == "PreferNoSchedule" for t in n["spec"].get("taints") or [])
+    )
+    assert usable, "no node an ordinary pod may use"
+    return str(usable[0])
+
+
+async def reserve_as_the_operator(
+    kubeconfig: Path, namespace: str, gang: tuple[str, str], node: str, token: str
+) -> None:
+    """What a preemption in flight leaves (quorum/operator/preemption.py, `execute`): its record
+    on the preemptor's Gang, then the node's taint quorum.dev/reserved=<token>:NoSchedule, both
+    written as quorum's operator of `namespace` (impersonated) with the operator's own code. The
+    operator that still runs keeps the taint (its deadline is an hour away); without the record
+    it would remove it as a stray one."""
+    operator = await api_client(kubeconfig)
+    operator.set_default_header("Impersonate-User", operator_username(namespace))
+    async with operator:
+        record = {
+            "token": token,
+            "time": iso(time.time()),
+            "deadline": iso(time.time() + 3600),
+            "nodes": [node],
+            "message": "a preemption in flight when quorum is uninstalled",
+            "victims": [],
+        }
+        assert await writes.patch_gang_status(operator, *gang, {"preemption": record})
+        listed = await raw_json(
+            client.CoreV1Api(operator).list_node(
+                field_selector=f"metadata.name={node}", _preload_content=False
+            )
+        )
+        ops = writes.taint_patch(listed["items"][0], token)
+        assert ops is not None and await writes.patch_node(operator, listed["items"][0], ops)
+
+
+async def suspended_by_quorum(api: client.ApiClient, kubeconfig: Path, gang: tuple[str, str]) -> str:
+    """A Job as quorum's recovery (or a preemption) leaves it while its pods go: suspended, and
+    named in the gang's Gang (`status.recovery.suspendedJobs`, written as quorum's operator).
+    quorum's recovery would resume it once its pods are gone; here nothing will but the
+    uninstall. Its name."""
+    name = "suspended-by-quorum"
+    job = {
+        "metadata": {"name": name},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                }
+            },
+        },
+    }
+    await client.BatchV1Api(api).create_namespaced_job(gang[0], job)
+    operator = await api_client(kubeconfig)
+    operator.set_default_header("Impersonate-User", operator_username("quorum-system"))
+    async with operator:
+        recovery = {"message": "suspended by a recovery", "suspendedJobs": [name]}
+        assert await writes.patch_gang_status(operator, *gang, {"recovery": recovery})
+    return name
+
+
+async def wait_on_the_reserved_node(api: client.ApiClient, namespace: str, node: str) -> str:
+    """A plain pod that may only go to `node`: kube-scheduler leaves it unscheduled, for the
+    reservation taint. Its name."""
+    name = "on-the-reserved-node"
+    pod = {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+        },
+    }
+    core = client.CoreV1Api(api)
+    await core.create_namespaced_pod(namespace, pod)
+
+    async def refused_for_the_taint() -> bool:
+        found = await raw_json(core.read_namespaced_pod(name, namespace, _preload_content=False))
+        assert not found["spec"].get("nodeName"), "bound to a reserved node"
+        conditions = found["status"].get("conditions") or []
+        # kube-scheduler names no taint key ("1 node(s) had untolerated taint(s)"); the node's
+        # only one it must tolerate is the reservation.
+        return any(
+            c["type"] == "PodScheduled" and "untolerated taint" in c.get("message", "") for c in conditions
+        )
+
+    await eventually(refused_for_the_taint, timeout=60, what=f"{name} unscheduled: untolerated {RESERVED}")
+    return name
+
+
+async def bound_there_and_no_node_reserved(
+    api: client.ApiClient, namespace: str, pod: str, node: str
+) -> None:
+    core = client.CoreV1Api(api)
+    nodes = (await raw_json(core.list_node(_preload_content=False)))["items"]
+    reserved = [
+        n["metadata"]["name"]
+        for n in nodes
+        if any(t["key"] == RESERVED for t in n["spec"].get("taints") or [])
+    ]
+    assert reserved == [], f"nodes still reserved after the uninstall: {reserved}"
+
+    async def bound() -> bool:
+        found = await raw_json(core.read_namespaced_pod(pod, namespace, _preload_content=False))
+        return bool(found["spec"].get("nodeName") == node)
+
+    await eventually(bound, timeout=60, what=f"{pod} bound to {node}, no longer reserved")
+
+
 def no_pod_creation_refused_by_controllers(events: list[dict[str, Any]]) -> None:
     denied = [e["message"] for e in events if e["reason"] == "FailedCreate"]
     assert not denied, f"a controller's pod creation was refused during the uninstall: {denied}"
@@ -184,6 +311,9 @@ async def test_quorum_uninstall_leaves_no_pod_gated_and_refuses_no_pod_creation(
             return found if len(found) == 3 and names >= {"pg-held", "lbl-lone"} else None
 
         await eventually(three_gated_and_recorded, timeout=60, what="3 gated pods, 2 Gangs written")
+        node, token = await plain_node(api), "uninstall-full"
+        await reserve_as_the_operator(admin_kubeconfig, "quorum-system", ("ml", "pg-held"), node, token)
+        waiting = await wait_on_the_reserved_node(api, "ml", node)
 
         # A dry run changes nothing and says every step.
         dry = await asyncio.to_thread(quorum, instance, admin_kubeconfig, "uninstall", "--dry-run")
@@ -195,6 +325,8 @@ async def test_quorum_uninstall_leaves_no_pod_gated_and_refuses_no_pod_creation(
         )
         assert "3. Deployment quorum-system/quorum-operator: would delete" in dry.stdout
         assert "4. Namespace quorum-system: would delete" in dry.stdout
+        operator = operator_username("quorum-system")
+        assert f"4. node {node}: would remove {RESERVED}={token} (as {operator})" in dry.stdout
         assert dry.stdout.rstrip().endswith("dry run: nothing was changed")
         for kind, name in (
             ("mutatingwebhookconfiguration", "quorum-webhooks"),
@@ -205,7 +337,13 @@ async def test_quorum_uninstall_leaves_no_pod_gated_and_refuses_no_pod_creation(
             instance.kubectl("get", kind, name)  # still there (fails otherwise)
         instance.kubectl("-n", "quorum-system", "get", "deployment", "quorum-operator", "quorum-webhooks")
         assert len(await gated_anywhere(api)) == 3
+        assert token in instance.kubectl("get", "node", node, "-o", "jsonpath={.spec.taints}").stdout
 
+        # The operator's Deployment goes in step 3, the Gangs in step 4: an operator still running
+        # then would end the preemption itself (its gang is gone). Here it stopped before (deleted,
+        # or crashed mid-preemption): nothing but the uninstall removes the taint.
+        instance.stop_component("quorum-operator")
+        job = await suspended_by_quorum(api, admin_kubeconfig, ("ml", "pg-held"))
         creates, load, customer = await start_creates(instance, "ml")
         try:
             await creates.more()
@@ -226,7 +364,20 @@ async def test_quorum_uninstall_leaves_no_pod_gated_and_refuses_no_pod_creation(
         assert "ml/lbl-lone: 1 of 1 gated pods released by hand" in done.stdout
         assert "1. MutatingWebhookConfiguration quorum-webhooks: deleted" in done.stdout
         assert "4. CustomResourceDefinition gangs.quorum.dev: deleted, and with it" in done.stdout
+        # After the operator's RBAC: as the caller (quorum's operator may no longer write a node).
+        assert f"4. node {node}: removed {RESERVED}={token} (as " in done.stdout
+        assert "4. 1 nodes no longer reserved by quorum: none seen in 5 looks in a row" in done.stdout
         assert done.stdout.rstrip().endswith("quorum is uninstalled")
+        await bound_there_and_no_node_reserved(api, "ml", waiting, node)
+        assert (
+            f"2. Job ml/{job} (suspended by quorum, gang ml/pg-held): resumed (as {operator})" in done.stdout
+        )
+
+        async def job_ran() -> bool:
+            found = await client.BatchV1Api(api).read_namespaced_job(job, "ml")
+            return not found.spec.suspend and bool(found.status.active or found.status.succeeded)
+
+        await eventually(job_ran, timeout=60, what=f"Job ml/{job} resumed and its pod running")
         # The Gangs went with their CRD; the record of the release stays in their Events.
         events = (await raw_json(core.list_namespaced_event("ml", _preload_content=False)))["items"]
         released = [
@@ -235,8 +386,7 @@ async def test_quorum_uninstall_leaves_no_pod_gated_and_refuses_no_pod_creation(
         assert {e["involvedObject"]["name"] for e in released} >= {"pg-held", "lbl-lone"}
         assert all("uninstalling quorum" in e["message"] for e in released)
 
-        # What the Deployments' deletion stops in a cluster.
-        instance.stop_component("quorum-operator")
+        # What the Deployments' deletion stops in a cluster (the operator is stopped already).
         instance.stop_component("quorum-webhooks")
         for kind, name in (
             ("mutatingwebhookconfiguration", "quorum-webhooks"),
@@ -271,6 +421,7 @@ async def test_quorum_uninstall_leaves_no_pod_gated_and_refuses_no_pod_creation(
         # The operator's RBAC is gone: the release looked as the caller instead.
         assert "2. no gated gang pods anywhere (as quorum-admin): nothing to release" in again.stdout
         assert ": deleted" not in again.stdout
+        assert f"no node has quorum's reservation taint {RESERVED} (none seen in 5 looks" in again.stdout
 
 
 def lifecycle_identity(instance: Instance, namespace: str, probe_namespace: str = "default") -> Path:
@@ -390,6 +541,16 @@ async def test_admission_only_as_the_hook_identity_then_the_rest_in_any_order_re
             return len(await gated_anywhere(api)) == 2
 
         await eventually(held, timeout=60, what="the gang's 2 pods gated")
+
+        async def gang_written() -> bool:
+            return await writes.get_gang(api, "team", "lbl-stream") is not None
+
+        await eventually(gang_written, timeout=30, what="Gang team/lbl-stream written")
+        node, token = await plain_node(api), "uninstall-hook"
+        await reserve_as_the_operator(
+            instance.kubeconfig("admin"), namespace, ("team", "lbl-stream"), node, token
+        )
+        waiting = await wait_on_the_reserved_node(api, "team", node)
         creates, load, customer = await start_creates(instance, "team")
         seed = int(time.time())
         try:
@@ -404,6 +565,12 @@ async def test_admission_only_as_the_hook_identity_then_the_rest_in_any_order_re
                 in hooked.stdout
             )
             assert hooked.stdout.rstrip().endswith("(any order is safe)")
+            # As quorum's operator, which still runs: the hook identity has no right on nodes.
+            assert (
+                f"3. node {node}: removed {RESERVED}={token} (as {operator_username(namespace)})"
+                in hooked.stdout
+            )
+            await bound_there_and_no_node_reserved(api, "team", waiting, node)
             await creates.more()
 
             # Helm deletes the rest of the release in no particular order: each deletion (and

@@ -1,7 +1,7 @@
 """A stateful fake of the apiserver as `quorum uninstall` (`UninstallApi`) and `quorum certs
 ensure` (`CertsApi`) see it: quorum's objects by kind and name with resourceVersions, gated gang
-pods, the backstop as the apiserver enforces it (it can lag behind its binding's deletion), and
-a log of every write. Any call can be made to fail:
+pods, Jobs quorum suspended, the taints of nodes, the backstop as the apiserver enforces it (it
+can lag behind its binding's deletion), and a log of every write. Any call can be made to fail:
 
     cluster.fail("delete", when=lambda ref, *_: ref.name == "quorum-webhooks", times=1)
 """
@@ -16,6 +16,7 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from quorum.commands.uninstall import SuspendedJob
 from quorum.core import removal
 from quorum.core.removal import Kind, Ref
 
@@ -42,6 +43,15 @@ class FakeCluster:
     objects: dict[Ref, JSON] = field(default_factory=dict)
     custom_objects: dict[str, int] = field(default_factory=dict)  # CRD name -> objects of it
     gated: dict[str, int] = field(default_factory=dict)  # "namespace/gang" -> gated pods
+    taints: dict[str, list[JSON]] = field(default_factory=dict)  # node -> its taints
+    # "namespace/name" -> {"gang", "uid", "suspended", "pods"}: Jobs recorded on Gangs as
+    # suspended by quorum (the records go with the Gang CRD).
+    jobs: dict[str, JSON] = field(default_factory=dict)
+    job_lists: int = 0
+    on_jobs: Callable[[FakeCluster], None] = lambda _: None  # after each list (pods go)
+    # Called after each look at the nodes (an operator still running puts a taint back).
+    on_look: Callable[[FakeCluster], None] = lambda _: None
+    looks: int = 0
     # Probes the apiserver still refuses after the backstop's binding is gone (its informer lags).
     backstop_lag: int = 0
     mutating_lag: int = 0  # the same for the mutating webhook
@@ -155,6 +165,50 @@ class FakeCluster:
         self.released.append((reason, by))
         self.gated.clear()
         return OPERATOR, lines
+
+    def suspend(self, job: str, gang: str, pods: int = 0) -> None:
+        self.jobs[job] = {"gang": gang, "uid": f"uid-{job}", "suspended": True, "pods": pods}
+
+    async def suspended_jobs(self) -> tuple[str, list[SuspendedJob]]:
+        self._check("suspended_jobs")
+        self.job_lists += 1
+        found = []
+        if self.has(removal.CRD, "gangs.quorum.dev"):
+            for key, job in sorted(self.jobs.items()):
+                namespace, name = key.split("/")
+                if job["suspended"]:
+                    found.append(SuspendedJob(namespace, name, job["uid"], job["gang"], job["pods"]))
+        self.on_jobs(self)
+        return OPERATOR, found
+
+    async def resume_job(self, job: SuspendedJob, dry_run: bool) -> tuple[str, bool]:
+        self._check("resume_job", job, dry_run)
+        found = self.jobs.get(f"{job.namespace}/{job.name}")
+        if found is None or found["uid"] != job.uid:
+            return OPERATOR, False
+        if not dry_run:
+            found["suspended"] = False
+            self.writes.append(("resume", f"{job.namespace}/{job.name}"))
+        return OPERATOR, True
+
+    async def reserved_nodes(self) -> tuple[str, dict[str, list[str]]]:
+        self._check("reserved_nodes")
+        self.looks += 1
+        found = {
+            node: [str(t["value"]) for t in taints if t["key"] == removal.RESERVED_TAINT]
+            for node, taints in self.taints.items()
+        }
+        self.on_look(self)
+        return OPERATOR, {node: values for node, values in found.items() if values}
+
+    async def unreserve(self, node: str, dry_run: bool) -> tuple[str, list[str]]:
+        self._check("unreserve", node, dry_run)
+        taints = self.taints.get(node, [])
+        values = [str(t["value"]) for t in taints if t["key"] == removal.RESERVED_TAINT]
+        if values and not dry_run:
+            self.taints[node] = [t for t in taints if t["key"] != removal.RESERVED_TAINT]
+            self.writes.append(("untaint", node))
+        return OPERATOR, values
 
     async def caller(self) -> str:
         return "admin"

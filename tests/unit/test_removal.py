@@ -93,26 +93,36 @@ def test_the_order_no_new_gates_then_release_then_protection_then_the_rest() -> 
     mutating = at(Action.DELETE, "MutatingWebhookConfiguration quorum-webhooks")
     mutating_dropped = at(Action.WAIT_MUTATING_DROPPED)
     release = at(Action.RELEASE_GATED)
+    resume = at(Action.RESUME_JOBS)
     gate = at(Action.DELETE, "ValidatingAdmissionPolicyBinding quorum-gate-protection")
     validating = at(Action.DELETE, "ValidatingWebhookConfiguration quorum-webhooks")
     operator = at(Action.DELETE, "Deployment quorum-system/quorum-operator")
     webhooks = at(Action.DELETE, "Deployment quorum-system/quorum-webhooks")
     crds = [i for i, (a, _) in enumerate(order) if a is Action.DELETE_IF_QUORUMS]
     rbac = at(Action.DELETE, "ClusterRoleBinding quorum-operator")
+    role = at(Action.DELETE, "ClusterRole quorum-operator")
+    reservations = at(Action.REMOVE_RESERVATIONS)
     namespace = at(Action.DELETE, "Namespace quorum-system")
     # The backstop refuses gang pods without the gate: it must be gone before the webhook that gates.
     assert backstop_binding < wait < mutating < mutating_dropped < release
     # The gate stays protected, and the operator there, until every gated pod is released.
     assert release < gate < operator and release < validating < webhooks
+    # Jobs quorum suspended, resumed once no new pod is gated (their new pods run) and while
+    # their records (the Gangs) and the operator's rights (it resumes them) are there.
+    assert release < resume < min(crds) and resume < rbac
     assert webhooks < min(crds) and max(crds) < rbac < namespace == len(order) - 1
+    # The reservation taints once nothing of quorum may put one back: the operator's Deployment
+    # and its right to write nodes gone.
+    assert operator < rbac < reservations and role < reservations < namespace
     assert [s.number for s in plan] == sorted(s.number for s in plan)
 
 
-def test_admission_only_is_steps_one_to_three_without_the_deployments() -> None:
+def test_admission_only_is_steps_one_to_three_without_the_deployments_then_the_reservations() -> None:
     full = removal.removal_plan("gpu-admission")
     only = removal.removal_plan("gpu-admission", admission_only=True)
     assert list(only) == [
-        s for s in full if s.number <= 3 and (s.target is None or s.target.kind is not removal.DEPLOYMENT)
+        *(s for s in full if s.number <= 3 and (s.target is None or s.target.kind is not removal.DEPLOYMENT)),
+        removal.Step(3, Action.REMOVE_RESERVATIONS),
     ]
     kinds = {s.target.kind.kind for s in only if s.target is not None}
     assert kinds == {
@@ -132,8 +142,12 @@ def test_rights_are_each_deletion_by_name_the_probe_and_impersonating_the_operat
     unnamed = [r for r in rules if not r.names]
     assert unnamed == [removal.Rule("", "pods", ("create",), (), "probes")]  # create cannot be named
     assert {v for r in rules for v in r.verbs} == {"delete", "create", "impersonate"}
+    # The reservation taints as the operator (impersonated): its rights on nodes, not the hook's.
+    assert not any(r.resource == "nodes" for r in rules)
     full = removal.rights(removal.removal_plan("gpu-admission"), "gpu-admission", "probes")
     assert removal.Rule("", "namespaces", ("get", "delete"), ("gpu-admission",)) in full
+    # In the full run they go after the operator's RBAC: as the caller.
+    assert removal.Rule("", "nodes", ("list", "patch")) in full
     listed = {(r.group, r.resource) for r in full if r.verbs == ("list",)}
     assert listed == {removal.crd_resource(n) for n in removal.CRDS}
 

@@ -1,6 +1,7 @@
 """`quorum uninstall` against a stateful fake apiserver (tests/unit/fake_objects.py): the order of
-its writes, a run that fails midway and the run after it, the backstop's bounded wait, a dry run
-that writes nothing, and its docstring's RBAC as `removal.rights` derives it."""
+its writes, a run that fails midway and the run after it, the backstop's bounded wait, the
+reservation taints (removed once the operator may not put them back, looked for again), a dry
+run that writes nothing, and its docstring's RBAC as `removal.rights` derives it."""
 
 from __future__ import annotations
 
@@ -14,9 +15,15 @@ from quorum.commands import uninstall as command
 from quorum.commands.uninstall import UninstallError, uninstall
 from quorum.core import removal
 from quorum.core.removal import Ref
-from tests.unit.fake_objects import FakeCluster, refused
+from tests.unit.fake_objects import OPERATOR, FakeCluster, refused
 
 NS = "quorum-system"
+RESERVED = removal.RESERVED_TAINT
+LOCK = {"key": "sunk.coreweave.com/lock", "value": "true", "effect": "NoExecute"}
+
+
+def reservation(token: str) -> dict[str, str]:
+    return {"key": RESERVED, "value": token, "effect": "NoSchedule"}
 
 
 async def no_sleep(_: float) -> None:
@@ -85,7 +92,16 @@ async def test_a_run_that_fails_midway_is_finished_by_the_next_one_which_skips_w
     third = await run(cluster)
     assert not third.changed
     assert all(
-        line.endswith(("already gone", "nothing to release", "is no longer enforced", "is no longer called"))
+        line.endswith(
+            (
+                "already gone",
+                "nothing to release",
+                "is no longer enforced",
+                "is no longer called",
+                "nothing to remove",
+                "nothing to resume",
+            )
+        )
         for line in third.lines
     ), third.lines
     assert (
@@ -199,6 +215,7 @@ async def test_a_crd_someone_else_installed_stays() -> None:
 
 async def test_a_dry_run_writes_nothing_says_every_step_and_every_refusal() -> None:
     cluster = installed({"ml/a": 2})
+    cluster.taints = {"gpu-1": [reservation("abc")]}
     cluster.fail("delete", when=lambda ref, dry_run: ref.kind is removal.NAMESPACE, error=refused(403, "no"))
     report = await run(cluster, dry_run=True)
     assert cluster.writes == [] and cluster.gated == {"ml/a": 2}
@@ -210,12 +227,15 @@ async def test_a_dry_run_writes_nothing_says_every_step_and_every_refusal() -> N
         and "ml/a (2)" in report.lines[4]
     )
     assert report.lines[-1] == f"4. delete Namespace {NS}: would be refused: 403 Forbidden: no"
+    assert f"4. node gpu-1: would remove {RESERVED}=abc (as {OPERATOR})" in report.lines
+    assert cluster.taints == {"gpu-1": [reservation("abc")]}
     assert report.refused
     assert "nothing was changed" in command.summary(report, dry_run=True, admission_only=False)
 
 
 async def test_admission_only_leaves_the_deployments_fences_rbac_crds_and_namespace() -> None:
     cluster = installed({"ml/a": 1})
+    cluster.taints = {"gpu-1": [reservation("abc")]}
     report = await run(cluster, admission_only=True)
     left = {str(ref) for ref in cluster.objects}
     assert f"Deployment {NS}/quorum-operator" in left and f"Namespace {NS}" in left
@@ -229,7 +249,142 @@ async def test_admission_only_leaves_the_deployments_fences_rbac_crds_and_namesp
     ):
         assert gone not in left
     assert cluster.gated == {}
+    assert cluster.taints == {"gpu-1": []}  # as the operator, after everything of admission
+    assert report.lines[-2:] == [
+        f"3. node gpu-1: removed {RESERVED}=abc (as {OPERATOR})",
+        f"3. 1 nodes no longer reserved by quorum: none seen in 5 looks in a row (as {OPERATOR})",
+    ]
+    assert cluster.writes[-1] == ("untaint", "gpu-1")
     assert "no longer gates pods" in command.summary(report, dry_run=False, admission_only=True)
+
+
+async def test_jobs_quorum_suspended_are_resumed_after_the_release_each_once_its_pods_are_gone() -> None:
+    cluster = installed({"ml/a": 1})
+    cluster.suspend("ml/victim", "pg-low")  # a preemption's: its pods are gone
+    cluster.suspend("ml/train", "pg-train", pods=2)  # a recovery's: 2 pods still terminating
+
+    def pods_go(c: FakeCluster) -> None:
+        if c.job_lists == 2:
+            c.jobs["ml/train"]["pods"] = 0
+
+    cluster.on_jobs = pods_go
+    report = await run(cluster)
+    assert not any(job["suspended"] for job in cluster.jobs.values())
+    order = [w[1] for w in cluster.writes]
+    gate = order.index("ValidatingAdmissionPolicyBinding quorum-gate-protection")
+    assert order.index("ml/a") < order.index("ml/victim") < order.index("ml/train") < gate
+    assert [line for line in report.lines if "Job" in line] == [
+        "2. Job ml/train (suspended by quorum, gang ml/pg-train): 2 pods left; resumed once they are gone",
+        f"2. Job ml/victim (suspended by quorum, gang ml/pg-low): resumed (as {OPERATOR})",
+        f"2. Job ml/train (suspended by quorum, gang ml/pg-train): resumed (as {OPERATOR})",
+    ]
+
+
+async def test_a_job_whose_pods_stay_stops_the_run_before_gate_protection_and_a_rerun_resumes_it() -> None:
+    cluster = installed()
+    cluster.suspend("ml/train", "pg-train", pods=1)
+    with pytest.raises(UninstallError) as failed:
+        await run(cluster, timeout=0.05)
+    assert "Jobs quorum suspended still have pods: ml/train (1 pods)" in str(failed.value)
+    assert cluster.jobs["ml/train"]["suspended"]
+    assert cluster.has(removal.POLICY_BINDING, removal.GATE_PROTECTION)  # not reached
+
+    cluster.jobs["ml/train"]["pods"] = 0
+    again = await run(cluster)
+    assert not cluster.jobs["ml/train"]["suspended"] and cluster.objects == {}
+    assert f"2. Job ml/train (suspended by quorum, gang ml/pg-train): resumed (as {OPERATOR})" in again.lines
+
+
+async def test_a_dry_run_says_which_jobs_it_would_resume_and_when() -> None:
+    cluster = installed()
+    cluster.suspend("ml/victim", "pg-low")
+    cluster.suspend("ml/train", "pg-train", pods=2)
+    report = await run(cluster, dry_run=True)
+    assert cluster.writes == [] and all(job["suspended"] for job in cluster.jobs.values())
+    assert [line for line in report.lines if "Job" in line] == [
+        f"2. Job ml/train (suspended by quorum, gang ml/pg-train): would resume once its 2 pods are gone "
+        f"(as {OPERATOR})",
+        f"2. Job ml/victim (suspended by quorum, gang ml/pg-low): would resume now (as {OPERATOR})",
+    ]
+
+
+async def test_reservation_taints_go_once_the_operator_may_no_longer_write_a_node() -> None:
+    cluster = installed({"ml/a": 1})
+    cluster.taints = {
+        "gpu-1": [reservation("abc")],
+        "gpu-2": [LOCK, reservation("abc"), reservation("old")],  # Slurm's lock stays
+        "gpu-3": [LOCK],
+    }
+    report = await run(cluster)
+    assert cluster.taints == {"gpu-1": [], "gpu-2": [LOCK], "gpu-3": [LOCK]}
+    order = [w[1] for w in cluster.writes]
+    # After the operator's RBAC (its Deployment went in step 3): nothing of quorum can put one back.
+    assert order.index("ClusterRoleBinding quorum-operator") < order.index("gpu-1")
+    assert order.index("ClusterRole quorum-operator") < order.index("gpu-1")
+    assert order[-3:] == ["gpu-1", "gpu-2", f"Namespace {NS}"]
+    assert f"4. node gpu-1: removed {RESERVED}=abc (as {OPERATOR})" in report.lines
+    assert f"4. node gpu-2: removed {RESERVED}=abc, {RESERVED}=old (as {OPERATOR})" in report.lines
+    assert not any("gpu-3" in line for line in report.lines)
+    # One look, then RESERVATION_QUIET looks in a row that find none.
+    assert cluster.looks == 1 + removal.RESERVATION_QUIET
+
+
+async def test_a_run_cut_off_among_the_nodes_is_finished_by_the_next_one() -> None:
+    cluster = installed()
+    cluster.taints = {"gpu-1": [reservation("abc")], "gpu-2": [reservation("abc")]}
+    cluster.fail("unreserve", when=lambda node, dry_run: node == "gpu-2", times=1)
+    with pytest.raises(UninstallError) as failed:
+        await run(cluster)
+    assert (
+        f"step 4, remove quorum's reservation taint {RESERVED} from every node: the apiserver refused: 500"
+        in str(failed.value)
+    )
+    assert cluster.taints == {"gpu-1": [], "gpu-2": [reservation("abc")]}
+    assert cluster.has(removal.NAMESPACE, NS)  # not reached
+
+    again = await run(cluster)
+    assert cluster.taints == {"gpu-1": [], "gpu-2": []} and cluster.objects == {}
+    assert f"4. node gpu-2: removed {RESERVED}=abc (as {OPERATOR})" in again.lines
+    assert not any("gpu-1" in line for line in again.lines)
+
+    third = await run(cluster)
+    assert not third.changed
+    assert third.lines[-2] == (
+        f"4. no node has quorum's reservation taint {RESERVED} (none seen in 5 looks in a row, "
+        f"as {OPERATOR}): nothing to remove"
+    )
+
+
+async def test_a_taint_put_back_by_an_operator_still_running_is_removed_again() -> None:
+    cluster = installed()
+    cluster.taints = {"gpu-1": [reservation("abc")]}
+
+    def put_back(c: FakeCluster) -> None:
+        if c.looks == 3:  # a preemption the operator decided before the release
+            c.taints["gpu-1"].append(reservation("late"))
+
+    cluster.on_look = put_back
+    report = await run(cluster, admission_only=True)
+    assert cluster.taints == {"gpu-1": []}
+    assert (
+        f"3. node gpu-1: removed {RESERVED}=late again: it was put back (quorum's operator still ran) "
+        f"(as {OPERATOR})" in report.lines
+    )
+    assert cluster.looks == 4 + removal.RESERVATION_QUIET  # seen at the 4th look
+
+
+async def test_taints_still_put_back_after_the_timeout_stop_the_run_saying_what_to_do() -> None:
+    cluster = installed()
+    cluster.taints = {"gpu-1": [reservation("abc")]}
+
+    def always(c: FakeCluster) -> None:
+        c.taints["gpu-1"] = [reservation("again")]
+
+    cluster.on_look = always
+    with pytest.raises(UninstallError) as failed:
+        await run(cluster, admission_only=True, timeout=0.05)
+    assert "reservation taints are still being put back (nodes gpu-1)" in str(failed.value)
+    assert "scale its Deployment to 0" in str(failed.value)
 
 
 def rbac_in_docstring() -> list[dict[str, object]]:
