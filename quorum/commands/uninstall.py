@@ -371,6 +371,7 @@ async def uninstall(
     probe_namespace: str = DEFAULT_PROBE_NAMESPACE,
     timeout: float = 60.0,
     interval: float = 0.5,
+    delete_tenant_objects: bool = False,
     say: Callable[[str], None] = print,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Report:
@@ -379,7 +380,18 @@ async def uninstall(
     report = Report(say)
     for step in steps:
         try:
-            await _one(api, step, report, dry_run, reason, probe_namespace, timeout, interval, sleep)
+            await _one(
+                api,
+                step,
+                report,
+                dry_run,
+                reason,
+                probe_namespace,
+                timeout,
+                interval,
+                sleep,
+                delete_tenant_objects,
+            )
         except ApiException as err:
             what = f"{step.action} {step.target or ''}".strip()
             if dry_run:
@@ -402,6 +414,7 @@ async def _one(
     timeout: float,
     interval: float,
     sleep: Callable[[float], Awaitable[None]],
+    delete_tenant_objects: bool = False,
 ) -> None:
     target = step.target
     if step.action is Action.DELETE:
@@ -417,7 +430,7 @@ async def _one(
             report.line(step, f"{target}: already gone")
     elif step.action is Action.DELETE_IF_QUORUMS:
         assert target is not None
-        await _delete_crd(api, step, target, report, dry_run)
+        await _delete_crd(api, step, target, report, dry_run, delete_tenant_objects)
     elif step.action in (Action.WAIT_BACKSTOP_DROPPED, Action.WAIT_MUTATING_DROPPED):
         await _wait_dropped(api, step, report, dry_run, probe_namespace, timeout, interval, sleep)
     elif step.action is Action.RELEASE_GATED:
@@ -428,7 +441,11 @@ async def _one(
         await _remove_reservations(api, step, report, dry_run, timeout, interval, sleep)
 
 
-async def _delete_crd(api: UninstallApi, step: Step, crd: Ref, report: Report, dry_run: bool) -> None:
+async def _delete_crd(
+    api: UninstallApi, step: Step, crd: Ref, report: Report, dry_run: bool, delete_tenant_objects: bool
+) -> None:
+    """A CRD of quorum's goes with its objects only if they are quorum's own (Gangs), there are
+    none, or the caller said so: deleting a PodGroup CRD deletes every tenant's PodGroups."""
     found = await api.read(crd)
     if found is None:
         report.line(step, f"{crd}: already gone")
@@ -443,6 +460,13 @@ async def _delete_crd(api: UninstallApi, step: Step, crd: Ref, report: Report, d
     existing = (
         await api.count(Kind(group, served[0], plural, names["kind"], namespaced=True)) if served else 0
     )
+    if existing and crd.name not in removal.QUORUMS_OWN_CRDS and not delete_tenant_objects:
+        report.line(
+            step,
+            f"{crd}: left: it holds {existing} {names['kind']} object(s) of tenants, which would go with "
+            "it (--delete-crds deletes them too)",
+        )
+        return
     with_objects = f", and with it {existing} {names['kind']} object(s)"
     if await api.delete(crd, dry_run):
         report.line(step, f"{crd}: {'would delete' if dry_run else 'deleted'}{with_objects}", changed=True)
@@ -675,6 +699,12 @@ def add_parser(subparsers: Any) -> None:
         "--kubeconfig", default=None, help="default: $KUBECONFIG, else ~/.kube/config, else in-cluster"
     )
     parser.add_argument(
+        "--delete-crds",
+        action="store_true",
+        help="also delete a PodGroup CRD of quorum's that still holds PodGroups (they are deleted with it); "
+        "without it such a CRD stays (Gangs, quorum's own records, always go)",
+    )
+    parser.add_argument(
         "--probe-namespace",
         default=DEFAULT_PROBE_NAMESPACE,
         help="a namespace where quorum's backstop applies, for step 1's dry-run probe pod (default: default)",
@@ -749,5 +779,6 @@ async def _main(args: argparse.Namespace, steps: Sequence[Step]) -> Report:
             reason=args.reason,
             probe_namespace=args.probe_namespace,
             timeout=args.timeout,
+            delete_tenant_objects=args.delete_crds,
             say=lambda line: print(line, flush=True),
         )

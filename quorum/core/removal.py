@@ -95,6 +95,7 @@ FENCES = (
 )
 RETIRED = ("quorum-operator-eviction-fence",)
 CRDS = ("gangs.quorum.dev", "podgroups.scheduling.sigs.k8s.io", "podgroups.scheduling.x-k8s.io")
+QUORUMS_OWN_CRDS = ("gangs.quorum.dev",)  # its objects are quorum's records; a PodGroup is a tenant's
 CLUSTER_ROLE_BINDINGS = ("quorum-operator", "quorum-sunk-scheduler")
 CLUSTER_ROLES = ("quorum-operator", "quorum-sunk-scheduler", "quorum:podgroups-editor", "quorum:gangs-viewer")
 RESERVED_TAINT = "quorum.dev/reserved"  # quorum.k8s.writes.RESERVED_TAINT, the preemption's

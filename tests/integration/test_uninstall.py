@@ -396,7 +396,13 @@ async def test_quorum_uninstall_leaves_no_pod_gated_and_refuses_no_pod_creation(
             ("clusterrole", "quorum-operator"),
         ):
             assert instance.kubectl("get", kind, name, check=False).returncode != 0, (kind, name)
-        assert "podgroups.scheduling" not in instance.kubectl("get", "crd", "-o", "name").stdout
+        # quorum's records went with their CRD; the tenants' PodGroups, and so their CRD, stay.
+        crds = instance.kubectl("get", "crd", "-o", "name").stdout
+        assert "gangs.quorum.dev" not in crds and "podgroups.scheduling.sigs.k8s.io" in crds
+        assert (
+            "CustomResourceDefinition podgroups.scheduling.sigs.k8s.io: left: it holds 1 PodGroup object(s) "
+            "of tenants" in done.stdout
+        ), done.stdout
 
         async def namespace_gone() -> bool:
             return instance.kubectl("get", "namespace", "quorum-system", check=False).returncode != 0
@@ -422,6 +428,12 @@ async def test_quorum_uninstall_leaves_no_pod_gated_and_refuses_no_pod_creation(
         assert "2. no gated gang pods anywhere (as quorum-admin): nothing to release" in again.stdout
         assert ": deleted" not in again.stdout
         assert f"no node has quorum's reservation taint {RESERVED} (none seen in 5 looks" in again.stdout
+        asked = await asyncio.to_thread(quorum, instance, admin_kubeconfig, "uninstall", "--delete-crds")
+        assert asked.returncode == 0, asked.stdout + asked.stderr
+        assert (
+            "CustomResourceDefinition podgroups.scheduling.sigs.k8s.io: deleted, and with it 1 PodGroup "
+            "object(s)" in asked.stdout
+        ), asked.stdout
 
 
 def lifecycle_identity(instance: Instance, namespace: str, probe_namespace: str = "default") -> Path:

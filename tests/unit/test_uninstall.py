@@ -44,8 +44,27 @@ async def run(cluster: FakeCluster, admission_only: bool = False, **kwargs: obje
 def installed(gated: dict[str, int] | None = None) -> FakeCluster:
     cluster = FakeCluster(gated=dict(gated or {}))
     cluster.install(NS)
-    cluster.custom_objects = {"gangs.quorum.dev": 2, "podgroups.scheduling.sigs.k8s.io": 1}
+    cluster.custom_objects = {"gangs.quorum.dev": 2, "podgroups.scheduling.sigs.k8s.io": 0}
     return cluster
+
+
+async def test_a_podgroup_crd_with_tenants_podgroups_stays_unless_asked() -> None:
+    """Deleting a CRD deletes its objects: quorum's Gangs go, tenants' PodGroups only on request."""
+    cluster = installed()
+    cluster.custom_objects["podgroups.scheduling.sigs.k8s.io"] = 3
+    report = await run(cluster)
+    assert cluster.has(removal.CRD, "podgroups.scheduling.sigs.k8s.io")
+    assert not cluster.has(removal.CRD, "gangs.quorum.dev")
+    assert (
+        "4. CustomResourceDefinition podgroups.scheduling.sigs.k8s.io: left: it holds 3 PodGroup object(s) "
+        "of tenants, which would go with it (--delete-crds deletes them too)" in report.lines
+    )
+    report = await run(cluster, delete_tenant_objects=True)
+    assert not cluster.has(removal.CRD, "podgroups.scheduling.sigs.k8s.io")
+    assert (
+        "4. CustomResourceDefinition podgroups.scheduling.sigs.k8s.io: deleted, and with it 3 PodGroup "
+        "object(s)" in report.lines
+    )
 
 
 async def test_the_writes_follow_the_order_and_the_release_is_recorded() -> None:
