@@ -185,7 +185,27 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(func=run)
 
 
+class NoCheckout(ValueError):
+    pass
+
+
+def check_checkout(directory: Path) -> None:
+    """`quorum manifests` renders the repository's files: say so where they are not (the wheel
+    and the image hold the processes and commands, not the manifests)."""
+    if not directory.is_dir() or not any(directory.glob("*.yaml")):
+        raise NoCheckout(
+            f"no manifests in {directory}: `quorum manifests` renders a checkout's manifests/ and crds/; "
+            "run it from a clone of the repository, or install with the Helm chart or dist/quorum.yaml "
+            "(docs/install.md)"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
+    try:
+        check_checkout(args.dir or MANIFESTS)
+    except NoCheckout as err:
+        print(f"quorum manifests: {err}", file=sys.stderr)
+        return 2
     if args.values:
         return _run_with_values(args)
     args.namespace = args.namespace or DEFAULT_NAMESPACE

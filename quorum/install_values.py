@@ -221,8 +221,8 @@ class CrdsValues(_Values):
     """Install and upgrade quorum's CRDs (Gang, and the PodGroups of scheduling.sigs.k8s.io and of
     scheduling.x-k8s.io) with the release."""
     keep: bool = True
-    """`helm uninstall` leaves the CRDs (deleting one deletes every object of it, every tenant's
-    PodGroups too); delete them by hand (docs/install.md)."""
+    """`helm uninstall` leaves the Gang CRD (quorum's records); false deletes it with them. The
+    PodGroup CRDs are always left (deleting one deletes every tenant's PodGroups): by hand only."""
     scheduler_plugins: bool = True
     """Install scheduling.x-k8s.io's PodGroup CRD too. Helm skips it where another is installed
     (scheduler-plugins'), so that one stays theirs; false for tools that render without a cluster."""

@@ -452,3 +452,22 @@ def test_the_packaged_chart_holds_the_files_it_links_to(helm: Path, tmp_path: Pa
     from_archive = run(helm, "template", "quorum", archive, "--namespace", RELEASE_NAMESPACE, *args)
     assert from_archive.returncode == 0, from_archive.stderr
     assert from_archive.stdout == helm_template(helm, *args).stdout
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_podgroup_crd_is_always_kept_and_crds_keep_is_the_gang_crds(helm: Path, keep: bool) -> None:
+    """Helm deletes a CRD it no longer renders or uninstalls, and every object of it with it: a
+    PodGroup CRD holds tenants' PodGroups, so it is kept whatever the values; the Gang CRD (quorum's
+    records) follows crds.keep."""
+    rendered = helm_template(helm, "--set", f"crds.keep={str(keep).lower()}")
+    assert rendered.returncode == 0, rendered.stderr
+    policies = {
+        doc["metadata"]["name"]: (doc["metadata"].get("annotations") or {}).get("helm.sh/resource-policy")
+        for doc in yaml.safe_load_all(rendered.stdout)
+        if doc and doc["kind"] == "CustomResourceDefinition"
+    }
+    assert policies == {
+        "gangs.quorum.dev": "keep" if keep else None,
+        "podgroups.scheduling.sigs.k8s.io": "keep",
+        "podgroups.scheduling.x-k8s.io": "keep",
+    }

@@ -116,3 +116,16 @@ def test_the_local_plane_names_the_static_policies_in_its_admission_config(tmp_p
     assert static_admission("off", "quorum-system") == {}
     with pytest.raises(ValueError, match="one of off, protect, all"):
         static_admission("some", "quorum-system")
+
+
+def test_without_a_checkout_it_says_so_instead_of_printing_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wheel and the image hold no manifests/: `quorum manifests` fails and says what to do."""
+    from quorum import install
+
+    monkeypatch.setattr(install, "MANIFESTS", tmp_path / "manifests")
+    for argv in (["manifests"], ["manifests", "--values", str(tmp_path / "v.yaml")]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert "renders a checkout's manifests/ and crds/" in err and "Helm chart" in err, err
