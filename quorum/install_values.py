@@ -191,9 +191,9 @@ class CertificatesValues(_Values):
         }
     )
     mode: Literal["selfSigned", "certManager", "secret"] = "selfSigned"
-    """selfSigned: a hook Job runs `quorum certs ensure` after each install and upgrade (quorum's own
-    CA, renewed within 30 days of expiry); certManager: cert-manager makes and renews it
-    (manifests/optional/cert-manager.yaml) and injects the caBundle; secret: you provide it."""
+    """selfSigned: a hook Job runs `quorum certs ensure` before and after each install and upgrade
+    (quorum's own CA, renewed within 30 days of expiry); certManager: cert-manager makes and renews
+    it (manifests/optional/cert-manager.yaml) and injects the caBundle; secret: you provide it."""
     secret: SecretValues = SecretValues()
 
     @model_validator(mode="after")

@@ -1,9 +1,13 @@
-"""`quorum certs ensure --namespace NS [--renew-before DAYS] [--san NAME]`: the webhook server's
-certificate kept in the cluster, without cert-manager. A Helm chart's post-install and
-post-upgrade hook Job runs it (a person may too); the decisions are pure functions of
-`quorum.webhooks.certs` (`assess_secret`, `bundle_for`, `configuration_patch`).
+"""`quorum certs ensure --namespace NS [--renew-before DAYS] [--san NAME] [--absent-ok]`: the
+webhook server's certificate kept in the cluster, without cert-manager. The Helm chart's hook Job
+runs it before and after each install and upgrade (a person may too); the decisions are pure
+functions of `quorum.webhooks.certs` (`assess_secret`, `bundle_for`, `configuration_patch`).
 
-1. Read the Secret NS/quorum-webhooks-tls and both webhook configurations quorum-webhooks.
+1. Read the Secret NS/quorum-webhooks-tls and both webhook configurations quorum-webhooks. A
+   configuration that is not installed is an error, unless `--absent-ok`: then it is skipped
+   (the chart's pre-install run, before Helm makes them, makes the Secret only, so that the
+   webhook server's pods have it when Helm creates them; the post-install run, after, trusts it
+   in both).
 2. The Secret is made again (a new CA, whose key is never written, and a serving certificate for
    the Service quorum-webhooks.NS.svc) if it is absent, unusable, not for those names, or
    expires within DAYS (default 30; a certificate lives 365 days).
@@ -139,6 +143,7 @@ async def ensure(
     renew_before: datetime.timedelta,
     now: datetime.datetime,
     say: Callable[[str], None] = print,
+    absent_ok: bool = False,
 ) -> bool:
     """The steps of the module docstring; True if anything was written."""
     secret_ref = Ref(SECRET, certs.SECRET_NAME, namespace)
@@ -153,7 +158,10 @@ async def ensure(
         ref = Ref(kind, certs.CONFIGURATION_NAME)
         found = await api.read(ref)
         if found is None:
-            raise certs.CertsError(f"{ref} is not installed: install quorum's manifests first")
+            if not absent_ok:
+                raise certs.CertsError(f"{ref} is not installed: install quorum's manifests first")
+            say(f"{ref}: not installed yet: the Secret only (run again once it is)")
+            continue
         configurations.append((ref, found))
 
     state = certs.assess_secret(decoded(secret), names, now, renew_before)
@@ -209,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     names = tuple(dict.fromkeys(tls.service_names(args.namespace) + tuple(args.san)))
     try:
-        changed = asyncio.run(_main(args.kubeconfig, args.namespace, names, window))
+        changed = asyncio.run(_main(args.kubeconfig, args.namespace, names, window, args.absent_ok))
     except (certs.CertsError, KubeconfigError) as err:
         print(f"quorum certs ensure: {err}", file=sys.stderr)
         return 1
@@ -226,9 +234,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _main(
-    kubeconfig: str | None, namespace: str, names: tuple[str, ...], window: datetime.timedelta
+    kubeconfig: str | None,
+    namespace: str,
+    names: tuple[str, ...],
+    window: datetime.timedelta,
+    absent_ok: bool,
 ) -> bool:
     api = (await command_client(kubeconfig)).api
     async with api:
         now = datetime.datetime.now(datetime.UTC)
-        return await ensure(LiveCertsApi(api), namespace, names, window, now)
+        return await ensure(LiveCertsApi(api), namespace, names, window, now, absent_ok=absent_ok)

@@ -16,10 +16,11 @@ presents at every moment. Keep DIR for the next rotation; OLD can go.
 The CA's key exists only in memory while the serving certificate is signed: no file holds it,
 and each rotation makes a new CA.
 
-`quorum certs ensure --namespace X [--renew-before DAYS] [--san NAME]` does the same in the
-cluster, for a Helm chart's hook Job (or a person): it makes the Secret X/quorum-webhooks-tls if
-it is absent or unusable, renews it when it expires within DAYS (default 30), and sets the
-caBundle of quorum's webhook configurations; a run with nothing to do writes nothing
+`quorum certs ensure --namespace X [--renew-before DAYS] [--san NAME] [--absent-ok]` does the
+same in the cluster, for a Helm chart's hook Job (or a person): it makes the Secret
+X/quorum-webhooks-tls if it is absent or unusable, renews it when it expires within DAYS
+(default 30), and sets the caBundle of quorum's webhook configurations (with `--absent-ok`, of
+those installed: before an install, none); a run with nothing to do writes nothing
 (`quorum.commands.certs_ensure` has its steps, its order and the rights it needs)."""
 
 from __future__ import annotations
@@ -358,6 +359,12 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         default=[],
         metavar="NAME",
         help="another DNS name or IP address for the serving certificate (repeatable)",
+    )
+    ensure.add_argument(
+        "--absent-ok",
+        action="store_true",
+        help="skip a webhook configuration that is not installed instead of failing: the chart's hook "
+        "runs before Helm makes them (the Secret only, so that the server's pods have it) and after",
     )
     ensure.add_argument(
         "--kubeconfig", default=None, help="default: $KUBECONFIG, else ~/.kube/config, else in-cluster"

@@ -143,9 +143,11 @@ def versions(cluster: FakeCluster) -> dict[Ref, str]:
     return {ref: obj["metadata"]["resourceVersion"] for ref, obj in cluster.objects.items()}
 
 
-async def run(cluster: FakeCluster, now: datetime.datetime = NOW) -> tuple[bool, list[str]]:
+async def run(
+    cluster: FakeCluster, now: datetime.datetime = NOW, absent_ok: bool = False
+) -> tuple[bool, list[str]]:
     lines: list[str] = []
-    return await ensure(cluster, NS, NAMES, WINDOW, now, lines.append), lines
+    return await ensure(cluster, NS, NAMES, WINDOW, now, lines.append, absent_ok=absent_ok), lines
 
 
 async def test_made_trusted_then_left_alone_then_renewed_with_an_overlap() -> None:
@@ -274,3 +276,37 @@ def test_the_command_refuses_bad_arguments_and_keeps_quorum_certs_out(
     assert main(["certs", "ensure", "--namespace", "Bad_Name"]) == 2
     assert main(["certs"]) == 2
     assert "--out DIR" in capsys.readouterr().err
+
+
+async def test_before_an_install_the_secret_alone_then_after_it_the_bundle_without_a_new_secret() -> None:
+    """The chart's hook: at pre-install (configurations not made yet) the Secret only, so that the
+    webhook server's pods have it when Helm creates them; at post-install the same command trusts
+    that Secret's CA in both configurations and writes no Secret; at pre- and post-upgrade, with
+    nothing due, nothing."""
+    cluster = FakeCluster()
+    changed, lines = await run(cluster, absent_ok=True)
+    assert changed and [w[0] for w in cluster.writes] == ["create"]
+    assert [line for line in lines if "not installed yet" in line] == [
+        f"{ref}: not installed yet: the Secret only (run again once it is)" for ref in CONFIGS
+    ]
+    made = secret_data(cluster)
+    assert not assess_secret(made, NAMES, NOW, WINDOW).renew
+
+    for ref in CONFIGS:  # what Helm makes next: no caBundle (the chart renders none)
+        cluster.add(ref, {**configuration(b""), "webhooks": [{"name": "w", "clientConfig": {}}]})
+    changed, lines = await run(cluster, absent_ok=True)
+    assert changed and [w[0] for w in cluster.writes[1:]] == ["patch", "patch"]
+    assert secret_data(cluster) == made and trusted(cluster) == set(ders(made["ca.crt"]))
+    before = versions(cluster)
+    assert (await run(cluster, absent_ok=True))[0] is False and versions(cluster) == before
+    assert (await run(cluster))[0] is False and versions(cluster) == before
+
+    # One configuration there, the other not (an install cut off): the one is trusted, the other
+    # skipped with --absent-ok and refused without.
+    partial = FakeCluster()
+    partial.add(CONFIGS[0], configuration(b""))
+    changed, lines = await run(partial, absent_ok=True)
+    assert [w[0] for w in partial.writes] == ["patch", "create"]
+    assert f"{CONFIGS[1]}: not installed yet" in "\n".join(lines)
+    with pytest.raises(CertsError, match="is not installed"):
+        await run(partial)

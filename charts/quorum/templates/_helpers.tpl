@@ -180,11 +180,17 @@ true
 {{- end -}}
 {{- end -}}
 
-{{/* The pod of a hook Job: restricted like quorum's own (the namespace enforces it). */}}
+{{/*
+The pod of a hook Job: restricted like quorum's own (the namespace enforces it). No
+system-cluster-critical priority, unlike quorum's Deployments: a pre-install hook runs before the
+release's ResourceQuota that lets quorum's namespace use that class exists (refused where the
+platform limits the system classes to namespaces with a quota), Kubernetes 1.37's WorkloadWithJob
+gives each Job a PodGroup whose priority may not exceed 1000000000 (the Job would never make its
+pod), and a short hook should not preempt a tenant's pod.
+*/}}
 {{- define "quorum.hookPod" -}}
 serviceAccountName: {{ .serviceAccount }}
 restartPolicy: Never
-priorityClassName: system-cluster-critical
 tolerations:
   - {key: is_cpu_compute, operator: Exists, effect: NoSchedule}
 securityContext:
