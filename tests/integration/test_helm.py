@@ -5,12 +5,18 @@ The local control plane runs no containers (kwok plays the kubelets) and has no 
 network, so what the release's pods would do is done on this machine (devcluster/helm.py):
 
 - the instance starts without quorum (no CRDs, manifests or processes), and `helm install
-  --no-hooks` installs the chart with its default values (self-signed certificates; Helm
-  creates the namespace);
-- each hook Job's command runs in hook order, as the Job would: with a token of the hook's own
-  ServiceAccount, whose RBAC (from the release's hooks) exists only while it runs. The
-  certificate hook gets `--san 127.0.0.1` besides: the apiserver reaches the local server at
-  that address instead of the Service's name;
+  --wait` installs the chart with its default values (self-signed certificates; Helm creates
+  the namespace) and `helm upgrade --wait` upgrades it, each with its hooks: Helm makes each
+  hook's ServiceAccount, RBAC and Job and waits for the Job, whose pod the hook kubelet
+  (`devcluster.helm.HookKubelet`) runs here with a token of that ServiceAccount, as a kubelet
+  would. The certificate hook gets `--san 127.0.0.1` besides: the apiserver reaches the local
+  server at that address instead of the Service's name. Its runs show the order: before the
+  install the Secret alone, ahead of the Deployment that mounts it; after it, the caBundle of
+  the configurations Helm made; around the upgrade nothing, since Helm's three-way merge keeps
+  the caBundle the chart does not render;
+- the uninstall's pre-delete hook runs with `run_hook` (the same identity, from `helm get
+  hooks`) and then `helm uninstall --no-hooks`, so that the test can look between the two
+  (tests/integration/test_readme_install.py lets Helm run it);
 - quorum-webhooks and quorum-operator run as local processes the way the release's Deployments
   run them (the operator with a token of the release's ServiceAccount and its Deployment's
   environment; the server with the release's ConfigMap and Secret), and run again after the
@@ -29,7 +35,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from devcluster.cluster import REPO_ROOT, Instance
-from devcluster.helm import helm, post_renderer, run_hook, start_quorum
+from devcluster.helm import HookKubelet, HookRun, helm, post_renderer, run_hook, start_quorum
 from tests.integration.test_gangs import GANGS, deployment, gated, get, pods
 from tests.integration.test_uninstall import gated_anywhere
 from tests.kube import api_client, create_namespace, create_podgroup, eventually, raw_json
@@ -41,19 +47,45 @@ NAMESPACE = "quorum-system"
 RELEASE = "quorum"
 
 
-def helm_apply(instance: Instance, verb: str, *values: str) -> None:
-    """`helm install` or `helm upgrade` of the chart, hooks left to `run_hook`."""
-    helm(
-        instance,
-        verb,
-        RELEASE,
-        CHART,
-        f"--namespace={NAMESPACE}",
-        *(["--create-namespace"] if verb == "install" else []),
-        "--no-hooks",
-        f"--post-renderer={post_renderer(instance)}",
-        *(f"--set={v}" for v in values),
+def release_present(instance: Instance) -> dict[str, bool]:
+    """Whether the release's webhook Deployment and webhook configurations exist (what the hook
+    kubelet notes as each hook starts: the order of hooks and release)."""
+
+    def exists(*what: str) -> bool:
+        return instance.kubectl("get", *what, check=False).returncode == 0
+
+    return {
+        "deployment": exists("deployment", "quorum-webhooks", f"--namespace={NAMESPACE}"),
+        "configurations": exists("mutatingwebhookconfiguration", "quorum-webhooks")
+        and exists("validatingwebhookconfiguration", "quorum-webhooks"),
+    }
+
+
+def helm_apply(instance: Instance, verb: str, *values: str) -> list[HookRun]:
+    """`helm install` or `helm upgrade --wait` of the chart, with its hooks run by the hook
+    kubelet; the hook runs, in order."""
+    kubelet = HookKubelet(
+        instance, {("quorum", "certs", "ensure"): ("--san", "127.0.0.1")}, lambda: release_present(instance)
     )
+    with kubelet:
+        helm(
+            instance,
+            verb,
+            RELEASE,
+            CHART,
+            f"--namespace={NAMESPACE}",
+            *(["--create-namespace"] if verb == "install" else []),
+            "--wait",
+            "--timeout=120s",
+            f"--post-renderer={post_renderer(instance)}",
+            *(f"--set={v}" for v in values),
+        )
+    kubelet.check()
+    return kubelet.runs
+
+
+def certs_runs(runs: list[HookRun]) -> list[tuple[dict[str, bool], int]]:
+    return [(r.observed, r.returncode) for r in runs if r.job == "quorum-certs-hook"]
 
 
 def hook(instance: Instance, event: str, *extra: str) -> str:
@@ -103,10 +135,16 @@ async def test_install_upgrade_and_uninstall_with_helm_keep_gangs_whole_and_stra
         apps = client.AppsV1Api(api)
         assert "gangs.quorum.dev" not in instance.kubectl("get", "crd", "-o", "name").stdout
 
-        # Install: the release, then its post-install hook, then quorum's processes.
-        helm_apply(instance, "install")
-        made = hook(instance, "post-install", "--san", "127.0.0.1")
-        assert "created" in made, made
+        # Install, waiting for the release: the Secret before the Deployments (pre-install), the
+        # caBundle after the configurations (post-install). Then quorum's processes.
+        runs = helm_apply(instance, "install")
+        summary = "\n".join(f"{r.pod} {r.observed} -> {r.returncode}:\n{r.output}" for r in runs)
+        assert certs_runs(runs) == [
+            ({"deployment": False, "configurations": False}, 0),
+            ({"deployment": True, "configurations": True}, 0),
+        ], summary
+        assert "quorum-webhooks-tls: created" in runs[0].output, summary
+        assert runs[1].output.count("caBundle set") == 2 and "created" not in runs[1].output, summary
         start_quorum(instance, NAMESPACE)
         installed = json.loads(
             instance.kubectl("get", "validatingwebhookconfiguration", "quorum-webhooks", "-o", "json").stdout
@@ -134,16 +172,20 @@ async def test_install_upgrade_and_uninstall_with_helm_keep_gangs_whole_and_stra
 
         await eventually(held_gated, timeout=60, what="gang held at 2 of 4, recorded on its Gang")
 
-        # Upgrade with other replicas and a setting: a rollout of both processes.
-        helm_apply(
+        # Upgrade with other replicas and a setting: a rollout of both processes. Nothing is due
+        # before it, and after it both configurations still trust the Secret's CA: Helm's
+        # three-way merge left the caBundle, which the chart does not render.
+        runs = helm_apply(
             instance,
             "upgrade",
             "operator.replicas=3",
             "webhooks.replicas=3",
             "operator.settings.starvationSeconds=90",
         )
-        renewed = hook(instance, "post-upgrade", "--san", "127.0.0.1")
-        assert "nothing to do" in renewed, renewed
+        summary = "\n".join(f"{r.pod} {r.observed} -> {r.returncode}:\n{r.output}" for r in runs)
+        assert [returncode for _, returncode in certs_runs(runs)] == [0, 0] and len(runs) == 2, summary
+        assert all("nothing to do" in r.output for r in runs), summary
+        assert runs[1].output.count("caBundle trusts the Secret's CA: unchanged") == 2, summary
         operator = await apps.read_namespaced_deployment("quorum-operator", NAMESPACE)
         assert operator.spec.replicas == 3
         env = {e.name: e.value for e in operator.spec.template.spec.containers[0].env}
