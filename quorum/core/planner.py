@@ -494,7 +494,7 @@ class Planner:
         message = (
             f"holding {len(held)} nodes for this gang after {waited:.0f}s held (starvation guard): room "
             f"for {free_now} of its {needed} pods is free there now, the rest as running pods finish; "
-            f"gangs behind it use only what it cannot: {', '.join(held[:10])}{' …' if len(held) > 10 else ''}"
+            "gangs behind it use only what it cannot"  # the nodes unnamed: its tenant cannot read them
         )
         return Hold(gang, hold.reason, hold.message, tuple(held), message)
 

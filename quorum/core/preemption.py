@@ -101,7 +101,13 @@ class Work:
             else f"pod {self.namespace}/{self.name}"
         )
         label = ", interruptable" if self.interruptable else ""
-        return f"{what} (priority {self.priority}{label}, {len(self.pods)} pods)"
+        return f"{what} (priority {self.priority}{label}, {_plural(len(self.pods), 'pod')})"
+
+    def entry(self, reader: str) -> dict[str, object]:
+        """The work in the preemptor's record (`status.preemption.victims`), which the tenant of
+        namespace `reader` reads: its namespace and name only if it is of that namespace."""
+        named = {"namespace": self.namespace, "name": self.name} if self.namespace == reader else {}
+        return {"kind": self.kind, **named, "pods": len(self.pods), "priority": self.priority}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +121,20 @@ class DisruptionBudget:
 
 
 @dataclass(frozen=True, slots=True)
+class PastBudget:
+    """A PodDisruptionBudget the victims together take more pods of than it allows."""
+
+    namespace: str
+    name: str
+    allowed: int
+    takes: int
+
+    def __str__(self) -> str:
+        allows = max(0, self.allowed)
+        return f"PodDisruptionBudget {self.namespace}/{self.name} (allows {allows}, takes {self.takes})"
+
+
+@dataclass(frozen=True, slots=True)
 class PreemptionSettings:
     max_candidates: int = 512
     """Work items considered, the most preferred first: more are never looked at in one try."""
@@ -125,26 +145,96 @@ class PreemptionSettings:
 
 @dataclass(frozen=True, slots=True)
 class Preemption:
+    """A preemption decided, and what each side is told of it.
+
+    What is written into a namespace (the preemptor's Gang and Events; a victim's pods, Gang and
+    Events) is read by that namespace's tenant, so it names only objects of that namespace: work
+    and budgets of other namespaces are counted, not named, and nodes are counted (a tenant
+    cannot read nodes; docs/threat-model.md, "What a tenant can read"). The platform's record
+    (`reader` None: the operator's log, an Event in quorum's own namespace) names everything."""
+
     gang: Gang
     victims: tuple[Work, ...]
     placement: tuple[tuple[Pod, Node], ...]  # where the gang fits once the victims are gone
     need: str  # "32 nvidia.com/gpu in rack rack-002": what the gang needed, for every message
     checks: int = 0
-    past_budgets: tuple[str, ...] = ()  # the budgets the victims together take more of than allowed
+    past_budgets: tuple[PastBudget, ...] = ()  # the budgets the victims together take more of than allowed
 
     @property
     def nodes(self) -> tuple[str, ...]:
         return tuple(sorted({node.name for _, node in self.placement}))
 
-    def summary(self) -> str:
+    def summary(self, reader: str | None = None, named: int | None = 5) -> str:
+        """What it takes and why, as the tenant of namespace `reader` may read it (the
+        preemptor's `Preempting` condition and Event), or in full (None). `named`: at most this
+        many victims are named (None: all)."""
         gangs = sum(1 for v in self.victims if v.kind == "gang")
         pods = len(self.victims) - gangs
-        parts = [f"{gangs} gang{'s' * (gangs != 1)}"] if gangs else []
-        parts += [f"{pods} pod{'s' * (pods != 1)}"] if pods else []
-        names = "; ".join(v.describe() for v in self.victims[:5])
-        more = f"; and {len(self.victims) - 5} more" if len(self.victims) > 5 else ""
-        past = f"; past {'; '.join(self.past_budgets)}" if self.past_budgets else ""
-        return f"needed {self.need}: preempting {' and '.join(parts)}: {names}{more}{past}"
+        parts = [_plural(gangs, "gang")] if gangs else []
+        parts += [_plural(pods, "pod")] if pods else []
+        mine = [v for v in self.victims if reader is None or v.namespace == reader]
+        shown = mine if named is None else mine[:named]
+        told = [v.describe() for v in shown]
+        if len(mine) > len(shown):
+            told.append(f"and {len(mine) - len(shown)} more")
+        others = [v for v in self.victims if reader is not None and v.namespace != reader]
+        if others:
+            told.append(_elsewhere(others))
+        past = self.budgets_passed(reader)
+        return f"needed {self.need}: preempting {' and '.join(parts)}: {'; '.join(told)}{past}"
+
+    def budgets_passed(self, reader: str | None = None) -> str:
+        """The budgets passed, as `; past PodDisruptionBudget ns/name (allows 0, takes 1)`: those
+        of `reader`'s namespace named, the others counted (None: all named); "" for none."""
+        mine = [str(b) for b in self.past_budgets if reader is None or b.namespace == reader]
+        others = sum(1 for b in self.past_budgets if reader is not None and b.namespace != reader)
+        if others:
+            mine.append(f"{_plural(others, 'PodDisruptionBudget')} of other namespaces")
+        return f"; past {'; '.join(mine)}" if mine else ""
+
+    def reserved(self, reader: str | None = None) -> str:
+        """The nodes reserved for the gang: counted for a tenant, named for the platform."""
+        if reader is None:
+            return f"reserved nodes {', '.join(self.nodes)}"
+        return f"reserved {_plural(len(self.nodes), 'node')}"
+
+    def announced(self, reader: str | None = None, named: int | None = 5) -> str:
+        """The `Preempting` Event: on the preemptor's Gang for the tenant of `reader`, or the
+        platform's record (None), which says whose preemption it is."""
+        if reader is not None:
+            return f"{self.summary(reader, named)}; {self.reserved(reader)}"
+        whose = f"gang {self.gang.namespace}/{self.gang.name} (priority {self.gang.priority})"
+        return f"{whose} {self.summary(None, named)}; {self.reserved(None)}"
+
+    def preempted_by(self, reader: str) -> str | None:
+        """The preemptor as a victim of namespace `reader` may know it (its Gang's
+        `status.preempted.by`): namespace/name when it is of the same namespace, else None."""
+        return f"{self.gang.namespace}/{self.gang.name}" if reader == self.gang.namespace else None
+
+    def told(self, reader: str) -> str:
+        """What a victim of namespace `reader` is told (its pods' DisruptionTarget condition, its
+        Gang's `Preempted` condition and Event): the preemptor named only if it is of the same
+        namespace, and the budgets of `reader` that were passed."""
+        by = self.preempted_by(reader) or "a gang of another namespace"
+        own = [str(b) for b in self.past_budgets if b.namespace == reader]
+        past = f"; past {'; '.join(own)}" if own else ""
+        return f"preempted by {by} (priority {self.gang.priority}): needed {self.need}{past}"
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}{'s' * (count != 1)}"
+
+
+def _elsewhere(work: Sequence[Work]) -> str:
+    """Work of other namespaces, counted: "3 pods of other namespaces (2 gangs whole, 1 pod
+    alone; priority ≤ 100)"."""
+    gangs = sum(1 for w in work if w.kind == "gang")
+    alone = len(work) - gangs
+    kinds = [f"{_plural(gangs, 'gang')} whole"] if gangs else []
+    kinds += [f"{_plural(alone, 'pod')} alone"] if alone else []
+    pods = sum(len(w.pods) for w in work)
+    top = max(w.priority for w in work)
+    return f"{_plural(pods, 'pod')} of other namespaces ({', '.join(kinds)}; priority ≤ {top})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,17 +434,14 @@ def _within_budgets_first(ordered: Sequence[Work], budgets: Sequence[DisruptionB
     return within + past
 
 
-def _budgets_broken(victims: Sequence[Work], budgets: Sequence[DisruptionBudget]) -> tuple[str, ...]:
-    """The budgets the victims together take more pods of than they allow, each told."""
+def _budgets_broken(victims: Sequence[Work], budgets: Sequence[DisruptionBudget]) -> tuple[PastBudget, ...]:
+    """The budgets the victims together take more pods of than they allow."""
     uids = {p.uid for w in victims for p in w.pods}
     out = []
     for budget in budgets:
         taken = len(uids & budget.pods)
         if taken > budget.allowed:
-            out.append(
-                f"PodDisruptionBudget {budget.namespace}/{budget.name} "
-                f"(allows {max(0, budget.allowed)}, takes {taken})"
-            )
+            out.append(PastBudget(budget.namespace, budget.name, budget.allowed, taken))
     return tuple(out)
 
 

@@ -3,8 +3,10 @@ decides, done and seen through to the end.
 
 One preemption at a time in the cluster. It goes:
 
-1. Recorded on the preemptor's Gang (`status.preemption`: a token, the victims, the nodes, a
-   deadline) before anything else, so a new leader sees it through.
+1. Recorded on the preemptor's Gang (`status.preemption`: a token, a deadline, what it takes)
+   before anything else, so a new leader sees it through. The record names no node and no work
+   of another namespace (the Gang's tenant reads it): the nodes are found again by their taint's
+   token, and the victims, once marked, need nothing more of it.
 2. The nodes the gang will use get the taint `quorum.dev/reserved=<token>:NoSchedule`: neither
    other gangs (the planner reads taints) nor the default scheduler's pods take the room that
    frees. The preemptor's pods tolerate it: in the planner's model, and their release adds the
@@ -16,7 +18,11 @@ One preemption at a time in the cluster. It goes:
    wait gated as a gang); every other victim pod is deleted, as kube-scheduler's preemption
    deletes its victims (the decision kept PodDisruptionBudgets where it could; a budget does not
    veto it).
-4. The preemptor's Event `Preempting`.
+4. The preemptor's Event `Preempting`, and the platform's record: the log line and an Event in
+   quorum's own namespace that name every victim, budget and node.
+
+What each namespace is told names only that namespace's objects (`quorum.core.preemption.Preemption`
+composes every message; docs/threat-model.md, "What a tenant can read").
 
 It ends when the preemptor has minMember pods bound, when it is gone, or at its deadline: the
 taints are removed and the record cleared. A reservation taint that belongs to no preemption in
@@ -52,6 +58,7 @@ from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT
 from quorum.operator import clock, metrics
 from quorum.operator.gangs import JSON, GangView
+from quorum.operator.leader import LeaseSettings
 from quorum.operator.ledger import Ledger
 from quorum.operator.settings import PreemptionLoopSettings
 from quorum.operator.status import GangRecords
@@ -139,6 +146,16 @@ def excluded(work: Work, gangs: set[GangKey]) -> bool:
     return gang_name is not None and (work.namespace, gang_name) in gangs
 
 
+def platform_object(namespace: str) -> JSON:
+    """What the platform's record of a preemption is posted on: quorum-operator's Lease, in
+    quorum's own namespace, which no tenant reads."""
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": LeaseSettings().name, "namespace": namespace},
+    }
+
+
 def pod_ref(pod: RunningPod) -> JSON:
     return {
         "apiVersion": "v1",
@@ -170,6 +187,8 @@ class Preempter:
         # Preemptions in a row that ended without the gang bound: the room they freed went to
         # someone else, so the next waits longer (retry x 2^n), and fewer victims lose their work.
         self.expired: dict[GangKey, int] = {}
+        # The nodes this process tainted for each token, before the watch shows the taints.
+        self.tainted: dict[str, set[str]] = {}
 
     # -- what is in flight -------------------------------------------------------------------
 
@@ -300,23 +319,12 @@ class Preempter:
         key = view.key
         token = secrets.token_hex(6)
         who = f"{view.namespace}/{view.name}"
-        told = f"preempted by {who} (priority {preemption.gang.priority}): needed {preemption.need}"
         record = {
             "token": token,
             "time": iso(now),
             "deadline": iso(now + self.settings.timeout_seconds),
-            "nodes": list(preemption.nodes),
-            "message": preemption.summary(),
-            "victims": [
-                {
-                    "kind": v.kind,
-                    "namespace": v.namespace,
-                    "name": v.name,
-                    "pods": len(v.pods),
-                    "priority": v.priority,
-                }
-                for v in preemption.victims
-            ],
+            "message": preemption.summary(view.namespace),
+            "victims": [v.entry(view.namespace) for v in preemption.victims],
         }
         if not await self.statuses.patch(key, {"preemption": record}):
             log.info("%s: its Gang is gone; nothing preempted", who)
@@ -330,22 +338,27 @@ class Preempter:
                     key, record, f"node {name} changed or went before it could be reserved", warn=True
                 )
                 return
+            self.tainted.setdefault(token, set()).add(name)
         suspend, to_delete = await self.sort_victims(preemption.victims)
         pods = [p for v in preemption.victims for p in v.pods]
-        await self.each(pods, lambda pod: self.api.mark_disruption_target(pod_ref(pod), REASON, told))
+        mark = self.api.mark_disruption_target
+        await self.each(pods, lambda pod: mark(pod_ref(pod), REASON, preemption.told(pod.namespace)))
         suspended = {
             job: uid for job, uid in suspend.items() if await self.api.set_job_suspend(*job, uid, True)
         }
         # Recorded once suspended (as recovery does): a pass in between must not find the Job
         # recorded but not suspended, and take it for resumed by someone else.
-        await self.tell_victims(preemption.victims, who, told, suspended, now)
+        await self.tell_victims(preemption, suspended, now)
         await self.each(to_delete, lambda pod: self.api.delete_victim(pod_ref(pod)))
         metrics.PREEMPTIONS.labels(result="Started").inc()
         metrics.PREEMPTION_VICTIMS.observe(len(preemption.victims))
         metrics.PREEMPTION_PAST_BUDGETS.inc(len(preemption.past_budgets))
-        message = preemption.summary() + f"; reserved nodes {', '.join(preemption.nodes)}"
-        log.info("%s: %s", who, message)
-        await self.statuses.events.post(gang, "Preempting", message, warning=bool(preemption.past_budgets))
+        log.info("%s; token %s", preemption.announced(named=None), token)
+        warn = bool(preemption.past_budgets)
+        platform = platform_object(self.settings.namespace)
+        await self.statuses.events.post(platform, "Preempting", preemption.announced(), warning=warn)
+        told = preemption.announced(view.namespace)
+        await self.statuses.events.post(gang, "Preempting", told, warning=warn)
 
     async def sort_victims(
         self, victims: Sequence[Work]
@@ -381,17 +394,14 @@ class Preempter:
         return suspend, delete
 
     async def tell_victims(
-        self,
-        victims: Sequence[Work],
-        who: str,
-        told: str,
-        suspend: Mapping[tuple[str, str], str],
-        now: float,
+        self, preemption: Preemption, suspend: Mapping[tuple[str, str], str], now: float
     ) -> None:
-        """`status.preempted` and an Event on each victim gang's Gang (a lone pod: on the pod);
-        a suspended Job is recorded for recovery to resume. Before any victim is deleted, and
-        required: an Event that cannot be posted fails the preemption before it deletes."""
-        for victim in victims:
+        """`status.preempted` and an Event on each victim gang's Gang (a lone pod: on the pod),
+        each told what its namespace may read (`Preemption.told`); a suspended Job is recorded for
+        recovery to resume. Before any victim is deleted, and required: an Event that cannot be
+        posted fails the preemption before it deletes."""
+        for victim in preemption.victims:
+            told = preemption.told(victim.namespace)
             gang_name = victim.name if victim.kind == "gang" else victim.gang
             gang = self.store.gangs.get((victim.namespace, gang_name)) if gang_name else None
             if gang is None:
@@ -399,7 +409,8 @@ class Preempter:
                     pod_ref(victim.pods[0]), "Preempted", told, warning=True, required=True
                 )
                 continue
-            status: JSON = {"preempted": {"by": who, "time": iso(now), "message": told}}
+            by = preemption.preempted_by(victim.namespace)
+            status: JSON = {"preempted": {**({"by": by} if by else {}), "time": iso(now), "message": told}}
             jobs = sorted(name for ns, name in suspend if ns == victim.namespace)
             if jobs and victim.kind == "gang":
                 recovery = recovery_of(gang)
@@ -458,10 +469,11 @@ class Preempter:
         else:
             self.expired.pop(key, None)
         token = str(record.get("token", ""))
-        for name in record.get("nodes") or []:
-            node = self.store.nodes.get(str(name))
+        for name in sorted(self.reserved_nodes(record)):
+            node = self.store.nodes.get(name)
             if node is not None:
                 await self.api.taint_node(node, token, add=False)
+        self.tainted.pop(token, None)
         if key in self.store.gangs:
             await self.statuses.patch(key, {"preemption": None})
         self.records[key] = None
@@ -470,6 +482,20 @@ class Preempter:
         gang = self.store.gangs.get(key)
         if gang is not None:
             await self.statuses.events.post(gang, "PreemptionEnded", why, warning=warn)
+
+    def reserved_nodes(self, record: JSON) -> set[str]:
+        """The nodes a preemption's token reserves: those whose taint carries it (as the watch
+        shows them, which a new leader reads too), those this process tainted, and those a
+        record of an earlier version named."""
+        token = str(record.get("token", ""))
+        found = {str(n) for n in record.get("nodes") or []} | self.tainted.get(token, set())
+        for name, node in self.store.nodes.items():
+            if any(
+                t.get("key") == RESERVED_TAINT and t.get("value") == token
+                for t in (node.get("spec") or {}).get("taints") or []
+            ):
+                found.add(name)
+        return found
 
     def stray_taints(self) -> list[tuple[JSON, str]]:
         """Reservation taints of no preemption in flight: (node, token)."""

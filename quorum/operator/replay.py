@@ -176,6 +176,9 @@ def replay(objects: ClusterObjects, key: GangKey, settings: LoopSettings, now: f
     diagnosis = from_status(composed, now, f"planned now from {plural(len(nodes), 'node')} you can read")
     if preemption:
         diagnosis = replace(diagnosis, preemption=preemption)
+    if hold is not None and hold.held_nodes and diagnosis.capacity_held:  # named for who may read nodes
+        named = f"{diagnosis.capacity_held}: {_few(sorted(hold.held_nodes))}"
+        diagnosis = replace(diagnosis, capacity_held=named)
     if release is not None:
         return replace(diagnosis, message=released_now(release), reason=diagnosis.reason or "Released")
     if hold is None or hold.reason not in NO_ROOM or not hold.gang.pods:

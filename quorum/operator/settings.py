@@ -106,6 +106,9 @@ class PreemptionLoopSettings:
     retry_seconds: float = 10.0
     """A gang for which preemption found nothing to take is asked again after this long."""
     decision: PreemptionSettings = field(default_factory=PreemptionSettings)
+    namespace: str = DEFAULT_NAMESPACE
+    """quorum's own namespace: the platform's full record of each preemption (every name) is an
+    Event there, out of tenants' reach (docs/threat-model.md, "What a tenant can read")."""
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ def loop_settings(config: OperatorSettings) -> LoopSettings:
             config.preemption,
             config.preemption_timeout_seconds,
             config.preemption_retry_seconds,
+            namespace=config.namespace,
         ),
         member_loss_policy=config.member_loss_policy,
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -19,9 +20,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from devcluster.cluster import Instance
 from devcluster.nodes import TestPool
 from quorum.core.gangs import LABEL_GANG_MIN_AVAILABLE, LABEL_GANG_NAME
+from tests.integration.test_explain import quorum
 from tests.integration.test_gangs import all_running, deployment
 from tests.integration.test_preemption import HIGH, LOW, gang_deployment
-from tests.kube import api_client, create_podgroup, eventually, raw_json
+from tests.kube import api_client, create_namespace, create_podgroup, eventually, raw_json
 
 pytestmark = pytest.mark.cluster
 JSON = dict[str, Any]
@@ -316,6 +318,112 @@ async def test_a_disruption_budget_does_not_make_a_tenants_gang_immune(
     uid = hoard["metadata"]["uid"]
     left = (await client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector="app=hoard")).items
     assert all(p.metadata.uid != uid or p.metadata.deletion_timestamp for p in left), "the victim went"
+
+
+async def test_what_quorum_tells_a_tenant_of_a_preemption_names_nothing_of_other_namespaces(
+    cluster: Instance,
+    tenant_api: client.ApiClient,
+    api: client.ApiClient,
+    namespace: str,
+    test_pool: Callable[..., Any],
+) -> None:
+    """The tenant's high-priority gang takes the node of another namespace's gang, past that
+    namespace's PodDisruptionBudget. What the tenant reads of it (its Gang, its namespace's
+    Events, `quorum explain`) names neither that namespace nor its gang, pod or budget, nor the
+    node reserved; the victim's namespace is not told who took its room; the Event in quorum's
+    own namespace, which the tenant may not read, names them all (docs/threat-model.md, "What a
+    tenant can read")."""
+    await priority_classes(api)
+    pool: TestPool = await test_pool(count=1)
+    other = f"victims-{secrets.token_hex(3)}"
+    await create_namespace(api, other, {"quorum.dev/test": "1"})
+    try:
+        await create_podgroup(api, other, "hoard", 1)
+        await client.AppsV1Api(api).create_namespaced_deployment(
+            other, gang_deployment("hoard", 1, pool, LOW)
+        )
+        (hoard,) = await all_running(api, other, 1, "app=hoard")
+        pdb = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "hoard"}}},
+        }
+        policy = client.PolicyV1Api(api)
+        await policy.create_namespaced_pod_disruption_budget(other, pdb)
+
+        async def guarding() -> bool:
+            status = (await policy.read_namespaced_pod_disruption_budget("keep", other)).status
+            return bool(status and status.current_healthy == 1 and status.disruptions_allowed == 0)
+
+        await eventually(guarding, timeout=60, what="the budget allowing no disruption")
+        await create_podgroup(tenant_api, namespace, "urgent", 1)
+        await client.AppsV1Api(tenant_api).create_namespaced_deployment(
+            namespace, gang_deployment("urgent", 1, pool, HIGH)
+        )
+        await all_running(api, namespace, 1, "app=urgent")
+
+        async def events_of(reader: client.ApiClient, ns: str, selector: str = "") -> list[Any]:
+            return (await client.CoreV1Api(reader).list_namespaced_event(ns, field_selector=selector)).items
+
+        async def preempting() -> list[str]:
+            return [e.message for e in await events_of(tenant_api, namespace, "reason=Preempting")]
+
+        (told,) = await eventually(preempting, timeout=30, what="the preemptor's Preempting Event")
+        assert told == (
+            "needed 8 nvidia.com/gpu: preempting 1 gang: 1 pod of other namespaces (1 gang whole; "
+            "priority ≤ 10); past 1 PodDisruptionBudget of other namespaces; reserved 1 node"
+        )
+        gang = await client.CustomObjectsApi(tenant_api).get_namespaced_custom_object(
+            "quorum.dev", "v1alpha1", namespace, "gangs", "pg-urgent"
+        )
+        shown = quorum("explain", "pg-urgent", "-n", namespace, kubeconfig=cluster.kubeconfig("tenant"))
+        assert shown.returncode == 0 and "view: as recorded by quorum-operator" in shown.stdout, shown
+        read = [json.dumps(gang), shown.stdout, *(e.message for e in await events_of(tenant_api, namespace))]
+        for text in read:
+            for secret in (other, "hoard", "keep"):
+                assert secret not in text, (secret, text)
+        # The node is named only where the tenant's own pod went (its release's record and Event,
+        # as its pod's spec.nodeName shows it), never as the room reserved.
+        rest = {k: v for k, v in gang["status"].items() if k != "admission"}
+        assert pool.names[0] not in told and pool.names[0] not in json.dumps(rest), rest
+
+        async def victim_told() -> JSON | None:
+            found = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+                "quorum.dev", "v1alpha1", other, "gangs", "pg-hoard"
+            )
+            return (found.get("status") or {}).get("preempted")
+
+        preempted = await eventually(victim_told, timeout=30, what="the victim's record")
+        assert (
+            preempted["message"]
+            == (
+                "preempted by a gang of another namespace (priority 1000): needed 8 nvidia.com/gpu; "
+                f"past PodDisruptionBudget {other}/keep (allows 0, takes 1)"
+            )
+            and "by" not in preempted
+        ), preempted
+        for event in await events_of(api, other):
+            assert namespace not in event.message and "urgent" not in event.message, event.message
+        assert hoard["metadata"]["name"] not in str(await events_of(tenant_api, namespace))
+
+        with pytest.raises(ApiException) as refused:
+            await events_of(tenant_api, "quorum-system")
+        assert refused.value.status == 403, "the platform's record is out of the tenant's reach"
+        platform = [
+            e
+            for e in await events_of(api, "quorum-system", "reason=Preempting,involvedObject.kind=Lease")
+            if f"gang {namespace}/pg-urgent " in e.message
+        ]
+        (record,) = platform
+        for named in (
+            f"{other}/pg-hoard",
+            f"PodDisruptionBudget {other}/keep",
+            f"reserved nodes {pool.names[0]}",
+        ):
+            assert named in record.message, record.message
+    finally:
+        await client.CoreV1Api(api).delete_namespace(other, propagation_policy="Background")
 
 
 async def test_an_old_podgroup_reused_does_not_jump_the_queue(

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
+import re
 import time
 from typing import Any
 
@@ -72,7 +74,10 @@ async def test_a_high_priority_gang_takes_a_low_priority_gang_whole_and_gets_its
     loop = GangLoop(api, store, bound, settings())
     await step(loop)  # held for lack of room; the preemption starts
     record = store.gangs[(NS, "pg-high")]["status"]["preemption"]
-    assert record["nodes"] == ["n0", "n1"] and record["victims"][0]["name"] == "pg-low"
+    assert record["victims"] == [
+        {"kind": "gang", "namespace": NS, "name": "pg-low", "pods": 2, "priority": 10}
+    ]
+    assert "nodes" not in record, "the tenant reads the record: the nodes are found by their taint"
     assert sorted(api.victims_deleted) == ["low-0", "low-1"], "the whole gang, never one pod of it"
     assert {uid: r for uid, (r, _) in api.disruption_targets.items()} == {
         "low-0": "PreemptionByQuorum",
@@ -130,7 +135,7 @@ async def test_a_budget_that_allows_nothing_does_not_make_its_gang_immune() -> N
     await step(GangLoop(api2, store2, bound2, settings()))
     assert api2.victims_deleted == ["guarded-0"], "no other way to make room: the budget is passed"
     assert api2.disruption_targets["guarded-0"][0] == "PreemptionByQuorum", "marked before it went"
-    [(warn, message)] = [(w, m) for name, r, m, w in api2.events if r == "Preempting"]
+    [(warn, message)] = [(w, m) for name, r, m, w in api2.events if r == "Preempting" and name == "pg-high"]
     assert warn and f"past PodDisruptionBudget {NS}/keep-guarded (allows 0, takes 1)" in message, message
 
 
@@ -307,7 +312,7 @@ async def test_a_starving_gang_may_take_the_work_on_the_nodes_held_for_it() -> N
         await step(loop)
         status = store.gangs[(NS, "pg-high")]["status"]
         assert api.victims_deleted == ["taker"], status["conditions"]
-        assert status["preemption"]["nodes"] == ["n0"]
+        assert [t["value"] for t in taints(store, "n0")] == [status["preemption"]["token"]]
 
 
 async def test_a_gang_whose_preemption_ends_during_the_plan_is_not_shown_unheld(monkeypatch: Any) -> None:
@@ -343,3 +348,112 @@ async def test_a_gang_whose_preemption_ends_during_the_plan_is_not_shown_unheld(
             if name == "pg-high" and "conditions" in status
         ]
         assert written and set(written) == {"True"}, written
+
+
+class Recording(FakeApi):
+    """The fake API, also keeping each Event's namespace and kind."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.posted: list[tuple[str, str, str, str, str]] = []  # (namespace, kind, name, reason, message)
+
+    async def post_event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
+        await super().post_event(obj, reason, message, warning)
+        meta = obj["metadata"]
+        self.posted.append((meta.get("namespace") or "", obj["kind"], meta["name"], reason, message))
+
+
+def running_in(
+    store: Store, bound: BoundPods, namespace: str, group: str, nodes: list[str], priority: int
+) -> None:
+    """`running`, in another namespace."""
+    running(store, bound, group, len(nodes), priority, nodes)
+    group_object = store.groups.pop(("scheduling.sigs.k8s.io", NS, group))
+    group_object["metadata"]["namespace"] = namespace
+    store.groups[("scheduling.sigs.k8s.io", namespace, group)] = group_object
+    for i in range(len(nodes)):
+        p = store.pods[f"{group}-{i}"]
+        p["metadata"]["namespace"] = namespace
+        bound.upsert(p)
+
+
+def held_in(store: Store, namespace: str, group: str, size: int, priority: int) -> None:
+    held(store, group, size, priority)
+    group_object = store.groups.pop(("scheduling.sigs.k8s.io", NS, group))
+    group_object["metadata"]["namespace"] = namespace
+    store.groups[("scheduling.sigs.k8s.io", namespace, group)] = group_object
+    for i in range(size):
+        store.pods[f"{group}-{i}"]["metadata"]["namespace"] = namespace
+
+
+async def test_each_namespace_is_told_only_of_its_own_and_the_platform_of_everything() -> None:
+    """A gang of namespace ml-hi takes a gang of team-b (past team-b's budget) and a lone pod
+    of team-c. Whatever quorum writes into a namespace (Gang status, Events, the victims'
+    DisruptionTarget condition) names no object of another namespace and no node; the Event in
+    quorum's own namespace names them all. A new leader, which knows the reserved nodes only
+    by their taint, ends the preemption and removes them."""
+    store, bound = cluster(3, {})
+    running_in(store, bound, "team-b", "low", ["n0", "n1"], 10)
+    foreign(store, bound, "solo", "n2")
+    store.pods["solo"]["metadata"]["namespace"] = "team-c"
+    bound.upsert(store.pods["solo"])
+    store.pdbs[("team-b", "keep-low")] = {
+        "metadata": {"name": "keep-low", "namespace": "team-b"},
+        "spec": {"selector": {"matchLabels": {"pod-group.scheduling.sigs.k8s.io": "low"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    held_in(store, "ml-hi", "high", 3, 1000)
+    api = Recording(store)
+    await step(GangLoop(api, store, bound, settings()))
+    assert sorted(api.victims_deleted) == ["low-0", "low-1", "solo"]
+
+    written: dict[str, list[str]] = {}
+    for namespace, name, status in api.called("patch_gang_status"):
+        written.setdefault(namespace, []).append(f"{name} {json.dumps(status)}")
+    for namespace, kind, name, reason, message in api.posted:
+        written.setdefault(namespace, []).append(f"{kind} {name} {reason}: {message}")
+    home = {"low-0": "team-b", "low-1": "team-b", "solo": "team-c"}
+    for uid, (_, message) in api.disruption_targets.items():
+        written.setdefault(home[uid], []).append(message)
+    names = {
+        "ml-hi": ["ml-hi", "pg-high", "high-0"],
+        "team-b": ["team-b", "pg-low", "low-0", "low-1", "keep-low"],
+        "team-c": ["team-c", "solo"],
+    }
+    nodes = [r"\bn0\b", r"\bn1\b", r"\bn2\b"]
+    for reader in names:
+        assert written.get(reader), f"nothing was written into {reader}"
+        foreign_names = [re.escape(n) for ns, listed in names.items() if ns != reader for n in listed]
+        for text in written[reader]:
+            for pattern in [*foreign_names, *nodes]:
+                assert not re.search(pattern, text), f"{reader} is told {pattern}: {text}"
+
+    [preempting] = [m for ns, _, _, r, m in api.posted if ns == "ml-hi" and r == "Preempting"]
+    assert preempting == (
+        "needed 24 nvidia.com/gpu: preempting 1 gang and 1 pod: 3 pods of other namespaces (1 gang whole, "
+        "1 pod alone; priority ≤ 10); past 1 PodDisruptionBudget of other namespaces; reserved 3 nodes"
+    )
+    told = (
+        "preempted by a gang of another namespace (priority 1000): needed 24 nvidia.com/gpu; "
+        "past PodDisruptionBudget team-b/keep-low (allows 0, takes 2)"
+    )
+    assert api.disruption_targets["low-0"] == ("PreemptionByQuorum", told)
+    preempted = store.gangs[("team-b", "pg-low")]["status"]["preempted"]
+    assert preempted["message"] == told and "by" not in preempted
+    assert ("team-c", "Pod", "solo", "Preempted") in {p[:4] for p in api.posted}
+
+    [(kind, name, platform)] = [(k, n, m) for ns, k, n, r, m in api.posted if ns == "quorum-system"]
+    assert (kind, name) == ("Lease", "quorum-operator")
+    for named in ("gang ml-hi/pg-high (priority 1000)", "team-b/pg-low", "team-c/solo", "team-b/keep-low"):
+        assert named in platform, platform
+    assert platform.endswith("reserved nodes n0, n1, n2")
+
+    token = store.gangs[("ml-hi", "pg-high")]["status"]["preemption"]["token"]
+    assert all([t["value"] for t in taints(store, n)] == [token] for n in ("n0", "n1", "n2"))
+    victims_gone(bound, api)
+    successor = GangLoop(api, store, bound, settings())  # a new leader: no memory of the taints
+    await step(successor)
+    bind_released(store, bound, api)
+    await step(successor)
+    assert not store.gangs[("ml-hi", "pg-high")]["status"].get("preemption")
+    assert all(taints(store, n) == [] for n in ("n0", "n1", "n2")), "found again by their token"

@@ -109,9 +109,9 @@ def test_a_budget_is_kept_where_another_victim_will_do_but_never_vetoes() -> Non
     assert victims(kept) == ["other"] and isinstance(kept, Preemption) and kept.past_budgets == ()
     passed = choose(gang(1), [nodes[0]], pods[:1], budgets=[budget])
     assert victims(passed) == ["guarded"], "a budget of 0 does not make its work immune"
-    assert isinstance(passed, Preemption) and passed.past_budgets == (
+    assert isinstance(passed, Preemption) and [str(b) for b in passed.past_budgets] == [
         "PodDisruptionBudget lo/keep-one (allows 0, takes 1)",
-    )
+    ]
     assert "past PodDisruptionBudget lo/keep-one" in passed.summary()
 
 
@@ -134,9 +134,9 @@ def test_victims_that_each_keep_a_budget_but_together_pass_it_say_so() -> None:
     budget = DisruptionBudget("lo", "one-at-a-time", frozenset({"a", "b"}), 1)
     result = choose(gang(2), nodes, pods, budgets=[budget])
     assert victims(result) == ["a", "b"]
-    assert isinstance(result, Preemption) and result.past_budgets == (
+    assert isinstance(result, Preemption) and [str(b) for b in result.past_budgets] == [
         "PodDisruptionBudget lo/one-at-a-time (allows 1, takes 2)",
-    )
+    ]
 
 
 def test_system_critical_pods_are_never_taken_nor_their_gangs() -> None:
@@ -301,7 +301,7 @@ def test_victims_may_be_taken_are_whole_free_enough_and_are_the_least_in_the_ord
     best = min(fitting, key=lambda s: sorted(s, reverse=True))
     assert taken == best, ([allowed[i].name for i in sorted(taken)], [allowed[i].name for i in sorted(best)])
     passed = {b.name for b in budgets if len(gone & b.pods) > b.allowed}
-    assert {told.split()[1].split("/")[1] for told in result.past_budgets} == passed
+    assert {b.name for b in result.past_budgets} == passed
     event("past a budget" if passed else "within budgets")
 
 
