@@ -18,17 +18,20 @@ credentials may read.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import re
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+import aiohttp
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.commands import session
 from quorum.commands.session import CommandError
-from quorum.core.diagnosis import Diagnosis, event_lines, recorded, render
+from quorum.core.diagnosis import Diagnosis, event_lines, plural, recorded, render
 from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM
 from quorum.install import DEFAULT_NAMESPACE
 from quorum.k8s import command_reads
@@ -43,6 +46,7 @@ PLANNING_READS = (
     ("list", "pods", "", "you cannot list pods in every namespace"),
     ("list", "gangs", "quorum.dev", "you cannot list Gangs in every namespace"),
 )
+PLANNING_SECONDS = 60.0  # the planning reads together, at most; then the recorded view
 GANG_PREFIXES = ("pg-", "xpg-", "wpg-", "lbl-")
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
@@ -103,8 +107,9 @@ async def diagnose(
         why = "Slurm places this gang: quorum-operator does not plan it"
         return await with_events(api, recorded(gang, now, why, "quorum-sunk-scheduler"), gang, now)
     diagnosis = await planned(api, (namespace, name), now, install_namespace)
-    if isinstance(diagnosis, str):
-        diagnosis = recorded(gang, now, diagnosis)
+    if isinstance(diagnosis, NotPlanned):
+        shown = recorded(gang, now, diagnosis.why)
+        diagnosis = replace(shown, notes=(*shown.notes, diagnosis.note)) if diagnosis.note else shown
     return await with_events(api, diagnosis, gang, now)
 
 
@@ -129,27 +134,60 @@ async def operator_settings(api: client.ApiClient, install_namespace: str) -> tu
     return loop_settings(config), note
 
 
+@dataclass(frozen=True)
+class NotPlanned:
+    """Why the caller gets the recorded view (the view line says it), and a note when it is
+    not the caller's rights but the planning reads that failed."""
+
+    why: str
+    note: str = ""
+
+
 async def planned(
     api: client.ApiClient, key: tuple[str, str], now: float, install_namespace: str = DEFAULT_NAMESPACE
-) -> Diagnosis | str:
-    """The planned view, or why the caller gets the recorded one."""
+) -> Diagnosis | NotPlanned:
+    """The planned view, or why the caller gets the recorded one: it may not read what planning
+    needs, or reading it failed or took longer than `PLANNING_SECONDS` (a large cluster, a busy
+    apiserver): the recorded view needs only the Gang, read already."""
+    found = command_reads.ClusterObjects()
     try:
-        for verb, resource, group, missing in PLANNING_READS:
-            if not await command_reads.may(api, verb, resource, group):
-                return missing
-        objects = await command_reads.cluster_objects(api)
+        async with asyncio.timeout(PLANNING_SECONDS):
+            for verb, resource, group, missing in PLANNING_READS:
+                if not await command_reads.may(api, verb, resource, group):
+                    return NotPlanned(missing)
+            objects = await command_reads.cluster_objects(api, found)
+            settings, settings_note = await operator_settings(api, install_namespace)
     except Forbidden as err:
-        return str(err)
-    settings, settings_note = await operator_settings(api, install_namespace)
+        return NotPlanned(str(err))
+    except TimeoutError:
+        return not_read(f"reading every node and pod took over {PLANNING_SECONDS:.0f}s", found)
+    except (aiohttp.ClientError, OSError, ApiException) as err:
+        return not_read(f"reading every node and pod failed ({failure(err)})", found)
     diagnosis = replay(objects, key, settings, now)
     if diagnosis is None:
-        return "the gang has no pods now: nothing to plan"
+        return NotPlanned("the gang has no pods now: nothing to plan")
     if settings_note:
         diagnosis = replace(diagnosis, notes=(*diagnosis.notes, settings_note))
     if not objects.pdbs_read:
         note = "you cannot list PodDisruptionBudgets: preemption was chosen without them"
         diagnosis = replace(diagnosis, notes=(*diagnosis.notes, note))
     return diagnosis
+
+
+def not_read(why: str, found: command_reads.ClusterObjects) -> NotPlanned:
+    read = f"{plural(len(found.nodes), 'node')} and {plural(len(found.pods), 'pod')} read"
+    note = (
+        f"not planned now: {why} ({read}); shown is what quorum-operator last recorded on the Gang "
+        "(try again, or ask the platform for the apiserver's load)"
+    )
+    return NotPlanned(why, note)
+
+
+def failure(err: BaseException) -> str:
+    """An error of a read, in a few words."""
+    if isinstance(err, ApiException):
+        return f"the apiserver answered {err.status} {err.reason}"
+    return f"{type(err).__name__}: {err}"[:200]
 
 
 async def with_events(api: client.ApiClient, diagnosis: Diagnosis, gang: JSON, now: float) -> Diagnosis:

@@ -1,10 +1,12 @@
 """What `quorum explain` says about one gang, and the rows `quorum get` lists: composed from
 plain data (the planner's models and answers, or what a Gang's status recorded), on one screen.
 
-`render` keeps any diagnosis within `MAX_LINES` lines of at most `MAX_WIDTH` columns: every
-line is cut to the width (wide characters count two), control characters are shown as `?` (an
-Event's message is a tenant's text), and when the sections together are too long the longest
-ones lose their last lines first, with a line that says how many were left out.
+`render` keeps any diagnosis within `MAX_LINES` lines of at most `MAX_WIDTH` columns and
+`MAX_LINE_BYTES` bytes: every line is cut to the width (wide characters count two), control
+characters are shown as `?` (an Event's message is a tenant's text), a character keeps at most
+`MAX_MARKS` combining marks (they take no column, so without a limit a line of 100 columns could
+be of any length), and when the sections together are too long the longest ones lose their last
+lines first, with a line that says how many were left out.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ from quorum.core.topology import noun
 
 MAX_LINES = 40
 MAX_WIDTH = 100
+MAX_MARKS = 2  # combining marks kept on one character (Vietnamese stacks two; more is decoration)
+# Every character of a line takes a column and UTF-8 has at most 4 bytes a code point: a line is
+# at most MAX_WIDTH characters, each with at most MAX_MARKS marks.
+MAX_LINE_BYTES = 4 * (1 + MAX_MARKS) * MAX_WIDTH
 MAX_EVENTS = 8
 JSON = dict[str, Any]
 
@@ -33,8 +39,19 @@ JSON = dict[str, Any]
 
 def printable(text: str) -> str:
     """The text on one line, every control or format character (newlines, escape sequences of
-    a terminal) shown as `?`."""
-    return "".join("?" if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp") else c for c in text)
+    a terminal; a lone surrogate, which has no UTF-8) shown as `?`, and each character with at
+    most `MAX_MARKS` combining marks (the others dropped; marks before any character too)."""
+    out = []
+    marks = MAX_MARKS  # none may come before the first character
+    for c in text:
+        if unicodedata.combining(c):
+            if marks < MAX_MARKS:
+                out.append(c)
+                marks += 1
+            continue
+        out.append("?" if unicodedata.category(c) in ("Cc", "Cf", "Cs", "Zl", "Zp") else c)
+        marks = 0
+    return "".join(out)
 
 
 def columns(text: str) -> int:

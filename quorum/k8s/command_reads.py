@@ -7,6 +7,7 @@ less (the recorded view of a gang, say) and say why.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,7 @@ from quorum.k8s import reads
 JSON = dict[str, Any]
 GANGS = ("quorum.dev", "v1alpha1", "gangs")
 TIMEOUT = 30  # seconds a read may take
+PAGE = 500  # objects one page of a cluster-wide list holds (limit/continue, as kubectl pages)
 
 
 class Forbidden(RuntimeError):
@@ -125,24 +127,22 @@ class ClusterObjects:
     composite_version: str | None = None
 
 
-async def cluster_objects(api: client.ApiClient) -> ClusterObjects:
-    """Every node, pod, Gang and group object, as the operator's watches list them; `Forbidden`
-    names the first the caller may not list."""
+async def cluster_objects(api: client.ApiClient, found: ClusterObjects | None = None) -> ClusterObjects:
+    """Every node, pod, Gang and group object, as the operator's watches list them, a page of
+    `PAGE` at a time (one request for every pod of a large cluster would take the apiserver
+    long to answer, and this process long to parse); `Forbidden` names the first the caller may
+    not list. `found` is filled as the pages come, so a caller that gives up (its own time
+    limit) can say how far it got."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    found = ClusterObjects()
-    found.nodes = await _items(core.list_node(_preload_content=False, _request_timeout=TIMEOUT), "list nodes")
-    found.pods = await _items(
-        core.list_pod_for_all_namespaces(_preload_content=False, _request_timeout=TIMEOUT),
-        "list pods in every namespace",
-    )
-    found.gangs = await _items(
-        custom.list_cluster_custom_object(
-            *GANGS,
-            label_selector=f"{PLACED_BY_LABEL}!={PLACED_BY_SLURM}",
-            _preload_content=False,
-            _request_timeout=TIMEOUT,
-        ),
+    found = found if found is not None else ClusterObjects()
+    await _pages(core.list_node, (), "list nodes", found.nodes)
+    await _pages(core.list_pod_for_all_namespaces, (), "list pods in every namespace", found.pods)
+    await _pages(
+        custom.list_cluster_custom_object,
+        GANGS,
         "list gangs.quorum.dev in every namespace",
+        found.gangs,
+        label_selector=f"{PLACED_BY_LABEL}!={PLACED_BY_SLURM}",
     )
     for group, version in GROUP_APIS.values():
         if group != WAS_GROUP:
@@ -159,20 +159,33 @@ async def cluster_objects(api: client.ApiClient) -> ClusterObjects:
             custom, WAS_GROUP, found.composite_version, "compositepodgroups", "CompositePodGroup"
         )
     try:
-        found.pdbs = await _items(
-            client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces(
-                _preload_content=False, _request_timeout=TIMEOUT
-            ),
+        await _pages(
+            client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces,
+            (),
             "list poddisruptionbudgets in every namespace",
+            found.pdbs,
         )
     except Forbidden:
+        found.pdbs = []
         found.pdbs_read = False
     return found
 
 
-async def _items(call: Any, what: str) -> list[JSON]:
-    items: list[JSON] = (await _json(call, what)).get("items") or []
-    return items
+async def _pages(
+    call: Callable[..., Awaitable[Any]], args: Sequence[str], what: str, into: list[JSON], **kwargs: Any
+) -> list[JSON]:
+    """Every item of a list, `PAGE` at a time (the apiserver's `continue` token), appended to
+    `into` as each page comes."""
+    token = ""
+    while True:
+        more = {"_continue": token} if token else {}
+        page = await _json(
+            call(*args, limit=PAGE, _preload_content=False, _request_timeout=TIMEOUT, **kwargs, **more), what
+        )
+        into += page.get("items") or []
+        token = (page.get("metadata") or {}).get("continue") or ""
+        if not token:
+            return into
 
 
 async def _custom_items(
@@ -180,11 +193,11 @@ async def _custom_items(
 ) -> list[JSON]:
     """Every object of a custom kind ([] where it is not installed), typed as a watch sees it."""
     try:
-        items = await _items(
-            custom.list_cluster_custom_object(
-                group, version, plural, _preload_content=False, _request_timeout=TIMEOUT
-            ),
+        items = await _pages(
+            custom.list_cluster_custom_object,
+            (group, version, plural),
             f"list {plural}.{group} in every namespace",
+            [],
         )
     except ApiException as err:
         if err.status == 404:

@@ -20,7 +20,8 @@ from kubernetes_asyncio import client
 from devcluster.cluster import REPO_ROOT, Instance, write_env_file
 from devcluster.nodes import TestPool
 from quorum.commands.explain import diagnose
-from quorum.core.diagnosis import MAX_LINES, MAX_WIDTH, Diagnosis, columns
+from quorum.core.diagnosis import MAX_LINE_BYTES, MAX_LINES, MAX_WIDTH, Diagnosis, columns
+from quorum.k8s import command_reads
 from tests.integration.test_gangs import GANGS, admitted, all_running, deployment, gang_condition, get
 from tests.kube import api_client, create_namespace, create_podgroup, create_pool_nodes, eventually
 
@@ -84,7 +85,7 @@ async def planned_as_recorded(api: client.ApiClient, namespace: str) -> tuple[Di
 def assert_one_screen(out: str) -> list[str]:
     lines = out.splitlines()
     assert 0 < len(lines) <= MAX_LINES, out
-    assert all(columns(line) <= MAX_WIDTH for line in lines), out
+    assert all(columns(line) <= MAX_WIDTH and len(line.encode()) <= MAX_LINE_BYTES for line in lines), out
     return lines
 
 
@@ -129,6 +130,19 @@ async def test_explain_gives_the_planners_answer_and_what_the_operator_recorded(
     assert listed.returncode == 0, listed.stderr
     row = next(line.split() for line in listed.stdout.splitlines() if f"{namespace} " in line)
     assert row[:5] == [namespace, "pg-train", "Pending", "3/3", "0/0"] and row[6] == "Unschedulable", row
+
+
+async def test_the_planning_reads_page_through_the_apiserver(
+    api: client.ApiClient, test_pool: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two objects a page, the apiserver's continue tokens followed: the same nodes as one list."""
+    await test_pool(count=3)
+    monkeypatch.setattr(command_reads, "PAGE", 2)
+    found = await command_reads.cluster_objects(api)
+    listed = (await client.CoreV1Api(api).list_node()).items
+    assert len(listed) >= 3
+    assert sorted(n["metadata"]["name"] for n in found.nodes) == sorted(n.metadata.name for n in listed)
+    assert len({p["metadata"]["uid"] for p in found.pods}) == len(found.pods)
 
 
 @pytest.fixture

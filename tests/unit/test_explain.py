@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from quorum.commands.explain import target
 from quorum.commands.session import CommandError
 from quorum.core.diagnosis import (
+    MAX_LINE_BYTES,
     MAX_LINES,
     MAX_WIDTH,
     Diagnosis,
@@ -208,7 +209,14 @@ def test_a_gang_without_pods_has_no_planned_view() -> None:
 
 # -- one screen ----------------------------------------------------------------------------------
 
-text = st.text(max_size=400)
+# A tenant's text: any characters, and runs of combining marks (they take no column: a line cut
+# to 100 columns is bounded in bytes only if they are bounded too).
+MARKS = "\u0301\u0489\u20dd\u0336\u0f7a"
+marks = st.tuples(
+    st.characters(exclude_categories=["Cs"]), st.sampled_from(MARKS), st.sampled_from([0, 2, 700])
+)
+marked = st.lists(marks, max_size=12).map(lambda runs: "".join(c + mark * n for c, mark, n in runs))
+text = st.text(max_size=400) | marked
 verdicts = st.builds(
     NodeVerdict,
     node=st.text(max_size=70),
@@ -242,7 +250,7 @@ diagnoses = st.builds(
     released=st.integers(0, 10**6),
     bound=st.integers(0, 10**6),
     reason=st.sampled_from(["Released", "Unschedulable", ""]) | text,
-    message=st.text(max_size=3000),
+    message=st.text(max_size=3000) | marked,
     shortfall=st.none()
     | st.lists(
         st.tuples(st.sampled_from(["cpu", "nvidia.com/gpu"]), st.integers(0, 10**12), st.integers(0, 10**12))
@@ -267,6 +275,7 @@ def test_any_diagnosis_fits_one_screen(diagnosis: Diagnosis) -> None:
     assert 1 <= len(lines) <= MAX_LINES
     for line in lines:
         assert columns(line) <= MAX_WIDTH, line
+        assert len(line.encode()) <= MAX_LINE_BYTES, (len(line.encode()), line)
         assert "\n" not in line and "\x1b" not in line and "\r" not in line
 
 
@@ -274,6 +283,16 @@ def test_a_tenants_escape_sequences_and_wide_text_are_cut_to_the_width() -> None
     assert clip("\x1b[2Jgone") == "?[2Jgone"
     wide = clip("界" * 80)
     assert columns(wide) <= MAX_WIDTH and wide.endswith("…")
+
+
+def test_combining_marks_are_kept_two_to_a_character() -> None:
+    """A mark takes no column: 100 columns of `a` with 1,000 marks each would be 200 KB."""
+    assert clip("Vie\u0323\u0302t") == "Vie\u0323\u0302t", "two stacked, as Vietnamese writes them"
+    zalgo = clip(("a" + "\u0301" * 1000) * 100)
+    assert zalgo.startswith("a\u0301\u0301a") and columns(zalgo) == MAX_WIDTH
+    assert len(zalgo.encode()) <= MAX_LINE_BYTES
+    assert clip("\u0301" * 50 + "x") == "x", "no mark before the first character"
+    assert clip("\ud800") == "?", "a lone surrogate (no UTF-8) is shown as ?"
 
 
 def test_alike_nodes_are_one_line_the_closest_first() -> None:
