@@ -334,9 +334,8 @@ class Preempter:
         for name in preemption.nodes:
             node = self.store.nodes.get(name)
             if node is None or not await self.api.taint_node(node, token, add=True):
-                await self.end(
-                    key, record, f"node {name} changed or went before it could be reserved", warn=True
-                )
+                log.info("%s: node %s changed or went before it could be reserved", who, name)
+                await self.end(key, record, "a node changed or went before it could be reserved", warn=True)
                 return
             self.tainted.setdefault(token, set()).add(name)
         suspend, to_delete = await self.sort_victims(preemption.victims)

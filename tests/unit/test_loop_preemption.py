@@ -12,6 +12,8 @@ import re
 import time
 from typing import Any
 
+import pytest
+
 from quorum.core.planner import PlannerSettings
 from quorum.k8s.usage import BoundPods
 from quorum.operator import clock, snapshot
@@ -457,3 +459,27 @@ async def test_each_namespace_is_told_only_of_its_own_and_the_platform_of_everyt
     await step(successor)
     assert not store.gangs[("ml-hi", "pg-high")]["status"].get("preemption")
     assert all(taints(store, n) == [] for n in ("n0", "n1", "n2")), "found again by their token"
+
+
+async def test_a_node_that_cannot_be_reserved_ends_the_preemption_unnamed_to_the_tenant(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """n1 changed before its taint: nothing is taken, the taint already on n0 is removed, and the
+    Gang's PreemptionEnded Event says why without naming the node (the log does)."""
+    store, bound = cluster(2, {})
+    running(store, bound, "low", 2, 10, ["n0", "n1"])
+    held(store, "high", 2, 1000)
+    api = FakeApi(store)
+    taint = api.taint_node
+
+    async def n1_changed(node: JSON, token: str, add: bool) -> bool:
+        if add and node["metadata"]["name"] == "n1":
+            return False
+        return await taint(node, token, add)
+
+    monkeypatch.setattr(api, "taint_node", n1_changed)
+    await step(GangLoop(api, store, bound, settings()))
+    assert api.victims_deleted == [] and api.disruption_targets == {}
+    assert taints(store, "n0") == [] and taints(store, "n1") == []
+    [ended] = [m for name, r, m, _ in api.events if r == "PreemptionEnded" and name == "pg-high"]
+    assert ended == "a node changed or went before it could be reserved"
