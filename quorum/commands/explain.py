@@ -6,7 +6,9 @@ nodes together; whether it may preempt and whom, or why not; capacity held for i
 other gangs on nodes it wants; its backoff; the last Events of the Gang and its group object.
 
 The planned view uses the installed operator's settings (its Deployment's QUORUM_OPERATOR_*
-values, e.g. the org whose nodes it uses), or this shell's where that Deployment cannot be read.
+variables with a plain `value`, e.g. the org whose nodes it uses; valueFrom and envFrom are not
+followed), or this shell's where that Deployment cannot be read. Its reads are paged and bounded
+in time; when they fail or run out of time, the recorded view is shown, with why.
 
 Two views. Who may list nodes, pods and Gangs in every namespace gets the answer planned now:
 quorum-operator's own pass replayed on what they read (`quorum.operator.replay`), so it works while
