@@ -266,6 +266,7 @@ class HookRun:
     observed: Any  # what the kubelet's `observe` returned just before the command started
     returncode: int = -1
     output: str = ""
+    seconds: float = 0.0  # from the pod found Running to its status written
 
 
 @dataclass
@@ -362,7 +363,7 @@ class HookKubelet:
             self.observe() if self.observe is not None else None,
         )
         self.runs.append(run)
-        started = _now()
+        started, clock = _now(), time.monotonic()
         if len(spec["containers"]) != 1 or not command or command[0] != "quorum":
             run.returncode, run.output = 127, f"the hook kubelet runs one `quorum` container, not {command}"
         else:
@@ -396,6 +397,7 @@ class HookKubelet:
             except subprocess.TimeoutExpired as err:
                 run.returncode, run.output = 137, f"killed after {err.timeout:.0f}s"
         self._end(pod, run.returncode, started)
+        run.seconds = time.monotonic() - clock
 
     def _end(self, pod: dict[str, Any], code: int, started: str) -> None:
         """The pod's status as a kubelet writes it when its only container exits with `code`."""

@@ -48,6 +48,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from devcluster.build import ensure_helm
 from devcluster.cluster import REPO_ROOT, Instance, write_env_file
@@ -149,7 +150,9 @@ def exists(instance: Instance, *what: str) -> bool:
 
 
 def hook_summary(runs: list[HookRun]) -> str:
-    return "\n".join(f"{r.job} {r.pod} -> {r.returncode} {r.observed}:\n{r.output}" for r in runs)
+    return "\n".join(
+        f"{r.job} {r.pod} -> {r.returncode} in {r.seconds:.1f}s {r.observed}:\n{r.output}" for r in runs
+    )
 
 
 # -- what the plane stands in for ------------------------------------------------------------------
@@ -193,6 +196,28 @@ def run_quorum_locally(instance: Instance) -> None:
         and w["clientConfig"].get("caBundle")
         for w in configuration["webhooks"]
     )
+
+
+async def while_quorum_webhooks_is_unreachable(api: client.ApiClient) -> None:
+    """A plain pod is created (the mutating webhook fails open); a gang pod is refused by the
+    backstop policy, inside the apiserver, so nothing bypasses gang admission: its controller
+    would retry."""
+    core = client.CoreV1Api(api)
+    await create_namespace(api, "early")
+    container = {"name": "c", "image": "registry.k8s.io/pause:3.10"}
+    await core.create_namespaced_pod(
+        "early", {"metadata": {"name": "plain"}, "spec": {"containers": [container]}}
+    )
+    gang_pod = {
+        "metadata": {"name": "member", "labels": {"pod-group.scheduling.sigs.k8s.io": "early"}},
+        "spec": {"containers": [container]},
+    }
+    with pytest.raises(ApiException) as refused:
+        await core.create_namespaced_pod("early", gang_pod)
+    assert refused.value.status == 403 and "quorum-gang-backstop" in str(refused.value.body), (
+        refused.value.body
+    )
+    await core.delete_namespace("early")
 
 
 # -- gangs through the install and the uninstall ----------------------------------------------------
@@ -307,6 +332,11 @@ async def test_the_readmes_helm_install_and_uninstall_run_as_written(
     ]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
 
+    # Before the webhooks are routed, the apiserver cannot reach quorum-webhooks: what a tenant
+    # gets while it does not trust or reach the server (docs/install.md, "Certificates").
+    api = await api_client(instance.kubeconfig("admin"))
+    async with api:
+        await while_quorum_webhooks_is_unreachable(api)
     run_quorum_locally(instance)
     api = await api_client(instance.kubeconfig("admin"))
     async with api:
