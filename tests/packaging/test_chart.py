@@ -453,8 +453,7 @@ def test_quorums_crds_are_kept_by_helm_uninstall_unless_asked(helm: Path) -> Non
         "podgroups.scheduling.x-k8s.io",
     }
     assert all(d["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep" for d in kept)
-    dropped = helm_template(helm, "--set", "crds.keep=false").stdout
-    assert "helm.sh/resource-policy" not in dropped
+    # crds.keep=false: test_a_podgroup_crd_is_always_kept_and_crds_keep_is_the_gang_crds
 
 
 def test_the_packaged_chart_holds_the_files_it_links_to(helm: Path, tmp_path: Path) -> None:
