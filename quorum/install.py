@@ -26,8 +26,9 @@ from pathlib import Path
 
 import yaml
 
+from quorum.core.removal import OPERATOR_SERVICE_ACCOUNT as OPERATOR_SERVICE_ACCOUNT  # named once, there
+
 DEFAULT_NAMESPACE = "quorum-system"
-OPERATOR_SERVICE_ACCOUNT = "quorum-operator"
 WEBHOOKS_SERVICE_ACCOUNT = "quorum-webhooks"
 MANIFESTS = Path(__file__).resolve().parents[1] / "manifests"
 

@@ -40,6 +40,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel, to_snake
 
 from quorum import __version__, install
+from quorum.core import removal
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "crds"
@@ -280,12 +281,9 @@ class InstallValues(_Values):
 
     @model_validator(mode="after")
     def _probe_where_the_backstop_applies(self) -> InstallValues:
-        probe = self.uninstall.probe_namespace
-        if probe in (self.quorum_namespace, "kube-system", "kube-node-lease"):
-            raise ValueError(
-                f"uninstall.probeNamespace {probe}: quorum's backstop does not apply there, so the "
-                "uninstall hook's probe would prove nothing; name a tenant namespace (default: default)"
-            )
+        problem = removal.probe_namespace_problem(self.uninstall.probe_namespace, self.quorum_namespace)
+        if problem is not None:
+            raise ValueError(f"uninstall.probeNamespace {problem}")
         return self
 
     @property

@@ -1,37 +1,67 @@
 """`quorum uninstall`: remove quorum so that no pod is left gated and no pod creation is refused
 on the way (docs/lifecycle.md, "Uninstall without stranding pods"). The order and the objects:
-`quorum.core.removal`. It never deletes a tenant's pod; it removes quorum's gate from gated gang
-pods (as quorum's operator, recorded on each Gang with the reason), resumes the Jobs quorum
-suspended (a recovery's or a preemption's, each once its pods are gone, as quorum would), removes
-the reservation taint `quorum.dev/reserved` a preemption in flight holds nodes with
-(docs/preemption.md; nothing else of a node), and deletes quorum's objects.
+`quorum.core.removal`. It first stops quorum's operator from acting (it takes its leader Lease),
+never deletes a tenant's pod, removes quorum's gate from the gang pods quorum gated (as quorum's
+operator, recorded on each Gang with the reason), resumes the Jobs quorum suspended (a
+recovery's or a preemption's, each once its pods are gone, as quorum would), removes the
+reservation taint `quorum.dev/reserved` a preemption in flight holds nodes with
+(docs/preemption.md; nothing else of a node), and deletes quorum's objects — its namespace only
+if quorum made it (labelled app.kubernetes.io/part-of=quorum).
 
-    quorum uninstall [--namespace NS] [--dry-run] [--admission-only] [--reason TEXT]
+    quorum uninstall [--quorum-namespace NS] [--dry-run] [--admission-only] [--reason TEXT]
                      [--kubeconfig K] [--probe-namespace default] [--timeout 60]
 
-Each step prints one line: what it deleted, what was already gone, what it left and why. Run it
-again after a failure: what is done is skipped. `--dry-run` changes nothing: it asks the
-apiserver whether each deletion would be allowed (server-side dry runs) and says what it would
-do. `--admission-only` is what a Helm pre-delete hook runs: steps 1-3 without the Deployments,
-then the reservation taints; after it nothing of quorum gates a pod, refuses a pod creation,
-keeps a Job suspended or keeps a node reserved, whatever order the rest is deleted in.
+`--quorum-namespace` is where quorum is installed (`--namespace` is the same, as the chart's
+hook passes it; in `get` and `explain` it names a tenant's namespace). Each step prints one line:
+what it deleted, what was already gone, what it left and why. Run it again after a failure:
+what is done is skipped. `--dry-run` changes nothing: it asks the apiserver whether each
+deletion would be allowed (server-side dry runs) and says what it would do. `--admission-only`
+is what a Helm pre-delete hook runs: steps 0-3 without the Deployments, then the reservation
+taints; after it nothing of quorum gates a pod, refuses a pod creation, keeps a Job suspended,
+keeps a node reserved or acts, whatever order the rest is deleted in.
+
+quorum-operator (step 0): as the operator (impersonated: its Role lets it read and update its
+Lease), the command writes the Lease `quorum-operator` of quorum's namespace with the holder
+`quorum-uninstall` for `removal.lease_hold_seconds` (600 s), then waits until the replica that
+held it can no longer act: `quorum.operator.leader.LeaseSettings.acts_at_most` for the lease
+duration that replica recorded (17 s for the default 15 s: its renewals fail from the next
+round on, and it stops within the renew deadline, one bounded Lease read and two retry periods)
+plus `removal.LEASE_MARGIN`. Every replica then sees another holder and leaves it for the
+duration the uninstall recorded (quorum's election honours a holder's leaseDurationSeconds), so
+none suspends a Job, reserves a node or releases a pod behind the command. A re-run finds the
+Lease held already, renews it, and waits only what a cut-off run had left to wait.
+
+Probes (step 1): each deletion needs positive evidence first: a probe pod only the backstop
+refuses is refused while its binding is there (else `--probe-namespace` is not covered by the
+backstop, and the run stops before deleting anything), and a probe gang pod comes back gated
+while the mutating webhook is there (else its server is down and it fails open: its deletion
+changes nothing for pods, which the line says). After each deletion the probe is made until it
+is admitted (or left ungated) 3 times in a row, each on a connection of its own (behind a load
+balancer, each may reach another apiserver). `--probe-namespace` may not be one quorum's
+admission leaves out (`removal.probe_namespace_problem`, the chart's rule too).
+
+Gated pods (steps 2, 3): only pods quorum gated are released and judged: those created (by the
+apiserver's clock) before the mutating webhook's drop was seen, plus `removal.GATED_MARGIN`. A
+pod created later with quorum's gate was gated by its creator: it is named, left, and fails
+nothing. After gate protection goes the command looks again, half a second apart, until no pod
+gated by quorum is seen 5 times in a row, releasing any that an apiserver late to drop the
+webhook gated meanwhile.
 
 Suspended Jobs: quorum suspends a Job (recovery of a partial placement; a preemption's victim)
 so that its pods go, records it on the gang's Gang, and resumes it once none of its pods is left;
 once quorum is gone nothing would. Step 2 resumes each, as the operator, once none of its pods
-is left (waiting at most `--timeout`; a run that stops there is finished by the next).
+is left (`quorum.core.lifecycle.job_may_resume`, quorum's recovery's rule: its status counts
+none and none is listed), waiting at most `--timeout`; a run that stops there is finished by the
+next.
 
 Reservation taints: once quorum is gone nothing removes them, and a node left with one takes no
 pod again. The full run removes them after the operator's Deployment and its ClusterRoleBinding
-are deleted (an operator still running may no longer write a node, so cannot put one back), as
-the caller. `--admission-only` removes them as the operator (impersonated, as the release), which
-still runs until Helm deletes it: it reserves nodes only for a preemption of a gated gang, none is
-gated after step 2, so only a preemption it decided just before the release could put one back.
-Both runs therefore look at the nodes again, half a second apart, until none has one 5 times in
-a row (`removal.RESERVATION_QUIET`), removing again any put back (said so), at most `--timeout`
-seconds. One line per node; a re-run removes any left (e.g. by a version of quorum
-without this step): the full run as a cluster-admin after `helm uninstall` finds everything
-else gone and does just that.
+are deleted, as the caller. `--admission-only` removes them as the operator (impersonated, as the
+release), whose replicas no longer act (step 0). Both runs look at the nodes again, half a second
+apart, until none has one 5 times in a row (`removal.RESERVATION_QUIET`), removing again any put
+back (said so), at most `--timeout` seconds. One line per node; a re-run removes any left (e.g.
+by a version of quorum without this step): the full run as a cluster-admin after `helm
+uninstall` finds everything else gone and does just that.
 
 Left on purpose: quorum-sunk-scheduler's node lock (taint and annotation
 `sunk.coreweave.com/lock`), drain annotation and `SlurmCordon` condition are Slurm's state,
@@ -49,9 +79,11 @@ quorum's self-protection keeps customers from minting tokens, creating pods or S
 hook. The exact rules of `--admission-only` for quorum in quorum-system, the probe in `default`
 (ServiceAccount quorum-lifecycle; tests/unit/test_uninstall.py checks this text against
 `removal.rights`, tests/integration/test_uninstall.py runs the command with exactly these; the
-suspended Jobs and the reservation taints need no right of their own: it acts on them as the
-operator, whose RBAC lets it list Gangs, read and patch Jobs, list and patch nodes, and whose
-fence lets it change only a Job's spec.suspend and a node's quorum.dev/reserved taints):
+Lease, the suspended Jobs and the reservation taints need no right of their own: it acts on them
+as the operator, whose RBAC lets it read and update its Lease, list Gangs and pods, read and
+patch Jobs, list and patch nodes, and whose fence lets it change only a Job's spec.suspend and a
+node's quorum.dev/reserved taints; whether the backstop's binding and the mutating webhook are
+there it asks with a dry-run deletion):
 
     apiVersion: rbac.authorization.k8s.io/v1
     kind: ClusterRole
@@ -93,17 +125,20 @@ fence lets it change only a Job's spec.suspend and a node's quorum.dev/reserved 
 
 (`create pods` in the probe's namespace is for the server-side dry run of the probe alone; RBAC
 cannot grant dry runs only.) The full uninstall also deletes, by name, the Deployments in NS,
-the fences (policies and bindings), quorum's ClusterRoles and ClusterRoleBindings and the
-namespace (read first: is it terminating already), reads and deletes quorum's CRDs and lists
-their objects (the count it reports), and lists and patches nodes (the reservation taints, once
-the operator's RBAC is gone): `removal.rights(removal_plan(NS), NS, PROBE)` lists it; it is meant
-for a person with cluster-admin rights.
+the fences (policies and bindings), quorum's ClusterRoles and ClusterRoleBindings (the chart's
+hook identities' too), quorum's objects in NS (`removal.NAMESPACED`) and the hook's Role in the
+probe namespace, and the namespace if it is quorum's (read first: its label, is it terminating
+already); reads and deletes quorum's CRDs and lists their objects (the count it reports), and
+lists and patches nodes (the reservation taints, once the operator's RBAC is gone):
+`removal.rights(removal_plan(NS), NS, PROBE)` lists it; it is meant for a person with
+cluster-admin rights.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import os
 import sys
 import time
@@ -116,13 +151,15 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum import install
-from quorum.core import removal
+from quorum.core import lifecycle, removal
 from quorum.core.conditions import recovery_of
+from quorum.core.gangs import GANG_LABEL, RESERVED_TAINT, is_gated
 from quorum.core.removal import Action, Kind, Ref, Step
+from quorum.core.times import timestamp
 from quorum.k8s import objects, reads, writes
 from quorum.k8s.client import KubeconfigError, command_client
 from quorum.operator import manual
-from quorum.operator.gangs import GANG_LABEL, is_gated
+from quorum.operator.leader import LeaseSettings
 
 JSON = dict[str, Any]
 T = TypeVar("T")
@@ -130,9 +167,15 @@ POD = Kind("", "v1", "pods", "Pod", namespaced=True)
 GANG = Kind("quorum.dev", "v1alpha1", "gangs", "Gang", namespaced=True)
 JOB = Kind("batch", "v1", "jobs", "Job", namespaced=True)
 DEFAULT_REASON = "uninstalling quorum"
-DEFAULT_PROBE_NAMESPACE = "default"
+DEFAULT_PROBE_NAMESPACE = removal.DEFAULT_PROBE_NAMESPACE
 ACCEPTED_IN_A_ROW = 3  # several apiservers each drop the binding on their own
 RELEASE_ROUNDS = 3
+DEFAULT_LEASE_SECONDS = 15  # a Lease that records no duration: quorum-operator's default
+# On the Lease while the uninstall holds it: whom it was taken from, and until when that holder
+# may still act (a re-run of a run cut off while it waited waits the rest).
+PREVIOUS_HOLDER = "quorum.dev/uninstall-previous-holder"
+WAITS_UNTIL = "quorum.dev/uninstall-waits-until"
+JOB_POD_LABEL = "batch.kubernetes.io/controller-uid"  # the Job controller's label on its pods
 
 
 class UninstallError(RuntimeError):
@@ -142,16 +185,42 @@ class UninstallError(RuntimeError):
 @dataclass(frozen=True)
 class SuspendedJob:
     """A Job quorum suspended (recorded on its gang's Gang, `status.recovery.suspendedJobs`) that
-    still is; `pods`: how many of its pods are left (active or terminating)."""
+    still is: its status's counts of active and terminating pods, and how many pods it controls
+    were listed neither Succeeded nor Failed."""
 
     namespace: str
     name: str
     uid: str
     gang: str
-    pods: int
+    active: int = 0
+    terminating: int = 0
+    listed: int = 0
+
+    @property
+    def pods(self) -> int:
+        """Its pods left, as far as anything says."""
+        return max(self.active + self.terminating, self.listed)
+
+    @property
+    def may_resume(self) -> bool:
+        return lifecycle.job_may_resume(self.active, self.terminating, self.listed)
 
     def __str__(self) -> str:
         return f"Job {self.namespace}/{self.name} (suspended by quorum, gang {self.namespace}/{self.gang})"
+
+
+@dataclass(frozen=True)
+class GatedPod:
+    """A pod that carries quorum's gate; `created`: its creationTimestamp (the apiserver's
+    clock), epoch seconds."""
+
+    namespace: str
+    name: str
+    gang: str
+    created: float
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
 
 
 class UninstallApi(Protocol):
@@ -163,21 +232,36 @@ class UninstallApi(Protocol):
 
     async def count(self, kind: Kind) -> int: ...
 
+    async def lease(self, ref: Ref) -> JSON | None:
+        """The Lease, read as quorum's operator; None if there is none."""
+        ...
+
+    async def write_lease(self, ref: Ref, body: JSON, create: bool, dry_run: bool) -> None:
+        """Create or replace (resourceVersion-tested: 409 if it changed) the Lease, as quorum's
+        operator; with dry_run, ask the apiserver whether it would allow it."""
+        ...
+
     async def probe_backstop(self, namespace: str) -> str | None:
-        """None if a pod only the backstop refuses is admitted (server-side dry run); the
-        backstop's refusal otherwise. Any other refusal raises ApiException."""
+        """None if a pod only the backstop refuses is admitted (server-side dry run, on a
+        connection of its own); the backstop's refusal otherwise. Any other refusal raises
+        ApiException."""
         ...
 
-    async def probe_mutating(self, namespace: str) -> bool:
-        """Whether the mutating webhook still gates a gang pod (server-side dry run)."""
+    async def probe_mutating(self, namespace: str) -> tuple[bool, float | None]:
+        """Whether the mutating webhook still gates a gang pod (server-side dry run, on a
+        connection of its own), and when (the probe's creationTimestamp: the apiserver's
+        clock, epoch seconds; None if it gave none)."""
         ...
 
-    async def gated_gangs(self) -> tuple[str, dict[str, int]]:
-        """(acting identity, gated pods by "namespace/gang")."""
+    async def gated_pods(self) -> tuple[str, list[GatedPod]]:
+        """(acting identity, every pod that carries quorum's gate and gang label)."""
         ...
 
-    async def release_gated(self, reason: str, by: str) -> tuple[str, list[str]]:
-        """Release every gated gang pod: (acting identity, one line per gang)."""
+    async def release_gated(
+        self, reason: str, by: str, created_before: float | None
+    ) -> tuple[str, list[str]]:
+        """Release every gated gang pod created no later than `created_before` (None: all):
+        (acting identity, one line per gang)."""
         ...
 
     async def suspended_jobs(self) -> tuple[str, list[SuspendedJob]]:
@@ -205,10 +289,11 @@ class UninstallApi(Protocol):
 
 class LiveUninstallApi:
     """`UninstallApi` on two clients: the caller's, and the caller impersonating quorum's
-    operator (for the release, the Jobs quorum suspended and the reservation taints). When the
-    operator's identity may not list pods, Gangs or nodes any more (its RBAC is gone: later in
-    step 4, a re-run, or after Helm deleted it), these act as the caller: then the gate
-    protection is gone too (it goes before the RBAC)."""
+    operator (for its Lease, the release, the Jobs quorum suspended and the reservation taints).
+    When the operator's identity may not list pods, Gangs or nodes any more (its RBAC is gone:
+    later in step 4, a re-run, or after Helm deleted it), these act as the caller: then the
+    gate protection is gone too (it goes before the RBAC). Its Lease never: as the caller the
+    command would make one in a namespace quorum's operator has no rights in."""
 
     def __init__(self, api: client.ApiClient, operator: client.ApiClient, operator_name: str) -> None:
         self.api, self.operator, self.operator_name = api, operator, operator_name
@@ -222,9 +307,20 @@ class LiveUninstallApi:
     async def count(self, kind: Kind) -> int:
         return await objects.count(self.api, kind)
 
+    async def lease(self, ref: Ref) -> JSON | None:
+        return await objects.read(self.operator, ref)
+
+    async def write_lease(self, ref: Ref, body: JSON, create: bool, dry_run: bool) -> None:
+        if create:
+            await objects.create(self.operator, ref.kind, ref.namespace, body, dry_run)
+        else:
+            await objects.replace(self.operator, ref, body, dry_run)
+
     async def probe_backstop(self, namespace: str) -> str | None:
         try:
-            await objects.dry_run_create(self.api, POD, namespace, removal.BACKSTOP_PROBE)
+            await objects.dry_run_create(
+                self.api, POD, namespace, removal.BACKSTOP_PROBE, fresh_connection=True
+            )
         except ApiException as err:
             message = refusal(err)
             if removal.BACKSTOP in message:
@@ -232,9 +328,12 @@ class LiveUninstallApi:
             raise
         return None
 
-    async def probe_mutating(self, namespace: str) -> bool:
-        admitted = await objects.dry_run_create(self.api, POD, namespace, removal.MUTATING_PROBE)
-        return removal.is_gated(admitted)
+    async def probe_mutating(self, namespace: str) -> tuple[bool, float | None]:
+        admitted = await objects.dry_run_create(
+            self.api, POD, namespace, removal.MUTATING_PROBE, fresh_connection=True
+        )
+        at = timestamp((admitted.get("metadata") or {}).get("creationTimestamp"))
+        return is_gated(admitted), at or None
 
     async def _acting(self, call: Callable[[client.ApiClient], Awaitable[T]]) -> tuple[str, T]:
         try:
@@ -249,21 +348,26 @@ class LiveUninstallApi:
                 as_caller.body = both.encode()
                 raise as_caller from as_operator
 
-    async def gated_gangs(self) -> tuple[str, dict[str, int]]:
-        async def gated(api: client.ApiClient) -> dict[str, int]:
+    async def gated_pods(self) -> tuple[str, list[GatedPod]]:
+        async def gated(api: client.ApiClient) -> list[GatedPod]:
             pods = await reads.gang_pods(api, None, None)
-            return dict(
-                Counter(
-                    f"{p['metadata']['namespace']}/{p['metadata']['labels'][GANG_LABEL]}"
-                    for p in pods
-                    if is_gated(p)
+            return [
+                GatedPod(
+                    p["metadata"]["namespace"],
+                    p["metadata"]["name"],
+                    p["metadata"]["labels"][GANG_LABEL],
+                    manual.created(p),
                 )
-            )
+                for p in pods
+                if is_gated(p)
+            ]
 
         return await self._acting(gated)
 
-    async def release_gated(self, reason: str, by: str) -> tuple[str, list[str]]:
-        return await self._acting(lambda api: manual.release_gangs(api, None, reason, by))
+    async def release_gated(
+        self, reason: str, by: str, created_before: float | None
+    ) -> tuple[str, list[str]]:
+        return await self._acting(lambda api: manual.release_gangs(api, None, reason, by, created_before))
 
     async def suspended_jobs(self) -> tuple[str, list[SuspendedJob]]:
         return await self._acting(suspended_jobs)
@@ -288,15 +392,13 @@ class LiveUninstallApi:
         return await self._acting(lambda api: unreserve(api, node, dry_run))
 
     async def caller(self) -> str:
-        try:
-            return await objects.whoami(self.api)
-        except ApiException:  # a cluster that refuses SelfSubjectReviews: the record says "someone"
-            return ""
+        return await objects.caller_name(self.api)  # "": the record says "someone"
 
 
 async def suspended_jobs(api: client.ApiClient) -> list[SuspendedJob]:
     """The Jobs the Gangs record as suspended by quorum (a recovery's or a preemption's) and
-    that still are suspended, as quorum's recovery reads them."""
+    that still are suspended, as quorum's recovery reads them: with their status's counts and
+    their pods listed (by the Job controller's label with the Job's uid)."""
     try:
         gangs = await objects.items(api, GANG)
     except ApiException as err:
@@ -310,16 +412,31 @@ async def suspended_jobs(api: client.ApiClient) -> list[SuspendedJob]:
             job = await reads.job(api, meta["namespace"], str(name))
             if job is None or not (job.get("spec") or {}).get("suspend"):
                 continue  # gone, or resumed (by quorum's recovery, or someone)
-            status = job.get("status") or {}
-            left = int(status.get("active") or 0) + int(status.get("terminating") or 0)
-            out.append(SuspendedJob(meta["namespace"], str(name), job["metadata"]["uid"], meta["name"], left))
+            status, uid = job.get("status") or {}, job["metadata"]["uid"]
+            pods = await objects.items(
+                api, POD, label_selector=f"{JOB_POD_LABEL}={uid}", namespace=meta["namespace"]
+            )
+            listed = sum(
+                1 for p in pods if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            )
+            out.append(
+                SuspendedJob(
+                    meta["namespace"],
+                    str(name),
+                    uid,
+                    meta["name"],
+                    int(status.get("active") or 0),
+                    int(status.get("terminating") or 0),
+                    listed,
+                )
+            )
     return out
 
 
 def reservations(node: JSON) -> list[str]:
     """The values (preemption tokens) of the node's reservation taints."""
     taints = (node.get("spec") or {}).get("taints") or []
-    return [str(t.get("value") or "") for t in taints if t.get("key") == writes.RESERVED_TAINT]
+    return [str(t.get("value") or "") for t in taints if t.get("key") == RESERVED_TAINT]
 
 
 async def unreserve(api: client.ApiClient, name: str, dry_run: bool, misses: int = 10) -> list[str]:
@@ -346,16 +463,25 @@ async def unreserve(api: client.ApiClient, name: str, dry_run: bool, misses: int
 
 @dataclass
 class Report:
-    """What a run printed, and whether anything was (or would be) changed or refused."""
+    """What a run printed, whether anything was (or would be) changed or refused, and what the
+    steps tell the ones after them: until when a gated pod was gated by quorum (`gated_before`,
+    the apiserver's clock: set once the mutating webhook's drop is seen) and which pods gated by
+    their creator were named already."""
 
     say: Callable[[str], None]
     lines: list[str] = field(default_factory=list)
     changed: bool = False
     refused: bool = False
+    gated_before: float | None = None
+    told: set[str] = field(default_factory=set)
 
     def line(self, step: Step, text: str, changed: bool = False) -> None:
         self.changed = self.changed or changed
         self.lines.append(f"{step.number}. {text}")
+        self.say(self.lines[-1])
+
+    def more(self, text: str) -> None:
+        self.lines.append(f"   {text}")
         self.say(self.lines[-1])
 
 
@@ -374,24 +500,17 @@ async def uninstall(
     delete_tenant_objects: bool = False,
     say: Callable[[str], None] = print,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    now: Callable[[], float] = time.time,
 ) -> Report:
     """Carry out `steps` in order (see the module docstring). Raises UninstallError at the first
     step that fails (with --dry-run: reports every refusal and goes on)."""
     report = Report(say)
+    run = Run(
+        api, report, dry_run, reason, probe_namespace, timeout, interval, sleep, now, delete_tenant_objects
+    )
     for step in steps:
         try:
-            await _one(
-                api,
-                step,
-                report,
-                dry_run,
-                reason,
-                probe_namespace,
-                timeout,
-                interval,
-                sleep,
-                delete_tenant_objects,
-            )
+            await run.one(step)
         except ApiException as err:
             what = f"{step.action} {step.target or ''}".strip()
             if dry_run:
@@ -404,102 +523,262 @@ async def uninstall(
     return report
 
 
-async def _one(
-    api: UninstallApi,
-    step: Step,
-    report: Report,
-    dry_run: bool,
-    reason: str,
-    probe_namespace: str,
-    timeout: float,
-    interval: float,
-    sleep: Callable[[float], Awaitable[None]],
-    delete_tenant_objects: bool = False,
-) -> None:
-    target = step.target
-    if step.action is Action.DELETE:
-        assert target is not None
-        if target.kind is removal.NAMESPACE:  # deleting one that is terminating answers "deleted" again
-            found = await api.read(target)
-            if found is not None and found["metadata"].get("deletionTimestamp"):
-                report.line(step, f"{target}: being deleted already (what is in it goes first)")
+@dataclass
+class Run:
+    """One run's settings, and each step's doing."""
+
+    api: UninstallApi
+    report: Report
+    dry_run: bool
+    reason: str
+    probe_namespace: str
+    timeout: float
+    interval: float
+    sleep: Callable[[float], Awaitable[None]]
+    now: Callable[[], float]
+    delete_tenant_objects: bool
+
+    async def one(self, step: Step) -> None:
+        target = step.target
+        if step.action is Action.HOLD_LEASE:
+            assert target is not None
+            await self.hold_lease(step, target)
+        elif step.action is Action.DELETE:
+            assert target is not None
+            await self.delete(step, target)
+        elif step.action is Action.DELETE_IF_QUORUMS:
+            assert target is not None
+            if target.kind is removal.NAMESPACE:
+                await self.delete_namespace(step, target)
+            else:
+                await self.delete_crd(step, target)
+        elif step.action is Action.CHECK_BACKSTOP_APPLIES:
+            assert target is not None
+            await self.check_backstop(step, target)
+        elif step.action is Action.CHECK_MUTATING_APPLIES:
+            assert target is not None
+            await self.check_mutating(step, target)
+        elif step.action in (Action.WAIT_BACKSTOP_DROPPED, Action.WAIT_MUTATING_DROPPED):
+            await self.wait_dropped(step)
+        elif step.action is Action.RELEASE_GATED:
+            await self.release(step)
+        elif step.action is Action.RESUME_JOBS:
+            await self.resume_jobs(step)
+        elif step.action is Action.SWEEP_GATED:
+            await self.sweep(step)
+        elif step.action is Action.REMOVE_RESERVATIONS:
+            await self.remove_reservations(step)
+
+    # -- step 0: quorum-operator stops acting ------------------------------------------------
+
+    async def hold_lease(self, step: Step, ref: Ref, attempts: int = 5) -> None:
+        """Take quorum-operator's leader Lease for `removal.UNINSTALL_HOLDER` (as the operator)
+        and wait until the replica that held it can no longer act: the `acts_at_most` of the
+        lease duration it recorded, plus `removal.LEASE_MARGIN`. Held already (a run before
+        took it): renewed, and only what that run had left to wait is waited."""
+        report, hold = self.report, removal.lease_hold_seconds(self.timeout)
+        for _ in range(attempts):  # a renewal between the read and the write: read again
+            try:
+                lease = await self.api.lease(ref)
+            except ApiException as err:
+                if err.status != 403:
+                    raise
+                report.line(
+                    step,
+                    f"{ref}: quorum-operator may not read it (its RBAC is gone): none of its replicas can "
+                    "lead, nothing to take",
+                )
                 return
-        if await api.delete(target, dry_run):
-            report.line(step, f"{target}: {'would delete' if dry_run else 'deleted'}", changed=True)
-        else:
-            report.line(step, f"{target}: already gone")
-    elif step.action is Action.DELETE_IF_QUORUMS:
-        assert target is not None
-        await _delete_crd(api, step, target, report, dry_run, delete_tenant_objects)
-    elif step.action in (Action.WAIT_BACKSTOP_DROPPED, Action.WAIT_MUTATING_DROPPED):
-        await _wait_dropped(api, step, report, dry_run, probe_namespace, timeout, interval, sleep)
-    elif step.action is Action.RELEASE_GATED:
-        await _release(api, step, report, dry_run, reason)
-    elif step.action is Action.RESUME_JOBS:
-        await _resume_jobs(api, step, report, dry_run, timeout, interval, sleep)
-    elif step.action is Action.REMOVE_RESERVATIONS:
-        await _remove_reservations(api, step, report, dry_run, timeout, interval, sleep)
-
-
-async def _delete_crd(
-    api: UninstallApi, step: Step, crd: Ref, report: Report, dry_run: bool, delete_tenant_objects: bool
-) -> None:
-    """A CRD of quorum's goes with its objects only if they are quorum's own (Gangs), there are
-    none, or the caller said so: deleting a PodGroup CRD deletes every tenant's PodGroups."""
-    found = await api.read(crd)
-    if found is None:
-        report.line(step, f"{crd}: already gone")
-        return
-    if not removal.is_quorums(found["metadata"].get("labels")):
-        label = f"{removal.PART_OF_LABEL}={removal.PART_OF_VALUE}"
-        report.line(step, f"{crd}: left: not labelled {label}, so someone else installed it")
-        return
-    names = found["spec"]["names"]
-    served = [v["name"] for v in found["spec"].get("versions") or [] if v.get("served")]
-    group, plural = removal.crd_resource(crd.name)
-    existing = (
-        await api.count(Kind(group, served[0], plural, names["kind"], namespaced=True)) if served else 0
-    )
-    if existing and crd.name not in removal.QUORUMS_OWN_CRDS and not delete_tenant_objects:
-        report.line(
-            step,
-            f"{crd}: left: it holds {existing} {names['kind']} object(s) of tenants, which would go with "
-            "it (--delete-crds deletes them too)",
+            spec = (lease or {}).get("spec") or {}
+            holder = str(spec.get("holderIdentity") or "")
+            annotations = ((lease or {}).get("metadata") or {}).get("annotations") or {}
+            stamp = micro_time(self.now())
+            ours = {
+                "holderIdentity": removal.UNINSTALL_HOLDER,
+                "leaseDurationSeconds": hold,
+                "renewTime": stamp,
+            }
+            recorded = int(spec.get("leaseDurationSeconds") or DEFAULT_LEASE_SECONDS)
+            acts = LeaseSettings.for_duration(ref.namespace or "", recorded).acts_at_most()
+            wait = 0.0
+            if lease is None:
+                body: JSON = {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": ref.name, "namespace": ref.namespace},
+                    "spec": {**ours, "acquireTime": stamp, "leaseTransitions": 0},
+                }
+            elif holder == removal.UNINSTALL_HOLDER:
+                body = {**lease, "spec": {**spec, **ours}}
+                wait = max(0.0, timestamp(annotations.get(WAITS_UNTIL)) - self.now())
+            else:
+                if holder:
+                    wait = acts + removal.LEASE_MARGIN
+                meta = dict(lease.get("metadata") or {})
+                meta["annotations"] = {
+                    **annotations,
+                    PREVIOUS_HOLDER: holder,
+                    WAITS_UNTIL: micro_time(self.now() + wait),
+                }
+                transitions = int(spec.get("leaseTransitions") or 0) + 1
+                body = {
+                    **lease,
+                    "metadata": meta,
+                    "spec": {**spec, **ours, "acquireTime": stamp, "leaseTransitions": transitions},
+                }
+            try:
+                await self.api.write_lease(ref, body, create=lease is None, dry_run=self.dry_run)
+            except ApiException as err:
+                if err.status == 409:
+                    continue  # renewed, or made, meanwhile
+                if lease is None and err.status == 404:
+                    report.line(step, f"{ref}: none, and namespace {ref.namespace} is gone: nothing to take")
+                    return
+                if lease is None and err.status == 403:
+                    report.line(
+                        step,
+                        f"{ref}: none, and quorum-operator may not make it (its RBAC is gone, or quorum "
+                        f"is not installed in {ref.namespace}): none of its replicas can lead, nothing to "
+                        "take",
+                    )
+                    return
+                raise
+            self.told_lease(step, ref, lease, holder, recorded, acts, wait, hold)
+            if wait > 0 and not self.dry_run:
+                await self.sleep(wait)
+                report.line(
+                    step,
+                    f"{ref}: held by {removal.UNINSTALL_HOLDER}: no replica of quorum-operator acts now "
+                    f"(each sees another holder, for {hold} s)",
+                )
+            return
+        raise UninstallError(
+            f"step {step.number}: {ref} changed {attempts} times while it was being taken: is "
+            "quorum-operator starting up? Run quorum uninstall again"
         )
-        return
-    with_objects = f", and with it {existing} {names['kind']} object(s)"
-    if await api.delete(crd, dry_run):
-        report.line(step, f"{crd}: {'would delete' if dry_run else 'deleted'}{with_objects}", changed=True)
-    else:
-        report.line(step, f"{crd}: already gone")
 
+    def told_lease(
+        self,
+        step: Step,
+        ref: Ref,
+        lease: JSON | None,
+        holder: str,
+        recorded: int,
+        acts: float,
+        wait: float,
+        hold: int,
+    ) -> None:
+        report, uninstall = self.report, removal.UNINSTALL_HOLDER
+        if self.dry_run:
+            if holder == uninstall:
+                report.line(
+                    step, f"{ref}: held by {uninstall} already (a run before took it): would renew it"
+                )
+            elif holder:
+                report.line(
+                    step,
+                    f"{ref}: would take it from {holder} (its lease {recorded} s) and wait {wait:.0f} s "
+                    "until it can no longer act",
+                    changed=True,
+                )
+            else:
+                report.line(step, f"{ref}: no replica holds it: would take it", changed=True)
+            return
+        if holder == uninstall:
+            more = (
+                f"; waiting {wait:.0f} s more, until the replica it was taken from can no longer act"
+                if wait
+                else ""
+            )
+            report.line(
+                step, f"{ref}: held by {uninstall} already (a run before took it): renewed for {hold} s{more}"
+            )
+        elif holder:
+            report.line(
+                step,
+                f"{ref}: taken from {holder} (its lease {recorded} s) for {uninstall}, held {hold} s; "
+                f"waiting {wait:.0f} s: a leader acts at most {acts:.0f} s after its last renewal "
+                f"(quorum/operator/leader.py), plus {removal.LEASE_MARGIN:.0f} s",
+                changed=True,
+            )
+        else:
+            made = "made it" if lease is None else "no replica held it"
+            report.line(
+                step,
+                f"{ref}: {made}; held by {uninstall} for {hold} s: no replica of quorum-operator acts",
+                changed=True,
+            )
 
-async def _wait_dropped(
-    api: UninstallApi,
-    step: Step,
-    report: Report,
-    dry_run: bool,
-    namespace: str,
-    timeout: float,
-    interval: float,
-    sleep: Callable[[float], Awaitable[None]],
-) -> None:
-    """Wait until the apiserver no longer applies the admission object just deleted (its
-    informer drops it a moment later): the step's probe pod, created with a server-side dry run,
-    is admitted (the backstop) or left ungated (the mutating webhook), several times in a row."""
-    backstop = step.action is Action.WAIT_BACKSTOP_DROPPED
-    where = f"(server-side dry run in namespace {namespace})"
-    if backstop:
-        what = f"the apiserver admits a probe pod only the backstop refuses {where}"
-        done = "the backstop is no longer enforced"
-    else:
-        what = f"the apiserver no longer gates a probe gang pod {where}"
-        done = "the mutating webhook is no longer called"
+    # -- deletions -------------------------------------------------------------------------------
 
-    async def still_applied() -> str | None:
-        if not backstop:
-            return "the probe gang pod came back gated" if await api.probe_mutating(namespace) else None
-        refused = await api.probe_backstop(namespace)
+    async def delete(self, step: Step, target: Ref) -> None:
+        if await self.api.delete(target, self.dry_run):
+            self.report.line(step, f"{target}: {'would delete' if self.dry_run else 'deleted'}", changed=True)
+        else:
+            self.report.line(step, f"{target}: already gone")
+
+    async def delete_namespace(self, step: Step, target: Ref) -> None:
+        """quorum's namespace goes only if quorum made it (labelled quorum's): one it was
+        installed into (a shared one, Helm's --create-namespace) stays with all else in it."""
+        found = await self.api.read(target)
+        if found is None:
+            self.report.line(step, f"{target}: already gone")
+            return
+        if found["metadata"].get("deletionTimestamp"):  # deleting it again answers "deleted" again
+            self.report.line(step, f"{target}: being deleted already (what is in it goes first)")
+            return
+        if not removal.is_quorums(found["metadata"].get("labels")):
+            label = f"{removal.PART_OF_LABEL}={removal.PART_OF_VALUE}"
+            self.report.line(
+                step,
+                f"{target}: left: not labelled {label}, so quorum did not make it (it was installed into it: "
+                "Helm's --create-namespace, or a namespace shared with others); quorum's objects in it were "
+                "deleted by name above, everything else in it stays",
+            )
+            return
+        await self.delete(step, target)
+
+    async def delete_crd(self, step: Step, crd: Ref) -> None:
+        """A CRD of quorum's goes with its objects only if they are quorum's own (Gangs), there
+        are none, or the caller said so: deleting a PodGroup CRD deletes every tenant's
+        PodGroups."""
+        api, report = self.api, self.report
+        found = await api.read(crd)
+        if found is None:
+            report.line(step, f"{crd}: already gone")
+            return
+        if not removal.is_quorums(found["metadata"].get("labels")):
+            label = f"{removal.PART_OF_LABEL}={removal.PART_OF_VALUE}"
+            report.line(step, f"{crd}: left: not labelled {label}, so someone else installed it")
+            return
+        names = found["spec"]["names"]
+        served = [v["name"] for v in found["spec"].get("versions") or [] if v.get("served")]
+        group, plural = removal.crd_resource(crd.name)
+        existing = (
+            await api.count(Kind(group, served[0], plural, names["kind"], namespaced=True)) if served else 0
+        )
+        if existing and crd.name not in removal.QUORUMS_OWN_CRDS and not self.delete_tenant_objects:
+            report.line(
+                step,
+                f"{crd}: left: it holds {existing} {names['kind']} object(s) of tenants, which would go with "
+                "it (--delete-crds deletes them too)",
+            )
+            return
+        with_objects = f", and with it {existing} {names['kind']} object(s)"
+        if await api.delete(crd, self.dry_run):
+            report.line(
+                step, f"{crd}: {'would delete' if self.dry_run else 'deleted'}{with_objects}", changed=True
+            )
+        else:
+            report.line(step, f"{crd}: already gone")
+
+    # -- step 1: the probes ----------------------------------------------------------------------
+
+    def where(self) -> str:
+        return f"(server-side dry run in namespace {self.probe_namespace})"
+
+    async def backstop_refusal(self) -> str | None:
+        refused = await self.api.probe_backstop(self.probe_namespace)
         if refused is not None and install.STATIC_SUFFIX in refused:
             raise UninstallError(
                 f"step 1: the backstop is loaded from the apiserver's disk ({removal.BACKSTOP}"
@@ -508,169 +787,291 @@ async def _wait_dropped(
             )
         return refused
 
-    if dry_run:
-        await still_applied()  # raises if the probe itself would be refused
-        report.line(step, f"would wait (at most {timeout:.0f} s) until {what}")
-        return
-    deadline = time.monotonic() + timeout
-    in_a_row = 0
-    while True:
-        applied = await still_applied()
-        in_a_row = 0 if applied is not None else in_a_row + 1
-        if in_a_row >= ACCEPTED_IN_A_ROW:
-            report.line(step, f"{what}: {done}")
+    async def check_backstop(self, step: Step, binding: Ref) -> None:
+        """Positive evidence before the binding goes: while it is there, the apiserver refuses the
+        probe. Else the probe namespace is not one the backstop covers, and the probe's acceptance
+        after the deletion would prove nothing: the run stops before deleting anything."""
+        if not await self.api.delete(binding, dry_run=True):
+            self.report.line(step, f"{binding}: already gone: nothing to check")
             return
-        if time.monotonic() > deadline:
-            if backstop:
-                left = (
-                    "The mutating webhook was left in place (removing it now would make every gang "
-                    "pod's creation fail)"
-                )
-            else:
-                left = "No pod was released yet (a pod gated after the release would stay gated)"
-            last = (applied or "").rstrip(".")
-            raise UninstallError(
-                f"step 1: {timeout:.0f} s after the deletion, not yet: {what}: {last}. {left}; "
-                "run quorum uninstall again, or with a longer --timeout"
+        if await self.backstop_refusal() is not None:
+            self.report.line(
+                step, f"{binding}: the apiserver refuses a probe pod only the backstop refuses {self.where()}"
             )
-        await sleep(interval)
+            return
+        excluded = ", ".join(removal.admission_excluded("<quorum's namespace>"))
+        problem = (
+            f"step 1: {binding} is there, yet the apiserver admits a probe pod only the backstop refuses "
+            f"{self.where()}: the backstop does not cover namespace {self.probe_namespace}, so the probe "
+            "cannot show when it is no longer enforced. Nothing was deleted; pass --probe-namespace a "
+            f"namespace it covers (any but {excluded}, and any its namespaceSelector was changed to leave "
+            f"out), or put back its policy {removal.BACKSTOP} if it was deleted or changed"
+        )
+        if not self.dry_run:
+            raise UninstallError(problem)
+        self.report.refused = True
+        self.report.line(step, f"would fail: {problem}")
 
-
-async def _release(api: UninstallApi, step: Step, report: Report, dry_run: bool, reason: str) -> None:
-    who, gated = await api.gated_gangs()
-    if dry_run:
+    async def check_mutating(self, step: Step, webhook: Ref) -> None:
+        """Positive evidence before the webhook goes: while it is there, the probe gang pod comes
+        back gated. Ungated, its server does not answer and it fails open (failurePolicy Ignore):
+        its deletion changes nothing for pods, which is said, and the run goes on."""
+        if not await self.api.delete(webhook, dry_run=True):
+            self.report.line(step, f"{webhook}: already gone: nothing to check")
+            return
+        gated, _ = await self.api.probe_mutating(self.probe_namespace)
         if gated:
+            self.report.line(step, f"{webhook}: a probe gang pod comes back gated {self.where()}")
+        else:
+            self.report.line(
+                step,
+                f"{webhook}: a probe gang pod comes back ungated while it is there {self.where()}: its "
+                "server does not answer and it fails open (failurePolicy Ignore), so deleting it changes "
+                "nothing for pods; going on",
+            )
+
+    async def wait_dropped(self, step: Step) -> None:
+        """Wait until the apiserver no longer applies the admission object just deleted (its
+        informer drops it a moment later): the step's probe pod, created with a server-side dry
+        run on a connection of its own, is admitted (the backstop) or left ungated (the mutating
+        webhook) `ACCEPTED_IN_A_ROW` times in a row, `interval` apart. The mutating webhook's
+        drop, seen, sets until when a gated pod was gated by quorum (`Report.gated_before`)."""
+        api, report, timeout = self.api, self.report, self.timeout
+        backstop = step.action is Action.WAIT_BACKSTOP_DROPPED
+        if backstop:
+            what = f"the apiserver admits a probe pod only the backstop refuses {self.where()}"
+            done = "the backstop is no longer enforced"
+        else:
+            what = f"the apiserver no longer gates a probe gang pod {self.where()}"
+            done = "the mutating webhook is no longer called"
+        seen: list[float | None] = [None]
+
+        async def still_applied() -> str | None:
+            if backstop:
+                return await self.backstop_refusal()
+            gated, seen[0] = await api.probe_mutating(self.probe_namespace)
+            return "the probe gang pod came back gated" if gated else None
+
+        if self.dry_run:
+            await still_applied()  # raises if the probe itself would be refused
+            report.line(step, f"would wait (at most {timeout:.0f} s) until {what}")
+            return
+        deadline = time.monotonic() + timeout
+        in_a_row = 0
+        while True:
+            applied = await still_applied()
+            in_a_row = 0 if applied is not None else in_a_row + 1
+            if in_a_row >= ACCEPTED_IN_A_ROW:
+                if not backstop:
+                    report.gated_before = (seen[0] or self.now()) + removal.GATED_MARGIN
+                report.line(step, f"{what}: {done}")
+                return
+            if time.monotonic() > deadline:
+                if backstop:
+                    left = (
+                        "The mutating webhook was left in place (removing it now would make every gang "
+                        "pod's creation fail)"
+                    )
+                else:
+                    left = "No pod was released yet (a pod gated after the release would stay gated)"
+                last = (applied or "").rstrip(".")
+                raise UninstallError(
+                    f"step 1: {timeout:.0f} s after the deletion, not yet: {what}: {last}. {left}; "
+                    "run quorum uninstall again, or with a longer --timeout"
+                )
+            await self.sleep(self.interval)
+
+    # -- steps 2 and 3: gated pods ---------------------------------------------------------------
+
+    async def gated(self, step: Step) -> tuple[str, dict[str, int]]:
+        """(acting identity, pods quorum gated by "namespace/gang"); pods their creator gated
+        (created after `gated_before`) are named, once, and left."""
+        who, pods = await self.api.gated_pods()
+        before = self.report.gated_before
+        mine = [p for p in pods if before is None or p.created <= before]
+        theirs = [p for p in pods if before is not None and p.created > before]
+        new = sorted(str(p) for p in theirs if str(p) not in self.report.told)
+        if new:
+            self.report.told.update(new)
+            shown = ", ".join(new[:10]) + (f" and {len(new) - 10} more" if len(new) > 10 else "")
+            self.report.line(
+                step,
+                f"{len(new)} pods gated by their creator, not quorum (created after quorum's mutating "
+                f"webhook was no longer called): {shown}: left as they are",
+            )
+        return who, dict(Counter(f"{p.namespace}/{p.gang}" for p in mine))
+
+    async def release_round(self, step: Step, gated: dict[str, int], what: str) -> None:
+        by = f"{await self.api.caller() or 'someone'} (quorum uninstall)"
+        who, lines = await self.api.release_gated(self.reason, by, self.report.gated_before)
+        total = sum(gated.values())
+        self.report.line(
+            step, f"released the gated pods of {len(gated)} gangs ({total} pods){what} as {who}:", True
+        )
+        for line in lines:
+            self.report.more(line)
+
+    async def release(self, step: Step) -> None:
+        report = self.report
+        who, gated = await self.gated(step)
+        if not gated:
+            report.line(step, f"no gang pod gated by quorum anywhere (as {who}): nothing to release")
+            return
+        if self.dry_run:
             listed = ", ".join(f"{gang} ({n})" for gang, n in sorted(gated.items()))
             summary = f"{sum(gated.values())} gated pods of {len(gated)} gangs"
             report.line(step, f"would release {summary} as {who}: {listed}", changed=True)
-        else:
-            report.line(step, f"no gated gang pods anywhere (as {who}): nothing to release")
-        return
-    if not gated:
-        report.line(step, f"no gated gang pods anywhere (as {who}): nothing to release")
-        return
-    by = f"{await api.caller() or 'someone'} (quorum uninstall)"
-    for _ in range(RELEASE_ROUNDS):
-        who, lines = await api.release_gated(reason, by)
-        report.changed = True
-        total = sum(gated.values())
-        report.line(step, f"released the gated pods of {len(gated)} gangs ({total} pods) as {who}:")
-        for line in lines:
-            report.say(f"   {line}")
-            report.lines.append(f"   {line}")
-        who, gated = await api.gated_gangs()
-        if not gated:
             return
-    left = ", ".join(f"{gang} ({n})" for gang, n in sorted(gated.items()))
-    raise UninstallError(
-        f"step 2: gang pods still gated after {RELEASE_ROUNDS} rounds of release: {left}. Something "
-        "gates them again (is quorum's mutating webhook back?); run quorum uninstall again"
-    )
-
-
-async def _resume_jobs(
-    api: UninstallApi,
-    step: Step,
-    report: Report,
-    dry_run: bool,
-    timeout: float,
-    interval: float,
-    sleep: Callable[[float], Awaitable[None]],
-) -> None:
-    """Resume each Job quorum suspended once none of its pods is left, as quorum's recovery
-    does (an old pod that failed after the resume would count against the Job's backoffLimit);
-    one line per Job; at most `timeout` seconds waiting for pods to go."""
-    who, jobs = await api.suspended_jobs()
-    if not jobs:
-        report.line(step, f"no Job suspended by quorum (as {who}): nothing to resume")
-        return
-    if dry_run:
-        for job in jobs:
-            who, _ = await api.resume_job(job, dry_run=True)
-            when = f"once its {job.pods} pods are gone" if job.pods else "now"
-            report.line(step, f"{job}: would resume {when} (as {who})", changed=True)
-        return
-    deadline = time.monotonic() + timeout
-    told: set[str] = set()
-    while True:
-        waiting = [job for job in jobs if job.pods]
-        for job in jobs:
-            if job.pods:
-                if str(job) not in told:
-                    told.add(str(job))
-                    report.line(step, f"{job}: {job.pods} pods left; resumed once they are gone")
-                continue
-            who, resumed = await api.resume_job(job, dry_run=False)
-            done = "resumed" if resumed else "gone or replaced meanwhile: left"
-            report.line(step, f"{job}: {done} (as {who})", changed=resumed)
-        if not waiting:
-            return
-        if time.monotonic() > deadline:
-            left = ", ".join(f"{job.namespace}/{job.name} ({job.pods} pods)" for job in waiting)
-            raise UninstallError(
-                f"step {step.number}: {timeout:.0f} s on, Jobs quorum suspended still have pods: {left}. "
-                "Run quorum uninstall again once they are gone (or with a longer --timeout); resuming "
-                "one now, an old pod that fails would count against its backoffLimit"
-            )
-        await sleep(interval)
-        who, jobs = await api.suspended_jobs()  # those resumed meanwhile (by quorum) drop out
-
-
-async def _remove_reservations(
-    api: UninstallApi,
-    step: Step,
-    report: Report,
-    dry_run: bool,
-    timeout: float,
-    interval: float,
-    sleep: Callable[[float], Awaitable[None]],
-) -> None:
-    """Remove the reservation taint from every node that has one, one line per node; then look
-    again, `interval` apart, until no node has one `removal.RESERVATION_QUIET` times in a row
-    (one put back meanwhile, by an operator still running, is removed again and said so), at
-    most `timeout` seconds."""
-    taint = removal.RESERVED_TAINT
-    who, reserved = await api.reserved_nodes()
-    if dry_run:
-        for node, values in sorted(reserved.items()):
-            who, would = await api.unreserve(node, dry_run=True)
-            if would:
-                shown = ", ".join(f"{taint}={v}" for v in values)
-                report.line(step, f"node {node}: would remove {shown} (as {who})", changed=True)
-        if not any(reserved.values()):
-            report.line(step, f"no node has quorum's reservation taint {taint} (as {who}): nothing to remove")
-        return
-    deadline = time.monotonic() + timeout
-    done: set[str] = set()
-    quiet = looks = 0
-    while True:
-        looks += 1
-        for node in sorted(reserved):
-            who, removed = await api.unreserve(node, dry_run=False)
-            if not removed:
-                continue
-            shown = ", ".join(f"{taint}={v}" for v in removed)
-            again = " again: it was put back (quorum's operator still ran)" if node in done else ""
-            report.line(step, f"node {node}: removed {shown}{again} (as {who})", changed=True)
-            done.add(node)
-        if reserved and looks > 1 and time.monotonic() > deadline:
-            raise UninstallError(
-                f"step {step.number}: {timeout:.0f} s on, reservation taints are still being put back "
-                f"(nodes {', '.join(sorted(reserved))}): quorum's operator still runs; scale its "
-                "Deployment to 0, then run quorum uninstall again"
-            )
-        quiet = 0 if reserved else quiet + 1
-        if quiet >= removal.RESERVATION_QUIET:
-            break
-        await sleep(interval)
-        who, reserved = await api.reserved_nodes()
-    looked = f"none seen in {removal.RESERVATION_QUIET} looks in a row"
-    if done:
-        report.line(step, f"{len(done)} nodes no longer reserved by quorum: {looked} (as {who})")
-    else:
-        report.line(
-            step, f"no node has quorum's reservation taint {taint} ({looked}, as {who}): nothing to remove"
+        for _ in range(RELEASE_ROUNDS):
+            await self.release_round(step, gated, "")
+            who, gated = await self.gated(step)
+            if not gated:
+                return
+        left = ", ".join(f"{gang} ({n})" for gang, n in sorted(gated.items()))
+        raise UninstallError(
+            f"step 2: gang pods quorum gated still gated after {RELEASE_ROUNDS} rounds of release: {left}. "
+            "Something keeps them gated (a release refused?); run quorum uninstall again"
         )
+
+    async def sweep(self, step: Step) -> None:
+        """Gate protection is gone: look again, `interval` apart, until no pod gated by quorum
+        is seen `removal.QUIET_LOOKS` times in a row, releasing any (an apiserver late to drop
+        the mutating webhook gated it after the release), at most `timeout` seconds."""
+        report, quiet_looks = self.report, removal.QUIET_LOOKS
+        if self.dry_run:
+            report.line(
+                step,
+                f"would look for gang pods gated by quorum again until none is seen {quiet_looks} looks in "
+                "a row",
+            )
+            return
+        deadline = time.monotonic() + self.timeout
+        quiet = found = 0
+        while True:
+            who, gated = await self.gated(step)
+            if gated:
+                if time.monotonic() > deadline:
+                    left = ", ".join(f"{gang} ({n})" for gang, n in sorted(gated.items()))
+                    raise UninstallError(
+                        f"step {step.number}: {self.timeout:.0f} s on, gang pods are still being gated: "
+                        f"{left}; is quorum's mutating webhook back? Run quorum uninstall again"
+                    )
+                found += sum(gated.values())
+                await self.release_round(
+                    step, gated, " gated since the release (an apiserver still called the webhook)"
+                )
+                quiet = 0
+            else:
+                quiet += 1
+                if quiet >= quiet_looks:
+                    break
+            await self.sleep(self.interval)
+        looked = f"none seen in {quiet_looks} looks in a row, as {who}"
+        if found:
+            report.line(step, f"{found} pods gated since the release were released: {looked}")
+        else:
+            report.line(step, f"no gang pod gated by quorum seen again ({looked}): nothing to release")
+
+    # -- step 2: suspended Jobs ------------------------------------------------------------------
+
+    async def resume_jobs(self, step: Step) -> None:
+        """Resume each Job quorum suspended once none of its pods is left, by quorum's recovery's
+        rule (`lifecycle.job_may_resume`; an old pod that failed after the resume would count
+        against the Job's backoffLimit); one line per Job; at most `timeout` seconds waiting for
+        pods to go."""
+        api, report = self.api, self.report
+        who, jobs = await api.suspended_jobs()
+        if not jobs:
+            report.line(step, f"no Job suspended by quorum (as {who}): nothing to resume")
+            return
+        if self.dry_run:
+            for job in jobs:
+                who, _ = await api.resume_job(job, dry_run=True)
+                when = "now" if job.may_resume else f"once its {job.pods} pods are gone"
+                report.line(step, f"{job}: would resume {when} (as {who})", changed=True)
+            return
+        deadline = time.monotonic() + self.timeout
+        told: set[str] = set()
+        while True:
+            waiting = [job for job in jobs if not job.may_resume]
+            for job in jobs:
+                if not job.may_resume:
+                    if str(job) not in told:
+                        told.add(str(job))
+                        report.line(step, f"{job}: {job.pods} pods left; resumed once they are gone")
+                    continue
+                who, resumed = await api.resume_job(job, dry_run=False)
+                done = "resumed" if resumed else "gone or replaced meanwhile: left"
+                report.line(step, f"{job}: {done} (as {who})", changed=resumed)
+            if not waiting:
+                return
+            if time.monotonic() > deadline:
+                left = ", ".join(f"{job.namespace}/{job.name} ({job.pods} pods)" for job in waiting)
+                raise UninstallError(
+                    f"step {step.number}: {self.timeout:.0f} s on, Jobs quorum suspended still have pods: "
+                    f"{left}. Run quorum uninstall again once they are gone (or with a longer --timeout); "
+                    "resuming one now, an old pod that fails would count against its backoffLimit"
+                )
+            await self.sleep(self.interval)
+            who, jobs = await api.suspended_jobs()  # those resumed meanwhile drop out
+
+    # -- the reservation taints ------------------------------------------------------------------
+
+    async def remove_reservations(self, step: Step) -> None:
+        """Remove the reservation taint from every node that has one, one line per node; then
+        look again, `interval` apart, until no node has one `removal.RESERVATION_QUIET` times in
+        a row (one put back meanwhile, by an operator still running, is removed again and said
+        so), at most `timeout` seconds."""
+        api, report, taint = self.api, self.report, RESERVED_TAINT
+        who, reserved = await api.reserved_nodes()
+        if self.dry_run:
+            for node, values in sorted(reserved.items()):
+                who, would = await api.unreserve(node, dry_run=True)
+                if would:
+                    shown = ", ".join(f"{taint}={v}" for v in values)
+                    report.line(step, f"node {node}: would remove {shown} (as {who})", changed=True)
+            if not any(reserved.values()):
+                report.line(
+                    step, f"no node has quorum's reservation taint {taint} (as {who}): nothing to remove"
+                )
+            return
+        deadline = time.monotonic() + self.timeout
+        done: set[str] = set()
+        quiet = looks = 0
+        while True:
+            looks += 1
+            for node in sorted(reserved):
+                who, removed = await api.unreserve(node, dry_run=False)
+                if not removed:
+                    continue
+                shown = ", ".join(f"{taint}={v}" for v in removed)
+                again = " again: it was put back (quorum's operator still ran)" if node in done else ""
+                report.line(step, f"node {node}: removed {shown}{again} (as {who})", changed=True)
+                done.add(node)
+            if reserved and looks > 1 and time.monotonic() > deadline:
+                raise UninstallError(
+                    f"step {step.number}: {self.timeout:.0f} s on, reservation taints are still being put "
+                    f"back (nodes {', '.join(sorted(reserved))}): quorum's operator still runs; scale its "
+                    "Deployment to 0, then run quorum uninstall again"
+                )
+            quiet = 0 if reserved else quiet + 1
+            if quiet >= removal.RESERVATION_QUIET:
+                break
+            await self.sleep(self.interval)
+            who, reserved = await api.reserved_nodes()
+        looked = f"none seen in {removal.RESERVATION_QUIET} looks in a row"
+        if done:
+            report.line(step, f"{len(done)} nodes no longer reserved by quorum: {looked} (as {who})")
+        else:
+            report.line(
+                step,
+                f"no node has quorum's reservation taint {taint} ({looked}, as {who}): nothing to remove",
+            )
+
+
+def micro_time(epoch: float) -> str:
+    """A Lease's time (MicroTime): RFC 3339 with microseconds, UTC."""
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # -- the command --------------------------------------------------------------------------------
@@ -684,9 +1085,15 @@ def add_parser(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
-        "--namespace",
-        default=os.environ.get("QUORUM_NAMESPACE", install.DEFAULT_NAMESPACE),
+        "--quorum-namespace",
+        default=None,
         help=f"where quorum is installed (default $QUORUM_NAMESPACE, else {install.DEFAULT_NAMESPACE})",
+    )
+    parser.add_argument(
+        "--namespace",
+        dest="namespace_alias",
+        default=None,
+        help="the same as --quorum-namespace (what the chart's hook passes)",
     )
     parser.add_argument("--dry-run", action="store_true", help="change nothing; say what would be done")
     parser.add_argument(
@@ -715,29 +1122,38 @@ def add_parser(subparsers: Any) -> None:
         default=60.0,
         help=(
             "seconds to wait for the apiserver to drop each admission object, for the pods of Jobs "
-            "quorum suspended to go, and for reservation taints to stop being put back (default 60)"
+            "quorum suspended to go, and for gated pods and reservation taints to stop coming back "
+            "(default 60)"
         ),
     )
     parser.set_defaults(func=run)
 
 
+def quorum_namespace(args: argparse.Namespace) -> str:
+    """--quorum-namespace, else --namespace (the same), else $QUORUM_NAMESPACE, else the default."""
+    given = [n for n in (args.quorum_namespace, args.namespace_alias) if n is not None]
+    if len(set(given)) > 1:
+        raise install.InvalidNamespace(
+            f"--quorum-namespace {args.quorum_namespace} and --namespace {args.namespace_alias} differ: both "
+            "name where quorum is installed; pass one"
+        )
+    return given[0] if given else os.environ.get("QUORUM_NAMESPACE", install.DEFAULT_NAMESPACE)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        install.check_namespace(args.namespace)
+        namespace = install.check_namespace(quorum_namespace(args))
         install.check_namespace(args.probe_namespace)
     except install.InvalidNamespace as err:
         print(f"quorum uninstall: {err}", file=sys.stderr)
         return 2
-    if args.probe_namespace == args.namespace:
-        print(
-            "quorum uninstall: --probe-namespace must be a namespace where quorum's backstop applies, "
-            "not quorum's own",
-            file=sys.stderr,
-        )
+    problem = removal.probe_namespace_problem(args.probe_namespace, namespace)
+    if problem is not None:
+        print(f"quorum uninstall: --probe-namespace {problem}", file=sys.stderr)
         return 2
-    steps = removal.removal_plan(args.namespace, args.admission_only)
+    steps = removal.removal_plan(namespace, args.admission_only, args.probe_namespace)
     try:
-        report = asyncio.run(_main(args, steps))
+        report = asyncio.run(_main(args, namespace, steps))
     except (UninstallError, KubeconfigError) as err:
         print(f"quorum uninstall: {err}", file=sys.stderr)
         return 1
@@ -759,15 +1175,15 @@ def summary(report: Report, dry_run: bool, admission_only: bool) -> str:
         return "nothing of quorum was left to remove"
     if admission_only:
         return (
-            "quorum no longer gates pods, takes part in their admission, holds a Job suspended or "
-            "reserves nodes; its Deployments, fences, RBAC, CRDs and namespace are left to whoever "
-            "deletes them (any order is safe)"
+            "quorum no longer gates pods, takes part in their admission, holds a Job suspended, "
+            "reserves nodes or acts (its Lease is held); its Deployments, fences, RBAC, CRDs and "
+            "namespace are left to whoever deletes them (any order is safe)"
         )
     return "quorum is uninstalled"
 
 
-async def _main(args: argparse.Namespace, steps: Sequence[Step]) -> Report:
-    operator_name = install.operator_username(args.namespace)
+async def _main(args: argparse.Namespace, namespace: str, steps: Sequence[Step]) -> Report:
+    operator_name = install.operator_username(namespace)
     api = (await command_client(args.kubeconfig)).api
     operator = (await command_client(args.kubeconfig)).api
     operator.set_default_header("Impersonate-User", operator_name)

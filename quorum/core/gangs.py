@@ -19,6 +19,15 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
+
+# quorum's own marks, named once (quorum.k8s, quorum.operator and quorum.core.removal import
+# them): the scheduling gate the webhook puts on every gang pod and only quorum's operator takes
+# off, the label naming the pod's gang, and the taint a preemption in flight holds the nodes it
+# freed with (`quorum.dev/reserved=<token>:NoSchedule`, docs/preemption.md).
+GATE = "quorum.dev/gang"
+GANG_LABEL = "quorum.dev/gang"
+RESERVED_TAINT = "quorum.dev/reserved"
 
 SIGS_POD_GROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
 X_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -123,6 +132,11 @@ def parse_min_available(value: object) -> int:
     else:
         found = f"not a string but {type(value).__name__}"
     raise BadMinAvailable(f"label {LABEL_GANG_MIN_AVAILABLE} is {found}: {_HOW_TO_WRITE}")
+
+
+def is_gated(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod (plain JSON) still carries quorum's scheduling gate."""
+    return any(g.get("name") == GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
 
 
 def is_quorum_scheduler(scheduler_name: str | None, names: Collection[str] = QUORUM_SCHEDULER_NAMES) -> bool:

@@ -150,10 +150,14 @@ def plan_recovery(members: Sequence[tuple[str, Owner | None]], jobs: Mapping[str
     return RecoveryPlan(tuple(steps))
 
 
-def job_may_resume(active: int | None, terminating: int | None) -> bool:
-    """A suspended Job is resumed only when none of its pods is left, so that none of the old
-    pods can fail after the resume and count against its backoffLimit."""
-    return not active and not terminating
+def job_may_resume(active: int | None, terminating: int | None, pods_left: int) -> bool:
+    """Whether a Job quorum suspended may be resumed: only once none of its pods is left, so
+    that none of the old pods can fail after the resume and count against its backoffLimit.
+    Both what the Job's status counts (`active`, `terminating`) and what the caller listed
+    (`pods_left`: pods the Job controls, by uid, neither Succeeded nor Failed) must say none:
+    the status lags behind the pods. The one rule of quorum's recovery and of `quorum
+    uninstall`, which resumes them once quorum is gone."""
+    return not active and not terminating and pods_left <= 0
 
 
 # -- a running gang that loses members ---------------------------------------------------------

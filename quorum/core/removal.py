@@ -8,44 +8,76 @@ checks this table against `manifests/` and `crds/` both ways.
 The order (docs/lifecycle.md, "Uninstall without stranding pods"), so that no pod is left gated,
 no pod creation is refused on the way, and no Job or node is left held by quorum:
 
+0. quorum-operator stops acting: the command takes its leader Lease (`OPERATOR_LEASE`, as the
+   operator, which may write it) for `UNINSTALL_HOLDER` and waits until the replica that held it
+   can no longer act (`quorum.operator.leader.LeaseSettings.acts_at_most` of the duration it
+   recorded, plus `LEASE_MARGIN`); every replica then sees another holder and stays idle. From
+   here on nothing of quorum suspends a Job, reserves a node or releases a pod but the command;
 1. no new gates: the backstop's binding, then (once the apiserver no longer enforces it) the
-   mutating webhook (and wait until the apiserver no longer calls it);
-2. release every gated gang pod; then resume the Jobs quorum suspended, each once none of its
-   pods is left (a recovery or a preemption suspends a Job, records it on the gang's Gang and
-   resumes it once its pods are gone: once quorum is gone nothing would);
-3. what protects the gate and admits pods: gate protection, the validating webhooks, the
-   Deployments, the backstop policy;
+   mutating webhook (and wait until the apiserver no longer calls it). Each deletion needs
+   positive evidence first: the backstop's probe is refused while its binding is there (else
+   the probe namespace is not one the backstop covers, and its acceptance afterwards would prove
+   nothing), and the mutating webhook's probe comes back gated (else its server is down and it
+   fails open: its deletion changes nothing for pods);
+2. release every gated gang pod that quorum gated (created before the webhook's drop was seen,
+   `GATED_MARGIN` after; a pod created later with quorum's gate was gated by its creator, and is
+   reported, not released); then resume the Jobs quorum suspended, each once none of its pods
+   is left (`quorum.core.lifecycle.job_may_resume`: once quorum is gone nothing would);
+3. what protects the gate and admits pods: gate protection; then a sweep for pods a lagging
+   apiserver gated meanwhile (released, until none is seen `QUIET_LOOKS` times in a row); the
+   validating webhooks, the Deployments, the backstop policy;
 4. quorum's CRDs (only those carrying quorum's label: a PodGroup CRD someone else installed
-   stays), the fences, the cluster-wide RBAC, then quorum's reservation taints on nodes, then
-   the namespace (and with it everything in it).
+   stays), the fences, the cluster-wide RBAC (the chart's hook identities too, should a killed
+   hook have left them), then quorum's reservation taints on nodes, then quorum's objects in
+   its namespace by name (`NAMESPACED`; the Lease last) and the hook's Role in the probe
+   namespace, and last the namespace itself only if it is quorum's (`is_quorums`: labelled
+   app.kubernetes.io/part-of=quorum, as manifests/00-namespace.yaml and the chart's
+   `namespace.create` make it). A namespace quorum was installed into (Helm's
+   `--create-namespace`, a shared one) stays, with everything else in it.
 
 The reservation taints (`quorum.dev/reserved=<token>:NoSchedule`, docs/preemption.md) are what
 a preemption in flight holds its nodes with; only quorum's operator removes them, so once it is
 gone a node left with one takes no pod again. They go once quorum's operator may no longer
-write a node (its ClusterRoleBinding is gone; its Deployment went in step 3), so that an
-operator still running cannot put one back; and the command looks again until none is seen
-`RESERVATION_QUIET` times in a row.
+write a node (its ClusterRoleBinding is gone; its Deployment went in step 3), and the command
+looks again until none is seen `RESERVATION_QUIET` times in a row.
 
-`admission_only` stops after step 3, without the Deployments, and then removes the reservation
+`admission_only` is steps 0 to 3 without the Deployments, and then removes the reservation
 taints as quorum's operator: what a Helm pre-delete hook runs before Helm deletes the rest in no
 particular order. After it nothing of quorum gates a pod, refuses a pod creation, holds a Job
-suspended or keeps a node reserved whatever goes next: the operator and the webhook server no
-longer take part in admission, the fences left are policies inside the apiserver that depend on
-nothing running, and the operator, which still runs until Helm deletes it, reserves nodes only
-for a preemption of a gated gang, and no gang is gated any more (a preemption it had decided
-just before the release is what the repeated look waits out).
+suspended or keeps a node reserved whatever goes next: the webhooks no longer take part in
+admission, the fences left are policies inside the apiserver that depend on nothing running,
+and the operator's replicas, which run until Helm deletes them, see the Lease held by the
+uninstall for `lease_hold_seconds` and do not act.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from quorum.core.gangs import GATE, RESERVED_TAINT
+
 PART_OF_LABEL = "app.kubernetes.io/part-of"
 PART_OF_VALUE = "quorum"
+# The operator's ServiceAccount (quorum.install, the manifests and the chart name it so) and its
+# leader Lease in quorum's namespace (quorum.operator.leader).
 OPERATOR_SERVICE_ACCOUNT = "quorum-operator"
+OPERATOR_LEASE = "quorum-operator"
+# Who holds the Lease while `quorum uninstall` runs, and for how long at least: longer than the
+# chart's hook may run (activeDeadlineSeconds 300) and Helm then takes to delete the operator.
+UNINSTALL_HOLDER = "quorum-uninstall"
+LEASE_HOLD_SECONDS = 600
+LEASE_MARGIN = 3.0  # seconds beyond `acts_at_most`: a write the old leader had already sent lands
+GATED_MARGIN = 10.0  # seconds after the webhook's drop was seen that a gated pod is still quorum's
+QUIET_LOOKS = 5  # looks in a row, `interval` apart, that find nothing (gated pods, taints)
+DEFAULT_PROBE_NAMESPACE = "default"
+# Namespaces quorum's admission leaves out besides its own: the namespaceSelector of the mutating
+# webhook (manifests/30-webhook-configurations.yaml) and of the backstop
+# (manifests/45-gang-backstop.yaml); tests/unit/test_removal.py checks both against this.
+SYSTEM_NAMESPACES = ("kube-system", "kube-node-lease")
 
 
 @dataclass(frozen=True)
@@ -76,6 +108,18 @@ CLUSTER_ROLE = Kind("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterR
 CLUSTER_ROLE_BINDING = Kind("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding")
 NAMESPACE = Kind("", "v1", "namespaces", "Namespace")
 NODE = Kind("", "v1", "nodes", "Node")
+LEASE = Kind("coordination.k8s.io", "v1", "leases", "Lease", namespaced=True)
+SERVICE_ACCOUNT = Kind("", "v1", "serviceaccounts", "ServiceAccount", namespaced=True)
+ROLE = Kind("rbac.authorization.k8s.io", "v1", "roles", "Role", namespaced=True)
+ROLE_BINDING = Kind("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", namespaced=True)
+CONFIG_MAP = Kind("", "v1", "configmaps", "ConfigMap", namespaced=True)
+SECRET = Kind("", "v1", "secrets", "Secret", namespaced=True)
+SERVICE = Kind("", "v1", "services", "Service", namespaced=True)
+RESOURCE_QUOTA = Kind("", "v1", "resourcequotas", "ResourceQuota", namespaced=True)
+POD_DISRUPTION_BUDGET = Kind("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", namespaced=True)
+NETWORK_POLICY = Kind("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", namespaced=True)
+CERTIFICATE = Kind("cert-manager.io", "v1", "certificates", "Certificate", namespaced=True)
+ISSUER = Kind("cert-manager.io", "v1", "issuers", "Issuer", namespaced=True)
 
 WEBHOOKS = "quorum-webhooks"  # both webhook configurations
 BACKSTOP = "quorum-gang-backstop"
@@ -96,10 +140,40 @@ FENCES = (
 RETIRED = ("quorum-operator-eviction-fence",)
 CRDS = ("gangs.quorum.dev", "podgroups.scheduling.sigs.k8s.io", "podgroups.scheduling.x-k8s.io")
 QUORUMS_OWN_CRDS = ("gangs.quorum.dev",)  # its objects are quorum's records; a PodGroup is a tenant's
-CLUSTER_ROLE_BINDINGS = ("quorum-operator", "quorum-sunk-scheduler")
-CLUSTER_ROLES = ("quorum-operator", "quorum-sunk-scheduler", "quorum:podgroups-editor", "quorum:gangs-viewer")
-RESERVED_TAINT = "quorum.dev/reserved"  # quorum.k8s.writes.RESERVED_TAINT, the preemption's
-RESERVATION_QUIET = 5  # looks in a row that find no reservation taint, `interval` apart
+# The chart's hook identities (charts/quorum/templates/hook-*.yaml): each a ServiceAccount of
+# quorum's namespace with a ClusterRole, a Role (the uninstall hook's also one in the probe
+# namespace) and their bindings, all of its name; Helm deletes them when the hook ends, but a
+# hook killed with its Helm process leaves them.
+HOOKS = ("quorum-certs-hook", "quorum-uninstall-hook")
+UNINSTALL_HOOK = "quorum-uninstall-hook"
+CLUSTER_ROLE_BINDINGS = ("quorum-operator", "quorum-sunk-scheduler", *HOOKS)
+CLUSTER_ROLES = (
+    "quorum-operator",
+    "quorum-sunk-scheduler",
+    "quorum:podgroups-editor",
+    "quorum:gangs-viewer",
+    *HOOKS,
+)
+# quorum's objects in its namespace, deleted by name in this order (whether or not the namespace
+# goes too): what cert-manager issues before its Secrets (it would issue them again), the
+# Secrets quorum made (`quorum certs ensure`, cert-manager for quorum's Certificates), RBAC
+# before the ServiceAccounts, and the operator's Lease last (after its Role: a replica still
+# terminating can no longer make it again). The chart's dashboard ConfigMap is the chart's.
+NAMESPACED: tuple[tuple[Kind, tuple[str, ...]], ...] = (
+    (CERTIFICATE, ("quorum-webhooks", "quorum-webhooks-ca")),
+    (ISSUER, ("quorum-webhooks-ca", "quorum-selfsigned")),
+    (SECRET, ("quorum-webhooks-tls", "quorum-webhooks-ca")),
+    (SERVICE, ("quorum-webhooks", "quorum-sunk-scheduler")),
+    (POD_DISRUPTION_BUDGET, ("quorum-webhooks",)),
+    (NETWORK_POLICY, ("quorum-webhooks", "quorum-operator", "quorum-sunk-scheduler")),
+    (CONFIG_MAP, ("quorum-webhooks", "quorum-dashboard")),
+    (RESOURCE_QUOTA, ("quorum-critical-pods",)),
+    (ROLE_BINDING, ("quorum-operator-leader-election", *HOOKS)),
+    (ROLE, ("quorum-operator-leader-election", *HOOKS)),
+    (SERVICE_ACCOUNT, ("quorum-operator", "quorum-webhooks", "quorum-sunk-scheduler", *HOOKS)),
+    (LEASE, (OPERATOR_LEASE,)),
+)
+RESERVATION_QUIET = QUIET_LOOKS  # looks in a row that find no reservation taint
 
 # The probes of step 1, created with a server-side dry run (admission runs, nothing is stored).
 # The backstop's: a pod only the backstop refuses (quorum's gate without being a gang member);
@@ -121,7 +195,6 @@ _PROBE_SPEC: dict[str, Any] = {
         }
     ],
 }
-GATE = "quorum.dev/gang"
 BACKSTOP_PROBE: dict[str, Any] = {
     "apiVersion": "v1",
     "kind": "Pod",
@@ -139,8 +212,28 @@ MUTATING_PROBE: dict[str, Any] = {
 }
 
 
-def is_gated(pod: dict[str, Any]) -> bool:
-    return any(g.get("name") == GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+def admission_excluded(namespace: str) -> tuple[str, ...]:
+    """The namespaces quorum's admission (its mutating webhook and its backstop) leaves out, for
+    quorum installed in `namespace`: the system namespaces and quorum's own."""
+    return (*SYSTEM_NAMESPACES, namespace)
+
+
+def probe_namespace_problem(probe_namespace: str, namespace: str) -> str | None:
+    """Why `probe_namespace` cannot hold the uninstall's probes (quorum's admission leaves it
+    out, so they would prove nothing), or None. The one rule of `quorum uninstall
+    --probe-namespace`, the chart's `uninstall.probeNamespace` and `quorum manifests --values`."""
+    if probe_namespace in admission_excluded(namespace):
+        return (
+            f"{probe_namespace}: quorum's backstop does not apply there, so the uninstall's probe would "
+            "prove nothing; name a tenant namespace (default: default)"
+        )
+    return None
+
+
+def lease_hold_seconds(timeout: float) -> int:
+    """How long `quorum uninstall` holds the operator's Lease: `LEASE_HOLD_SECONDS`, or longer for
+    a run given a long `--timeout` (at most six waits of it)."""
+    return max(LEASE_HOLD_SECONDS, math.ceil(10 * timeout))
 
 
 @dataclass(frozen=True)
@@ -155,12 +248,16 @@ class Ref:
 
 
 class Action(StrEnum):
+    HOLD_LEASE = "take quorum-operator's leader Lease and wait until no replica acts"
     DELETE = "delete"
-    DELETE_IF_QUORUMS = "delete if labelled quorum's"  # a CRD: only with quorum's part-of label
+    DELETE_IF_QUORUMS = "delete if labelled quorum's"  # a CRD or the namespace: quorum's label
+    CHECK_BACKSTOP_APPLIES = "check that the backstop refuses the probe pod"
     WAIT_BACKSTOP_DROPPED = "wait until the apiserver no longer enforces the backstop"
+    CHECK_MUTATING_APPLIES = "check that the mutating webhook gates the probe gang pod"
     WAIT_MUTATING_DROPPED = "wait until the apiserver no longer calls the mutating webhook"
-    RELEASE_GATED = "release every gated gang pod"
+    RELEASE_GATED = "release every gang pod quorum gated"
     RESUME_JOBS = "resume the Jobs quorum suspended"
+    SWEEP_GATED = "release gang pods gated meanwhile until none is seen"
     REMOVE_RESERVATIONS = f"remove quorum's reservation taint {RESERVED_TAINT} from every node"
 
 
@@ -171,21 +268,28 @@ class Step:
     target: Ref | None = None
 
 
-def removal_plan(namespace: str, admission_only: bool = False) -> tuple[Step, ...]:
-    """The steps of the uninstall of quorum installed in `namespace`, in order."""
+def removal_plan(
+    namespace: str, admission_only: bool = False, probe_namespace: str = DEFAULT_PROBE_NAMESPACE
+) -> tuple[Step, ...]:
+    """The steps of the uninstall of quorum installed in `namespace`, in order (the full one
+    also deletes the uninstall hook's Role left in `probe_namespace`)."""
 
     def delete(number: int, kind: Kind, *names: str, namespaced: bool = False) -> list[Step]:
         return [Step(number, Action.DELETE, Ref(kind, n, namespace if namespaced else None)) for n in names]
 
     steps = [
+        Step(0, Action.HOLD_LEASE, Ref(LEASE, OPERATOR_LEASE, namespace)),
+        Step(1, Action.CHECK_BACKSTOP_APPLIES, Ref(POLICY_BINDING, BACKSTOP)),
         *delete(1, POLICY_BINDING, BACKSTOP),
         Step(1, Action.WAIT_BACKSTOP_DROPPED),
+        Step(1, Action.CHECK_MUTATING_APPLIES, Ref(MUTATING_WEBHOOKS, WEBHOOKS)),
         *delete(1, MUTATING_WEBHOOKS, WEBHOOKS),
         Step(1, Action.WAIT_MUTATING_DROPPED),
         Step(2, Action.RELEASE_GATED),
         Step(2, Action.RESUME_JOBS),
         *delete(3, POLICY_BINDING, GATE_PROTECTION),
         *delete(3, POLICY, GATE_PROTECTION),
+        Step(3, Action.SWEEP_GATED),
         *delete(3, VALIDATING_WEBHOOKS, WEBHOOKS),
     ]
     if not admission_only:
@@ -199,7 +303,12 @@ def removal_plan(namespace: str, admission_only: bool = False) -> tuple[Step, ..
     steps += delete(4, CLUSTER_ROLE_BINDING, *CLUSTER_ROLE_BINDINGS)
     steps += delete(4, CLUSTER_ROLE, *CLUSTER_ROLES)
     steps.append(Step(4, Action.REMOVE_RESERVATIONS))  # the operator may no longer write a node
-    steps += delete(4, NAMESPACE, namespace)
+    for kind, names in NAMESPACED:
+        steps += delete(4, kind, *names, namespaced=True)
+    if probe_namespace != namespace:
+        for kind in (ROLE_BINDING, ROLE):
+            steps.append(Step(4, Action.DELETE, Ref(kind, UNINSTALL_HOOK, probe_namespace)))
+    steps.append(Step(4, Action.DELETE_IF_QUORUMS, Ref(NAMESPACE, namespace)))
     return tuple(steps)
 
 
@@ -229,11 +338,13 @@ class Rule:
 
 def rights(steps: Sequence[Step], namespace: str, probe_namespace: str) -> list[Rule]:
     """The rules the identity that carries out `steps` needs, no more: each object's deletion
-    by name; the probes' (dry-run) pod creation in `probe_namespace`; impersonating quorum's
-    operator for the release, the Jobs it suspended (it may list Gangs, read Jobs and patch
-    their spec.suspend) and the reservation taints (it may list nodes and patch their
-    reservation taints); for quorum's CRDs, reading them (the label) and listing
-    their objects (the count the line reports). Reservation taints removed after the operator's
+    by name (a dry-run deletion first asks whether the backstop's binding and the mutating
+    webhook are there); the probes' (dry-run) pod creation in `probe_namespace`; impersonating
+    quorum's operator for its Lease (it may read and update it), the release and the sweep, the
+    Jobs it suspended (it may list Gangs and pods, read Jobs and patch their spec.suspend) and
+    the reservation taints (it may list nodes and patch their reservation taints); for quorum's
+    CRDs and namespace, reading them (the label) and, for the CRDs, listing their objects (the
+    count the line reports). Reservation taints removed after the operator's
     ClusterRoleBinding is deleted are removed as the caller: listing and patching nodes."""
     rules: list[Rule] = []
     operator_rbac_gone = False
@@ -241,8 +352,12 @@ def rights(steps: Sequence[Step], namespace: str, probe_namespace: str) -> list[
         target = step.target
         if target == Ref(CLUSTER_ROLE_BINDING, OPERATOR_SERVICE_ACCOUNT):
             operator_rbac_gone = True
-        if step.action is Action.DELETE and target is not None and target.kind is NAMESPACE:
-            rules.append(Rule("", "namespaces", ("get", "delete"), (target.name,)))  # is it terminating?
+        if step.action is Action.DELETE_IF_QUORUMS and target is not None and target.kind is NAMESPACE:
+            rules.append(Rule("", "namespaces", ("get", "delete"), (target.name,)))  # labelled? terminating?
+        elif step.action in (Action.CHECK_BACKSTOP_APPLIES, Action.CHECK_MUTATING_APPLIES):
+            assert target is not None  # is it there (a dry-run deletion)? then the probe
+            rules.append(Rule(target.kind.group, target.kind.plural, ("delete",), (target.name,)))
+            rules.append(Rule("", "pods", ("create",), (), probe_namespace))
         elif step.action is Action.DELETE and target is not None:
             rules.append(
                 Rule(target.kind.group, target.kind.plural, ("delete",), (target.name,), target.namespace)
@@ -253,9 +368,12 @@ def rights(steps: Sequence[Step], namespace: str, probe_namespace: str) -> list[
             rules.append(Rule(group, plural, ("list",)))
         elif step.action in (Action.WAIT_BACKSTOP_DROPPED, Action.WAIT_MUTATING_DROPPED):
             rules.append(Rule("", "pods", ("create",), (), probe_namespace))
-        elif step.action in (Action.RELEASE_GATED, Action.RESUME_JOBS) or (
-            step.action is Action.REMOVE_RESERVATIONS and not operator_rbac_gone
-        ):
+        elif step.action in (
+            Action.HOLD_LEASE,
+            Action.RELEASE_GATED,
+            Action.RESUME_JOBS,
+            Action.SWEEP_GATED,
+        ) or (step.action is Action.REMOVE_RESERVATIONS and not operator_rbac_gone):
             rules.append(
                 Rule("", "serviceaccounts", ("impersonate",), (OPERATOR_SERVICE_ACCOUNT,), namespace)
             )

@@ -4,6 +4,7 @@ on quorum's install rather than on tenants' workloads."""
 
 from __future__ import annotations
 
+import getpass
 import json
 from typing import Any
 
@@ -47,14 +48,20 @@ async def _call(
     query: list[tuple[str, str]] | None = None,
     body: Any = None,
     content_type: str = "application/json",
+    fresh_connection: bool = False,
 ) -> JSON:
     """One request; its answer as JSON. Raises ApiException (status, reason, body) for any
-    answer that is not 2xx."""
+    answer that is not 2xx. `fresh_connection`: on a connection of its own, closed after the
+    answer (`Connection: close`), so that behind a load balancer it may reach another
+    apiserver than the requests before it."""
+    headers = {"Accept": "application/json", "Content-Type": content_type}
+    if fresh_connection:
+        headers["Connection"] = "close"
     response: Any = await api.call_api(
         url,
         method,
         query_params=query or [],
-        header_params={"Accept": "application/json", "Content-Type": content_type},
+        header_params=headers,
         body=body,
         auth_settings=["BearerToken"],
         _preload_content=False,
@@ -94,32 +101,66 @@ async def delete(api: client.ApiClient, ref: Ref, dry_run: bool = False) -> bool
     return True
 
 
-async def count(api: client.ApiClient, kind: Kind) -> int:
-    """How many objects of `kind` exist (in every namespace)."""
-    return len(await items(api, kind))
+async def count(api: client.ApiClient, kind: Kind, page: int = 500) -> int:
+    """How many objects of `kind` exist (in every namespace), without listing them: a list of
+    one (`limit=1`) says how many more there are (`remainingItemCount`). Where it does not say
+    (an apiserver may leave it out), the rest is counted page by page, `page` at a time."""
+    where = path(kind, all_namespaces=True)
+    listed = await _call(api, "GET", where, [("limit", "1")])
+    total = len(listed.get("items") or [])
+    meta = listed.get("metadata") or {}
+    remaining, token = meta.get("remainingItemCount"), meta.get("continue")
+    if isinstance(remaining, int) and not isinstance(remaining, bool):
+        return total + remaining
+    while token:
+        listed = await _call(api, "GET", where, [("limit", str(page)), ("continue", str(token))])
+        total += len(listed.get("items") or [])
+        token = (listed.get("metadata") or {}).get("continue")
+    return total
 
 
-async def items(api: client.ApiClient, kind: Kind, field_selector: str | None = None) -> list[JSON]:
-    """The objects of `kind` (in every namespace), those `field_selector` selects if given (a
-    list, for identities that may list but not get, as quorum's operator may nodes)."""
+async def items(
+    api: client.ApiClient,
+    kind: Kind,
+    field_selector: str | None = None,
+    label_selector: str | None = None,
+    namespace: str | None = None,
+) -> list[JSON]:
+    """The objects of `kind` (in every namespace, or in `namespace`), those `field_selector`
+    and `label_selector` select if given (a list, for identities that may list but not get, as
+    quorum's operator may nodes)."""
     query = [("fieldSelector", field_selector)] if field_selector else []
-    listed = await _call(api, "GET", path(kind, all_namespaces=True), query)
+    if label_selector:
+        query.append(("labelSelector", label_selector))
+    where = path(kind, namespace=namespace, all_namespaces=namespace is None)
+    listed = await _call(api, "GET", where, query)
     return list(listed.get("items") or [])
 
 
-async def dry_run_create(api: client.ApiClient, kind: Kind, namespace: str | None, body: JSON) -> JSON:
+async def dry_run_create(
+    api: client.ApiClient, kind: Kind, namespace: str | None, body: JSON, fresh_connection: bool = False
+) -> JSON:
     """Create `body` with a server-side dry run (admission runs, nothing is stored): the object
-    as admission left it; raises the apiserver's refusal as ApiException."""
-    return await _call(api, "POST", path(kind, None, namespace), [("dryRun", "All")], body)
+    as admission left it; raises the apiserver's refusal as ApiException. `fresh_connection`: on
+    a connection of its own (see `_call`)."""
+    query = [("dryRun", "All")]
+    return await _call(
+        api, "POST", path(kind, None, namespace), query, body, fresh_connection=fresh_connection
+    )
 
 
-async def create(api: client.ApiClient, kind: Kind, namespace: str | None, body: JSON) -> JSON:
-    return await _call(api, "POST", path(kind, None, namespace), None, body)
+async def create(
+    api: client.ApiClient, kind: Kind, namespace: str | None, body: JSON, dry_run: bool = False
+) -> JSON:
+    query = [("dryRun", "All")] if dry_run else None
+    return await _call(api, "POST", path(kind, None, namespace), query, body)
 
 
-async def replace(api: client.ApiClient, ref: Ref, body: JSON) -> JSON:
-    """PUT: fails with 409 if `body`'s resourceVersion is not the stored one."""
-    return await _call(api, "PUT", path(ref.kind, ref.name, ref.namespace), None, body)
+async def replace(api: client.ApiClient, ref: Ref, body: JSON, dry_run: bool = False) -> JSON:
+    """PUT: fails with 409 if `body`'s resourceVersion is not the stored one. `dry_run`: a
+    server-side dry run (admission runs, nothing is stored)."""
+    query = [("dryRun", "All")] if dry_run else None
+    return await _call(api, "PUT", path(ref.kind, ref.name, ref.namespace), query, body)
 
 
 async def json_patch(api: client.ApiClient, ref: Ref, ops: list[JSON], dry_run: bool = False) -> JSON:
@@ -146,3 +187,17 @@ async def whoami(api: client.ApiClient) -> str:
     review = {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
     answer = await _call(api, "POST", "/apis/authentication.k8s.io/v1/selfsubjectreviews", None, review)
     return str(((answer.get("status") or {}).get("userInfo") or {}).get("username") or "")
+
+
+async def caller_name(api: client.ApiClient) -> str:
+    """Who the caller is, for a record (`by`): the apiserver's answer (`whoami`), else the local
+    user name, else "" (a cluster that refuses SelfSubjectReviews, in an image whose uid has no
+    passwd entry: getpass raises KeyError there). Call it on a client that impersonates nobody."""
+    try:
+        return await whoami(api)
+    except ApiException:
+        pass
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError, ImportError):
+        return ""

@@ -11,9 +11,11 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from quorum.core.gangs import GATE as GATE  # re-exported, as is RESERVED_TAINT
+from quorum.core.gangs import RESERVED_TAINT as RESERVED_TAINT
+
 log = logging.getLogger("quorum.k8s.writes")
 
-GATE = "quorum.dev/gang"
 GANG_GROUP, GANG_VERSION, GANG_PLURAL = "quorum.dev", "v1alpha1", "gangs"
 MERGE = "application/merge-patch+json"
 COMPONENT = "quorum-operator"
@@ -47,9 +49,6 @@ def now() -> str:
 
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
-
-
-RESERVED_TAINT = "quorum.dev/reserved"
 
 
 def reserved_toleration(token: str) -> dict[str, str]:

@@ -12,6 +12,8 @@ from functools import cached_property
 from typing import Any
 
 from quorum.core.conditions import timestamp
+from quorum.core.gangs import GANG_LABEL as GANG_LABEL  # re-exported, as are GATE and is_gated
+from quorum.core.gangs import GATE as GATE
 from quorum.core.gangs import GROUP_APIS as GROUP_APIS  # re-exported: the operator's modules use it
 from quorum.core.gangs import (
     MAX_MIN_AVAILABLE,
@@ -21,6 +23,7 @@ from quorum.core.gangs import (
     parse_min_available,
     queued_since,
 )
+from quorum.core.gangs import is_gated as is_gated
 from quorum.core.model import Composite, Gang, Pod, resources
 from quorum.core.preemption import HIGHEST_USER_PRIORITY
 from quorum.core.quantity import QuantityError
@@ -37,8 +40,6 @@ from quorum.core.workloads import (
 )
 from quorum.k8s.convert import pod_from_api
 
-GANG_LABEL = "quorum.dev/gang"
-GATE = "quorum.dev/gang"
 TOPOLOGY_ANNOTATION = "quorum.dev/topology-key"
 JSON = dict[str, Any]
 
@@ -167,10 +168,6 @@ def store_groups(store: Store, api_group: str) -> StoreTable:
         return f"{api_group}/{version}", "PodGroup"
 
     return StoreTable(store.groups, lambda obj: (api_group, *namespaced(obj)), (api_group,), typed=typed)
-
-
-def is_gated(pod: JSON) -> bool:
-    return any(g.get("name") == GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
 
 
 def other_gates(pod: JSON) -> list[str]:

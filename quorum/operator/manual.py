@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import getpass
 import os
 from collections import defaultdict
 from typing import Any
@@ -20,8 +19,9 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from quorum.core.times import timestamp
 from quorum.install import DEFAULT_NAMESPACE, operator_username
-from quorum.k8s import reads, writes
+from quorum.k8s import objects, reads, writes
 from quorum.k8s.client import KubeconfigError, command_client
 from quorum.operator.gangs import GANG_LABEL, is_gated
 
@@ -89,18 +89,29 @@ async def _main(
     kubeconfig: str | None, as_user: str, target: tuple[str, str] | None, reason: str
 ) -> list[str]:
     async with (await command_client(kubeconfig)).api as api:
+        # Who runs it, as `quorum uninstall` records it: the apiserver's answer, asked before
+        # impersonating (getpass.getuser() raises KeyError in the image: its uid has no name).
+        by = await objects.caller_name(api) or "someone"
         if as_user:
             api.set_default_header("Impersonate-User", as_user)
-        return await release_gangs(api, target, reason, by=getpass.getuser())
+        return await release_gangs(api, target, reason, by=by)
 
 
 async def release_gangs(
-    api: client.ApiClient, target: tuple[str, str] | None, reason: str, by: str
+    api: client.ApiClient,
+    target: tuple[str, str] | None,
+    reason: str,
+    by: str,
+    created_before: float | None = None,
 ) -> list[str]:
-    """Release the gated pods of one gang (or of all gangs); one summary line per gang."""
+    """Release the gated pods of one gang (or of all gangs); one summary line per gang.
+    `created_before` (epoch seconds): only pods created no later than that (`quorum uninstall`:
+    those quorum's webhook gated, not those their creator gated after it was gone)."""
     pods = await reads.gang_pods(api, *(target or (None, None)))
     by_gang: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for pod in pods:
+        if created_before is not None and created(pod) > created_before:
+            continue
         if is_gated(pod):
             meta = pod["metadata"]
             by_gang[(meta["namespace"], meta["labels"][GANG_LABEL])].append(pod)
@@ -124,3 +135,8 @@ async def release_gangs(
                 )
         lines.append(f"{namespace}/{name}: {message}")
     return lines or ["no gated gang pods anywhere (nothing to release)"]
+
+
+def created(pod: dict[str, Any]) -> float:
+    """The pod's creationTimestamp (the apiserver's clock), in epoch seconds."""
+    return timestamp(pod["metadata"].get("creationTimestamp"))

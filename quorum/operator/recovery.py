@@ -511,8 +511,8 @@ class Recoverer:
                 continue  # gone, or resumed by someone else
             status, uid = job.get("status") or {}, job["metadata"]["uid"]
             left_behind = [p for p in pods if phase_of(p) not in ("Succeeded", "Failed")]
-            mine = any(o is not None and o.uid == uid for o in map(controller_of, left_behind))
-            if mine or not job_may_resume(status.get("active"), status.get("terminating")):
+            mine = sum(1 for o in map(controller_of, left_behind) if o is not None and o.uid == uid)
+            if not job_may_resume(status.get("active"), status.get("terminating"), mine):
                 left.append(job_name)
                 continue
             if await self.api.set_job_suspend(namespace, job_name, uid, False):

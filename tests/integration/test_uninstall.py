@@ -15,6 +15,8 @@ left gated, no pod creation is refused at any point, and pods created afterwards
 - `--admission-only` as the lifecycle identity a Helm hook Job has, with exactly the RBAC its
   docstring lists (plus `quorum certs ensure`'s), on quorum installed in another namespace; then
   the rest deleted one by one in a random order, as Helm does, with pods created between each.
+  quorum-operator, which leads when the hook starts, still runs afterwards but no longer leads:
+  its Lease is held by the uninstall and its own `/metrics` says it does not lead.
   On the local 1.37 plane quorum's self-protection is on the apiserver's disk: the identity,
   a ServiceAccount of quorum's namespace, passes it; the customer cannot get its token.
 
@@ -32,6 +34,7 @@ import random
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -269,6 +272,19 @@ async def bound_there_and_no_node_reserved(
     await eventually(bound, timeout=60, what=f"{pod} bound to {node}, no longer reserved")
 
 
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return str(response.read().decode())
+
+
+def leading(metrics: str) -> float | None:
+    """quorum_operator_leader in quorum-operator's /metrics: 1 while it holds the Lease."""
+    for line in metrics.splitlines():
+        if line.startswith("quorum_operator_leader "):
+            return float(line.split()[1])
+    return None
+
+
 def no_pod_creation_refused_by_controllers(events: list[dict[str, Any]]) -> None:
     denied = [e["message"] for e in events if e["reason"] == "FailedCreate"]
     assert not denied, f"a controller's pod creation was refused during the uninstall: {denied}"
@@ -327,6 +343,7 @@ async def test_quorum_uninstall_leaves_no_pod_gated_and_refuses_no_pod_creation(
         assert "4. Namespace quorum-system: would delete" in dry.stdout
         operator = operator_username("quorum-system")
         assert f"4. node {node}: would remove {RESERVED}={token} (as {operator})" in dry.stdout
+        assert "0. Lease quorum-system/quorum-operator: would take it from " in dry.stdout
         assert dry.stdout.rstrip().endswith("dry run: nothing was changed")
         for kind, name in (
             ("mutatingwebhookconfiguration", "quorum-webhooks"),
@@ -363,6 +380,11 @@ async def test_quorum_uninstall_leaves_no_pod_gated_and_refuses_no_pod_creation(
         )
         assert "ml/lbl-lone: 1 of 1 gated pods released by hand" in done.stdout
         assert "1. MutatingWebhookConfiguration quorum-webhooks: deleted" in done.stdout
+        # The operator stopped (crashed, say) still holds its Lease: taken, and its term waited out.
+        assert "0. Lease quorum-system/quorum-operator: taken from " in done.stdout
+        assert "0. Lease quorum-system/quorum-operator: held by quorum-uninstall: no replica" in done.stdout
+        # The namespace manifests/00-namespace.yaml made (labelled quorum's) goes.
+        assert "4. Namespace quorum-system: deleted" in done.stdout
         assert "4. CustomResourceDefinition gangs.quorum.dev: deleted, and with it" in done.stdout
         # After the operator's RBAC: as the caller (quorum's operator may no longer write a node).
         assert f"4. node {node}: removed {RESERVED}={token} (as " in done.stdout
@@ -425,7 +447,7 @@ async def test_quorum_uninstall_leaves_no_pod_gated_and_refuses_no_pod_creation(
         assert again.returncode == 0, again.stdout + again.stderr
         assert again.stdout.rstrip().endswith("nothing of quorum was left to remove"), again.stdout
         # The operator's RBAC is gone: the release looked as the caller instead.
-        assert "2. no gated gang pods anywhere (as quorum-admin): nothing to release" in again.stdout
+        assert "2. no gang pod gated by quorum anywhere (as quorum-admin): nothing to release" in again.stdout
         assert ": deleted" not in again.stdout
         assert f"no node has quorum's reservation taint {RESERVED} (none seen in 5 looks" in again.stdout
         asked = await asyncio.to_thread(quorum, instance, admin_kubeconfig, "uninstall", "--delete-crds")
@@ -558,6 +580,14 @@ async def test_admission_only_as_the_hook_identity_then_the_rest_in_any_order_re
             return await writes.get_gang(api, "team", "lbl-stream") is not None
 
         await eventually(gang_written, timeout=30, what="Gang team/lbl-stream written")
+        state = instance.state()
+        assert state is not None
+        metrics = f"http://127.0.0.1:{state.ports.operator}/metrics"
+
+        async def leads() -> bool:
+            return leading(await asyncio.to_thread(scrape, metrics)) == 1.0
+
+        await eventually(leads, timeout=60, what="quorum-operator leads")
         node, token = await plain_node(api), "uninstall-hook"
         await reserve_as_the_operator(
             instance.kubeconfig("admin"), namespace, ("team", "lbl-stream"), node, token
@@ -577,6 +607,20 @@ async def test_admission_only_as_the_hook_identity_then_the_rest_in_any_order_re
                 in hooked.stdout
             )
             assert hooked.stdout.rstrip().endswith("(any order is safe)")
+            # quorum-operator stopped acting first: its Lease taken and its term waited out before
+            # anything of admission went; it still runs, and says it no longer leads.
+            lines = hooked.stdout.splitlines()
+            taken = lines.index(next(line for line in lines if line.startswith("0. Lease ")))
+            assert lines[taken].startswith(f"0. Lease {namespace}/quorum-operator: taken from "), lines[taken]
+            assert lines[taken + 1].endswith(
+                "no replica of quorum-operator acts now (each sees another holder, for 600 s)"
+            )
+            assert all(line.startswith("0. ") for line in lines[: taken + 2])
+            lease = await client.CoordinationV1Api(api).read_namespaced_lease("quorum-operator", namespace)
+            assert (
+                lease.spec.holder_identity == "quorum-uninstall" and lease.spec.lease_duration_seconds == 600
+            )
+            assert leading(await asyncio.to_thread(scrape, metrics)) == 0.0  # its /metrics answers: it runs
             # As quorum's operator, which still runs: the hook identity has no right on nodes.
             assert (
                 f"3. node {node}: removed {RESERVED}={token} (as {operator_username(namespace)})"
@@ -590,7 +634,8 @@ async def test_admission_only_as_the_hook_identity_then_the_rest_in_any_order_re
             rest: list[tuple[str, ...]] = [("stop", "quorum-operator"), ("stop", "quorum-webhooks")]
             kept = set(removal.removal_plan(namespace, admission_only=True))
             for step in removal.removal_plan(namespace):
-                if step.target is not None and step not in kept:
+                served = step.target is not None and step.target.kind.group != "cert-manager.io"  # none here
+                if step.target is not None and served and step not in kept:
                     target = step.target
                     where = ("-n", target.namespace) if target.namespace else ()
                     rest.append(

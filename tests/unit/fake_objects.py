@@ -1,7 +1,10 @@
 """A stateful fake of the apiserver as `quorum uninstall` (`UninstallApi`) and `quorum certs
-ensure` (`CertsApi`) see it: quorum's objects by kind and name with resourceVersions, gated gang
-pods, Jobs quorum suspended, the taints of nodes, the backstop as the apiserver enforces it (it
-can lag behind its binding's deletion), and a log of every write. Any call can be made to fail:
+ensure` (`CertsApi`) see it: quorum's objects by kind and name with resourceVersions (the
+operator's Lease among them, which the operator may read and write while its Role's binding is
+there), gated gang pods (quorum's, created before the mutating webhook's drop, and those their
+creator gated after it), Jobs quorum suspended, the taints of nodes, the backstop and the
+mutating webhook as the apiserver applies them (either can lag behind its deletion, leave the
+probe namespace out, or fail open), and a log of every write. Any call can be made to fail:
 
     cluster.fail("delete", when=lambda ref, *_: ref.name == "quorum-webhooks", times=1)
 """
@@ -16,12 +19,15 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.commands.uninstall import SuspendedJob
+from quorum.commands.uninstall import GatedPod, SuspendedJob
 from quorum.core import removal
+from quorum.core.gangs import RESERVED_TAINT
 from quorum.core.removal import Kind, Ref
 
 JSON = dict[str, Any]
 OPERATOR = "system:serviceaccount:quorum-system:quorum-operator"
+LEADER = "quorum-operator-7d9f-x2b4_1"  # the operator replica that holds the Lease
+LEADER_ELECTION = "quorum-operator-leader-election"  # the operator's Role (and binding) for its Lease
 
 
 def refused(status: int = 500, message: str = "etcdserver: request timed out") -> ApiException:
@@ -42,7 +48,12 @@ class Fault:
 class FakeCluster:
     objects: dict[Ref, JSON] = field(default_factory=dict)
     custom_objects: dict[str, int] = field(default_factory=dict)  # CRD name -> objects of it
-    gated: dict[str, int] = field(default_factory=dict)  # "namespace/gang" -> gated pods
+    gated: dict[str, int] = field(default_factory=dict)  # "namespace/gang" -> pods quorum gated
+    # "namespace/gang" -> gated pods their creator made with quorum's gate after the webhook was
+    # gone (created `now` + 60 s)
+    self_gated: dict[str, int] = field(default_factory=dict)
+    on_release: Callable[[FakeCluster], None] = lambda _: None  # after each release
+    now: float = 1_800_000_000.0  # the apiserver's clock (the probes' creationTimestamp)
     taints: dict[str, list[JSON]] = field(default_factory=dict)  # node -> its taints
     # "namespace/name" -> {"gang", "uid", "suspended", "pods"}: Jobs recorded on Gangs as
     # suspended by quorum (the records go with the Gang CRD).
@@ -57,6 +68,8 @@ class FakeCluster:
     mutating_lag: int = 0  # the same for the mutating webhook
     mutating_probes: int = 0
     backstop_static: bool = False
+    backstop_covers: bool = True  # False: the backstop leaves the probe's namespace out
+    webhook_down: bool = False  # the mutating webhook's server does not answer: it fails open
     writes: list[tuple[str, str]] = field(default_factory=list)  # (verb, object)
     released: list[tuple[str, str]] = field(default_factory=list)  # (reason, by)
     probes: int = 0
@@ -76,10 +89,17 @@ class FakeCluster:
         return obj
 
     def install(self, namespace: str = "quorum-system", crds: dict[str, JSON] | None = None) -> None:
-        """Every object the full uninstall removes, as quorum's manifests install them."""
+        """Every object the full uninstall removes, as quorum's manifests install them: the
+        namespace labelled quorum's, the Lease held by an operator replica (15 s)."""
         for step in removal.removal_plan(namespace):
             if step.target is not None and step.target.kind is not removal.CRD:
                 self.add(step.target)
+        self.add(
+            Ref(removal.NAMESPACE, namespace),
+            {"metadata": {"labels": {removal.PART_OF_LABEL: removal.PART_OF_VALUE}}},
+        )
+        lease = {"spec": {"holderIdentity": LEADER, "leaseDurationSeconds": 15, "leaseTransitions": 3}}
+        self.add(Ref(removal.LEASE, removal.OPERATOR_LEASE, namespace), lease)
         labels = {removal.PART_OF_LABEL: removal.PART_OF_VALUE}
         for name in removal.CRDS:
             group, _ = removal.crd_resource(name)
@@ -129,11 +149,46 @@ class FakeCluster:
         self._check("count", kind)
         return self.custom_objects.get(f"{kind.plural}.{kind.group}", 0)
 
+    def _operator_may(self, ref: Ref) -> None:
+        """quorum's operator may read and write Leases of its namespace while its Role is bound."""
+        if Ref(removal.ROLE_BINDING, LEADER_ELECTION, ref.namespace) not in self.objects:
+            raise refused(403, f"cannot get resource leases in the namespace {ref.namespace}")
+
+    async def lease(self, ref: Ref) -> JSON | None:
+        self._check("lease", ref)
+        self._operator_may(ref)
+        found = self.objects.get(ref)
+        return copy.deepcopy(found) if found is not None else None
+
+    async def write_lease(self, ref: Ref, body: JSON, create: bool, dry_run: bool) -> None:
+        self._check("write_lease", ref, body)
+        self._operator_may(ref)
+        if create:
+            if Ref(removal.NAMESPACE, str(ref.namespace)) not in self.objects:
+                raise refused(404, f'namespaces "{ref.namespace}" not found')
+            if ref in self.objects:
+                raise refused(409, "already exists")
+        else:
+            stored = self.objects.get(ref)
+            if stored is None:
+                raise refused(404, "not found")
+            if body["metadata"].get("resourceVersion") != stored["metadata"]["resourceVersion"]:
+                raise refused(409, "the object has been modified")
+        if not dry_run:
+            self.add(ref, body)
+            self.writes.append(("lease", str(body["spec"]["holderIdentity"])))
+
+    def holder(self, namespace: str = "quorum-system") -> str | None:
+        found = self.objects.get(Ref(removal.LEASE, removal.OPERATOR_LEASE, namespace))
+        return None if found is None else str(found["spec"].get("holderIdentity"))
+
     async def probe_backstop(self, namespace: str) -> str | None:
         self._check("probe_backstop", namespace)
         self.probes += 1
         name = removal.BACKSTOP + (".static.k8s.io" if self.backstop_static else "")
         refusal = f"ValidatingAdmissionPolicy '{name}' with binding '{name}' denied request"
+        if not self.backstop_covers:
+            return None
         if self.backstop_static or self.has(removal.POLICY_BINDING, removal.BACKSTOP):
             return refusal
         if self.backstop_lag > 0:
@@ -141,33 +196,54 @@ class FakeCluster:
             return refusal
         return None
 
-    async def probe_mutating(self, namespace: str) -> bool:
+    async def probe_mutating(self, namespace: str) -> tuple[bool, float | None]:
         self._check("probe_mutating", namespace)
         self.mutating_probes += 1
+        if self.webhook_down:
+            return False, self.now
         if self.has(removal.MUTATING_WEBHOOKS, removal.WEBHOOKS):
-            return True
+            return True, self.now
         if self.mutating_lag > 0:
             self.mutating_lag -= 1
-            return True
-        return False
+            return True, self.now
+        return False, self.now
 
-    async def gated_gangs(self) -> tuple[str, dict[str, int]]:
-        self._check("gated_gangs")
-        return OPERATOR, dict(self.gated)
+    async def gated_pods(self) -> tuple[str, list[GatedPod]]:
+        self._check("gated_pods")
+        pods = []
+        for gated, created in ((self.gated, self.now - 60), (self.self_gated, self.now + 60)):
+            for key, n in sorted(gated.items()):
+                namespace, gang = key.split("/")
+                pods += [GatedPod(namespace, f"{gang}-{i}", gang, created) for i in range(n)]
+        return OPERATOR, pods
 
-    async def release_gated(self, reason: str, by: str) -> tuple[str, list[str]]:
+    async def release_gated(
+        self, reason: str, by: str, created_before: float | None
+    ) -> tuple[str, list[str]]:
         self._check("release_gated", reason, by)
+        releasing = dict(self.gated)
+        if created_before is None or self.now + 60 <= created_before:
+            for gang, n in self.self_gated.items():
+                releasing[gang] = releasing.get(gang, 0) + n
+            self.self_gated.clear()
         lines = [
-            f"{gang}: {n} of {n} gated pods released by hand by {by}"
-            for gang, n in sorted(self.gated.items())
+            f"{gang}: {n} of {n} gated pods released by hand by {by}" for gang, n in sorted(releasing.items())
         ]
-        self.writes += [("release", gang) for gang in sorted(self.gated)]
+        self.writes += [("release", gang) for gang in sorted(releasing)]
         self.released.append((reason, by))
         self.gated.clear()
+        self.on_release(self)
         return OPERATOR, lines
 
-    def suspend(self, job: str, gang: str, pods: int = 0) -> None:
-        self.jobs[job] = {"gang": gang, "uid": f"uid-{job}", "suspended": True, "pods": pods}
+    def suspend(self, job: str, gang: str, pods: int = 0, listed: int = 0) -> None:
+        """A Job quorum suspended: `pods` active by its status, `listed` pods of it listed."""
+        self.jobs[job] = {
+            "gang": gang,
+            "uid": f"uid-{job}",
+            "suspended": True,
+            "pods": pods,
+            "listed": listed,
+        }
 
     async def suspended_jobs(self) -> tuple[str, list[SuspendedJob]]:
         self._check("suspended_jobs")
@@ -177,7 +253,9 @@ class FakeCluster:
             for key, job in sorted(self.jobs.items()):
                 namespace, name = key.split("/")
                 if job["suspended"]:
-                    found.append(SuspendedJob(namespace, name, job["uid"], job["gang"], job["pods"]))
+                    found.append(
+                        SuspendedJob(namespace, name, job["uid"], job["gang"], job["pods"], 0, job["listed"])
+                    )
         self.on_jobs(self)
         return OPERATOR, found
 
@@ -195,7 +273,7 @@ class FakeCluster:
         self._check("reserved_nodes")
         self.looks += 1
         found = {
-            node: [str(t["value"]) for t in taints if t["key"] == removal.RESERVED_TAINT]
+            node: [str(t["value"]) for t in taints if t["key"] == RESERVED_TAINT]
             for node, taints in self.taints.items()
         }
         self.on_look(self)
@@ -204,9 +282,9 @@ class FakeCluster:
     async def unreserve(self, node: str, dry_run: bool) -> tuple[str, list[str]]:
         self._check("unreserve", node, dry_run)
         taints = self.taints.get(node, [])
-        values = [str(t["value"]) for t in taints if t["key"] == removal.RESERVED_TAINT]
+        values = [str(t["value"]) for t in taints if t["key"] == RESERVED_TAINT]
         if values and not dry_run:
-            self.taints[node] = [t for t in taints if t["key"] != removal.RESERVED_TAINT]
+            self.taints[node] = [t for t in taints if t["key"] != RESERVED_TAINT]
             self.writes.append(("untaint", node))
         return OPERATOR, values
 

@@ -46,6 +46,7 @@ RESOURCES: dict[tuple[str, str], list[tuple[str, str, bool, tuple[str, ...]]]] =
         ("compositepodgroups", "CompositePodGroup", True, ("status",)),
     ],
 }
+TOKEN_USER = "recorded-user"  # who the kubeconfig's token is, as a SelfSubjectReview answers
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
 
 
@@ -67,6 +68,7 @@ class Request:
     query: tuple[tuple[str, str], ...]
     impersonate: str | None
     phase: str
+    peer: tuple[str, int] | None = None  # the client's address and port: which connection
 
     @property
     def access(self) -> Access | None:
@@ -169,7 +171,8 @@ class RecordingApiserver:
     """`with RecordingApiserver(tmp) as fake:` serves on 127.0.0.1 from a thread of its own (so
     that nothing it runs is part of the clients' event loop: kopf cancels every task it did not
     start when it stops); `fake.kubeconfig` is a kubeconfig for it (a token user); `fake.put`
-    stores an object; `fake.requests` is every request made, tagged with `fake.phase`."""
+    stores an object; `fake.requests` is every request made, tagged with `fake.phase` (and the
+    client's address and port: which connection it came on)."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
@@ -232,7 +235,12 @@ class RecordingApiserver:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         impersonate = request.headers.get("Impersonate-User")
         query = tuple(sorted(request.query.items()))
-        self.requests.append(Request(request.method, request.path, query, impersonate, self.phase))
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+        self.requests.append(
+            Request(
+                request.method, request.path, query, impersonate, self.phase, tuple(peer) if peer else None
+            )
+        )
         access = access_of(request.method, request.path, dict(request.query))
         if access is None:
             return self.discovery(request.path)
@@ -253,6 +261,8 @@ class RecordingApiserver:
             meta.setdefault("name", f"{meta.get('generateName', 'x')}{next(self._versions)}")
             if access.namespace:
                 meta["namespace"] = access.namespace
+            if resource == "selfsubjectreviews":  # who the caller is: the kubeconfig's token user
+                body["status"] = {"userInfo": {"username": impersonate or TOKEN_USER}}
             return web.json_response(self.put(access.group, resource, body), status=201)
         found = self.objects.get(key)
         if found is None:

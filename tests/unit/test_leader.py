@@ -1,16 +1,23 @@
 """Leadership: however an election ends — the Lease lost, or the election itself failing (an
 apiserver restarting resets the connection; a hung one makes a Lease read time out) — the
 scheduling loop is cancelled and has finished before the replica campaigns again, so no
-orphaned loop acts without the Lease. Against a stateful fake Lease."""
+orphaned loop acts without the Lease; a leader whose Lease another takes stops within
+`LeaseSettings.acts_at_most` (what `quorum uninstall` waits out); a Lease held for longer than
+this replica's own duration is left to its holder for as long as it recorded. Against a
+stateful fake Lease."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import time
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
+from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 
-from quorum.operator.leader import BoundedLeaseLock, LeaseSettings, lead
+from quorum.operator.leader import BoundedLeaseLock, Election, LeaseSettings, lead
 
 
 class FakeLease:
@@ -99,3 +106,85 @@ async def test_a_hung_lease_read_times_out() -> None:
     else:
         raise AssertionError("a hung Lease read must time out")
     assert asyncio.get_running_loop().time() - began < 2
+
+
+def held_by(holder: str, seconds: int, renewed_ago: float = 0.0) -> LeaderElectionRecord:
+    """A record as the library reads it from a Lease: UTC times without a zone."""
+    at = str(
+        (datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=renewed_ago)).replace(tzinfo=None)
+    )
+    return LeaderElectionRecord(holder, str(seconds), at, at)
+
+
+async def test_a_leader_whose_lease_is_taken_stops_within_acts_at_most() -> None:
+    """What `quorum uninstall` relies on: it writes the Lease for another holder, then waits
+    `acts_at_most` of the duration the leader recorded (plus a margin)."""
+    lease = FakeLease()
+    started, stopped = asyncio.Event(), asyncio.Event()
+
+    async def act() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            stopped.set()
+
+    settings = LeaseSettings(lease_duration=3, renew_deadline=2, retry_period=1)
+    assert settings.acts_at_most() == 5  # 2 retry periods, the renew deadline, a bounded read of 1 s
+    election = asyncio.create_task(lead(None, act, settings, lock_of=lease.lock))  # type: ignore[arg-type]
+    try:
+        await asyncio.wait_for(started.wait(), 5)
+        await asyncio.sleep(1.5)  # mid-term: a renewal has just been made, or is about to be
+        lease.record = held_by("quorum-uninstall", 600)
+        taken = time.monotonic()
+        await asyncio.wait_for(stopped.wait(), settings.acts_at_most() + 2)
+        assert time.monotonic() - taken <= settings.acts_at_most()
+        assert lease.record.holder_identity == "quorum-uninstall"  # not taken back
+    finally:
+        election.cancel()
+        await asyncio.gather(election, return_exceptions=True)
+    assert LeaseSettings.for_duration("ns", 15).acts_at_most() == 17  # the operator's default
+
+
+async def test_a_lease_held_for_longer_than_this_replicas_duration_is_left_to_its_holder() -> None:
+    """kubernetes-asyncio measures every holder by the candidate's own lease duration: the
+    uninstall's 600 s hold would be taken back 3 s (here; 15 s by default) after it was seen.
+    quorum's election honours the duration the holder recorded, as client-go does."""
+
+    async def nothing() -> None:
+        return None
+
+    for holder_seconds, ours_after in ((600, 10), (600, 601), (3, 10)):
+        lease = FakeLease()
+        lease.record = held_by("quorum-uninstall", holder_seconds)
+        lock = lease.lock("quorum-operator", "quorum-system", "replica-1", None)
+        config = electionconfig.Config(lock, 3, 2, 1, nothing, nothing)
+        election = Election(config)
+        assert not await election.try_acquire_or_renew()  # seen now: held
+        election.observed_time_milliseconds -= ours_after * 1000  # unchanged since
+        taken = await election.try_acquire_or_renew()
+        assert taken == (ours_after > holder_seconds), (holder_seconds, ours_after)
+        assert lease.record.holder_identity == ("replica-1" if taken else "quorum-uninstall")
+
+    # First seen long after it was written (quorum installed again): its term is over.
+    lease = FakeLease()
+    lease.record = held_by("quorum-uninstall", 600, renewed_ago=700)
+    election = Election(
+        electionconfig.Config(
+            lease.lock("quorum-operator", "q", "replica-1", None), 3, 2, 1, nothing, nothing
+        )
+    )
+    assert not await election.try_acquire_or_renew()  # seen now: its own 3 s first, as for any holder
+    election.observed_time_milliseconds -= 4000
+    assert await election.try_acquire_or_renew() and lease.record.holder_identity == "replica-1"
+
+    lease = FakeLease()
+    lease.record = held_by("quorum-uninstall", 600)
+    plain = leaderelection.LeaderElection(
+        electionconfig.Config(
+            lease.lock("quorum-operator", "quorum-system", "replica-1", None), 3, 2, 1, nothing, nothing
+        )
+    )
+    assert not await plain.try_acquire_or_renew()
+    plain.observed_time_milliseconds -= 10_000
+    assert await plain.try_acquire_or_renew(), "the library alone takes it: the reason for Election"

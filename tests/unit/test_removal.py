@@ -1,8 +1,11 @@
 """`quorum.core.removal`: the one table of quorum's objects (the image has no manifests/), checked
-against manifests/ and crds/ both ways; the uninstall's order; the rights derived from it."""
+against manifests/, crds/ and what the chart adds both ways; the namespaces quorum's admission
+leaves out, checked against the manifests' selectors; the uninstall's order; the rights derived
+from it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,10 +15,13 @@ import yaml
 from quorum.core import removal
 from quorum.core.removal import Action, Ref
 from quorum.install import render
+from quorum.operator.leader import LeaseSettings
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
 CRDS = REPO / "crds"
+TEMPLATES = REPO / "charts" / "quorum" / "templates"
+PROBES = "probes"
 
 
 def docs(paths: list[Path], namespace: str) -> list[dict[str, Any]]:
@@ -32,24 +38,46 @@ def installed(namespace: str) -> list[dict[str, Any]]:
 def removed(namespace: str) -> set[tuple[str, str, str | None]]:
     return {
         (s.target.kind.kind, s.target.name, s.target.namespace)
-        for s in removal.removal_plan(namespace)
-        if s.target is not None
+        for s in removal.removal_plan(namespace, probe_namespace=PROBES)
+        if s.target is not None and s.action in (Action.DELETE, Action.DELETE_IF_QUORUMS)
     }
 
 
+def made_elsewhere(namespace: str) -> set[tuple[str, str, str | None]]:
+    """What quorum makes beyond manifests/: the chart's hook identities (in quorum's namespace
+    and the probe namespace) and its dashboard ConfigMap, the Secrets of quorum's Certificates
+    (cert-manager's, or `quorum certs ensure`'s), and the operator's leader Lease."""
+    scopes = {"{{ $namespace }}": namespace, "{{ $probe }}": PROBES}
+    made: set[tuple[str, str, str | None]] = set()
+    for template in sorted(TEMPLATES.glob("hook-*.yaml")):
+        for kind, meta in re.findall(r"^kind: (\w+)\nmetadata:\n((?:  .*\n)+)", template.read_text(), re.M):
+            name = re.search(r"^  name: (\S+)", meta, re.M)
+            where = re.search(r"^  namespace: (.+)$", meta, re.M)
+            assert name is not None, (template.name, kind)
+            made.add((kind, name.group(1), scopes[where.group(1).strip()] if where else None))
+    assert '"quorum-dashboard"' in (TEMPLATES / "install.yaml").read_text()
+    made.add(("ConfigMap", "quorum-dashboard", namespace))
+    made |= {
+        ("Secret", d["spec"]["secretName"], namespace)
+        for d in installed(namespace)
+        if d["kind"] == "Certificate"
+    }
+    made.add(("Lease", LeaseSettings().name, namespace))
+    return made
+
+
 @pytest.mark.parametrize("namespace", ["quorum-system", "gpu-admission"])
-def test_every_installed_object_is_removed_by_name_or_with_the_namespace(namespace: str) -> None:
+def test_every_installed_object_is_removed_by_name(namespace: str) -> None:
+    """Each by name, not only with the namespace: a namespace quorum was installed into stays."""
     named = removed(namespace)
-    left = []
-    for doc in installed(namespace):
-        meta = doc["metadata"]
-        key = (doc["kind"], meta["name"], meta.get("namespace"))
-        if key in named:
-            continue
-        if meta.get("namespace") == namespace:  # goes with the namespace, deleted last
-            continue
-        left.append(key)
+    left = [
+        (d["kind"], d["metadata"]["name"], d["metadata"].get("namespace"))
+        for d in installed(namespace)
+        if (d["kind"], d["metadata"]["name"], d["metadata"].get("namespace")) not in named
+    ]
     assert not left, f"objects of manifests/ that `quorum uninstall` would leave behind: {left}"
+    hooks = {k for k in made_elsewhere(namespace) if k[0] != "Job"}  # a hook's Job stays for its log
+    assert hooks <= named, f"what the chart and quorum make that it would leave: {hooks - named}"
 
 
 @pytest.mark.parametrize("namespace", ["quorum-system", "gpu-admission"])
@@ -60,6 +88,7 @@ def test_every_object_removed_by_name_is_one_quorum_installs(namespace: str) -> 
     shipped |= {
         ("CustomResourceDefinition", d["metadata"]["name"], None) for d in docs(crd_files(), namespace)
     }
+    shipped |= made_elsewhere(namespace)
     retired = {
         (k, n, None)
         for n in removal.RETIRED
@@ -98,11 +127,28 @@ def test_the_order_no_new_gates_then_release_then_protection_then_the_rest() -> 
     validating = at(Action.DELETE, "ValidatingWebhookConfiguration quorum-webhooks")
     operator = at(Action.DELETE, "Deployment quorum-system/quorum-operator")
     webhooks = at(Action.DELETE, "Deployment quorum-system/quorum-webhooks")
-    crds = [i for i, (a, _) in enumerate(order) if a is Action.DELETE_IF_QUORUMS]
+    crds = [i for i, (a, t) in enumerate(order) if a is Action.DELETE_IF_QUORUMS and "Definition" in str(t)]
     rbac = at(Action.DELETE, "ClusterRoleBinding quorum-operator")
     role = at(Action.DELETE, "ClusterRole quorum-operator")
     reservations = at(Action.REMOVE_RESERVATIONS)
-    namespace = at(Action.DELETE, "Namespace quorum-system")
+    namespace = at(Action.DELETE_IF_QUORUMS, "Namespace quorum-system")
+    lease = at(Action.HOLD_LEASE, "Lease quorum-system/quorum-operator")
+    sweep = at(Action.SWEEP_GATED)
+    gate_policy = at(Action.DELETE, "ValidatingAdmissionPolicy quorum-gate-protection")
+    leader_role = at(Action.DELETE, "RoleBinding quorum-system/quorum-operator-leader-election")
+    lease_gone = at(Action.DELETE, "Lease quorum-system/quorum-operator")
+    # quorum-operator stops acting before anything else.
+    assert lease == 0
+    # Positive evidence before each admission object of step 1 goes.
+    assert at(Action.CHECK_BACKSTOP_APPLIES, "ValidatingAdmissionPolicyBinding quorum-gang-backstop") + 1 == (
+        backstop_binding
+    )
+    assert at(Action.CHECK_MUTATING_APPLIES, "MutatingWebhookConfiguration quorum-webhooks") + 1 == mutating
+    # Pods an apiserver late to drop the webhook gated: once gate protection is gone.
+    assert gate < gate_policy < sweep < validating
+    # quorum's objects in its namespace, by name, once nothing of quorum writes nodes; the Lease
+    # after the Role that lets a replica make it again.
+    assert reservations < leader_role < lease_gone < namespace
     # The backstop refuses gang pods without the gate: it must be gone before the webhook that gates.
     assert backstop_binding < wait < mutating < mutating_dropped < release
     # The gate stays protected, and the operator there, until every gated pod is released.
@@ -117,7 +163,7 @@ def test_the_order_no_new_gates_then_release_then_protection_then_the_rest() -> 
     assert [s.number for s in plan] == sorted(s.number for s in plan)
 
 
-def test_admission_only_is_steps_one_to_three_without_the_deployments_then_the_reservations() -> None:
+def test_admission_only_is_steps_zero_to_three_without_the_deployments_then_the_reservations() -> None:
     full = removal.removal_plan("gpu-admission")
     only = removal.removal_plan("gpu-admission", admission_only=True)
     assert list(only) == [
@@ -126,6 +172,7 @@ def test_admission_only_is_steps_one_to_three_without_the_deployments_then_the_r
     ]
     kinds = {s.target.kind.kind for s in only if s.target is not None}
     assert kinds == {
+        "Lease",
         "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicy",
         "MutatingWebhookConfiguration",
@@ -181,3 +228,25 @@ def test_rbac_manifests_bind_a_cluster_role_and_a_role_per_namespace() -> None:
 def test_refs_read_as_kubectl_names_them() -> None:
     assert str(Ref(removal.DEPLOYMENT, "quorum-operator", "ns")) == "Deployment ns/quorum-operator"
     assert str(Ref(removal.CRD, "gangs.quorum.dev")) == "CustomResourceDefinition gangs.quorum.dev"
+
+
+def selector_values(doc: dict[str, Any]) -> list[str]:
+    (expression,) = doc["matchExpressions"]
+    assert (expression["key"], expression["operator"]) == ("kubernetes.io/metadata.name", "NotIn")
+    return list(expression["values"])
+
+
+@pytest.mark.parametrize("namespace", ["quorum-system", "gpu-admission"])
+def test_the_namespaces_admission_leaves_out_are_the_manifests_selectors(namespace: str) -> None:
+    """The probe namespace rule (`probe_namespace_problem`, the CLI's and the chart values') is
+    what the mutating webhook and the backstop actually leave out."""
+    found = {(d["kind"], d["metadata"]["name"]): d for d in installed(namespace)}
+    mutating = found[("MutatingWebhookConfiguration", removal.WEBHOOKS)]
+    backstop = found[("ValidatingAdmissionPolicy", removal.BACKSTOP)]
+    selectors = [w["namespaceSelector"] for w in mutating["webhooks"]]
+    selectors.append(backstop["spec"]["matchConstraints"]["namespaceSelector"])
+    for selector in selectors:
+        assert sorted(selector_values(selector)) == sorted(removal.admission_excluded(namespace))
+    for left_out in removal.admission_excluded(namespace):
+        assert removal.probe_namespace_problem(left_out, namespace) is not None
+    assert removal.probe_namespace_problem("default", namespace) is None

@@ -1,11 +1,18 @@
 """`quorum uninstall` against a stateful fake apiserver (tests/unit/fake_objects.py): the order of
-its writes, a run that fails midway and the run after it, the backstop's bounded wait, the
-reservation taints (removed once the operator may not put them back, looked for again), a dry
-run that writes nothing, and its docstring's RBAC as `removal.rights` derives it."""
+its writes, a run that fails midway and the run after it, quorum-operator stopped first (its
+Lease taken, its last leader waited out), the probes' positive evidence and bounded waits, a
+namespace quorum did not make left, pods their creator gated left, a late apiserver's gated
+pods swept, the reservation taints (removed once the operator may not put them back, looked for
+again), a dry run that writes nothing, and its docstring's RBAC as `removal.rights` derives it.
+Against a recording apiserver (tests/unit/recording_apiserver.py): the probes' connections, the
+count of a CRD's objects, and who `quorum release` says ran it."""
 
 from __future__ import annotations
 
+import getpass
+import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,11 +21,16 @@ from quorum.cli import main
 from quorum.commands import uninstall as command
 from quorum.commands.uninstall import UninstallError, uninstall
 from quorum.core import removal
+from quorum.core.gangs import RESERVED_TAINT
 from quorum.core.removal import Ref
-from tests.unit.fake_objects import OPERATOR, FakeCluster, refused
+from quorum.k8s import objects
+from quorum.k8s.client import api_client
+from quorum.operator.leader import LeaseSettings
+from tests.unit.fake_objects import LEADER, OPERATOR, FakeCluster, refused
+from tests.unit.recording_apiserver import RecordingApiserver
 
 NS = "quorum-system"
-RESERVED = removal.RESERVED_TAINT
+RESERVED = RESERVED_TAINT
 LOCK = {"key": "sunk.coreweave.com/lock", "value": "true", "effect": "NoExecute"}
 
 
@@ -36,8 +48,7 @@ async def run(cluster: FakeCluster, admission_only: bool = False, **kwargs: obje
         cluster,
         removal.removal_plan(NS, admission_only),
         say=lines.append,
-        sleep=no_sleep,
-        **kwargs,  # type: ignore[arg-type]
+        **{"sleep": no_sleep, **kwargs},  # type: ignore[arg-type]
     )
 
 
@@ -71,7 +82,8 @@ async def test_the_writes_follow_the_order_and_the_release_is_recorded() -> None
     cluster = installed({"ml/pg-held": 2, "ml/lbl-lone": 1})
     report = await run(cluster, reason="moving to another scheduler")
     order = [w[1] for w in cluster.writes]
-    assert order.index("ValidatingAdmissionPolicyBinding quorum-gang-backstop") == 0
+    assert order[0] == removal.UNINSTALL_HOLDER  # the Lease first: quorum-operator stops acting
+    assert order.index("ValidatingAdmissionPolicyBinding quorum-gang-backstop") == 1
     assert order.index("MutatingWebhookConfiguration quorum-webhooks") < order.index("ml/lbl-lone")
     assert order.index("ml/pg-held") < order.index("ValidatingAdmissionPolicyBinding quorum-gate-protection")
     assert order.index("ml/pg-held") < order.index(f"Deployment {NS}/quorum-operator")
@@ -119,6 +131,8 @@ async def test_a_run_that_fails_midway_is_finished_by_the_next_one_which_skips_w
                 "is no longer called",
                 "nothing to remove",
                 "nothing to resume",
+                "nothing to check",
+                "nothing to take",
             )
         )
         for line in third.lines
@@ -142,8 +156,10 @@ async def test_the_mutating_webhook_waits_until_the_apiserver_no_longer_enforces
 
     cluster.delete = delete  # type: ignore[method-assign]
     await run(cluster, admission_only=True)
-    # 4 refusals after the binding's deletion, then 3 acceptances in a row before the webhook goes.
-    assert probes_when_deleted == [4 + command.ACCEPTED_IN_A_ROW]
+    # 1 refusal before the binding's deletion (the evidence that the probe namespace is covered),
+    # 4 after it, then 3 acceptances in a row before the webhook goes (its dry-run deletion,
+    # asking whether it is there, is the first).
+    assert probes_when_deleted == [1 + 4 + command.ACCEPTED_IN_A_ROW] * 2
 
 
 async def test_the_release_waits_until_the_apiserver_no_longer_calls_the_mutating_webhook() -> None:
@@ -152,13 +168,14 @@ async def test_the_release_waits_until_the_apiserver_no_longer_calls_the_mutatin
     original = cluster.release_gated
     probes_when_released: list[int] = []
 
-    async def release(reason: str, by: str) -> tuple[str, list[str]]:
+    async def release(reason: str, by: str, created_before: float | None) -> tuple[str, list[str]]:
         probes_when_released.append(cluster.mutating_probes)
-        return await original(reason, by)
+        return await original(reason, by, created_before)
 
     cluster.release_gated = release  # type: ignore[method-assign]
     await run(cluster, admission_only=True)
-    assert probes_when_released == [5 + command.ACCEPTED_IN_A_ROW]
+    # 1 gated before the deletion (the evidence that the webhook applies there), 5 after it, 3 ungated.
+    assert probes_when_released == [1 + 5 + command.ACCEPTED_IN_A_ROW]
 
 
 async def test_a_mutating_webhook_still_called_stops_the_run_before_any_release() -> None:
@@ -199,9 +216,9 @@ async def test_a_pod_gated_again_after_the_release_fails_the_run_with_the_gangs_
     cluster = installed({"ml/a": 2})
     original = cluster.release_gated
 
-    async def regated(reason: str, by: str) -> tuple[str, list[str]]:
-        who, lines = await original(reason, by)
-        cluster.gated["ml/a"] = 1  # something still gates it
+    async def regated(reason: str, by: str, created_before: float | None) -> tuple[str, list[str]]:
+        who, lines = await original(reason, by, created_before)
+        cluster.gated["ml/a"] = 1  # a pod quorum gated stays gated (its release refused, say)
         return who, lines
 
     cluster.release_gated = regated  # type: ignore[method-assign]
@@ -240,12 +257,19 @@ async def test_a_dry_run_writes_nothing_says_every_step_and_every_refusal() -> N
     assert cluster.writes == [] and cluster.gated == {"ml/a": 2}
     steps = [s for s in removal.removal_plan(NS)]
     assert len(report.lines) == len(steps)
-    assert report.lines[0] == "1. ValidatingAdmissionPolicyBinding quorum-gang-backstop: would delete"
-    assert (
-        report.lines[4].startswith("2. would release 2 gated pods of 1 gangs as system:")
-        and "ml/a (2)" in report.lines[4]
+    assert report.lines[0] == (
+        f"0. Lease {NS}/quorum-operator: would take it from {LEADER} (its lease 15 s) and wait 20 s until "
+        "it can no longer act"
     )
-    assert report.lines[-1] == f"4. delete Namespace {NS}: would be refused: 403 Forbidden: no"
+    assert report.lines[2] == "1. ValidatingAdmissionPolicyBinding quorum-gang-backstop: would delete"
+    assert (
+        report.lines[7].startswith("2. would release 2 gated pods of 1 gangs as system:")
+        and "ml/a (2)" in report.lines[7]
+    )
+    assert report.lines[-1] == (
+        f"4. delete if labelled quorum's Namespace {NS}: would be refused: 403 Forbidden: no"
+    )
+    assert cluster.holder() == LEADER
     assert f"4. node gpu-1: would remove {RESERVED}=abc (as {OPERATOR})" in report.lines
     assert cluster.taints == {"gpu-1": [reservation("abc")]}
     assert report.refused
@@ -340,7 +364,8 @@ async def test_reservation_taints_go_once_the_operator_may_no_longer_write_a_nod
     # After the operator's RBAC (its Deployment went in step 3): nothing of quorum can put one back.
     assert order.index("ClusterRoleBinding quorum-operator") < order.index("gpu-1")
     assert order.index("ClusterRole quorum-operator") < order.index("gpu-1")
-    assert order[-3:] == ["gpu-1", "gpu-2", f"Namespace {NS}"]
+    assert order.index("gpu-2") < order.index(f"Lease {NS}/quorum-operator") < order.index(f"Namespace {NS}")
+    assert order[-1] == f"Namespace {NS}"
     assert f"4. node gpu-1: removed {RESERVED}=abc (as {OPERATOR})" in report.lines
     assert f"4. node gpu-2: removed {RESERVED}=abc, {RESERVED}=old (as {OPERATOR})" in report.lines
     assert not any("gpu-3" in line for line in report.lines)
@@ -368,10 +393,10 @@ async def test_a_run_cut_off_among_the_nodes_is_finished_by_the_next_one() -> No
 
     third = await run(cluster)
     assert not third.changed
-    assert third.lines[-2] == (
+    assert (
         f"4. no node has quorum's reservation taint {RESERVED} (none seen in 5 looks in a row, "
         f"as {OPERATOR}): nothing to remove"
-    )
+    ) in third.lines
 
 
 async def test_a_taint_put_back_by_an_operator_still_running_is_removed_again() -> None:
@@ -427,3 +452,326 @@ def test_bad_arguments_are_refused_before_any_call(capsys: pytest.CaptureFixture
     assert "is not a namespace name" in capsys.readouterr().err
     assert main(["uninstall", "--namespace", "q", "--probe-namespace", "q"]) == 2
     assert "--probe-namespace" in capsys.readouterr().err
+
+
+# -- quorum's namespace: deleted only if quorum made it ---------------------------------------
+
+
+async def test_a_namespace_quorum_did_not_make_stays_and_quorums_objects_in_it_go_by_name() -> None:
+    """quorum installed into a shared namespace (Helm's --create-namespace, or `--namespace
+    team-a` given by mistake): the namespace and a tenant's object in it stay."""
+    cluster = installed()
+    cluster.objects[Ref(removal.NAMESPACE, NS)]["metadata"]["labels"] = {"team": "a"}
+    theirs = Ref(removal.CONFIG_MAP, "team-a-settings", NS)
+    cluster.add(theirs)
+    report = await run(cluster)
+    assert cluster.has(removal.NAMESPACE, NS) and theirs in cluster.objects
+    assert set(cluster.objects) == {Ref(removal.NAMESPACE, NS), theirs}  # quorum's, by name: gone
+    assert f"4. Lease {NS}/quorum-operator: deleted" in report.lines
+    assert f"4. ServiceAccount {NS}/quorum-operator: deleted" in report.lines
+    assert (
+        f"4. Namespace {NS}: left: not labelled app.kubernetes.io/part-of=quorum, so quorum did not make"
+        in (report.lines[-1])
+    )
+    assert command.summary(report, dry_run=False, admission_only=False) == "quorum is uninstalled"
+
+
+async def test_the_namespace_quorum_made_goes_after_its_objects_and_the_hook_identities() -> None:
+    cluster = installed()
+    report = await run(cluster)
+    assert cluster.objects == {}
+    order = [w[1] for w in cluster.writes]
+    for left_by_a_killed_hook in (
+        "ClusterRoleBinding quorum-uninstall-hook",
+        "ClusterRole quorum-certs-hook",
+        f"ServiceAccount {NS}/quorum-uninstall-hook",
+        f"Role {command.DEFAULT_PROBE_NAMESPACE}/quorum-uninstall-hook",
+    ):
+        assert left_by_a_killed_hook in order
+    assert report.lines[-1] == f"4. Namespace {NS}: deleted"
+
+
+# -- step 0: quorum-operator stops acting first -----------------------------------------------
+
+
+class Clock:
+    def __init__(self, at: float = 1_800_000_000.0) -> None:
+        self.at = at
+        self.slept: list[tuple[float, list[tuple[str, str]]]] = []  # (seconds, the writes made before)
+
+    def __call__(self) -> float:
+        return self.at
+
+
+async def test_the_operator_stops_acting_before_anything_else_its_lease_taken_and_waited_out() -> None:
+    cluster = installed({"ml/a": 1})
+    clock = Clock()
+
+    async def sleep(seconds: float) -> None:
+        clock.slept.append((seconds, list(cluster.writes)))
+
+    report = await run(cluster, admission_only=True, sleep=sleep, now=clock)
+    waited = LeaseSettings.for_duration(NS, 15).acts_at_most() + removal.LEASE_MARGIN
+    assert waited == 20  # 2 retry periods of 1 s, the renew deadline of 10 s, a 5 s read, 3 s
+    # The first wait is the Lease's, made before any deletion: only the Lease was written.
+    assert clock.slept[0] == (waited, [("lease", removal.UNINSTALL_HOLDER)])
+    lease = cluster.objects[Ref(removal.LEASE, removal.OPERATOR_LEASE, NS)]
+    assert lease["spec"]["holderIdentity"] == removal.UNINSTALL_HOLDER
+    assert lease["spec"]["leaseDurationSeconds"] == removal.LEASE_HOLD_SECONDS == 600
+    assert lease["spec"]["leaseTransitions"] == 4
+    assert lease["metadata"]["annotations"][command.PREVIOUS_HOLDER] == LEADER
+    assert report.lines[:2] == [
+        f"0. Lease {NS}/quorum-operator: taken from {LEADER} (its lease 15 s) for quorum-uninstall, held "
+        "600 s; waiting 20 s: a leader acts at most 17 s after its last renewal (quorum/operator/leader.py), "
+        "plus 3 s",
+        f"0. Lease {NS}/quorum-operator: held by quorum-uninstall: no replica of quorum-operator acts now "
+        "(each sees another holder, for 600 s)",
+    ]
+    assert "acts (its Lease is held)" in command.summary(report, dry_run=False, admission_only=True)
+
+    # A re-run finds it held: renewed, no wait (the replica it was taken from stopped long ago).
+    clock.at += 300
+    clock.slept.clear()
+    again = await run(cluster, admission_only=True, sleep=sleep, now=clock)
+    assert again.lines[0] == (
+        f"0. Lease {NS}/quorum-operator: held by quorum-uninstall already (a run before took it): "
+        "renewed for 600 s"
+    )
+    assert all(seconds != waited for seconds, _ in clock.slept)
+    renewed = cluster.objects[Ref(removal.LEASE, removal.OPERATOR_LEASE, NS)]["spec"]
+    assert (
+        renewed["renewTime"] == command.micro_time(clock.at)
+        and renewed["holderIdentity"] == "quorum-uninstall"
+    )
+    assert not again.changed
+
+
+async def test_a_run_cut_off_while_it_waited_for_the_old_leader_waits_the_rest() -> None:
+    cluster = installed()
+    clock = Clock()
+    cluster.fail("delete", when=lambda ref, dry_run: True, times=1)  # the run stops after step 0
+    with pytest.raises(UninstallError):
+        await run(cluster, now=clock)
+    clock.at += 5
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    report = await run(cluster, admission_only=True, sleep=sleep, now=clock)
+    assert slept[0] == 15  # 20 s from the first run's write
+    assert (
+        "renewed for 600 s; waiting 15 s more, until the replica it was taken from can no longer act"
+        in (report.lines[0])
+    )
+
+
+async def test_a_lease_renewed_between_the_read_and_the_write_is_read_again() -> None:
+    cluster = installed()
+    cluster.fail("write_lease", times=1, error=refused(409, "the object has been modified"))
+    report = await run(cluster, admission_only=True)
+    assert cluster.holder() == removal.UNINSTALL_HOLDER
+    assert report.lines[0].startswith(f"0. Lease {NS}/quorum-operator: taken from {LEADER}")
+
+
+async def test_no_lease_is_made_held_so_that_no_replica_starting_now_acts() -> None:
+    cluster = installed()
+    del cluster.objects[Ref(removal.LEASE, removal.OPERATOR_LEASE, NS)]
+    report = await run(cluster, admission_only=True)
+    assert cluster.holder() == removal.UNINSTALL_HOLDER
+    assert report.lines[0] == (
+        f"0. Lease {NS}/quorum-operator: made it; held by quorum-uninstall for 600 s: no replica of "
+        "quorum-operator acts"
+    )
+
+
+# -- step 1: positive evidence before each deletion -------------------------------------------
+
+
+async def test_a_probe_namespace_the_backstop_leaves_out_stops_the_run_before_any_deletion() -> None:
+    cluster = installed({"ml/a": 1})
+    cluster.backstop_covers = False  # its probe is admitted at once, binding or not
+    with pytest.raises(UninstallError) as failed:
+        await run(cluster)
+    assert "the backstop does not cover namespace default" in str(failed.value)
+    assert "Nothing was deleted" in str(failed.value)
+    assert [w[0] for w in cluster.writes] == ["lease"]
+    assert cluster.has(removal.POLICY_BINDING, removal.BACKSTOP) and cluster.gated == {"ml/a": 1}
+
+    dry = await run(cluster, dry_run=True)
+    assert dry.refused and any(line.startswith("1. would fail: step 1: ") for line in dry.lines)
+
+
+async def test_a_mutating_webhook_whose_server_is_down_is_said_to_change_nothing_and_goes() -> None:
+    cluster = installed({"ml/a": 1})
+    cluster.webhook_down = True
+    report = await run(cluster, admission_only=True)
+    assert not cluster.has(removal.MUTATING_WEBHOOKS, removal.WEBHOOKS) and cluster.gated == {}
+    assert (
+        "1. MutatingWebhookConfiguration quorum-webhooks: a probe gang pod comes back ungated while it is "
+        "there (server-side dry run in namespace default): its server does not answer and it fails open "
+        "(failurePolicy Ignore), so deleting it changes nothing for pods; going on" in report.lines
+    )
+
+
+def test_bad_probe_namespaces_are_refused_by_the_one_rule(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent")
+    for probe in ("kube-system", "kube-node-lease"):
+        assert main(["uninstall", "--probe-namespace", probe]) == 2
+        assert f"--probe-namespace {probe}: quorum's backstop does not apply there" in capsys.readouterr().err
+    assert main(["uninstall", "--quorum-namespace", "a", "--namespace", "b"]) == 2
+    assert "differ" in capsys.readouterr().err
+
+
+# -- steps 2 and 3: the pods quorum gated -----------------------------------------------------
+
+
+async def test_pods_their_creator_gated_after_the_webhook_are_named_and_block_nothing() -> None:
+    """A tenant keeps creating pods with quorum's gate and gang label once the webhook is gone:
+    they are not quorum's to release, and no round fails on them."""
+    cluster = installed({"ml/a": 2})
+    cluster.self_gated = {"ml/own": 2}
+
+    def more(c: FakeCluster) -> None:
+        c.self_gated["ml/own"] += 1
+
+    cluster.on_release = more
+    report = await run(cluster, admission_only=True)
+    assert cluster.gated == {} and cluster.self_gated["ml/own"] == 3  # theirs: none released
+    assert (
+        "2. 2 pods gated by their creator, not quorum (created after quorum's mutating webhook was no longer "
+        "called): ml/own-0, ml/own-1: left as they are" in report.lines
+    )
+    assert (
+        "2. 1 pods gated by their creator, not quorum (created after quorum's mutating webhook was no "
+        "longer called): ml/own-2: left as they are" in report.lines
+    )
+    assert any(line.startswith("2. released the gated pods of 1 gangs (2 pods)") for line in report.lines)
+
+
+async def test_pods_an_apiserver_late_to_drop_the_webhook_gated_are_swept_after_gate_protection() -> None:
+    cluster = installed({"ml/a": 1})
+    original = cluster.delete
+
+    async def delete(ref: Ref, dry_run: bool) -> bool:
+        gone = await original(ref, dry_run)
+        if ref == Ref(removal.POLICY, removal.GATE_PROTECTION) and not dry_run:
+            cluster.gated["ml/late"] = 1  # created before the drop was seen, released by nobody yet
+        return gone
+
+    cluster.delete = delete  # type: ignore[method-assign]
+    report = await run(cluster, admission_only=True)
+    assert cluster.gated == {}
+    order = [w[1] for w in cluster.writes]
+    assert order.index("ValidatingAdmissionPolicy quorum-gate-protection") < order.index("ml/late")
+    assert order.index("ml/late") < order.index("ValidatingWebhookConfiguration quorum-webhooks")
+    assert (
+        f"3. 1 pods gated since the release were released: none seen in 5 looks in a row, as {OPERATOR}"
+        in report.lines
+    )
+
+
+async def test_a_job_whose_status_says_none_but_whose_pod_is_listed_waits_for_it() -> None:
+    """quorum's recovery's rule (`lifecycle.job_may_resume`): its status lags behind its pods."""
+    cluster = installed()
+    cluster.suspend("ml/train", "pg-train", pods=0, listed=1)
+
+    def pod_goes(c: FakeCluster) -> None:
+        if c.job_lists == 2:
+            c.jobs["ml/train"]["listed"] = 0
+
+    cluster.on_jobs = pod_goes
+    report = await run(cluster)
+    assert [line for line in report.lines if "Job" in line] == [
+        "2. Job ml/train (suspended by quorum, gang ml/pg-train): 1 pods left; resumed once they are gone",
+        f"2. Job ml/train (suspended by quorum, gang ml/pg-train): resumed (as {OPERATOR})",
+    ]
+
+
+# -- the live API: probes on connections of their own, counts, who ran it ---------------------
+
+
+async def test_each_probe_is_made_on_a_connection_of_its_own(tmp_path: Path) -> None:
+    """Behind a load balancer each may reach another apiserver: 3 acceptances on one keep-alive
+    connection would all be one apiserver's."""
+    with RecordingApiserver(tmp_path) as fake:
+        api = await api_client(str(fake.kubeconfig))
+        async with api:
+            live = command.LiveUninstallApi(api, api, OPERATOR)
+            for _ in range(3):
+                await live.probe_mutating("default")
+                await live.probe_backstop("default")
+            await live.read(Ref(removal.NAMESPACE, "default"))  # any other request
+            await live.read(Ref(removal.NAMESPACE, "default"))
+    probes = [r for r in fake.requests if r.method == "POST" and r.path.endswith("/pods")]
+    others = [r for r in fake.requests if r.method == "GET"]
+    assert len(probes) == 6 and len({r.peer for r in probes}) == 6
+    assert len({r.peer for r in others}) == 1  # the rest keeps its connection
+
+
+class Listed:
+    def __init__(self, answer: dict[str, object]) -> None:
+        self.status, self.answer = 200, answer
+
+    async def read(self) -> bytes:
+        return json.dumps(self.answer).encode()
+
+
+class CountingApi:
+    """What `objects.count` asks, and the pages it is answered with."""
+
+    def __init__(self, *pages: dict[str, object]) -> None:
+        self.pages = list(pages)
+        self.queries: list[dict[str, str]] = []
+
+    async def call_api(
+        self, url: str, method: str, query_params: list[tuple[str, str]], **_: object
+    ) -> Listed:
+        self.queries.append(dict(query_params))
+        return Listed(self.pages.pop(0))
+
+
+async def test_a_crds_objects_are_counted_without_listing_them() -> None:
+    api = CountingApi({"items": [{}], "metadata": {"remainingItemCount": 41, "continue": "x"}})
+    kind = removal.Kind("scheduling.sigs.k8s.io", "v1alpha1", "podgroups", "PodGroup", namespaced=True)
+    assert await objects.count(api, kind) == 42  # type: ignore[arg-type]
+    assert api.queries == [{"limit": "1"}]
+    # An apiserver that leaves the count out: the rest page by page.
+    api = CountingApi(
+        {"items": [{}], "metadata": {"continue": "a"}},
+        {"items": [{}] * 500, "metadata": {"continue": "b"}},
+        {"items": [{}] * 7, "metadata": {}},
+    )
+    assert await objects.count(api, kind) == 508  # type: ignore[arg-type]
+    assert api.queries[1:] == [{"limit": "500", "continue": "a"}, {"limit": "500", "continue": "b"}]
+
+
+def test_quorum_release_names_who_ran_it_where_the_uid_has_no_user_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In the image (uid 65532, no passwd entry) getpass.getuser() raises KeyError: the
+    apiserver says who it is (a SelfSubjectReview, made before impersonating)."""
+
+    def no_user() -> str:
+        raise KeyError("getpwuid(): uid not found: 65532")
+
+    monkeypatch.setattr(getpass, "getuser", no_user)
+    monkeypatch.delenv("QUORUM_NAMESPACE", raising=False)
+    with RecordingApiserver(tmp_path) as fake:
+        pod = {
+            "metadata": {
+                "name": "p",
+                "namespace": "ml",
+                "labels": {"quorum.dev/gang": "lbl-x"},
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+            },
+            "spec": {"schedulingGates": [{"name": "quorum.dev/gang"}], "containers": []},
+        }
+        fake.put("", "pods", pod)
+        code = main(["release", "--all", "--reason", "test", "--kubeconfig", str(fake.kubeconfig)])
+    assert code == 0, capsys.readouterr()
+    assert "ml/lbl-x: 1 of 1 gated pods released by hand by recorded-user" in capsys.readouterr().out
+    review = [r for r in fake.requests if r.path.endswith("/selfsubjectreviews")]
+    assert len(review) == 1 and review[0].impersonate is None
