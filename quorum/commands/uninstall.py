@@ -17,19 +17,31 @@ what it deleted, what was already gone, what it left and why. Run it again after
 what is done is skipped. `--dry-run` changes nothing: it asks the apiserver whether each
 deletion would be allowed (server-side dry runs) and says what it would do. `--admission-only`
 is what a Helm pre-delete hook runs: steps 0-3 without the Deployments, then the reservation
-taints; after it nothing of quorum gates a pod, refuses a pod creation, keeps a Job suspended,
-keeps a node reserved or acts, whatever order the rest is deleted in.
+taints, then the Lease left held for `removal.LEASE_LEFT_SECONDS` (60 s) more; after it nothing
+of quorum gates a pod, refuses a pod creation, keeps a Job suspended, keeps a node reserved or
+acts, whatever order the rest is deleted in.
 
 quorum-operator (step 0): as the operator (impersonated: its Role lets it read and update its
 Lease), the command writes the Lease `quorum-operator` of quorum's namespace with the holder
-`quorum-uninstall` for `removal.lease_hold_seconds` (600 s), then waits until the replica that
-held it can no longer act: `quorum.operator.leader.LeaseSettings.acts_at_most` for the lease
-duration that replica recorded (17 s for the default 15 s: its renewals fail from the next
-round on, and it stops within the renew deadline, one bounded Lease read and two retry periods)
-plus `removal.LEASE_MARGIN`. Every replica then sees another holder and leaves it for the
-duration the uninstall recorded (quorum's election honours a holder's leaseDurationSeconds), so
-none suspends a Job, reserves a node or releases a pod behind the command. A re-run finds the
-Lease held already, renews it, and waits only what a cut-off run had left to wait.
+`quorum-uninstall` for `removal.lease_hold_seconds` (120 s, or twice `--timeout` if longer),
+then waits until the replica that held it can no longer act:
+`quorum.operator.leader.LeaseSettings.acts_at_most` for the lease duration that replica recorded
+(17 s for the default 15 s: its renewals fail from the next round on, and it stops within the
+renew deadline, one bounded Lease read and two retry periods) plus `removal.LEASE_MARGIN`. Every
+replica then sees another holder and leaves it for the duration the uninstall recorded (quorum's
+election honours a holder's leaseDurationSeconds), so none suspends a Job, reserves a node or
+releases a pod behind the command. The run renews the Lease (same holder, renewTime now), quietly,
+whenever a quarter of that duration has passed since it last wrote it: before each step and
+between the looks of a step that waits (each wait is bounded by `--timeout`). A renewal refused
+for a conflict reads the Lease again; one forbidden (403: quorum-operator's RBAC is gone) or
+whose namespace is gone (404) ends the renewals, as then no replica can lead; a Lease found
+held by another (the hold ran out) stops the run, and a re-run takes it again. A run cut off
+leaves it held at most that duration. The full run deletes the Lease at the end, after the
+operator's Role; `--admission-only` ends by leaving it held `removal.LEASE_LEFT_SECONDS` (60 s)
+more: past the operator pods' termination (30 s, the default) as Helm deletes them after the
+hook; a quorum installed again into the namespace acts after that. A re-run finds the Lease
+held already, renews it, and waits only what a cut-off run had left to wait. `--dry-run` takes,
+renews and leaves nothing.
 
 Probes (step 1): each deletion needs positive evidence first: a probe pod only the backstop
 refuses is refused while its binding is there (else `--probe-namespace` is not covered by the
@@ -510,6 +522,7 @@ async def uninstall(
     )
     for step in steps:
         try:
+            await run.renew_if_due(step)
             await run.one(step)
         except ApiException as err:
             what = f"{step.action} {step.target or ''}".strip()
@@ -537,6 +550,8 @@ class Run:
     sleep: Callable[[float], Awaitable[None]]
     now: Callable[[], float]
     delete_tenant_objects: bool
+    held: Ref | None = None  # the Lease step 0 took, while this run renews it
+    renewed_at: float = 0.0  # when it was last written (`now`)
 
     async def one(self, step: Step) -> None:
         target = step.target
@@ -568,6 +583,9 @@ class Run:
             await self.sweep(step)
         elif step.action is Action.REMOVE_RESERVATIONS:
             await self.remove_reservations(step)
+        elif step.action is Action.LEAVE_LEASE:
+            assert target is not None
+            await self.leave_lease(step, target)
 
     # -- step 0: quorum-operator stops acting ------------------------------------------------
 
@@ -575,8 +593,10 @@ class Run:
         """Take quorum-operator's leader Lease for `removal.UNINSTALL_HOLDER` (as the operator)
         and wait until the replica that held it can no longer act: the `acts_at_most` of the
         lease duration it recorded, plus `removal.LEASE_MARGIN`. Held already (a run before
-        took it): renewed, and only what that run had left to wait is waited."""
-        report, hold = self.report, removal.lease_hold_seconds(self.timeout)
+        took it): renewed, and only what that run had left to wait is waited. Taken (not in a
+        dry run), it is held `hold` seconds at a time and renewed while the run goes on
+        (`renew_if_due`)."""
+        report, hold = self.report, self.hold
         for _ in range(attempts):  # a renewal between the read and the write: read again
             try:
                 lease = await self.api.lease(ref)
@@ -592,7 +612,8 @@ class Run:
             spec = (lease or {}).get("spec") or {}
             holder = str(spec.get("holderIdentity") or "")
             annotations = ((lease or {}).get("metadata") or {}).get("annotations") or {}
-            stamp = micro_time(self.now())
+            written = self.now()
+            stamp = micro_time(written)
             ours = {
                 "holderIdentity": removal.UNINSTALL_HOLDER,
                 "leaseDurationSeconds": hold,
@@ -644,12 +665,14 @@ class Run:
                     return
                 raise
             self.told_lease(step, ref, lease, holder, recorded, acts, wait, hold)
+            if not self.dry_run:
+                self.held, self.renewed_at = ref, written
             if wait > 0 and not self.dry_run:
-                await self.sleep(wait)
+                await self.pause(step, wait)
                 report.line(
                     step,
                     f"{ref}: held by {removal.UNINSTALL_HOLDER}: no replica of quorum-operator acts now "
-                    f"(each sees another holder, for {hold} s)",
+                    f"(each sees another holder, for {hold} s at a time: renewed while the run goes on)",
                 )
             return
         raise UninstallError(
@@ -709,9 +732,113 @@ class Run:
                 changed=True,
             )
 
+    # -- the Lease, held while the run goes on ----------------------------------------------------
+
+    @property
+    def hold(self) -> int:
+        return removal.lease_hold_seconds(self.timeout)
+
+    async def renew_if_due(self, step: Step) -> None:
+        """Renew the Lease step 0 took, quietly, once a quarter of the hold has passed since it
+        was last written: before each step, and between the looks of a step that waits
+        (`pause`). Nothing in a dry run (nothing was taken)."""
+        if self.held is not None and self.now() - self.renewed_at >= self.hold / 4:
+            await self.renew_lease(step, self.hold)
+
+    async def pause(self, step: Step, seconds: float) -> None:
+        """Sleep `seconds`; while the Lease is held, in pieces of at most a quarter of the hold,
+        renewing it when due before each."""
+        while True:
+            await self.renew_if_due(step)
+            piece = seconds if self.held is None else min(seconds, self.hold / 4)
+            await self.sleep(piece)
+            seconds -= piece
+            if seconds <= 0:
+                return
+
+    async def renew_lease(self, step: Step, seconds: int, attempts: int = 5) -> bool:
+        """Write the held Lease again as quorum's operator: `removal.UNINSTALL_HOLDER`, renewTime
+        now, for `seconds`; resourceVersion-tested (a 409: read again). One gone meanwhile
+        (deleted) is made again, held. False, and no longer renewed, if quorum-operator may no
+        longer read or write it (403: its RBAC is gone) or its namespace is gone (404): then none
+        of its replicas can lead either. Held by another (the hold ran out and a replica took
+        it): the run stops."""
+        ref = self.held
+        assert ref is not None
+        for _ in range(attempts):
+            try:
+                lease = await self.api.lease(ref)
+                spec = (lease or {}).get("spec") or {}
+                holder = str(spec.get("holderIdentity") or "")
+                if lease is not None and holder != removal.UNINSTALL_HOLDER:
+                    raise UninstallError(
+                        f"step {step.number}: {ref} is held by {holder or 'nobody'} now, "
+                        f"{self.now() - self.renewed_at:.0f} s after the uninstall last renewed it (for "
+                        f"{self.hold} s): a replica of quorum-operator may have acted since. Run quorum "
+                        "uninstall again: it takes the Lease again and waits until that replica can no "
+                        "longer act"
+                    )
+                written = self.now()
+                stamp = micro_time(written)
+                ours = {
+                    "holderIdentity": removal.UNINSTALL_HOLDER,
+                    "leaseDurationSeconds": seconds,
+                    "renewTime": stamp,
+                }
+                if lease is None:
+                    body: JSON = {
+                        "apiVersion": "coordination.k8s.io/v1",
+                        "kind": "Lease",
+                        "metadata": {"name": ref.name, "namespace": ref.namespace},
+                        "spec": {**ours, "acquireTime": stamp, "leaseTransitions": 0},
+                    }
+                else:
+                    body = {**lease, "spec": {**spec, **ours}}
+                await self.api.write_lease(ref, body, create=lease is None, dry_run=False)
+            except ApiException as err:
+                if err.status == 409:
+                    continue  # changed, or made, meanwhile: read again
+                if err.status in (403, 404):
+                    self.held = None
+                    return False
+                raise UninstallError(
+                    f"step {step.number}: renewing {ref} (held by {removal.UNINSTALL_HOLDER}): the apiserver "
+                    f"refused: {refusal(err)}. Run quorum uninstall again"
+                ) from err
+            self.renewed_at = written
+            return True
+        raise UninstallError(
+            f"step {step.number}: {ref} changed {attempts} times while it was being renewed: is "
+            "quorum-operator starting up? Run quorum uninstall again"
+        )
+
+    async def leave_lease(self, step: Step, ref: Ref) -> None:
+        """The end of `--admission-only`: the Lease held `removal.LEASE_LEFT_SECONDS` more, past
+        the operator pods' termination as Helm deletes them after the hook; not renewed again.
+        Not a change: a re-run that finds nothing else to do has changed nothing."""
+        left = removal.LEASE_LEFT_SECONDS
+        why = (
+            "past the operator pods' termination as Helm deletes them; an operator installed again acts "
+            "after that"
+        )
+        if self.dry_run:
+            self.report.line(step, f"{ref}: would be held for {left} s more: {why}")
+            return
+        if self.held is None or not await self.renew_lease(step, left):
+            self.report.line(
+                step,
+                f"{ref}: not held by {removal.UNINSTALL_HOLDER}: quorum-operator may not write it (its RBAC "
+                "or namespace is gone), so none of its replicas can lead: nothing to leave held",
+            )
+            return
+        self.held = None
+        self.report.line(step, f"{ref}: held for {left} s more: {why}")
+
     # -- deletions -------------------------------------------------------------------------------
 
     async def delete(self, step: Step, target: Ref) -> None:
+        if target == self.held:
+            self.held = None  # the full run's last objects: the Lease goes, no longer renewed
         if await self.api.delete(target, self.dry_run):
             self.report.line(step, f"{target}: {'would delete' if self.dry_run else 'deleted'}", changed=True)
         else:
@@ -879,7 +1006,7 @@ class Run:
                     f"step 1: {timeout:.0f} s after the deletion, not yet: {what}: {last}. {left}; "
                     "run quorum uninstall again, or with a longer --timeout"
                 )
-            await self.sleep(self.interval)
+            await self.pause(step, self.interval)
 
     # -- steps 2 and 3: gated pods ---------------------------------------------------------------
 
@@ -965,7 +1092,7 @@ class Run:
                 quiet += 1
                 if quiet >= quiet_looks:
                     break
-            await self.sleep(self.interval)
+            await self.pause(step, self.interval)
         looked = f"none seen in {quiet_looks} looks in a row, as {who}"
         if found:
             report.line(step, f"{found} pods gated since the release were released: {looked}")
@@ -1012,7 +1139,7 @@ class Run:
                     f"{left}. Run quorum uninstall again once they are gone (or with a longer --timeout); "
                     "resuming one now, an old pod that fails would count against its backoffLimit"
                 )
-            await self.sleep(self.interval)
+            await self.pause(step, self.interval)
             who, jobs = await api.suspended_jobs()  # those resumed meanwhile drop out
 
     # -- the reservation taints ------------------------------------------------------------------
@@ -1057,7 +1184,7 @@ class Run:
             quiet = 0 if reserved else quiet + 1
             if quiet >= removal.RESERVATION_QUIET:
                 break
-            await self.sleep(self.interval)
+            await self.pause(step, self.interval)
             who, reserved = await api.reserved_nodes()
         looked = f"none seen in {removal.RESERVATION_QUIET} looks in a row"
         if done:

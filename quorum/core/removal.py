@@ -41,13 +41,19 @@ gone a node left with one takes no pod again. They go once quorum's operator may
 write a node (its ClusterRoleBinding is gone; its Deployment went in step 3), and the command
 looks again until none is seen `RESERVATION_QUIET` times in a row.
 
+The Lease is held for `lease_hold_seconds` (a short time) and renewed while the run goes on,
+whenever a quarter of that has passed since the last renewal: before each step, and between the
+looks of a step that waits. A run cut off leaves it held at most that long.
+
 `admission_only` is steps 0 to 3 without the Deployments, and then removes the reservation
 taints as quorum's operator: what a Helm pre-delete hook runs before Helm deletes the rest in no
 particular order. After it nothing of quorum gates a pod, refuses a pod creation, holds a Job
 suspended or keeps a node reserved whatever goes next: the webhooks no longer take part in
 admission, the fences left are policies inside the apiserver that depend on nothing running,
 and the operator's replicas, which run until Helm deletes them, see the Lease held by the
-uninstall for `lease_hold_seconds` and do not act.
+uninstall and do not act. Its last step leaves the Lease held for `LEASE_LEFT_SECONDS` more:
+past the operator pods' termination as Helm deletes them right after the hook; a quorum
+installed again into the namespace leads once that has passed.
 """
 
 from __future__ import annotations
@@ -66,10 +72,15 @@ PART_OF_VALUE = "quorum"
 # leader Lease in quorum's namespace (quorum.operator.leader).
 OPERATOR_SERVICE_ACCOUNT = "quorum-operator"
 OPERATOR_LEASE = "quorum-operator"
-# Who holds the Lease while `quorum uninstall` runs, and for how long at least: longer than the
-# chart's hook may run (activeDeadlineSeconds 300) and Helm then takes to delete the operator.
+# Who holds the Lease while `quorum uninstall` runs, and for how long at least
+# (`lease_hold_seconds`): the run renews it whenever a quarter of that has passed, so that a
+# hold left by a run cut off (or by the chart's hook, had it nothing to shorten it) ends soon.
 UNINSTALL_HOLDER = "quorum-uninstall"
-LEASE_HOLD_SECONDS = 600
+LEASE_HOLD_SECONDS = 120
+# How long `--admission-only` leaves the Lease held once it is done: Helm deletes the operator's
+# pods right after the hook, and they stop within their termination grace (30 s, the default:
+# quorum's Deployments set none); 30 s more of margin. A quorum installed again acts after it.
+LEASE_LEFT_SECONDS = 60
 LEASE_MARGIN = 3.0  # seconds beyond `acts_at_most`: a write the old leader had already sent lands
 GATED_MARGIN = 10.0  # seconds after the webhook's drop was seen that a gated pod is still quorum's
 QUIET_LOOKS = 5  # looks in a row, `interval` apart, that find nothing (gated pods, taints)
@@ -231,9 +242,12 @@ def probe_namespace_problem(probe_namespace: str, namespace: str) -> str | None:
 
 
 def lease_hold_seconds(timeout: float) -> int:
-    """How long `quorum uninstall` holds the operator's Lease: `LEASE_HOLD_SECONDS`, or longer for
-    a run given a long `--timeout` (at most six waits of it)."""
-    return max(LEASE_HOLD_SECONDS, math.ceil(10 * timeout))
+    """How long `quorum uninstall` holds the operator's Lease at each write: `LEASE_HOLD_SECONDS`,
+    or twice `--timeout` if that is longer. It renews the Lease once a quarter of that has passed,
+    before each step and between the looks of a waiting step (`--timeout` bounds each wait), so
+    three quarters of it (90 s at least) are left for what runs between two such points: a
+    round of releases, a deletion."""
+    return max(LEASE_HOLD_SECONDS, math.ceil(2 * timeout))
 
 
 @dataclass(frozen=True)
@@ -259,6 +273,7 @@ class Action(StrEnum):
     RESUME_JOBS = "resume the Jobs quorum suspended"
     SWEEP_GATED = "release gang pods gated meanwhile until none is seen"
     REMOVE_RESERVATIONS = f"remove quorum's reservation taint {RESERVED_TAINT} from every node"
+    LEAVE_LEASE = f"leave quorum-operator's Lease held for {LEASE_LEFT_SECONDS} s more"
 
 
 @dataclass(frozen=True)
@@ -296,7 +311,11 @@ def removal_plan(
         steps += delete(3, DEPLOYMENT, *DEPLOYMENTS, namespaced=True)
     steps += delete(3, POLICY, BACKSTOP)
     if admission_only:
-        return (*steps, Step(3, Action.REMOVE_RESERVATIONS))
+        return (
+            *steps,
+            Step(3, Action.REMOVE_RESERVATIONS),
+            Step(3, Action.LEAVE_LEASE, Ref(LEASE, OPERATOR_LEASE, namespace)),
+        )
     steps += [Step(4, Action.DELETE_IF_QUORUMS, Ref(CRD, name)) for name in CRDS]
     for fence in FENCES:
         steps += delete(4, POLICY_BINDING, fence) + delete(4, POLICY, fence)
@@ -370,6 +389,7 @@ def rights(steps: Sequence[Step], namespace: str, probe_namespace: str) -> list[
             rules.append(Rule("", "pods", ("create",), (), probe_namespace))
         elif step.action in (
             Action.HOLD_LEASE,
+            Action.LEAVE_LEASE,
             Action.RELEASE_GATED,
             Action.RESUME_JOBS,
             Action.SWEEP_GATED,

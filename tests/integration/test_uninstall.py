@@ -613,13 +613,16 @@ async def test_admission_only_as_the_hook_identity_then_the_rest_in_any_order_re
             taken = lines.index(next(line for line in lines if line.startswith("0. Lease ")))
             assert lines[taken].startswith(f"0. Lease {namespace}/quorum-operator: taken from "), lines[taken]
             assert lines[taken + 1].endswith(
-                "no replica of quorum-operator acts now (each sees another holder, for 600 s)"
+                "no replica of quorum-operator acts now (each sees another holder, for 120 s at a time: "
+                "renewed while the run goes on)"
             )
             assert all(line.startswith("0. ") for line in lines[: taken + 2])
             lease = await client.CoordinationV1Api(api).read_namespaced_lease("quorum-operator", namespace)
+            # Left held 60 s more at the end of the hook: past the operator pods' termination.
             assert (
-                lease.spec.holder_identity == "quorum-uninstall" and lease.spec.lease_duration_seconds == 600
+                lease.spec.holder_identity == "quorum-uninstall" and lease.spec.lease_duration_seconds == 60
             )
+            assert f"3. Lease {namespace}/quorum-operator: held for 60 s more: " in hooked.stdout
             assert leading(await asyncio.to_thread(scrape, metrics)) == 0.0  # its /metrics answers: it runs
             # As quorum's operator, which still runs: the hook identity has no right on nodes.
             assert (

@@ -148,7 +148,7 @@ async def test_a_leader_whose_lease_is_taken_stops_within_acts_at_most() -> None
 
 async def test_a_lease_held_for_longer_than_this_replicas_duration_is_left_to_its_holder() -> None:
     """kubernetes-asyncio measures every holder by the candidate's own lease duration: the
-    uninstall's 600 s hold would be taken back 3 s (here; 15 s by default) after it was seen.
+    uninstall's longer hold would be taken back 3 s (here; 15 s by default) after it was seen.
     quorum's election honours the duration the holder recorded, as client-go does."""
 
     async def nothing() -> None:

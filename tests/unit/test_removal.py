@@ -169,7 +169,10 @@ def test_admission_only_is_steps_zero_to_three_without_the_deployments_then_the_
     assert list(only) == [
         *(s for s in full if s.number <= 3 and (s.target is None or s.target.kind is not removal.DEPLOYMENT)),
         removal.Step(3, Action.REMOVE_RESERVATIONS),
+        # Last, the Lease left held past the operator pods' termination as Helm deletes them.
+        removal.Step(3, Action.LEAVE_LEASE, Ref(removal.LEASE, removal.OPERATOR_LEASE, "gpu-admission")),
     ]
+    assert not any(s.action is Action.LEAVE_LEASE for s in full)  # the full run deletes the Lease
     kinds = {s.target.kind.kind for s in only if s.target is not None}
     assert kinds == {
         "Lease",
@@ -178,6 +181,25 @@ def test_admission_only_is_steps_zero_to_three_without_the_deployments_then_the_
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
     }
+
+
+def test_the_lease_is_held_briefly_at_a_time_and_left_held_past_the_operator_pods_termination() -> None:
+    """Renewed once a quarter of the hold has passed (`quorum uninstall`), the hold need not
+    outlast the run: two of `--timeout` (each wait's bound), 120 s at least; a run cut off, or a
+    re-install after `--admission-only`, waits no more than that."""
+    assert removal.lease_hold_seconds(60) == removal.LEASE_HOLD_SECONDS == 120
+    assert removal.lease_hold_seconds(0.05) == 120
+    assert removal.lease_hold_seconds(150.2) == 301
+    # Left held past the operator pods' termination once Helm deletes them after the hook: their
+    # grace is Kubernetes' default, 30 s (neither the manifest nor the chart's edits set one).
+    operator = next(
+        d
+        for d in installed("quorum-system")
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "quorum-operator"
+    )
+    assert "terminationGracePeriodSeconds" not in operator["spec"]["template"]["spec"]
+    assert "terminationGracePeriodSeconds" not in (TEMPLATES / "_helpers.tpl").read_text()
+    assert 30 < removal.LEASE_LEFT_SECONDS <= 60
 
 
 def test_rights_are_each_deletion_by_name_the_probe_and_impersonating_the_operator_alone() -> None:

@@ -10,9 +10,11 @@ count of a CRD's objects, and who `quorum release` says ran it."""
 from __future__ import annotations
 
 import getpass
+import itertools
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -23,6 +25,7 @@ from quorum.commands.uninstall import UninstallError, uninstall
 from quorum.core import removal
 from quorum.core.gangs import RESERVED_TAINT
 from quorum.core.removal import Ref
+from quorum.core.times import timestamp
 from quorum.k8s import objects
 from quorum.k8s.client import api_client
 from quorum.operator.leader import LeaseSettings
@@ -30,6 +33,7 @@ from tests.unit.fake_objects import LEADER, OPERATOR, FakeCluster, refused
 from tests.unit.recording_apiserver import RecordingApiserver
 
 NS = "quorum-system"
+LEASE = Ref(removal.LEASE, removal.OPERATOR_LEASE, NS)
 RESERVED = RESERVED_TAINT
 LOCK = {"key": "sunk.coreweave.com/lock", "value": "true", "effect": "NoExecute"}
 
@@ -293,11 +297,13 @@ async def test_admission_only_leaves_the_deployments_fences_rbac_crds_and_namesp
         assert gone not in left
     assert cluster.gated == {}
     assert cluster.taints == {"gpu-1": []}  # as the operator, after everything of admission
-    assert report.lines[-2:] == [
+    assert report.lines[-3:] == [
         f"3. node gpu-1: removed {RESERVED}=abc (as {OPERATOR})",
         f"3. 1 nodes no longer reserved by quorum: none seen in 5 looks in a row (as {OPERATOR})",
+        f"3. Lease {NS}/quorum-operator: held for 60 s more: past the operator pods' termination as Helm "
+        "deletes them; an operator installed again acts after that",
     ]
-    assert cluster.writes[-1] == ("untaint", "gpu-1")
+    assert cluster.writes[-2:] == [("untaint", "gpu-1"), ("lease", removal.UNINSTALL_HOLDER)]
     assert "no longer gates pods" in command.summary(report, dry_run=False, admission_only=True)
 
 
@@ -515,17 +521,19 @@ async def test_the_operator_stops_acting_before_anything_else_its_lease_taken_an
     assert waited == 20  # 2 retry periods of 1 s, the renew deadline of 10 s, a 5 s read, 3 s
     # The first wait is the Lease's, made before any deletion: only the Lease was written.
     assert clock.slept[0] == (waited, [("lease", removal.UNINSTALL_HOLDER)])
-    lease = cluster.objects[Ref(removal.LEASE, removal.OPERATOR_LEASE, NS)]
+    lease = cluster.objects[LEASE]
     assert lease["spec"]["holderIdentity"] == removal.UNINSTALL_HOLDER
-    assert lease["spec"]["leaseDurationSeconds"] == removal.LEASE_HOLD_SECONDS == 600
     assert lease["spec"]["leaseTransitions"] == 4
     assert lease["metadata"]["annotations"][command.PREVIOUS_HOLDER] == LEADER
+    # Taken for a short hold (renewed while the run goes on), left held 60 s more at the end.
+    assert removal.lease_hold_seconds(60) == removal.LEASE_HOLD_SECONDS == 120
+    assert lease["spec"]["leaseDurationSeconds"] == removal.LEASE_LEFT_SECONDS == 60
     assert report.lines[:2] == [
         f"0. Lease {NS}/quorum-operator: taken from {LEADER} (its lease 15 s) for quorum-uninstall, held "
-        "600 s; waiting 20 s: a leader acts at most 17 s after its last renewal (quorum/operator/leader.py), "
+        "120 s; waiting 20 s: a leader acts at most 17 s after its last renewal (quorum/operator/leader.py), "
         "plus 3 s",
         f"0. Lease {NS}/quorum-operator: held by quorum-uninstall: no replica of quorum-operator acts now "
-        "(each sees another holder, for 600 s)",
+        "(each sees another holder, for 120 s at a time: renewed while the run goes on)",
     ]
     assert "acts (its Lease is held)" in command.summary(report, dry_run=False, admission_only=True)
 
@@ -535,7 +543,7 @@ async def test_the_operator_stops_acting_before_anything_else_its_lease_taken_an
     again = await run(cluster, admission_only=True, sleep=sleep, now=clock)
     assert again.lines[0] == (
         f"0. Lease {NS}/quorum-operator: held by quorum-uninstall already (a run before took it): "
-        "renewed for 600 s"
+        "renewed for 120 s"
     )
     assert all(seconds != waited for seconds, _ in clock.slept)
     renewed = cluster.objects[Ref(removal.LEASE, removal.OPERATOR_LEASE, NS)]["spec"]
@@ -561,7 +569,7 @@ async def test_a_run_cut_off_while_it_waited_for_the_old_leader_waits_the_rest()
     report = await run(cluster, admission_only=True, sleep=sleep, now=clock)
     assert slept[0] == 15  # 20 s from the first run's write
     assert (
-        "renewed for 600 s; waiting 15 s more, until the replica it was taken from can no longer act"
+        "renewed for 120 s; waiting 15 s more, until the replica it was taken from can no longer act"
         in (report.lines[0])
     )
 
@@ -580,8 +588,148 @@ async def test_no_lease_is_made_held_so_that_no_replica_starting_now_acts() -> N
     report = await run(cluster, admission_only=True)
     assert cluster.holder() == removal.UNINSTALL_HOLDER
     assert report.lines[0] == (
-        f"0. Lease {NS}/quorum-operator: made it; held by quorum-uninstall for 600 s: no replica of "
+        f"0. Lease {NS}/quorum-operator: made it; held by quorum-uninstall for 120 s: no replica of "
         "quorum-operator acts"
+    )
+
+
+# -- the Lease: a short hold, renewed while the run goes on ---------------------------------
+
+
+class HeldThroughout:
+    """A sleep on `clock` that checks, at every sleep, that the Lease held by the uninstall does
+    not run out before the sleep ends (now + seconds < renewTime + leaseDurationSeconds), and
+    records each renewal it sees (renewTime, leaseDurationSeconds)."""
+
+    def __init__(self, cluster: FakeCluster, clock: Clock) -> None:
+        self.cluster, self.clock = cluster, clock
+        self.seen: list[tuple[str, int]] = []
+
+    async def __call__(self, seconds: float) -> None:
+        spec = (self.cluster.objects.get(LEASE) or {}).get("spec") or {}
+        if spec.get("holderIdentity") == removal.UNINSTALL_HOLDER:
+            until = timestamp(spec["renewTime"]) + spec["leaseDurationSeconds"]
+            assert self.clock.at + seconds < until, (self.clock.at, seconds, spec)
+            if not self.seen or self.seen[-1][0] != spec["renewTime"]:
+                self.seen.append((spec["renewTime"], spec["leaseDurationSeconds"]))
+        self.clock.at += seconds
+
+
+def slow_cluster() -> FakeCluster:
+    """Steps that each take longer than a quarter of the hold at 20 s a look: a Job whose pods
+    go late, a taint put back once."""
+    cluster = installed({"ml/a": 1})
+    cluster.suspend("ml/train", "pg-train", pods=1)
+    cluster.taints = {"gpu-1": [reservation("abc")]}
+
+    def pods_go(c: FakeCluster) -> None:
+        if c.job_lists == 4:
+            c.jobs["ml/train"]["pods"] = 0
+
+    def put_back(c: FakeCluster) -> None:
+        if c.looks == 3:
+            c.taints["gpu-1"].append(reservation("late"))
+
+    cluster.on_jobs, cluster.on_look = pods_go, put_back
+    return cluster
+
+
+@pytest.mark.parametrize("admission_only", [False, True])
+async def test_a_long_run_renews_the_lease_quietly_so_that_its_short_hold_never_runs_out(
+    admission_only: bool,
+) -> None:
+    cluster, clock = slow_cluster(), Clock()
+    held = HeldThroughout(cluster, clock)
+    report = await run(cluster, admission_only, sleep=held, now=clock, interval=20.0)
+    hold = removal.lease_hold_seconds(60)
+    assert clock.at - Clock().at > 3 * hold  # the run took far longer than one hold
+    times = [timestamp(t) for t, _ in held.seen]
+    assert len(times) >= 8 and times == sorted(set(times))  # renewed, each renewTime later
+    assert {seconds for _, seconds in held.seen} == {hold}
+    assert all(b - a >= hold / 4 for a, b in itertools.pairwise(times))  # renewed when due, not more
+    # Quiet: the same lines as a run on the same cluster that takes no time.
+    quick = await run(slow_cluster(), admission_only)
+    assert report.lines == quick.lines
+    if admission_only:  # left held a short, stated time from the end of the run
+        spec = cluster.objects[LEASE]["spec"]
+        assert spec["holderIdentity"] == removal.UNINSTALL_HOLDER
+        assert spec["leaseDurationSeconds"] == removal.LEASE_LEFT_SECONDS == 60
+        assert spec["renewTime"] == command.micro_time(clock.at)
+        assert report.lines[-1] == (
+            f"3. Lease {NS}/quorum-operator: held for 60 s more: past the operator pods' termination as "
+            "Helm deletes them; an operator installed again acts after that"
+        )
+    else:  # the full run deletes it, after the operator's Role, no longer renewed
+        assert cluster.objects == {}
+        order = [w[1] for w in cluster.writes]
+        assert order.index(f"Lease {NS}/quorum-operator") > max(
+            i for i, w in enumerate(order) if w == removal.UNINSTALL_HOLDER
+        )
+
+
+async def test_a_renewal_refused_for_a_conflict_is_read_again_and_a_forbidden_one_stops_renewing() -> None:
+    cluster, clock = slow_cluster(), Clock()
+
+    def renewal(ref: Ref, body: dict[str, object]) -> bool:
+        return cluster.holder() == removal.UNINSTALL_HOLDER  # not step 0's taking it
+
+    cluster.fail("write_lease", when=renewal, times=2, error=refused(409, "the object has been modified"))
+    held = HeldThroughout(cluster, clock)
+    await run(cluster, admission_only=True, sleep=held, now=clock, interval=20.0)
+    assert cluster.faults[0].times == 0 and len(held.seen) >= 6  # read again, and renewed on from there
+
+    # The operator's RBAC gone (403): none of its replicas can lead; the run stops renewing.
+    cluster, clock = slow_cluster(), Clock()
+    tried: list[str] = []
+    write_lease = cluster.write_lease
+
+    async def counted(ref: Ref, body: dict[str, Any], create: bool, dry_run: bool) -> None:
+        tried.append(body["spec"]["holderIdentity"])
+        await write_lease(ref, body, create, dry_run)
+
+    cluster.write_lease = counted  # type: ignore[method-assign]
+    cluster.fail("write_lease", when=renewal, error=refused(403, "cannot update leases"))
+
+    async def sleep(seconds: float) -> None:  # no replica can lead: the hold may run out
+        clock.at += seconds
+
+    report = await run(cluster, admission_only=True, sleep=sleep, now=clock, interval=20.0)
+    assert len(tried) == 2  # step 0's, and the one renewal refused: none after it
+    assert cluster.gated == {} and cluster.taints == {"gpu-1": []}
+    assert report.lines[-1] == (
+        f"3. Lease {NS}/quorum-operator: not held by quorum-uninstall: quorum-operator may not write it (its "
+        "RBAC or namespace is gone), so none of its replicas can lead: nothing to leave held"
+    )
+
+
+async def test_a_lease_taken_back_by_a_replica_mid_run_stops_the_run() -> None:
+    cluster, clock = slow_cluster(), Clock()
+
+    async def sleep(seconds: float) -> None:
+        clock.at += seconds
+        if clock.at - Clock().at > 100:  # the hold ran out (a run held up), a replica took it
+            cluster.objects[LEASE]["spec"]["holderIdentity"] = LEADER
+
+    with pytest.raises(UninstallError) as failed:
+        await run(cluster, admission_only=True, sleep=sleep, now=clock, interval=20.0)
+    assert f"Lease {NS}/quorum-operator is held by {LEADER} now" in str(failed.value)
+    assert "Run quorum uninstall again: it takes the Lease again" in str(failed.value)
+
+
+async def test_a_dry_run_takes_renews_and_leaves_nothing() -> None:
+    cluster = slow_cluster()
+    clock = Clock()
+
+    def jumping() -> float:  # 40 s pass between any two looks at the clock: a renewal is always due
+        clock.at += 40
+        return clock.at
+
+    report = await run(cluster, admission_only=True, dry_run=True, now=jumping, interval=20.0)
+    assert cluster.writes == [] and cluster.holder() == LEADER
+    assert "renewTime" not in cluster.objects[LEASE]["spec"]
+    assert report.lines[-1] == (
+        f"3. Lease {NS}/quorum-operator: would be held for 60 s more: past the operator pods' termination "
+        "as Helm deletes them; an operator installed again acts after that"
     )
 
 
