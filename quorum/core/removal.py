@@ -145,6 +145,7 @@ FENCES = (
     "quorum-reserved-tolerations",
     "quorum-preemption-immunity",
     "quorum-gang-pod-size",
+    "quorum-token-secrets",
     "quorum-sunk-scheduler-fence",
     "quorum-operator-eviction-fence",
 )
