@@ -26,13 +26,15 @@ Lease), the command writes the Lease `quorum-operator` of quorum's namespace wit
 `quorum-uninstall` for `removal.lease_hold_seconds` (120 s, or twice `--timeout` if longer),
 then waits until the replica that held it can no longer act:
 `quorum.operator.leader.LeaseSettings.acts_at_most` for the lease duration that replica recorded
-(17 s for the default 15 s: its renewals fail from the next round on, and it stops within the
+(12 s for the default 15 s: its renewals fail from the next round on, and it stops within the
 renew deadline, one bounded Lease read and two retry periods) plus `removal.LEASE_MARGIN`. Every
 replica then sees another holder and leaves it for the duration the uninstall recorded (quorum's
 election honours a holder's leaseDurationSeconds), so none suspends a Job, reserves a node or
-releases a pod behind the command. The run renews the Lease (same holder, renewTime now), quietly,
-whenever a quarter of that duration has passed since it last wrote it: before each step and
-between the looks of a step that waits (each wait is bounded by `--timeout`). A renewal refused
+releases a pod behind the command (replicas honour at most `removal.MAX_UNINSTALL_HOLD`, 600 s,
+to which the hold is clamped; an absent Lease is waited out the same if quorum-operator's
+Deployment has ready replicas). The run renews the Lease (same holder, renewTime now), quietly,
+whenever a quarter of that duration has passed since it last wrote it: before each step, between
+the looks of a step that waits, and from a background task while a step runs long. A renewal refused
 for a conflict reads the Lease again; one forbidden (403: quorum-operator's RBAC is gone) or
 whose namespace is gone (404) ends the renewals, as then no replica can lead; a Lease found
 held by another (the hold ran out) stops the run, and a re-run takes it again. A run cut off
@@ -52,10 +54,12 @@ is admitted (or left ungated) 3 times in a row, each on a connection of its own 
 balancer, each may reach another apiserver). `--probe-namespace` may not be one quorum's
 admission leaves out (`removal.probe_namespace_problem`, the chart's rule too).
 
-Gated pods (steps 2, 3): only pods quorum gated are released and judged: those created (by the
-apiserver's clock) before the mutating webhook's drop was seen, plus `removal.GATED_MARGIN`. A
-pod created later with quorum's gate was gated by its creator: it is named, left, and fails
-nothing. After gate protection goes the command looks again, half a second apart, until no pod
+Gated pods (steps 2, 3): every gated gang pod is released, whenever it was created; only those
+created (by the apiserver's clock) before the mutating webhook's drop was seen, plus
+`removal.GATED_MARGIN`, can fail the run. One created later (an apiserver late to drop the
+webhook, a skewed clock, or its creator) is named and released too; if a tenant keeps making
+them, the bounded rounds end and the last ones are named, left gated.
+After gate protection goes the command looks again, half a second apart, until no pod
 gated by quorum is seen 5 times in a row, releasing any that an apiserver late to drop the
 webhook gated meanwhile.
 
@@ -192,6 +196,10 @@ JOB_POD_LABEL = "batch.kubernetes.io/controller-uid"  # the Job controller's lab
 
 class UninstallError(RuntimeError):
     """A step failed; the message says which, why and what to do."""
+
+
+class LeaseLost(UninstallError):
+    """The Lease the run holds is held by another now: a replica may act; the run stops."""
 
 
 @dataclass(frozen=True)
@@ -513,6 +521,7 @@ async def uninstall(
     say: Callable[[str], None] = print,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     now: Callable[[], float] = time.time,
+    background_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> Report:
     """Carry out `steps` in order (see the module docstring). Raises UninstallError at the first
     step that fails (with --dry-run: reports every refusal and goes on)."""
@@ -520,19 +529,35 @@ async def uninstall(
     run = Run(
         api, report, dry_run, reason, probe_namespace, timeout, interval, sleep, now, delete_tenant_objects
     )
-    for step in steps:
-        try:
-            await run.renew_if_due(step)
-            await run.one(step)
-        except ApiException as err:
-            what = f"{step.action} {step.target or ''}".strip()
-            if dry_run:
-                report.refused = True
-                report.line(step, f"{what}: would be refused: {refusal(err)}")
-                continue
-            raise UninstallError(
-                f"step {step.number}, {what}: the apiserver refused: {refusal(err)}"
-            ) from err
+    run.background_sleep = background_sleep
+
+    async def all_steps() -> None:
+        for step in steps:
+            run.step = step
+            try:
+                await run.renew_if_due(step)
+                await run.one(step)
+            except ApiException as err:
+                what = f"{step.action} {step.target or ''}".strip()
+                if dry_run:
+                    report.refused = True
+                    report.line(step, f"{what}: would be refused: {refusal(err)}")
+                    continue
+                raise UninstallError(
+                    f"step {step.number}, {what}: the apiserver refused: {refusal(err)}"
+                ) from err
+
+    main = asyncio.create_task(all_steps())
+    renewer = asyncio.create_task(run.keep_renewed(main))
+    try:
+        await main
+    except asyncio.CancelledError:
+        if run.lost is None or not main.cancelled():
+            raise
+        raise run.lost from None
+    finally:
+        renewer.cancel()
+        await asyncio.gather(renewer, return_exceptions=True)
     return report
 
 
@@ -552,6 +577,10 @@ class Run:
     delete_tenant_objects: bool
     held: Ref | None = None  # the Lease step 0 took, while this run renews it
     renewed_at: float = 0.0  # when it was last written (`now`)
+    step: Step | None = None  # the step running now
+    lost: UninstallError | None = None  # why the background renewal stopped the run
+    background_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    lease_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     async def one(self, step: Step) -> None:
         target = step.target
@@ -623,10 +652,16 @@ class Run:
             acts = LeaseSettings.for_duration(ref.namespace or "", recorded).acts_at_most()
             wait = 0.0
             if lease is None:
+                if await self.operator_may_run(ref):
+                    wait = acts + removal.LEASE_MARGIN
                 body: JSON = {
                     "apiVersion": "coordination.k8s.io/v1",
                     "kind": "Lease",
-                    "metadata": {"name": ref.name, "namespace": ref.namespace},
+                    "metadata": {
+                        "name": ref.name,
+                        "namespace": ref.namespace,
+                        "annotations": {WAITS_UNTIL: micro_time(self.now() + wait)},
+                    },
                     "spec": {**ours, "acquireTime": stamp, "leaseTransitions": 0},
                 }
             elif holder == removal.UNINSTALL_HOLDER:
@@ -680,6 +715,16 @@ class Run:
             "quorum-operator starting up? Run quorum uninstall again"
         )
 
+    async def operator_may_run(self, ref: Ref) -> bool:
+        """Whether a replica of quorum-operator may lead although its Lease is absent (someone
+        deleted it while a leader acted): its Deployment has ready replicas, or cannot be read."""
+        deployment = Ref(removal.DEPLOYMENT, removal.OPERATOR_SERVICE_ACCOUNT, ref.namespace)
+        try:
+            found = await self.api.read(deployment)
+        except ApiException:
+            return True
+        return found is not None and int(((found.get("status") or {}).get("readyReplicas")) or 0) > 0
+
     def told_lease(
         self,
         step: Step,
@@ -724,6 +769,14 @@ class Run:
                 f"(quorum/operator/leader.py), plus {removal.LEASE_MARGIN:.0f} s",
                 changed=True,
             )
+        elif wait:
+            report.line(
+                step,
+                f"{ref}: made it, held by {uninstall} for {hold} s; quorum-operator's Deployment has ready "
+                f"replicas, so one may have led without it: waiting {wait:.0f} s ({acts:.0f} s a leader acts "
+                f"at most, plus {removal.LEASE_MARGIN:.0f} s)",
+                changed=True,
+            )
         else:
             made = "made it" if lease is None else "no replica held it"
             report.line(
@@ -740,10 +793,39 @@ class Run:
 
     async def renew_if_due(self, step: Step) -> None:
         """Renew the Lease step 0 took, quietly, once a quarter of the hold has passed since it
-        was last written: before each step, and between the looks of a step that waits
-        (`pause`). Nothing in a dry run (nothing was taken)."""
-        if self.held is not None and self.now() - self.renewed_at >= self.hold / 4:
-            await self.renew_lease(step, self.hold)
+        was last written: before each step, between the looks of a step that waits (`pause`),
+        and from `keep_renewed` while a step runs. Nothing in a dry run (nothing was taken)."""
+        async with self.lease_lock:
+            if self.held is not None and self.now() - self.renewed_at >= self.hold / 4:
+                await self.renew_lease(step, self.hold)
+
+    async def keep_renewed(self, main: asyncio.Task[Any]) -> None:
+        """In the background while the run goes on (cancelled at its end): every quarter of the
+        hold, renew the Lease if due, so that a step that runs long (a release of many pods, one
+        call each) never lets it run out. A Lease found held by another stops the run at once (the
+        running step is cancelled); a renewal that fails otherwise is tried again until half the
+        hold has passed since the last one, then stops the run too."""
+        while True:
+            await self.background_sleep(self.hold / 4)
+            step = self.step
+            if self.held is None or step is None:
+                continue
+            try:
+                await self.renew_if_due(step)
+            except LeaseLost as err:
+                self.lost = err
+            except (UninstallError, ApiException, OSError, TimeoutError) as err:
+                if self.now() - self.renewed_at < self.hold / 2:
+                    continue
+                self.lost = UninstallError(
+                    f"step {step.number}: the Lease {self.held} could not be renewed for "
+                    f"{self.now() - self.renewed_at:.0f} s (held {self.hold} s at a time): {err}. The run "
+                    "stopped before a replica of quorum-operator could take it back; run quorum uninstall "
+                    "again"
+                )
+            if self.lost is not None:
+                main.cancel()
+                return
 
     async def pause(self, step: Step, seconds: float) -> None:
         """Sleep `seconds`; while the Lease is held, in pieces of at most a quarter of the hold,
@@ -771,7 +853,7 @@ class Run:
                 spec = (lease or {}).get("spec") or {}
                 holder = str(spec.get("holderIdentity") or "")
                 if lease is not None and holder != removal.UNINSTALL_HOLDER:
-                    raise UninstallError(
+                    raise LeaseLost(
                         f"step {step.number}: {ref} is held by {holder or 'nobody'} now, "
                         f"{self.now() - self.renewed_at:.0f} s after the uninstall last renewed it (for "
                         f"{self.hold} s): a replica of quorum-operator may have acted since. Run quorum "
@@ -824,21 +906,24 @@ class Run:
         if self.dry_run:
             self.report.line(step, f"{ref}: would be held for {left} s more: {why}")
             return
-        if self.held is None or not await self.renew_lease(step, left):
+        async with self.lease_lock:  # not renewed for the hold by the background meanwhile
+            renewed = self.held is not None and await self.renew_lease(step, left)
+            self.held = None
+        if not renewed:
             self.report.line(
                 step,
                 f"{ref}: not held by {removal.UNINSTALL_HOLDER}: quorum-operator may not write it (its RBAC "
                 "or namespace is gone), so none of its replicas can lead: nothing to leave held",
             )
             return
-        self.held = None
         self.report.line(step, f"{ref}: held for {left} s more: {why}")
 
     # -- deletions -------------------------------------------------------------------------------
 
     async def delete(self, step: Step, target: Ref) -> None:
         if target == self.held:
-            self.held = None  # the full run's last objects: the Lease goes, no longer renewed
+            async with self.lease_lock:  # no renewal in flight makes it again
+                self.held = None  # the full run's last objects: the Lease goes, no longer renewed
         if await self.api.delete(target, self.dry_run):
             self.report.line(step, f"{target}: {'would delete' if self.dry_run else 'deleted'}", changed=True)
         else:
@@ -1010,27 +1095,35 @@ class Run:
 
     # -- steps 2 and 3: gated pods ---------------------------------------------------------------
 
-    async def gated(self, step: Step) -> tuple[str, dict[str, int]]:
-        """(acting identity, pods quorum gated by "namespace/gang"); pods their creator gated
-        (created after `gated_before`) are named, once, and left."""
+    async def gated(self, step: Step) -> tuple[str, dict[str, int], dict[str, int]]:
+        """(acting identity, gated pods by "namespace/gang" created before `gated_before`, those
+        created after it). The later ones were gated by their creator, or by an apiserver late
+        to drop the webhook, or their time is skewed: they are released too, named once, and
+        never fail the run."""
         who, pods = await self.api.gated_pods()
         before = self.report.gated_before
         mine = [p for p in pods if before is None or p.created <= before]
-        theirs = [p for p in pods if before is not None and p.created > before]
-        new = sorted(str(p) for p in theirs if str(p) not in self.report.told)
+        later = [p for p in pods if before is not None and p.created > before]
+        new = sorted(str(p) for p in later if str(p) not in self.report.told)
         if new:
             self.report.told.update(new)
             shown = ", ".join(new[:10]) + (f" and {len(new) - 10} more" if len(new) > 10 else "")
             self.report.line(
                 step,
-                f"{len(new)} pods gated by their creator, not quorum (created after quorum's mutating "
-                f"webhook was no longer called): {shown}: left as they are",
+                f"{len(new)} pods gated after quorum's mutating webhook was seen no longer called (by their "
+                f"creator, or an apiserver late to drop it): {shown}: released too; they fail nothing",
             )
-        return who, dict(Counter(f"{p.namespace}/{p.gang}" for p in mine))
+
+        def by_gang(found: list[GatedPod]) -> dict[str, int]:
+            return dict(Counter(f"{p.namespace}/{p.gang}" for p in found))
+
+        return who, by_gang(mine), by_gang(later)
 
     async def release_round(self, step: Step, gated: dict[str, int], what: str) -> None:
+        """Release every gated gang pod, whenever it was created (one that its creator gated with
+        quorum's gate loses nothing by it)."""
         by = f"{await self.api.caller() or 'someone'} (quorum uninstall)"
-        who, lines = await self.api.release_gated(self.reason, by, self.report.gated_before)
+        who, lines = await self.api.release_gated(self.reason, by, None)
         total = sum(gated.values())
         self.report.line(
             step, f"released the gated pods of {len(gated)} gangs ({total} pods){what} as {who}:", True
@@ -1038,21 +1131,33 @@ class Run:
         for line in lines:
             self.report.more(line)
 
+    def left_later(self, step: Step, later: dict[str, int]) -> None:
+        if later:
+            left = ", ".join(f"{gang} ({n})" for gang, n in sorted(later.items()))
+            self.report.line(
+                step,
+                f"gated pods created after quorum's mutating webhook was no longer called keep coming "
+                f"(their creator gates them): {left}: left gated",
+            )
+
     async def release(self, step: Step) -> None:
         report = self.report
-        who, gated = await self.gated(step)
-        if not gated:
+        who, gated, later = await self.gated(step)
+        if not gated and not later:
             report.line(step, f"no gang pod gated by quorum anywhere (as {who}): nothing to release")
             return
+        every = dict(Counter(gated) + Counter(later))
         if self.dry_run:
-            listed = ", ".join(f"{gang} ({n})" for gang, n in sorted(gated.items()))
-            summary = f"{sum(gated.values())} gated pods of {len(gated)} gangs"
+            listed = ", ".join(f"{gang} ({n})" for gang, n in sorted(every.items()))
+            summary = f"{sum(every.values())} gated pods of {len(every)} gangs"
             report.line(step, f"would release {summary} as {who}: {listed}", changed=True)
             return
         for _ in range(RELEASE_ROUNDS):
-            await self.release_round(step, gated, "")
-            who, gated = await self.gated(step)
-            if not gated:
+            await self.release_round(step, every, "")
+            who, gated, later = await self.gated(step)
+            every = dict(Counter(gated) + Counter(later))
+            if not gated:  # only pods created since the webhook's drop: they fail nothing
+                self.left_later(step, later)
                 return
         left = ", ".join(f"{gang} ({n})" for gang, n in sorted(gated.items()))
         raise UninstallError(
@@ -1075,23 +1180,24 @@ class Run:
         deadline = time.monotonic() + self.timeout
         quiet = found = 0
         while True:
-            who, gated = await self.gated(step)
-            if gated:
-                if time.monotonic() > deadline:
-                    left = ", ".join(f"{gang} ({n})" for gang, n in sorted(gated.items()))
-                    raise UninstallError(
-                        f"step {step.number}: {self.timeout:.0f} s on, gang pods are still being gated: "
-                        f"{left}; is quorum's mutating webhook back? Run quorum uninstall again"
-                    )
-                found += sum(gated.values())
-                await self.release_round(
-                    step, gated, " gated since the release (an apiserver still called the webhook)"
+            who, gated, later = await self.gated(step)
+            if gated and time.monotonic() > deadline:
+                left = ", ".join(f"{gang} ({n})" for gang, n in sorted(gated.items()))
+                raise UninstallError(
+                    f"step {step.number}: {self.timeout:.0f} s on, gang pods are still being gated: "
+                    f"{left}; is quorum's mutating webhook back? Run quorum uninstall again"
                 )
-                quiet = 0
-            else:
-                quiet += 1
-                if quiet >= quiet_looks:
-                    break
+            if gated or later:  # all released; only pods quorum gated keep the sweep looking
+                found += sum(gated.values()) + sum(later.values())
+                what = (
+                    " gated since the release (an apiserver still called the webhook)"
+                    if gated
+                    else " gated after the webhook's drop was seen"
+                )
+                await self.release_round(step, dict(Counter(gated) + Counter(later)), what)
+            quiet = 0 if gated else quiet + 1
+            if quiet >= quiet_looks:
+                break
             await self.pause(step, self.interval)
         looked = f"none seen in {quiet_looks} looks in a row, as {who}"
         if found:

@@ -19,9 +19,9 @@ no pod creation is refused on the way, and no Job or node is left held by quorum
    the probe namespace is not one the backstop covers, and its acceptance afterwards would prove
    nothing), and the mutating webhook's probe comes back gated (else its server is down and it
    fails open: its deletion changes nothing for pods);
-2. release every gated gang pod that quorum gated (created before the webhook's drop was seen,
-   `GATED_MARGIN` after; a pod created later with quorum's gate was gated by its creator, and is
-   reported, not released); then resume the Jobs quorum suspended, each once none of its pods
+2. release every gated gang pod (only those created before the webhook's drop was seen,
+   `GATED_MARGIN` after, can fail the run; later ones are released too and reported);
+   then resume the Jobs quorum suspended, each once none of its pods
    is left (`quorum.core.lifecycle.job_may_resume`: once quorum is gone nothing would);
 3. what protects the gate and admits pods: gate protection; then a sweep for pods a lagging
    apiserver gated meanwhile (released, until none is seen `QUIET_LOOKS` times in a row); the
@@ -42,8 +42,9 @@ write a node (its ClusterRoleBinding is gone; its Deployment went in step 3), an
 looks again until none is seen `RESERVATION_QUIET` times in a row.
 
 The Lease is held for `lease_hold_seconds` (a short time) and renewed while the run goes on,
-whenever a quarter of that has passed since the last renewal: before each step, and between the
-looks of a step that waits. A run cut off leaves it held at most that long.
+whenever a quarter of that has passed since the last renewal: before each step, between the
+looks of a step that waits, and from a background task during a long step. A run cut off leaves
+it held at most that long; replicas honour it at most `MAX_UNINSTALL_HOLD`.
 
 `admission_only` is steps 0 to 3 without the Deployments, and then removes the reservation
 taints as quorum's operator: what a Helm pre-delete hook runs before Helm deletes the rest in no
@@ -77,6 +78,9 @@ OPERATOR_LEASE = "quorum-operator"
 # hold left by a run cut off (or by the chart's hook, had it nothing to shorten it) ends soon.
 UNINSTALL_HOLDER = "quorum-uninstall"
 LEASE_HOLD_SECONDS = 120
+# The longest hold of `UNINSTALL_HOLDER` quorum's replicas honour (quorum.operator.leader.Election);
+# any other holder is judged by the replica's own lease duration, whatever it recorded.
+MAX_UNINSTALL_HOLD = 600
 # How long `--admission-only` leaves the Lease held once it is done: Helm deletes the operator's
 # pods right after the hook, and they stop within their termination grace (30 s, the default:
 # quorum's Deployments set none); 30 s more of margin. A quorum installed again acts after it.
@@ -244,11 +248,10 @@ def probe_namespace_problem(probe_namespace: str, namespace: str) -> str | None:
 
 def lease_hold_seconds(timeout: float) -> int:
     """How long `quorum uninstall` holds the operator's Lease at each write: `LEASE_HOLD_SECONDS`,
-    or twice `--timeout` if that is longer. It renews the Lease once a quarter of that has passed,
-    before each step and between the looks of a waiting step (`--timeout` bounds each wait), so
-    three quarters of it (90 s at least) are left for what runs between two such points: a
-    round of releases, a deletion."""
-    return max(LEASE_HOLD_SECONDS, math.ceil(2 * timeout))
+    or twice `--timeout` if that is longer, at most `MAX_UNINSTALL_HOLD` (what replicas honour).
+    It renews the Lease from a background task once a quarter of that has passed, however long
+    a step runs."""
+    return min(MAX_UNINSTALL_HOLD, max(LEASE_HOLD_SECONDS, math.ceil(2 * timeout)))
 
 
 @dataclass(frozen=True)

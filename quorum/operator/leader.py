@@ -5,11 +5,13 @@ loop before the lease could be taken by another replica (renew deadline < lease 
 every release patch is conditional anyway, so a stale leader can never double-release.
 
 How long a leader may still act once it can no longer renew (another holder took the Lease, or
-the apiserver does not answer) is `LeaseSettings.acts_at_most`: `quorum uninstall` waits that
-out after it takes the Lease. A Lease held by another is left to it for the
-leaseDurationSeconds *it* recorded when that is longer than this replica's own (as client-go
-does; kubernetes-asyncio uses its own duration alone): `quorum uninstall` holds the Lease so,
-and no replica acts meanwhile."""
+the apiserver does not answer) is `LeaseSettings.acts_at_most`, always shorter than its lease
+by `LeaseSettings.margin` (checked when the settings are made): `quorum uninstall` waits that
+out after it takes the Lease. A Lease held by `removal.UNINSTALL_HOLDER` is left to it for the
+leaseDurationSeconds it recorded, at most `removal.MAX_UNINSTALL_HOLD` (600 s), measured from
+when this replica first saw that record (its own monotonic clock, as client-go does: the
+uninstall's clock may be skewed); any other holder is judged by this replica's own duration, so
+that nobody who may write Leases in quorum's namespace can freeze quorum with a long one."""
 
 from __future__ import annotations
 
@@ -27,10 +29,13 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
-from quorum.core.removal import OPERATOR_LEASE
+from quorum.core.removal import MAX_UNINSTALL_HOLD, OPERATOR_LEASE, UNINSTALL_HOLDER
 from quorum.install import DEFAULT_NAMESPACE
 
 log = logging.getLogger("quorum.operator.leader")
+
+
+MIN_LEASE_SECONDS = 8  # the shortest lease whose timings leave a margin (`LeaseSettings.for_duration`)
 
 
 @dataclass(frozen=True)
@@ -39,23 +44,47 @@ class LeaseSettings:
     namespace: str = DEFAULT_NAMESPACE
     # Whole seconds: the library writes lease_duration into the Lease as an int of its str().
     lease_duration: int = 15
-    renew_deadline: int = 10
-    retry_period: int = 2
+    renew_deadline: float = 8
+    retry_period: float = 1
+    lock_timeout: float = 2  # the time limit of each read and write of the Lease (`BoundedLeaseLock`)
+
+    def __post_init__(self) -> None:
+        acts = self.acts_at_most()
+        if acts + self.margin > self.lease_duration:
+            raise ValueError(
+                f"lease settings {self.lease_duration} s (renew deadline {self.renew_deadline} s, retry "
+                f"period {self.retry_period} s, lock timeout {self.lock_timeout} s): a leader that can no "
+                f"longer renew may act {acts:g} s, which must be at most the lease duration minus "
+                f"{self.margin:g} s, or another replica could take the Lease while it still acts"
+            )
+        if self.retry_period < 1 or self.lock_timeout < 1 or self.renew_deadline <= 1.2 * self.retry_period:
+            raise ValueError(
+                f"lease settings: retry period {self.retry_period} s and lock timeout {self.lock_timeout} s "
+                f"must be at least 1 s, the renew deadline {self.renew_deadline} s over 1.2 retry periods"
+            )
+
+    @property
+    def margin(self) -> float:
+        """How much shorter than the lease `acts_at_most` must be: for clocks that run at
+        slightly different rates and a write already sent (a fifth of the lease, 1 s at least)."""
+        return max(1, self.lease_duration // 5)
 
     @classmethod
     def for_duration(cls, namespace: str, seconds: float) -> LeaseSettings:
-        lease = max(3, int(seconds))
+        """Timings for a lease of `seconds` (at least `MIN_LEASE_SECONDS`), derived so that
+        `acts_at_most` is the lease minus `margin`: 15 s gives retry 1, lock timeout 2, renew
+        deadline 8, so 12 s."""
+        lease = max(MIN_LEASE_SECONDS, int(seconds))
+        retry = max(1, lease // 15)
+        lock = max(1, lease // 7)
+        margin = max(1, lease // 5)
         return cls(
             namespace=namespace,
             lease_duration=lease,
-            renew_deadline=max(2, lease * 2 // 3),
-            retry_period=max(1, lease // 8),
+            renew_deadline=lease - margin - 2 * retry - lock,
+            retry_period=retry,
+            lock_timeout=lock,
         )
-
-    @property
-    def lock_timeout(self) -> float:
-        """The time limit of each read and write of the Lease (`BoundedLeaseLock`)."""
-        return max(1.0, self.renew_deadline / 2)
 
     def acts_at_most(self) -> float:
         """How long a leader may still act after its last successful renewal, at most (seconds):
@@ -86,36 +115,60 @@ class BoundedLeaseLock(LeaseLock):
 
 
 class Election(leaderelection.LeaderElection):
-    """kubernetes-asyncio's election, except that a Lease another replica (or `quorum
-    uninstall`) holds is left to it until the leaseDurationSeconds it recorded has passed since
-    this replica last saw the record change, when that is longer than this replica's own
-    duration: the library measures every holder's lease by the candidate's own setting, so a
-    longer hold written by `quorum uninstall` would be taken back after 15 s. The hold ends no
-    later than that duration after the record's renewTime either, so that a replica that starts
-    long after (quorum installed again into the namespace) does not wait it out once more."""
+    """kubernetes-asyncio's election, except that a Lease held by `removal.UNINSTALL_HOLDER` is
+    left to it for the leaseDurationSeconds it recorded (at most `MAX_UNINSTALL_HOLD`) when that
+    is longer than this replica's own duration: the library measures every holder's lease by the
+    candidate's own setting, so the uninstall's longer hold would be taken back after 15 s. Any
+    other holder is judged as the library does (this replica's own duration): a Lease written
+    with a huge leaseDurationSeconds by whoever may write Leases does not stop quorum.
+
+    The hold is measured from when this replica first saw that holder with that renewTime, on
+    its own monotonic clock (as client-go does), never from the recorded renewTime: the
+    uninstall's clock may be skewed. A record first seen long after it was written (quorum
+    installed again) is still left to its holder at most the cap from this replica's own
+    observation; one whose renewTime is older than its duration plus the cap by this replica's
+    clock (beyond any plausible skew) is over."""
 
     _told: str | None = None
+    _seen: tuple[str, str] | None = None  # (holder, renewTime) first seen at `_seen_at`
+    _seen_at: float = 0.0
+    monotonic: Callable[[], float] = staticmethod(time.monotonic)  # tests give a fake one
+
+    def honoured_until(self, seen: Any) -> float | None:
+        """Until when (this replica's monotonic clock) the uninstall's recorded hold keeps this
+        replica off the Lease, or None: not a holder whose longer hold is honoured."""
+        if seen is None or seen.holder_identity != UNINSTALL_HOLDER:
+            return None
+        try:
+            recorded = min(float(seen.lease_duration or 0), float(MAX_UNINSTALL_HOLD))
+        except ValueError:
+            return None
+        if recorded <= self.election_config.lease_duration:
+            return None
+        key = (str(seen.holder_identity), str(seen.renew_time))
+        if key != self._seen:  # first seen when the library observed it (this replica's clock)
+            ago = max(0.0, time.time() - self.observed_time_milliseconds / 1000)
+            self._seen, self._seen_at = key, self.monotonic() - ago
+        renewed = utc_epoch(seen.renew_time)
+        if renewed is not None and renewed + recorded + MAX_UNINSTALL_HOLD < time.time():
+            return None  # written long ago, whatever the skew: its term is over
+        return self._seen_at + recorded
 
     async def update_lock(self, leader_election_record: Any) -> bool:
         seen = self.observed_record
         me = self.election_config.lock.identity
         if seen is not None and seen.holder_identity and seen.holder_identity != me:
-            try:
-                recorded = float(seen.lease_duration or 0)
-            except ValueError:
-                recorded = 0.0
-            held_until = self.observed_time_milliseconds / 1000 + recorded
-            renewed = utc_epoch(seen.renew_time)
-            if renewed is not None:  # seen late (a replica started since): not beyond its term
-                held_until = min(held_until, renewed + recorded)
-            if recorded > self.election_config.lease_duration and held_until > time.time():
+            until = self.honoured_until(seen)
+            if until is not None and until > self.monotonic():
                 if self._told != seen.holder_identity:
                     self._told = seen.holder_identity
                     log.info(
-                        "%s: the Lease is held by %s for %.0f s (its leaseDurationSeconds): not taken",
+                        "%s: the Lease is held by %s for %.0f s more (its leaseDurationSeconds, at most "
+                        "%d s): not taken",
                         me,
                         seen.holder_identity,
-                        recorded,
+                        until - self.monotonic(),
+                        MAX_UNINSTALL_HOLD,
                     )
                 return False
         result: bool = await super().update_lock(leader_election_record)

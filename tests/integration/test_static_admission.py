@@ -49,6 +49,10 @@ async def test_a_customer_cannot_take_quorums_install_apart(
             },
         },
     }
+    leader_lease = {
+        "metadata": {"name": "quorum-operator"},
+        "spec": {"holderIdentity": "x", "leaseDurationSeconds": 2147483647},
+    }
     attempts: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
         (
             "delete its validating webhooks",
@@ -78,6 +82,12 @@ async def test_a_customer_cannot_take_quorums_install_apart(
         (
             "run something in its namespace",
             lambda: apps.create_namespaced_deployment("quorum-system", deployment),
+        ),
+        (  # Leases in its namespace are exempt, but not the one that says which replica acts
+            "hold its leader Lease for ever",
+            lambda: client.CoordinationV1Api(customer_api).create_namespaced_lease(
+                "quorum-system", leader_lease
+            ),
         ),
     ]
     for what, attempt in attempts:

@@ -13,11 +13,14 @@ import datetime
 import time
 from typing import Any
 
+import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.leaderelectionrecord import LeaderElectionRecord
 
-from quorum.operator.leader import BoundedLeaseLock, Election, LeaseSettings, lead
+from quorum.core import removal
+from quorum.operator.leader import MIN_LEASE_SECONDS, BoundedLeaseLock, Election, LeaseSettings, lead
+from quorum.operator.settings import OperatorSettings
 
 
 class FakeLease:
@@ -76,7 +79,7 @@ async def test_a_failing_election_stops_the_loop_before_campaigning_again() -> N
             running.pop()
             stops += 1
 
-    settings = LeaseSettings(lease_duration=3, renew_deadline=2, retry_period=1)
+    settings = LeaseSettings(lease_duration=6, renew_deadline=2, retry_period=1, lock_timeout=1)
     election = asyncio.create_task(lead(None, act, settings, lock_of=lease.lock))  # type: ignore[arg-type]
     await asyncio.wait_for(started.wait(), 5)
     started.clear()
@@ -129,7 +132,7 @@ async def test_a_leader_whose_lease_is_taken_stops_within_acts_at_most() -> None
         finally:
             stopped.set()
 
-    settings = LeaseSettings(lease_duration=3, renew_deadline=2, retry_period=1)
+    settings = LeaseSettings(lease_duration=6, renew_deadline=2, retry_period=1, lock_timeout=1)
     assert settings.acts_at_most() == 5  # 2 retry periods, the renew deadline, a bounded read of 1 s
     election = asyncio.create_task(lead(None, act, settings, lock_of=lease.lock))  # type: ignore[arg-type]
     try:
@@ -143,7 +146,7 @@ async def test_a_leader_whose_lease_is_taken_stops_within_acts_at_most() -> None
     finally:
         election.cancel()
         await asyncio.gather(election, return_exceptions=True)
-    assert LeaseSettings.for_duration("ns", 15).acts_at_most() == 17  # the operator's default
+    assert LeaseSettings.for_duration("ns", 15).acts_at_most() == 12  # the operator's default
 
 
 async def test_a_lease_held_for_longer_than_this_replicas_duration_is_left_to_its_holder() -> None:
@@ -166,9 +169,9 @@ async def test_a_lease_held_for_longer_than_this_replicas_duration_is_left_to_it
         assert taken == (ours_after > holder_seconds), (holder_seconds, ours_after)
         assert lease.record.holder_identity == ("replica-1" if taken else "quorum-uninstall")
 
-    # First seen long after it was written (quorum installed again): its term is over.
+    # First seen long after it was written, beyond any skew (quorum installed again): over.
     lease = FakeLease()
-    lease.record = held_by("quorum-uninstall", 600, renewed_ago=700)
+    lease.record = held_by("quorum-uninstall", 600, renewed_ago=1300)
     election = Election(
         electionconfig.Config(
             lease.lock("quorum-operator", "q", "replica-1", None), 3, 2, 1, nothing, nothing
@@ -188,3 +191,82 @@ async def test_a_lease_held_for_longer_than_this_replicas_duration_is_left_to_it
     assert not await plain.try_acquire_or_renew()
     plain.observed_time_milliseconds -= 10_000
     assert await plain.try_acquire_or_renew(), "the library alone takes it: the reason for Election"
+
+
+class Clocks:
+    """This replica's wall clock (time.time, which the library reads too) and monotonic clock,
+    moved together."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.wall, self.mono = time.time(), 1000.0
+        monkeypatch.setattr(time, "time", lambda: self.wall)
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def advance(self, seconds: float) -> None:
+        self.wall += seconds
+        self.mono += seconds
+
+
+def election_on(lease: FakeLease, clocks: Clocks) -> Election:
+    async def nothing() -> None:
+        return None
+
+    lock = lease.lock("quorum-operator", "quorum-system", "replica-1", None)
+    election = Election(electionconfig.Config(lock, 15, 8, 1, nothing, nothing))
+    election.monotonic = clocks.monotonic
+    return election
+
+
+async def test_a_long_lease_written_by_anyone_but_the_uninstall_is_judged_by_the_replicas_own_duration(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Anyone who may write Leases in quorum's namespace (the static self-protection leaves
+    Leases out but quorum-operator's) must not freeze quorum by recording a huge duration."""
+    clocks = Clocks(monkeypatch)
+    lease = FakeLease()
+    lease.record = held_by("x", 2147483647)
+    election = election_on(lease, clocks)
+    assert not await election.try_acquire_or_renew()
+    clocks.advance(16)  # this replica's own 15 s
+    assert await election.try_acquire_or_renew() and lease.record.holder_identity == "replica-1"
+
+    # The uninstall's hold is honoured, but at most MAX_UNINSTALL_HOLD.
+    lease = FakeLease()
+    lease.record = held_by(removal.UNINSTALL_HOLDER, 2147483647)
+    election = election_on(lease, clocks)
+    assert not await election.try_acquire_or_renew()
+    clocks.advance(removal.MAX_UNINSTALL_HOLD - 1)
+    assert not await election.try_acquire_or_renew()
+    clocks.advance(2)
+    assert await election.try_acquire_or_renew() and lease.record.holder_identity == "replica-1"
+
+
+async def test_the_uninstalls_hold_is_measured_from_this_replicas_observation_not_its_skewed_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The uninstall's laptop runs 500 s behind: its renewTime says the 600 s hold ends 100 s
+    after this replica saw it. The hold is measured from this replica's own observation."""
+    clocks = Clocks(monkeypatch)
+    lease = FakeLease()
+    lease.record = held_by(removal.UNINSTALL_HOLDER, 600, renewed_ago=500)  # skewed, written now
+    election = election_on(lease, clocks)
+    assert not await election.try_acquire_or_renew()
+    clocks.advance(300)
+    assert not await election.try_acquire_or_renew(), "taken 300 s into a 600 s hold"
+    clocks.advance(301)
+    assert await election.try_acquire_or_renew() and lease.record.holder_identity == "replica-1"
+
+
+def test_a_leader_stops_acting_before_its_lease_could_be_taken_for_every_allowed_duration() -> None:
+    assert LeaseSettings().acts_at_most() == 12 and LeaseSettings().margin == 3
+    default = LeaseSettings.for_duration("ns", OperatorSettings().lease_seconds)
+    assert (default.retry_period, default.renew_deadline, default.lock_timeout) == (1, 8, 2)
+    assert OperatorSettings.model_fields["lease_seconds"].metadata[0].ge == MIN_LEASE_SECONDS
+    for seconds in [*range(MIN_LEASE_SECONDS, 400), 3600, 86400]:
+        lease = LeaseSettings.for_duration("ns", seconds + 0.5)  # any float the setting allows
+        assert lease.acts_at_most() + lease.margin <= lease.lease_duration, seconds
+        electionconfig.Config(object(), lease.lease_duration, lease.renew_deadline, lease.retry_period, 1, 1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="may act 19 s"):  # the old defaults
+        LeaseSettings(lease_duration=15, renew_deadline=10, retry_period=2, lock_timeout=5)
