@@ -263,8 +263,9 @@ def test_a_leader_stops_acting_before_its_lease_could_be_taken_for_every_allowed
     assert LeaseSettings().acts_at_most() == 12 and LeaseSettings().margin == 3
     default = LeaseSettings.for_duration("ns", OperatorSettings().lease_seconds)
     assert (default.retry_period, default.renew_deadline, default.lock_timeout) == (1, 8, 2)
-    assert OperatorSettings.model_fields["lease_seconds"].metadata[0].ge == MIN_LEASE_SECONDS
-    for seconds in [*range(MIN_LEASE_SECONDS, 400), 3600, 86400]:
+    lowest = OperatorSettings.model_fields["lease_seconds"].metadata[0].ge
+    assert LeaseSettings.for_duration("ns", lowest).lease_duration == MIN_LEASE_SECONDS  # taken as 8
+    for seconds in [*range(int(lowest), 400), 3600, 86400]:
         lease = LeaseSettings.for_duration("ns", seconds + 0.5)  # any float the setting allows
         assert lease.acts_at_most() + lease.margin <= lease.lease_duration, seconds
         electionconfig.Config(object(), lease.lease_duration, lease.renew_deadline, lease.retry_period, 1, 1)  # type: ignore[arg-type]
