@@ -35,7 +35,7 @@ from quorum.install import DEFAULT_NAMESPACE
 log = logging.getLogger("quorum.operator.leader")
 
 
-MIN_LEASE_SECONDS = 8  # the shortest lease whose timings leave a margin (`LeaseSettings.for_duration`)
+MIN_LEASE_SECONDS = 6  # the shortest lease with a margin (retry 1, lock 1, renew 2): `for_duration`
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ class OperatorSettings(BaseSettings):
     it from the pod's namespace)."""
     lease_seconds: float = Field(default=15.0, ge=3)
     """Lease duration: a new leader takes over at most this long after the old one died. Taken as
-    8 when shorter: the renewal timings are derived from it so that a leader stops acting a margin
+    6 when shorter: the renewal timings are derived from it so that a leader stops acting a margin
     before another could take the Lease (quorum.operator.leader.LeaseSettings.for_duration)."""
     liveness_seconds: float = Field(default=60.0, gt=0)
     """/healthz fails when this replica leads and no scheduling pass completed for this long."""
