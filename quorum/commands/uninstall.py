@@ -154,7 +154,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import os
 import sys
 import time
@@ -171,7 +170,7 @@ from quorum.core import lifecycle, removal
 from quorum.core.conditions import recovery_of
 from quorum.core.gangs import GANG_LABEL, RESERVED_TAINT, is_gated
 from quorum.core.removal import Action, Kind, Ref, Step
-from quorum.core.times import timestamp
+from quorum.core.times import micro_time, timestamp
 from quorum.k8s import objects, reads, writes
 from quorum.k8s.client import KubeconfigError, command_client
 from quorum.operator import manual
@@ -1300,11 +1299,6 @@ class Run:
                 step,
                 f"no node has quorum's reservation taint {taint} ({looked}, as {who}): nothing to remove",
             )
-
-
-def micro_time(epoch: float) -> str:
-    """A Lease's time (MicroTime): RFC 3339 with microseconds, UTC."""
-    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 # -- the command --------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Times as the Kubernetes API writes them (RFC 3339, whole seconds) and back to epoch seconds."""
+"""Times as the Kubernetes API writes them (RFC 3339, whole seconds; microseconds for a Lease)
+and back to epoch seconds."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ def timestamp(value: object) -> float:
 def iso(epoch: float) -> str:
     """RFC 3339 in whole seconds (as the API writes times)."""
     return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def micro_time(epoch: float) -> str:
+    """RFC 3339 with microseconds (a Lease's MicroTime)."""
+    return datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def iso_deadline(epoch: float) -> str:

@@ -25,7 +25,7 @@ from quorum.commands.uninstall import UninstallError, uninstall
 from quorum.core import removal
 from quorum.core.gangs import RESERVED_TAINT
 from quorum.core.removal import Ref
-from quorum.core.times import timestamp
+from quorum.core.times import micro_time, timestamp
 from quorum.k8s import objects
 from quorum.k8s.client import api_client
 from quorum.operator.leader import LeaseSettings
@@ -547,10 +547,7 @@ async def test_the_operator_stops_acting_before_anything_else_its_lease_taken_an
     )
     assert all(seconds != waited for seconds, _ in clock.slept)
     renewed = cluster.objects[Ref(removal.LEASE, removal.OPERATOR_LEASE, NS)]["spec"]
-    assert (
-        renewed["renewTime"] == command.micro_time(clock.at)
-        and renewed["holderIdentity"] == "quorum-uninstall"
-    )
+    assert renewed["renewTime"] == micro_time(clock.at) and renewed["holderIdentity"] == "quorum-uninstall"
     assert not again.changed
 
 
@@ -654,7 +651,7 @@ async def test_a_long_run_renews_the_lease_quietly_so_that_its_short_hold_never_
         spec = cluster.objects[LEASE]["spec"]
         assert spec["holderIdentity"] == removal.UNINSTALL_HOLDER
         assert spec["leaseDurationSeconds"] == removal.LEASE_LEFT_SECONDS == 60
-        assert spec["renewTime"] == command.micro_time(clock.at)
+        assert spec["renewTime"] == micro_time(clock.at)
         assert report.lines[-1] == (
             f"3. Lease {NS}/quorum-operator: held for 60 s more: past the operator pods' termination as "
             "Helm deletes them; an operator installed again acts after that"
