@@ -3,7 +3,8 @@
 A reservation is made the moment a release is decided, before any write, so that no later pass
 can plan the same gated pods or the same room again. It ends only when the bound-pod index
 shows the pod bound (its capacity is then counted there), when the pod is gone or finished,
-when a recovery deleted it (or suspended its Job), or when its release was refused. In between,
+when a recovery deleted it, or when its release was refused (a suspended Job's pod keeps its
+room until it is gone: kube-scheduler may bind it until the Job controller deletes it). In between,
 the pod's capacity would be counted nowhere: the release patch is seen by the watch before the
 binding. The planner sees bound usage plus the ledger. A new leader rebuilds the ledger from the
 decisions recorded on the Gang objects.

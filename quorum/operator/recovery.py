@@ -388,7 +388,7 @@ class Recoverer:
                 for pod in fresh:  # the Job controller deletes them
                     owner = controller_of(pod)
                     if owner is not None and owner.kind == "Job" and owner.uid == job["uid"]:
-                        self.going(pod["metadata"]["uid"])
+                        self.going(pod["metadata"]["uid"], keeps_room=True)
         message = str(decision.get("message") or "")
         log.warning("%s/%s: %s", *key, message)
         event, warning = EVENTS.get(reason, ("PartiallyPlaced", True))
@@ -396,11 +396,14 @@ class Recoverer:
         await self.records.events.post_all([gang, group], event, message, warning=warning, required=True)
         await self.records.patch(key, {"disruption": None})
 
-    def going(self, uid: str) -> None:
-        """A pod quorum deleted (or whose Job it suspended): its room is no longer promised, and
-        the store's copy shows it terminating until the watch does, so that the next pass
-        neither counts it as a member nor releases a replacement beside it."""
-        self.ledger.drop(uid)
+    def going(self, uid: str, keeps_room: bool = False) -> None:
+        """A pod quorum deleted (or whose Job it suspended): the store's copy shows it
+        terminating until the watch does, so that the next pass neither counts it as a member
+        nor releases a replacement beside it. A deleted pod's room is no longer promised; a
+        suspended Job's released pod `keeps_room` until it is gone, since kube-scheduler may
+        still bind it until the Job controller deletes it."""
+        if not keeps_room:
+            self.ledger.drop(uid)
         pod = self.records.store.pods.get(uid)
         if pod is not None:
             pod["metadata"]["deletionTimestamp"] = iso(clock.time())
