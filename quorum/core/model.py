@@ -184,16 +184,18 @@ class Gang:
 
 @dataclass(frozen=True, slots=True)
 class Composite:
-    """A Kubernetes 1.37 CompositePodGroup: of its child gangs, `min_group_count` are released
-    together or none is; all of them in one domain of `topology_key` if it has one."""
+    """A Kubernetes 1.37 CompositePodGroup: of its children (gangs, or composites below it),
+    `min_group_count` are placed together or none is; all of them in one domain of
+    `topology_key` if it has one."""
 
     namespace: str
     name: str
     min_group_count: int
-    admitted: int = 0  # child gangs admitted already: they count, and take no new room
+    admitted: int = 0  # children admitted already (a composite: its own count met): they count
     topology_key: str | None = None
     # The topology domains the admitted gangs' bound pods are in: the others go there too.
     admitted_domains: frozenset[str] = frozenset()
+    parent: str | None = None  # the CompositePodGroup (same namespace) it counts toward
 
     @property
     def key(self) -> tuple[str, str]:

@@ -58,6 +58,7 @@ from quorum.core.fit import FitSettings
 from quorum.core.index import Key, NodeIndex, NodesOfShape, Shape, ShapeEntry, slots
 from quorum.core.model import Composite, Gang, Node, Pod, Resources, add, fits, subtract
 from quorum.core.topology import domains_of, explain_domains, least_waste_first
+from quorum.core.workloads import MAX_COMPOSITE_DEPTH
 
 _MANY = 1_000_000  # pods that fit where a pod asks for nothing (as `quorum.core.index.slots`)
 MAX_COMPOSITE_DOMAINS = 32  # domains a composite with a topology key is tried in, per pass
@@ -229,26 +230,21 @@ class Planner:
         ordered = sorted(queue, key=queue_order)
         self.order = {gang.key: i for i, gang in enumerate(ordered)}
         self.held_room = {}
-        children: dict[tuple[str, str], list[Gang]] = {}
-        for gang in ordered:
-            if gang.composite is not None:
-                children.setdefault((gang.namespace, gang.composite), []).append(gang)
+        family = CompositeFamily.of(ordered, composites or {})
         planned: set[tuple[str, str]] = set()
         for gang in ordered:
             unit = [gang]
-            composite = None
-            if gang.composite is not None:
-                key = (gang.namespace, gang.composite)
-                if key in planned:
+            root = family.root_of(gang)
+            if root is not None:
+                if root in planned:
                     continue
-                planned.add(key)
-                unit = children[key]
-                composite = (composites or {}).get(key)
+                planned.add(root)
+                unit = family.gangs_under(root)
             try:
-                if composite is None:  # not known: each gang on its own
+                if root is None:  # no composite, or one not known: each gang on its own
                     decided: list[Release | Hold | None] = [self.plan_gang(g, now, state, held) for g in unit]
                 else:
-                    decided = [*self.plan_composite(composite, unit, now, state, held)]
+                    decided = self.plan_composite(family, root, now, state, held, {})[0]
             except Exception as err:  # one gang's failure must not stop the others
                 # The index may be half-updated: the next pass rebuilds it from scratch.
                 self.synced = False
@@ -321,22 +317,34 @@ class Planner:
 
     def plan_composite(
         self,
-        composite: Composite,
-        gangs: Sequence[Gang],
+        family: CompositeFamily,
+        key: tuple[str, str],
         now: float,
         state: PassState,
         held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]],
-    ) -> list[Release | Hold | None]:
-        """A CompositePodGroup's gangs, all-or-nothing at its level: released only if, with the
-        ones admitted already, at least minGroupCount of them are placed together (each whole,
-        node by node, the room of one taken before the next is placed); otherwise the room is
-        given back and all of them wait. With a topology key: all in one domain, the domains
-        tried in order until one takes enough (at most `MAX_COMPOSITE_DOMAINS`)."""
-        if composite.topology_key is None:
-            decided = self._try_composite(composite, gangs, now, state, held)
-            return decided if decided is not None else self._composite_holds(composite, gangs, None)
-        key = composite.topology_key
-        values = sorted({n.labels[key] for n in self.index.nodes.values() if key in n.labels})
+        pins: Mapping[str, str],
+    ) -> tuple[list[Release | Hold | None], bool]:
+        """A CompositePodGroup's gangs and child composites, all-or-nothing at its level:
+        released only if, with the children admitted already, at least minGroupCount of its
+        children are placed together (a gang whole, a child composite by its own rule; the room
+        of one taken before the next is placed); otherwise the room is given back and every gang
+        under it waits. With a topology key: all of it in one domain, the domains tried in order
+        until one takes enough (at most `MAX_COMPOSITE_DOMAINS`); `pins` are the domains the
+        composites above it were pinned to. Also says whether its children were placed."""
+        composite = family.composites[key]
+        topology = composite.topology_key
+        if topology is None or topology in pins:  # none, or the one a composite above it chose
+            decided = self._try_composite(family, key, now, state, held, pins)
+            if decided is not None:
+                return decided, True
+            return self._composite_holds(family, key, None), False
+        values = sorted(
+            {
+                n.labels[topology]
+                for n in self.index.nodes.values()
+                if topology in n.labels and all(n.labels.get(k) == v for k, v in pins.items())
+            }
+        )
         if composite.admitted_domains:  # where its admitted gangs run (none fits if they are split)
             values = [v for v in values if {v} == set(composite.admitted_domains)]
         for value in values[:MAX_COMPOSITE_DOMAINS]:
@@ -345,34 +353,39 @@ class Planner:
                     f"CompositePodGroup {composite.name} was not tried this pass: the pass's "
                     f"{MAX_COMPOSITE_DOMAINS_PER_PASS} tries of a domain went to composites ahead of it"
                 )
-                return [Hold(g, "WaitingForGroups", message) for g in gangs]
+                return [Hold(g, "WaitingForGroups", message) for g in family.gangs_under(key)], False
             state.composite_domains_left -= 1
-            pinned = [
-                replace(
-                    g, pods=tuple(replace(p, node_selector={**p.node_selector, key: value}) for p in g.pods)
-                )
-                for g in gangs
-            ]
-            decided = self._try_composite(composite, pinned, now, state, {})
+            decided = self._try_composite(family, key, now, state, {}, {**pins, topology: value})
             if decided is not None:
-                return decided
-        return self._composite_holds(composite, gangs, (key, len(values)))
+                return decided, True
+        return self._composite_holds(family, key, (topology, len(values))), False
 
     def _try_composite(
         self,
-        composite: Composite,
-        gangs: Sequence[Gang],
+        family: CompositeFamily,
+        key: tuple[str, str],
         now: float,
         state: PassState,
         held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]],
+        pins: Mapping[str, str],
     ) -> list[Release | Hold | None] | None:
-        """The gangs' decisions if enough were placed; None (their room given back) if not."""
+        """The decisions under the composite if enough children were placed; None (their room
+        given back) if not."""
+        composite = family.composites[key]
         mark = len(state.undo)
-        decided = [self.plan_gang(g, now, state, held) for g in gangs]
-        # A gang admitted already is counted in `admitted`, whatever of its spare pods goes now.
-        placed = composite.admitted + sum(
-            isinstance(d, Release) and g.released < g.min_member for g, d in zip(gangs, decided, strict=True)
-        )
+        decided: list[Release | Hold | None] = []
+        placed = composite.admitted
+        for child in family.children[key]:
+            if isinstance(child, Gang):
+                one = self.plan_gang(_pinned(child, pins), now, state, held)
+                decided.append(one)
+                # A gang admitted already is counted in `admitted`, whatever of its spare pods goes now.
+                placed += isinstance(one, Release) and child.released < child.min_member
+            else:
+                below, ok = self.plan_composite(family, child, now, state, held, pins)
+                decided += below
+                sub = family.composites[child]
+                placed += ok and sub.admitted < sub.min_group_count  # else counted in `admitted`
         if placed >= composite.min_group_count:
             return decided
         for name, room in reversed(state.undo[mark:]):
@@ -381,18 +394,20 @@ class Planner:
         return None
 
     def _composite_holds(
-        self, composite: Composite, gangs: Sequence[Gang], domains: tuple[str, int] | None
+        self, family: CompositeFamily, key: tuple[str, str], domains: tuple[str, int] | None
     ) -> list[Release | Hold | None]:
+        composite = family.composites[key]
         where = ""
         if domains is not None:
-            key, count = domains
-            where = f" in one {key.rsplit('/', 1)[-1]} (node label {key}; {count} tried)"
+            topology, count = domains
+            where = f" in one {topology.rsplit('/', 1)[-1]} (node label {topology}; {count} tried)"
+        what = "gangs" if all(isinstance(c, Gang) for c in family.children[key]) else "groups"
         message = (
-            f"CompositePodGroup {composite.name} needs {composite.min_group_count} of its gangs placed "
+            f"CompositePodGroup {composite.name} needs {composite.min_group_count} of its {what} placed "
             f"together{where} ({composite.admitted} admitted already); fewer fit now, so none of them is "
             f"released"
         )
-        return [Hold(g, "WaitingForGroups", message) for g in gangs]
+        return [Hold(g, "WaitingForGroups", message) for g in family.gangs_under(key)]
 
     def turn(self, queue: Sequence[Gang], now: float) -> frozenset[tuple[str, str]]:
         """The starving gangs that may hold capacity this pass: starving gangs take turns of
@@ -966,3 +981,54 @@ def _search(
                 i, descended = after(frame), True
             else:
                 stack.pop()
+
+
+@dataclass
+class CompositeFamily:
+    """The queue's gangs under their CompositePodGroups: each composite's children (gangs and
+    child composites, in queue order of their first gang) and the composite at the top of each
+    gang's chain. A chain with a composite not known, a loop, or more than
+    `MAX_COMPOSITE_DEPTH` levels is planned only up to there (the operator holds such gangs)."""
+
+    composites: Mapping[tuple[str, str], Composite]
+    children: dict[tuple[str, str], list[Gang | tuple[str, str]]] = field(default_factory=dict)
+    roots: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # composite -> top
+
+    @classmethod
+    def of(cls, ordered: Sequence[Gang], composites: Mapping[tuple[str, str], Composite]) -> CompositeFamily:
+        family = cls(composites)
+        for gang in ordered:
+            if gang.composite is None or (gang.namespace, gang.composite) not in composites:
+                continue
+            key = (gang.namespace, gang.composite)
+            family.children.setdefault(key, []).append(gang)
+            chain = [key]
+            while key not in family.roots and len(chain) < MAX_COMPOSITE_DEPTH:
+                parent = composites[key].parent
+                up = (key[0], parent) if parent is not None else None
+                if up is None or up not in composites or up in chain:
+                    break
+                if key not in family.children.setdefault(up, []):
+                    family.children[up].append(key)
+                key = up
+                chain.append(key)
+            top = family.roots.get(key, key)
+            for each in chain:
+                family.roots[each] = top
+        return family
+
+    def root_of(self, gang: Gang) -> tuple[str, str] | None:
+        return self.roots.get((gang.namespace, gang.composite)) if gang.composite is not None else None
+
+    def gangs_under(self, key: tuple[str, str]) -> list[Gang]:
+        found: list[Gang] = []
+        for child in self.children.get(key, []):
+            found += [child] if isinstance(child, Gang) else self.gangs_under(child)
+        return found
+
+
+def _pinned(gang: Gang, pins: Mapping[str, str]) -> Gang:
+    """The gang with its pods confined to the domains its composites were pinned to."""
+    if not pins:
+        return gang
+    return replace(gang, pods=tuple(replace(p, node_selector={**p.node_selector, **pins}) for p in gang.pods))

@@ -69,6 +69,11 @@ def preemption_policy(spec: Mapping[str, Any]) -> str | None:
     )
 
 
+# CompositePodGroups above a PodGroup, at most: Kubernetes' WorkloadMaxTreeDepth (4) counts the
+# PodGroup too, and kube-scheduler marks a deeper tree Invalid.
+MAX_COMPOSITE_DEPTH = 3
+
+
 def parent_name(spec: Mapping[str, Any]) -> str | None:
     """The CompositePodGroup a 1.37 PodGroup (or CompositePodGroup) belongs to."""
     value = spec.get("parentCompositePodGroupName")

@@ -28,8 +28,10 @@ from quorum.core.model import Composite, Gang, Pod, resources
 from quorum.core.preemption import HIGHEST_USER_PRIORITY
 from quorum.core.quantity import QuantityError
 from quorum.core.workloads import (
+    MAX_COMPOSITE_DEPTH,
     POD_GROUP_VERSIONS,
     WAS_GROUP,
+    CompositeFacts,
     InvalidWorkloadObject,
     composite_facts,
     disruption_mode,
@@ -440,8 +442,14 @@ def _check_scheduler_rules(view: GangView, store: Store, group: JSON) -> None:
     if view.waiting is not None or not view.gated:
         return  # nothing to release (a running gang is not held up by it)
     kind, root = "PodGroup", group
-    if view.parent is not None and (parent := store.composites.get((view.namespace, view.parent))):
-        kind, root = "CompositePodGroup", parent
+    name, seen = view.parent, 0
+    while (
+        name is not None
+        and seen < MAX_COMPOSITE_DEPTH
+        and (up := store.composites.get((view.namespace, name)))
+    ):
+        kind, root, seen = "CompositePodGroup", up, seen + 1
+        name = parent_name(up.get("spec") or {})
     spec = root.get("spec") or {}
     pods = [
         (
@@ -457,57 +465,96 @@ def _check_scheduler_rules(view: GangView, store: Store, group: JSON) -> None:
 
 
 def _attach_composite(view: GangView, store: Store) -> None:
-    """A 1.37 PodGroup of a CompositePodGroup waits until the composite exists and is valid."""
+    """A 1.37 PodGroup of a CompositePodGroup waits until the composite, and each composite
+    above it, exists and is valid; a chain that loops or is deeper than Kubernetes allows
+    holds it too."""
     assert view.parent is not None
-    obj = store.composites.get((view.namespace, view.parent))
-    if obj is None:
-        view.waiting = (
-            f"waiting for CompositePodGroup {view.parent} (scheduling.k8s.io), its PodGroup's parent, "
-            f"to exist in namespace {view.namespace}"
-        )
-        return
-    try:
-        composite_facts(obj)
-    except InvalidWorkloadObject as err:
-        view.waiting = f"CompositePodGroup {view.parent} is invalid: {err}; fix it to have its gangs planned"
+    seen: list[str] = []
+    name: str | None = view.parent
+    while name is not None:
+        if name in seen or len(seen) == MAX_COMPOSITE_DEPTH:
+            chain = " -> ".join([*seen, name])
+            view.waiting = (
+                f"its CompositePodGroups {chain} loop or are nested more than {MAX_COMPOSITE_DEPTH} deep; "
+                f"fix their parentCompositePodGroupName to have its gangs planned"
+            )
+            return
+        below = "its PodGroup's parent" if not seen else f"the parent of CompositePodGroup {seen[-1]}"
+        seen.append(name)
+        obj = store.composites.get((view.namespace, name))
+        if obj is None:
+            view.waiting = (
+                f"waiting for CompositePodGroup {name} (scheduling.k8s.io), {below}, "
+                f"to exist in namespace {view.namespace}"
+            )
+            return
+        try:
+            name = composite_facts(obj).parent
+        except InvalidWorkloadObject as err:
+            view.waiting = f"CompositePodGroup {seen[-1]} is invalid: {err}; fix it to have its gangs planned"
+            return
 
 
 def composites(store: Store, views: Collection[GangView]) -> dict[tuple[str, str], Composite]:
-    """The CompositePodGroups the views' gangs count toward, each with its gangs admitted already
-    (released at least minMember: the planner counts them as placed) and, with a topology key,
-    the domains their bound pods are in (the other gangs must go there too)."""
+    """The CompositePodGroups the views' gangs count toward, and the ones above those, each
+    with its children admitted already (a gang released at least minMember; a composite with
+    its own count met: the planner counts them as placed) and, with a topology key, the domains
+    the bound pods of the admitted gangs under it are in (the others must go there too)."""
     admitted: defaultdict[tuple[str, str], list[GangView]] = defaultdict(list)
-    named: set[tuple[str, str]] = set()
+    facts: dict[tuple[str, str], CompositeFacts] = {}
+    pending: list[tuple[str, str]] = []
     for view in views:
         if view.parent is None:
             continue
         key = (view.namespace, view.parent)
-        named.add(key)
+        pending.append(key)
         if (
             view.min_member is not None
             and view.waiting is None
             and view.counts()["released"] >= view.min_member
         ):
             admitted[key].append(view)
-    found = {}
-    for key in named:
-        obj = store.composites.get(key)
-        try:
-            facts = composite_facts(obj) if obj is not None else None
-        except InvalidWorkloadObject:
-            facts = None
-        if facts is None:
+    while pending:  # each named composite and those above it, read once each
+        key = pending.pop()
+        if key in facts or (obj := store.composites.get(key)) is None:
             continue
+        try:
+            facts[key] = composite_facts(obj)
+        except InvalidWorkloadObject:
+            continue
+        if (parent := facts[key].parent) is not None:
+            pending.append((key[0], parent))
+    below: defaultdict[tuple[str, str], list[tuple[str, str]]] = defaultdict(list)
+    for key, fact in facts.items():
+        if fact.parent is not None and (key[0], fact.parent) in facts and fact.parent != key[1]:
+            below[(key[0], fact.parent)].append(key)
+
+    def count(key: tuple[str, str], depth: int) -> int:
+        met = sum(
+            1
+            for c in below[key]
+            if depth < MAX_COMPOSITE_DEPTH and count(c, depth + 1) >= facts[c].min_group_count
+        )
+        return len(admitted[key]) + met
+
+    def admitted_under(key: tuple[str, str], depth: int) -> list[GangView]:
+        found = list(admitted[key])
+        for c in below[key] if depth < MAX_COMPOSITE_DEPTH else []:
+            found += admitted_under(c, depth + 1)
+        return found
+
+    found = {}
+    for key, fact in facts.items():
         domains: set[str] = set()
-        if facts.topology_key:
-            for view in admitted[key]:
+        if fact.topology_key:
+            for view in admitted_under(key, 1):
                 for pod in view.active:
                     node = store.nodes.get(str((pod.get("spec") or {}).get("nodeName") or ""))
                     labels = ((node or {}).get("metadata") or {}).get("labels") or {}
-                    if facts.topology_key in labels:
-                        domains.add(str(labels[facts.topology_key]))
+                    if fact.topology_key in labels:
+                        domains.add(str(labels[fact.topology_key]))
         found[key] = Composite(
-            *key, facts.min_group_count, len(admitted[key]), facts.topology_key, frozenset(domains)
+            *key, fact.min_group_count, count(key, 1), fact.topology_key, frozenset(domains), fact.parent
         )
     return found
 

@@ -1,6 +1,7 @@
 """What Kubernetes 1.37 adds to Workload Aware Scheduling, on the real control plane: composite
-gangs (a CompositePodGroup's minGroupCount all-or-nothing), a PodGroup's minCount changed live,
-and Jobs with `spec.scheduling` (the Job controller makes the Workload and PodGroup)."""
+gangs (a CompositePodGroup's minGroupCount all-or-nothing, nested composites at each level), a
+PodGroup's minCount changed live, and Jobs with `spec.scheduling` (the Job controller makes the
+Workload and PodGroup)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,114 @@ async def test_a_composite_whose_gangs_each_fit_alone_but_not_together_releases_
     assert len({p["spec"]["nodeName"] for p in bound}) == 3
     for name in ("launcher", "workers"):
         await assert_as_planned(api, namespace, f"wpg-trainer-{name}")
+    await assert_no_overcommit(api)
+
+
+async def test_a_job_of_slices_releases_no_slice_until_both_fit_together(
+    api: client.ApiClient,
+    customer_api: client.ApiClient,
+    namespace: str,
+    test_pool: Callable[..., Any],
+    was: WorkloadApi,
+) -> None:
+    """Composites nested: a job (minGroupCount 2) of two slices, each a CompositePodGroup
+    (minGroupCount 2) of a launcher and a worker PodGroup of one 8-GPU pod. With three free
+    nodes each slice fits alone and both do not: nothing is released, each gang held for the
+    job; once a fourth node frees, all four go at once."""
+    pool: TestPool = await test_pool(count=4)
+    core = client.CoreV1Api(customer_api)
+    custom = client.CustomObjectsApi(customer_api)
+    blocker = member("blocker", "none", pool, 8)
+    del blocker["spec"]["schedulingGroup"]
+    await core.create_namespaced_pod(namespace, blocker)
+
+    async def blocker_bound() -> bool:
+        return bool((await core.read_namespaced_pod("blocker", namespace)).spec.node_name)
+
+    await eventually(blocker_bound, timeout=30, what="the blocker bound")
+    roles = ("launcher", "worker")
+    slices = [
+        {
+            "name": f"slice{s}",
+            "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+            "podGroupTemplates": [
+                {"name": f"{role}{s}", "schedulingPolicy": {"gang": {"minCount": 1}}} for role in roles
+            ],
+        }
+        for s in range(2)
+    ]
+    workload = was.workload("multislice", [])
+    workload["spec"] = {
+        "compositePodGroupTemplates": [
+            {
+                "name": "job",
+                "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+                "compositePodGroupTemplates": slices,
+            }
+        ]
+    }
+    await was.create(customer_api, namespace, "workloads", workload)
+
+    def composite(name: str, template: str, parent: str | None) -> dict[str, Any]:
+        return {
+            "apiVersion": "scheduling.k8s.io/v1alpha3",
+            "kind": "CompositePodGroup",
+            "metadata": {"name": name},
+            "spec": {
+                "workloadRef": {"workloadName": "multislice", "templateName": template},
+                "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+                **({"parentCompositePodGroupName": parent} if parent else {}),
+            },
+        }
+
+    await custom.create_namespaced_custom_object(
+        "scheduling.k8s.io", "v1alpha3", namespace, "compositepodgroups", composite("ms-job", "job", None)
+    )
+    groups = [f"{role}{s}" for s in range(2) for role in roles]
+    for s in range(2):
+        await custom.create_namespaced_custom_object(
+            "scheduling.k8s.io",
+            "v1alpha3",
+            namespace,
+            "compositepodgroups",
+            composite(f"ms-slice{s}", f"slice{s}", "ms-job"),
+        )
+        for role in roles:
+            group = was.podgroup(
+                f"ms-{role}{s}",
+                {"gang": {"minCount": 1}},
+                ("multislice", f"{role}{s}"),
+                parentCompositePodGroupName=f"ms-slice{s}",
+            )
+            await was.create(customer_api, namespace, "podgroups", group)
+            await core.create_namespaced_pod(namespace, member(f"{role}{s}", f"ms-{role}{s}", pool, 8))
+
+    async def all_held_for_the_job() -> list[dict[str, Any]] | None:
+        found = [await get(api, GANGS, namespace, f"wpg-ms-{g}") for g in groups]
+        gangs = [g for g in found if g is not None]
+        held = len(gangs) == 4 and all(admitted(g).get("reason") == "WaitingForGroups" for g in gangs)
+        return gangs if held else None
+
+    gangs = await eventually(all_held_for_the_job, timeout=60, what="every gang held for the job")
+    assert all(
+        "CompositePodGroup ms-job needs 2 of its groups placed together" in admitted(g)["message"]
+        for g in gangs
+    ), [admitted(g)["message"] for g in gangs]
+    members = [p for p in await pods(api, namespace) if p["metadata"]["name"] != "blocker"]
+    assert len(members) == 4 and all(gated(p) and not p["spec"].get("nodeName") for p in members), (
+        "no slice released: each alone would have fit"
+    )
+
+    await core.delete_namespaced_pod("blocker", namespace, grace_period_seconds=0)
+
+    async def all_bound() -> list[dict[str, Any]] | None:
+        found = [p for p in await pods(api, namespace) if p["metadata"]["name"] != "blocker"]
+        return found if len(found) == 4 and all(p["spec"].get("nodeName") for p in found) else None
+
+    bound = await eventually(all_bound, timeout=60, what="both slices released together once room appeared")
+    assert len({p["spec"]["nodeName"] for p in bound}) == 4
+    for name in groups:
+        await assert_as_planned(api, namespace, f"wpg-ms-{name}")
     await assert_no_overcommit(api)
 
 

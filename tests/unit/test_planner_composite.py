@@ -178,3 +178,127 @@ def test_a_composites_gangs_go_to_the_domain_its_admitted_gangs_run_in() -> None
     assert release.placement[0][1].labels[RACK] == "r1", "beside the admitted launcher, not in the roomier r2"
     split = Composite("ns", "job", 2, admitted=1, topology_key=RACK, admitted_domains=frozenset({"r1", "r2"}))
     assert not plan(nodes, [child("workers", 1, 8)], split).releases, "admitted gangs split: no single domain"
+
+
+# -- nested composites: a composite of composites (a multi-slice job of launcher+workers slices)
+
+
+def slice_of(name: str, parent: str = "job", min_groups: int = 2, **kw: object) -> Composite:
+    return Composite("ns", name, min_groups, parent=parent, **kw)  # type: ignore[arg-type]
+
+
+def two_slices(gpus_each: int = 8) -> list[Gang]:
+    """Slices s0 and s1, each a launcher and a worker gang of one pod."""
+    return [
+        child(f"{role}{s}", 1, gpus_each, composite=f"s{s}", created=s)
+        for s in range(2)
+        for role in ("launcher", "worker")
+    ]
+
+
+def test_slices_that_each_fit_alone_but_not_together_release_none() -> None:
+    nodes = [node("a"), node("b"), node("c")]  # room for one slice and a half
+    result = plan(nodes, two_slices(), Composite("ns", "job", 2), slice_of("s0"), slice_of("s1"))
+    assert not result.releases
+    assert len(result.holds) == 4 and {h.reason for h in result.holds} == {"WaitingForGroups"}
+    assert "CompositePodGroup job needs 2 of its groups placed together" in result.holds[0].message
+
+
+def test_slices_that_fit_together_are_all_released() -> None:
+    nodes = [node(n) for n in "abcd"]
+    result = plan(nodes, two_slices(), Composite("ns", "job", 2), slice_of("s0"), slice_of("s1"))
+    assert len(result.releases) == 4
+    used = [n.name for r in result.releases for _, n in r.placement]
+    assert sorted(used) == list("abcd")
+
+
+def test_one_slice_of_min_group_count_one_goes_and_the_other_waits_for_its_own_gangs() -> None:
+    nodes = [node(n) for n in "abc"]
+    result = plan(nodes, two_slices(), Composite("ns", "job", 1), slice_of("s0"), slice_of("s1"))
+    assert {r.gang.name for r in result.releases} == {"launcher0", "worker0"}
+    assert {h.gang.name for h in result.holds} == {"launcher1", "worker1"}
+    assert all("CompositePodGroup s1 needs 2 of its gangs" in h.message for h in result.holds)
+
+
+def test_a_slice_whose_count_is_met_already_counts_once_toward_the_job() -> None:
+    """s0 runs (admitted 2 of 2): the job (2 of 2 slices, one admitted) needs s1 placed whole."""
+    queue = [child("launcher1", 1, 8, composite="s1"), child("worker1", 1, 8, composite="s1")]
+    composites = (Composite("ns", "job", 2, admitted=1), slice_of("s0", admitted=2), slice_of("s1"))
+    assert len(plan([node("a"), node("b")], queue, *composites).releases) == 2
+    assert not plan([node("a")], queue, *composites).releases
+
+
+def test_the_job_picks_one_rack_and_each_slice_one_block_inside_it() -> None:
+    def at(name: str, rack: str, block: str) -> Node:
+        base = racked(name, rack)
+        return replace(base, labels={**base.labels, "block": block})
+
+    # r1 has two blocks of one node: no slice fits in a block there. r2 has two blocks of two.
+    nodes = [at("a", "r1", "b1"), at("b", "r1", "b2")] + [
+        at(f"c{i}", "r2", f"b{3 + i // 2}") for i in range(4)
+    ]
+    result = plan(
+        nodes,
+        two_slices(),
+        Composite("ns", "job", 2, topology_key=RACK),
+        slice_of("s0", topology_key="block"),
+        slice_of("s1", topology_key="block"),
+    )
+    assert len(result.releases) == 4
+    by_slice: dict[str, set[str]] = {}
+    for release in result.releases:
+        for _, where in release.placement:
+            assert where.labels[RACK] == "r2"
+            by_slice.setdefault(str(release.gang.composite), set()).add(where.labels["block"])
+    assert all(len(blocks) == 1 for blocks in by_slice.values()) and by_slice["s0"] != by_slice["s1"]
+
+
+def test_a_loop_of_parents_is_planned_no_higher_than_where_it_loops() -> None:
+    """s0 -> s1 -> s0: each composite is planned, and the planner ends (the operator holds such
+    gangs, told to fix it; the planner must not loop whatever it is given)."""
+    queue = [child("a", 1, 8, composite="s0"), child("b", 1, 8, composite="s1")]
+    result = plan(
+        [node("a"), node("b")],
+        queue,
+        slice_of("s0", parent="s1", min_groups=1),
+        slice_of("s1", parent="s0", min_groups=1),
+    )
+    assert len(result.releases) + len(result.holds) == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    slices=st.lists(
+        st.tuples(st.lists(st.sampled_from([2, 4, 8]), min_size=1, max_size=3), st.integers(1, 3)),
+        min_size=1,
+        max_size=3,
+    ),
+    nodes_count=st.integers(0, 5),
+    min_slices=st.integers(1, 3),
+)
+def test_each_level_is_all_or_nothing(
+    slices: list[tuple[list[int], int]], nodes_count: int, min_slices: int
+) -> None:
+    """A job of slices of gangs: under each composite either nothing is released, or at least
+    its minGroupCount of children are placed; the job's count counts slices placed."""
+    nodes = [node(f"n{i}") for i in range(nodes_count)]
+    queue = [
+        child(f"s{s}g{g}", 1, gpus, composite=f"s{s}", created=s)
+        for s, (gangs, _) in enumerate(slices)
+        for g, gpus in enumerate(gangs)
+    ]
+    composites = [Composite("ns", "job", min_slices)] + [
+        slice_of(f"s{s}", min_groups=need) for s, (_, need) in enumerate(slices)
+    ]
+    result = plan(nodes, queue, *composites)
+    released: dict[str, int] = {}
+    for release in result.releases:
+        released[str(release.gang.composite)] = released.get(str(release.gang.composite), 0) + 1
+    for s, (_, need) in enumerate(slices):
+        assert released.get(f"s{s}", 0) in (0, *range(need, 4)), f"slice s{s}: {released}"
+    assert not released or len(released) >= min_slices, released
+    taken: dict[str, int] = {}
+    for release in result.releases:
+        for pod, where in release.placement:
+            taken[where.name] = taken.get(where.name, 0) + pod.requests[GPU]
+    assert all(gpus <= resources({GPU: "8"})[GPU] for gpus in taken.values())

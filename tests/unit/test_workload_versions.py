@@ -278,3 +278,72 @@ async def test_the_resize_names_the_decision_this_process_made_even_before_the_w
     await records.ensure_gang(view)
     resized = records.gang(("ns", "pg-pg1"))["status"]["resized"]  # type: ignore[index]
     assert resized["attempt"] == 2
+
+
+def composite_obj(name: str, min_groups: int = 2, parent: str | None = None, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {
+            "schedulingPolicy": {"gang": {"minGroupCount": min_groups}},
+            **({"parentCompositePodGroupName": parent} if parent else {}),
+            **spec,
+        },
+    }
+
+
+def test_a_gang_waits_for_every_composite_above_it_and_a_loop_is_said_so() -> None:
+    store = Store(pods={"a": wpg_pod("a")})
+    store.groups[("scheduling.k8s.io", "ns", "workers")] = k8s_podgroup(
+        "v1beta1", parentCompositePodGroupName="slice"
+    )
+    store.composites[("ns", "slice")] = composite_obj("slice", parent="job")
+    (view,) = assemble(store)
+    assert view.waiting is not None
+    assert "waiting for CompositePodGroup job (scheduling.k8s.io), the parent of CompositePodGroup slice" in (
+        view.waiting
+    )
+    store.composites[("ns", "job")] = composite_obj("job", parent="slice")
+    (view,) = assemble(store)
+    assert (
+        view.waiting is not None
+        and "slice -> job -> slice loop or are nested more than 3 deep" in view.waiting
+    )
+    store.composites[("ns", "job")] = composite_obj("job", priority=10)
+    (view,) = assemble(store)
+    assert view.waiting is not None and "CompositePodGroup job" in view.waiting, (
+        "priority is the top composite's"
+    )
+    for pod in store.pods.values():
+        pod["spec"]["priority"] = 10
+    (view,) = assemble(store)
+    assert view.waiting is None and view.to_core().composite == "slice"
+
+
+def test_a_slice_whose_count_is_met_counts_as_one_admitted_child_of_the_job() -> None:
+    """Two slices of a job: s0's two gangs are released (s0 met), s1's are not: the job has one
+    child admitted, s0 two, s1 none; a slice's admitted domains are its own gangs'."""
+    pods: dict[str, dict[str, Any]] = {}
+    store = Store(pods=pods)
+    for s in range(2):
+        for role in ("launcher", "worker"):
+            group = f"{role}{s}"
+            for i in range(2):
+                pod = wpg_pod(f"{group}-{i}", group=group, gated=s == 1)
+                if s == 0:
+                    pod["spec"]["nodeName"] = "n1"
+                pods[pod["metadata"]["uid"]] = pod
+            store.groups[("scheduling.k8s.io", "ns", group)] = k8s_podgroup(
+                "v1beta1", name=group, parentCompositePodGroupName=f"s{s}"
+            )
+        store.composites[("ns", f"s{s}")] = composite_obj(f"s{s}", parent="job")
+    store.composites[("ns", "job")] = composite_obj(
+        "job", schedulingConstraints={"topology": [{"key": "rack"}]}
+    )
+    store.nodes["n1"] = {"metadata": {"name": "n1", "labels": {"rack": "r1"}}}
+    found = composites(store, assemble(store))
+    assert {k[1]: (c.admitted, c.parent) for k, c in found.items()} == {
+        "job": (1, None),
+        "s0": (2, "job"),
+        "s1": (0, "job"),
+    }
+    assert found[("ns", "job")].admitted_domains == {"r1"}, "the domain of the admitted gangs under it"
