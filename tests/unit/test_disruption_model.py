@@ -618,6 +618,8 @@ class DisruptionMachine(RuleBasedStateMachine):
         self.api.changed("nodes", f"n{i}", n)
         for p in list(self.api.server.pods.values()):
             if p["spec"].get("nodeName") == f"n{i}":
+                if GANG_LABEL in (p["metadata"].get("labels") or {}):
+                    self.api.lost.add(p["metadata"]["labels"][GANG_LABEL])  # a member lost with its node
                 self.remove_pod(p)
 
     # -- quorum, its watches, its apiserver ------------------------------------------------------
