@@ -116,13 +116,16 @@ async def test_a_customer_cannot_take_quorums_install_apart(
     await platform.patch_validating_webhook_configuration("quorum-webhooks", unlabel)
 
 
+@pytest.mark.parametrize("kubernetes", ["1.37", "1.36"])
 async def test_with_every_fence_on_disk_they_hold_and_none_is_an_api_object(
-    start_instance: Callable[..., Instance],
+    start_instance: Callable[..., Instance], kubernetes: str
 ) -> None:
     """`static_admission="all"` (what `quorum manifests --static-admission DIR` writes): the
     protective policies are loaded from disk only; the customer finds none of them to delete,
-    and they refuse what they refused as API objects."""
-    instance = start_instance("t-static", kubernetes="1.37", static_admission="all")
+    and they refuse what they refused as API objects. On 1.36 too, with the alpha gate
+    `ManifestBasedAdmissionControlConfig` on."""
+    name = "t-static" if kubernetes == "1.37" else "t-static-136"
+    instance = start_instance(name, kubernetes=kubernetes, static_admission="all")
     admin = await api_client(instance.kubeconfig("admin"))
     customer = await api_client(instance.kubeconfig("customer"))
     async with admin, customer:
@@ -148,3 +151,6 @@ async def test_with_every_fence_on_disk_they_hold_and_none_is_an_api_object(
             "quorum-reserved-tolerations" in message
             and f"quorum-reserved-tolerations{STATIC_SUFFIX}" in message
         )
+        admission = client.AdmissionregistrationV1Api(customer)
+        message = await refused(admission.delete_validating_webhook_configuration("quorum-webhooks"))
+        assert STATIC_SUFFIX in message and "only the platform" in message, message
