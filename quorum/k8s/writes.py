@@ -114,6 +114,27 @@ def pin_to_node(spec: dict[str, Any], node: str) -> list[dict[str, Any]]:
     return ops
 
 
+def pinned_node(spec: dict[str, Any]) -> str | None:
+    """The node a released pod was pinned to (`pin_to_node`): the one name the `metadata.name`
+    matchField of each of its required node-affinity terms allows; None if it is not pinned so."""
+    affinity = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    found: set[str] = set()
+    for term in (affinity.get(REQUIRED) or {}).get("nodeSelectorTerms") or []:
+        if not term.get("matchFields") and not term.get("matchExpressions"):
+            continue  # matches no node
+        pins = [
+            {f["values"][0]}
+            for f in term.get("matchFields") or []
+            if f.get("key") == "metadata.name"
+            and f.get("operator") == "In"
+            and len(f.get("values") or []) == 1
+        ]
+        if not pins:
+            return None  # the term allows nodes by other names
+        found |= set.intersection(*pins)  # empty where the user's pin and quorum's differ
+    return found.pop() if len(found) == 1 else None
+
+
 async def release_pod(
     api: client.ApiClient, pod: dict[str, Any], node: str | None, tolerate: str | None = None
 ) -> bool:

@@ -7,7 +7,7 @@ when a recovery deleted it, or when its release was refused (a suspended Job's p
 room until it is gone: kube-scheduler may bind it until the Job controller deletes it). In between,
 the pod's capacity would be counted nowhere: the release patch is seen by the watch before the
 binding. The planner sees bound usage plus the ledger. A new leader rebuilds the ledger from the
-decisions recorded on the Gang objects.
+decisions recorded on the Gang objects and from the released pods' own pins.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ from typing import Any
 
 from quorum.core.model import add
 from quorum.k8s.convert import pod_requests
-from quorum.operator.gangs import is_gated
+from quorum.k8s.writes import pinned_node
+from quorum.operator.gangs import GANG_LABEL, is_gated
 
 GangKey = tuple[str, str]
 JSON = dict[str, Any]
@@ -84,21 +85,42 @@ class Ledger:
 
     def resume(self, gangs: Mapping[GangKey, JSON], pods: Mapping[str, JSON], bound: Container[str]) -> None:
         """Start afresh from what the API shows: every pod of a recorded decision that is
-        released (not gated) but not bound yet keeps its planned node reserved."""
+        released (not gated) but not bound yet keeps its planned node reserved; so does every
+        other gang pod released and pinned to a node but not bound (one of an earlier decision
+        that a later one's record replaced: kube-scheduler may still bind it there)."""
         for uid in list(self.entries):
             self.drop(uid)
         for key, gang in gangs.items():
             for entry in recorded_placement(gang):
                 pod = pods.get(entry["uid"])
-                if pod is None or is_gated(pod) or entry["uid"] in bound:
-                    continue
-                if (pod.get("spec") or {}).get("nodeName"):
-                    continue
-                try:
-                    requests = pod_requests(pod)
-                except ValueError:  # requests the apiserver would never have let through
-                    continue
-                self.reserve(key, entry["uid"], entry["node"], requests)
+                if pod is not None and _released_unbound(pod, bound):
+                    self._reserve_pod(key, pod, entry["node"])
+        for uid, pod in pods.items():
+            gang_name = ((pod.get("metadata") or {}).get("labels") or {}).get(GANG_LABEL)
+            if uid in self.entries or not gang_name or not _released_unbound(pod, bound):
+                continue
+            if (node := pinned_node(pod.get("spec") or {})) is not None:
+                self._reserve_pod((str(pod["metadata"].get("namespace")), gang_name), pod, node)
+
+    def _reserve_pod(self, gang: GangKey, pod: JSON, node: str) -> None:
+        try:
+            requests = pod_requests(pod)
+        except ValueError:  # requests the apiserver would never have let through
+            return
+        self.reserve(gang, pod["metadata"]["uid"], node, requests)
+
+
+def _released_unbound(pod: JSON, bound: Container[str]) -> bool:
+    """Released (not gated), alive, and not bound: its room is promised."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    return not (
+        is_gated(pod)
+        or meta.get("uid") in bound
+        or spec.get("nodeName")
+        or meta.get("deletionTimestamp")
+        or phase in ("Succeeded", "Failed")
+    )
 
 
 def recorded_placement(gang: JSON | None) -> list[JSON]:

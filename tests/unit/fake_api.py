@@ -30,7 +30,6 @@ from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import (
     RESERVED_TAINT,
     release_patch,
-    reserved_toleration,
     taint_patch,
     untaint_patch,
 )
@@ -196,12 +195,7 @@ class FakeApi:
         ops = release_patch(current or pod, node, tolerate)
         if current is None or ops is None:
             return False
-        updated = copy.deepcopy(current)
-        updated["spec"]["schedulingGates"] = [
-            g for g in updated["spec"].get("schedulingGates") or [] if g.get("name") != "quorum.dev/gang"
-        ]
-        if tolerate is not None:
-            updated["spec"].setdefault("tolerations", []).append(reserved_toleration(tolerate))
+        updated = apply_json_patch(current, ops)  # the gate gone, the pin and toleration added
         self.pinned[pod["metadata"]["uid"]] = node
         self.server.pods[pod["metadata"]["uid"]] = updated
         self.changed("pods", pod["metadata"]["uid"], updated)
@@ -339,3 +333,22 @@ class FakeApi:
 
     def reasons(self, name: str) -> list[str]:
         return [reason for obj, reason, _, _ in self.events if obj == name]
+
+
+def apply_json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """RFC 6902 add, remove and test (what the release patch uses), on a copy."""
+    doc = copy.deepcopy(doc)
+    for op in ops:
+        *parents, last = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
+        target = doc
+        for token in parents:
+            target = target[int(token)] if isinstance(target, list) else target[token]
+        if op["op"] == "test":
+            assert (target[int(last)] if isinstance(target, list) else target[last]) == op["value"]
+        elif op["op"] == "remove":
+            del target[int(last) if isinstance(target, list) else last]
+        elif isinstance(target, list):
+            target.insert(len(target) if last == "-" else int(last), copy.deepcopy(op["value"]))
+        else:
+            target[last] = copy.deepcopy(op["value"])
+    return doc

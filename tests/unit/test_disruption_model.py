@@ -746,3 +746,39 @@ def test_a_suspended_jobs_released_pod_keeps_its_room(monkeypatch: pytest.Monkey
         assert machine.api.acts, "the scenario no longer reaches a suspension"
     finally:
         machine.teardown()
+
+
+class Picks:
+    """Stands in for hypothesis's `data` in a replayed case: draws the pod of the given name."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def draw(self, strategy: Any) -> Any:
+        return next(p for p in strategy.elements if p["metadata"]["name"] == self.name)
+
+
+def test_a_new_leader_keeps_the_room_of_a_released_pod_a_later_decision_left_unrecorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the model (random seeds): g0-0 is released to n3 and never binds; replacements
+    are released alone, each decision's record naming only its own pods; after a failover the
+    new leader rebuilt its ledger from the records alone, forgot g0-0's room on n3 and released
+    another pod there. The pod's own pin is read back now."""
+    monkeypatch.setattr(sys.modules[__name__], "event", lambda *_: None)
+    machine = DisruptionMachine()
+    try:
+        machine.a_first_gang(size=3, extra=2, gpu=4, restart=False, job=False)
+        machine.a_node_fails(i=1)
+        machine.a_release_is_cut_off_by_a_failover(failing=1, i=0)  # g0-0 released to n3, unbound
+        pinned = machine.api.server.pods["g0-0"]
+        assert not pinned["spec"].get("nodeName") and machine.api.pinned["g0-0"] == "n3"
+        machine.a_member_is_replaced_while_the_gang_watch_lags(Picks("g0-1"))
+        machine.a_member_is_replaced_while_the_gang_watch_lags(Picks("g0-2"))
+        machine.the_leader_fails_over()
+        machine.a_pass()
+        machine.a_pass()
+        machine.quorum_disrupts_only_by_the_rule()
+        machine.a_quiet_spell()
+    finally:
+        machine.teardown()

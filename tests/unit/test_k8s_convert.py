@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
@@ -13,7 +12,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from quorum.core.fit import FitSettings, why_not
 from quorum.core.model import Node, milli
 from quorum.k8s.convert import node_from_api, pod_from_api, pod_requests
-from quorum.k8s.writes import discard, release_patch
+from quorum.k8s.writes import discard, pinned_node, release_patch
+from tests.unit.fake_api import apply_json_patch
 
 
 def api_pod(**spec: Any) -> dict[str, Any]:
@@ -121,6 +121,19 @@ def test_release_patch_sets_node_affinity_at_the_first_level_missing() -> None:
     }
 
 
+def test_the_pinned_node_is_read_back_from_the_pod() -> None:
+    """What a new leader reserves for a pod released but not bound (the ledger's `resume`)."""
+    gated = api_pod(schedulingGates=[{"name": "quorum.dev/gang"}])
+    assert pinned_node(apply_json_patch(gated, release_patch(gated, "node-1") or [])["spec"]) == "node-1"
+    assert pinned_node(api_pod()["spec"]) is None, "not pinned"
+    rack = {"matchExpressions": [{"key": "rack", "operator": "In", "values": ["a"]}]}
+    pinned = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-2"]}]}
+    cases = (([rack], None), ([rack, pinned], None), ([pinned, pinned], "node-2"), ([{}, pinned], "node-2"))
+    for terms, want in cases:
+        spec = {"affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": terms}}}}
+        assert pinned_node(spec) == want, terms
+
+
 def test_release_patch_adds_the_pin_to_every_term_a_user_wrote() -> None:
     terms = [
         {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]},
@@ -159,25 +172,6 @@ async def test_a_write_whose_answer_is_not_parsed_still_raises_on_an_error_statu
     with pytest.raises(ApiException) as caught:
         await discard(answer(409))
     assert caught.value.status == 409 and "Conflict" in str(caught.value.body)
-
-
-def apply_json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
-    """RFC 6902 add, remove and test (what the release patch uses), on a copy."""
-    doc = copy.deepcopy(doc)
-    for op in ops:
-        *parents, last = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
-        target = doc
-        for token in parents:
-            target = target[int(token)] if isinstance(target, list) else target[token]
-        if op["op"] == "test":
-            assert (target[int(last)] if isinstance(target, list) else target[last]) == op["value"]
-        elif op["op"] == "remove":
-            del target[int(last) if isinstance(target, list) else last]
-        elif isinstance(target, list):
-            target.insert(len(target) if last == "-" else int(last), copy.deepcopy(op["value"]))
-        else:
-            target[last] = copy.deepcopy(op["value"])
-    return doc
 
 
 NAMES = ["n0", "n1", "n2", "n3"]
@@ -242,3 +236,7 @@ def test_a_pinned_pod_fits_only_its_node_and_only_where_it_fitted_before(
             assert now.get(key, [])[: len(was.get(key, []))] == was.get(key, [])
         if not was.get("matchExpressions") and not was.get("matchFields"):
             assert now == was
+    # What a new leader reads back as the pod's promised node (the ledger's `resume`).
+    assert pinned_node(after["spec"]) in (None, target)
+    if not old:
+        assert pinned_node(after["spec"]) == target
