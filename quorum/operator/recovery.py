@@ -144,7 +144,9 @@ class Recoverer:
         if view.min_member is None or view.basic:
             return None
         if growing(view.min_member, gang, view.bound_and_unbound[0]):
-            return None  # its group's minCount grew: the new size is planned first, never a loss
+            # Its group's minCount grew: the new size is planned first, never a loss; a pod
+            # released before and never bound is still made again (or reported), as below.
+            return "replace-stuck" if self.stuck_since_decision(view, gang, now) else None
         recovery = recovery_of(gang)
         if recovery.get("suspendedJobs"):
             return "resume-jobs" if self.may_poll(view.key) else None
@@ -164,10 +166,7 @@ class Recoverer:
                 self.memory[view.key].whole = (attempt, self.bound_members(view))
             if recovery.get("failures"):
                 return "clean-slate"
-            timed_out = now - timestamp(admission.get("time")) > view.schedule_timeout
-            if timed_out and any(p["metadata"]["uid"] not in self.stuck for p in unbound):
-                return "replace-stuck"
-            return None
+            return "replace-stuck" if self.stuck_since_decision(view, gang, now) else None
         if attempt in (recovery.get("attempt"), self.memory[view.key].recovered):
             return None
         if policy is MemberLossPolicy.RESTART_GANG and self.loss(view, gang) is not None:
@@ -182,6 +181,14 @@ class Recoverer:
         ):
             return "recover"
         return None
+
+    def stuck_since_decision(self, view: GangView, gang: JSON, now: float) -> bool:
+        """A released pod not yet replaced or reported is still unbound a timeout after the
+        gang's last decision."""
+        admission = (gang.get("status") or {}).get("admission") or {}
+        if not isinstance(admission, dict) or now - timestamp(admission.get("time")) <= view.schedule_timeout:
+            return False
+        return any(p["metadata"]["uid"] not in self.stuck for p in view.bound_and_unbound[1])
 
     def start_due(
         self,

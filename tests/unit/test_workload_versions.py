@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from quorum.core.conditions import compose
+from quorum.core.lifecycle import BackoffPolicy
+from quorum.core.times import timestamp
 from quorum.core.workloads import (
     DISRUPT_GROUP,
     DISRUPT_POD,
@@ -18,7 +20,8 @@ from quorum.core.workloads import (
     disruption_mode,
 )
 from quorum.operator.gangs import Store, assemble, composites
-from quorum.operator.recovery import growing
+from quorum.operator.ledger import Ledger
+from quorum.operator.recovery import Recoverer, growing
 from quorum.operator.status import GangRecords
 from tests.unit.fake_api import FakeApi
 from tests.unit.test_operator_gangs import gang_pod, podgroup
@@ -347,3 +350,22 @@ def test_a_slice_whose_count_is_met_counts_as_one_admitted_child_of_the_job() ->
         "s1": (0, "job"),
     }
     assert found[("ns", "job")].admitted_domains == {"r1"}, "the domain of the admitted gangs under it"
+
+
+def test_a_grown_gangs_spare_released_before_it_grew_and_never_bound_is_replaced() -> None:
+    """minCount 2 -> 3 with 2 running and a spare released under the old decision whose node was
+    taken: growing keeps recovery off the running members, not off that pod (a ReplicaSet's is
+    made again, a Job's reported)."""
+    store = running_store(3, gang_of(2))
+    spare = gang_pod("c", "c", gated=False)
+    store.pods["c"] = spare
+    records = GangRecords(FakeApi(store), store)
+    recoverer = Recoverer(FakeApi(store), records, BackoffPolicy(), Ledger())
+    (view,) = assemble(store)
+    gang = store.gangs[("ns", "pg-pg1")]
+    assert growing(3, gang, 2)
+    released = timestamp(gang["status"]["admission"]["time"])
+    assert recoverer.due(view, gang, released + view.schedule_timeout / 2) is None, "not yet timed out"
+    assert recoverer.due(view, gang, released + view.schedule_timeout + 1) == "replace-stuck"
+    recoverer.stuck.add("c")
+    assert recoverer.due(view, gang, released + view.schedule_timeout + 1) is None, "once"
