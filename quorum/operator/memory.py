@@ -9,6 +9,7 @@ saw, what it is waiting for — and a new term starts with none of it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +36,14 @@ class GangMemory:
     polled: float | None = None  # monotonic: a suspended Job last looked at
     whole: tuple[int, dict[str, tuple[str, str]]] | None = None  # seen whole: attempt, bound pods
     warned_policy: bool = False  # told its member-loss annotation is wrong
+    # recovery.py and preemption.py: `status.recovery` is written by both, one write at a time,
+    # each on top of the other's last (a preemption records a victim's Job there before it
+    # suspends it; a recovery's write from an older copy must not drop it).
+    recording: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Jobs a preemption of this process recorded in `suspendedJobs` and may still suspend: not
+    # "resumed by someone else" while it may (a new leader's term starts without: the old
+    # leader's tasks are gone, and a Job recorded but never suspended is dropped).
+    suspending: set[str] = field(default_factory=set)
     # release.py
     unfinished: set[str] = field(default_factory=set)  # pods of its recorded release still to patch
     complete_at: float | None = None  # epoch seconds: its members were all there (a metric)

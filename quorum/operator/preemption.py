@@ -11,15 +11,20 @@ One preemption at a time in the cluster. It goes:
    other gangs (the planner reads taints) nor the default scheduler's pods take the room that
    frees. The preemptor's pods tolerate it: in the planner's model, and their release adds the
    toleration (a gated pod may gain tolerations).
-3. Each victim pod gets the `DisruptionTarget` condition (reason `PreemptionByQuorum`, who and
-   why), each victim gang `status.preempted` and an Event, and then goes: a Job whose `suspend`
-   is quorum's, all of whose running pods are victims, is suspended (its pods go without
+3. Recorded on each victim gang's Gang before anything is done to any victim: `status.preempted`,
+   and the Jobs of it that will be suspended added to `status.recovery.suspendedJobs` (what
+   recovery, a new leader's too, and `quorum uninstall` resume). Then the platform's record (the
+   log line and an Event in quorum's own namespace that name every victim, budget and node), an
+   Event to each victim (required) and the preemptor's Event `Preempting`. A failure up to here
+   ends the preemption with nothing taken; a Job recorded but never suspended is dropped from
+   the record by recovery.
+4. Each victim pod gets the `DisruptionTarget` condition (reason `PreemptionByQuorum`, who and
+   why), and then goes: a Job whose `suspend` is quorum's, all of whose running pods are
+   victims, and whose gang has a Gang to record it on, is suspended (its pods go without
    counting against its backoffLimit; recovery resumes it once they are gone, and its new pods
    wait gated as a gang); every other victim pod is deleted, as kube-scheduler's preemption
    deletes its victims (the decision kept PodDisruptionBudgets where it could; a budget does not
    veto it).
-4. The preemptor's Event `Preempting`, and the platform's record: the log line and an Event in
-   quorum's own namespace that name every victim, budget and node.
 
 What each namespace is told names only that namespace's objects (`quorum.core.preemption.Preemption`
 composes every message; docs/threat-model.md, "What a tenant can read").
@@ -339,43 +344,81 @@ class Preempter:
                 return
             self.tainted.setdefault(token, set()).add(name)
         suspend, to_delete = await self.sort_victims(preemption.victims)
+        try:
+            await self.carry_out(view, gang, preemption, token, suspend, to_delete, now)
+        finally:  # whatever was not suspended by now never will be by this task
+            for (namespace, name), (gang_name, _) in suspend.items():
+                self.statuses.memory[(namespace, gang_name)].suspending.discard(name)
+
+    async def carry_out(
+        self,
+        view: GangView,
+        gang: JSON,
+        preemption: Preemption,
+        token: str,
+        suspend: Mapping[tuple[str, str], tuple[str, str]],
+        to_delete: Sequence[RunningPod],
+        now: float,
+    ) -> None:
+        """Recorded, told, then done (docs/preemption.md, "How it is carried out"): each victim's Gang
+        records it, a Job to suspend included, before anything is done to any victim; then the
+        platform's full record, the victims' and the preemptor's Events; then the marks, the
+        suspensions and the deletions. A failure before the marks ends the preemption with
+        nothing taken; a Job recorded but never suspended is dropped by recovery."""
+        key = view.key
+        try:
+            await self.record_victims(preemption, suspend, now)
+            warn = bool(preemption.past_budgets)
+            log.info("%s; token %s", preemption.announced(named=None), token)
+            platform = platform_object(self.settings.namespace)
+            await self.statuses.events.post(
+                platform, "Preempting", preemption.announced(), warning=warn, required=True
+            )
+            await self.tell_victims(preemption, suspend)
+            told = preemption.announced(view.namespace)
+            await self.statuses.events.post(gang, "Preempting", told, warning=warn)
+        except Exception as err:
+            log.info(
+                "%s/%s: preemption not recorded in full (%s); ended with nothing taken", *key, describe(err)
+            )
+            try:
+                await self.end(key, self.records.get(key) or {"token": token}, "not recorded in full", True)
+            except Exception as again:  # its deadline ends it
+                log.info("%s/%s: preemption not ended: %s", *key, describe(again))
+            # What the preemptor's tenant reads of the failure: not the error, which may name
+            # another namespace (the log has it).
+            raise RuntimeError("its victims could not all be recorded and told: nothing was taken") from None
         pods = [p for v in preemption.victims for p in v.pods]
         mark = self.api.mark_disruption_target
         await self.each(pods, lambda pod: mark(pod_ref(pod), REASON, preemption.told(pod.namespace)))
-        suspended = {
-            job: uid for job, uid in suspend.items() if await self.api.set_job_suspend(*job, uid, True)
-        }
-        # Recorded once suspended (as recovery does): a pass in between must not find the Job
-        # recorded but not suspended, and take it for resumed by someone else.
-        await self.tell_victims(preemption, suspended, now)
+        for (namespace, name), (gang_name, uid) in suspend.items():
+            await self.api.set_job_suspend(namespace, name, uid, True)
+            self.statuses.memory[(namespace, gang_name)].suspending.discard(name)
         await self.each(to_delete, lambda pod: self.api.delete_victim(pod_ref(pod)))
         metrics.PREEMPTIONS.labels(result="Started").inc()
         metrics.PREEMPTION_VICTIMS.observe(len(preemption.victims))
         metrics.PREEMPTION_PAST_BUDGETS.inc(len(preemption.past_budgets))
-        log.info("%s; token %s", preemption.announced(named=None), token)
-        warn = bool(preemption.past_budgets)
-        platform = platform_object(self.settings.namespace)
-        await self.statuses.events.post(platform, "Preempting", preemption.announced(), warning=warn)
-        told = preemption.announced(view.namespace)
-        await self.statuses.events.post(gang, "Preempting", told, warning=warn)
 
     async def sort_victims(
         self, victims: Sequence[Work]
-    ) -> tuple[dict[tuple[str, str], str], list[RunningPod]]:
-        """Which Jobs are suspended ((namespace, name) -> uid) and which pods deleted: a Job is
-        suspended when its suspend is quorum's and every pod of it that runs is a victim."""
+    ) -> tuple[dict[tuple[str, str], tuple[str, str]], list[RunningPod]]:
+        """Which Jobs are suspended ((namespace, name) -> (victim gang, uid)) and which pods
+        deleted: a Job is suspended when its suspend is quorum's, every pod of it that runs is a
+        victim, and its gang has a Gang to record it on (for recovery, and `quorum uninstall`, to
+        resume it)."""
         taken = {p.uid for v in victims for p in v.pods}
-        by_job: dict[tuple[str, str], list[RunningPod]] = {}
+        by_job: dict[tuple[str, str], tuple[str, list[RunningPod]]] = {}
         delete: list[RunningPod] = []
         for victim in victims:
+            recordable = victim.kind == "gang" and (victim.namespace, victim.name) in self.store.gangs
             for pod in victim.pods:
                 owner = self.bound.facts[pod.uid].owner if pod.uid in self.bound.facts else None
-                if victim.kind == "gang" and owner is not None and owner.kind == "Job":
-                    by_job.setdefault((pod.namespace, owner.name), []).append(pod)
+                if recordable and owner is not None and owner.kind == "Job":
+                    by_job.setdefault((pod.namespace, owner.name), (victim.name, []))[1].append(pod)
                 else:
                     delete.append(pod)
-        suspend: dict[tuple[str, str], str] = {}
-        for (namespace, name), pods in by_job.items():
+        suspend: dict[tuple[str, str], tuple[str, str]] = {}
+        for (namespace, name), (gang_name, pods) in by_job.items():
             job = await self.api.read_job(namespace, name)
             mine = job is not None and all(
                 f.running.uid in taken
@@ -387,39 +430,57 @@ class Preempter:
                 owners = tuple(r["kind"] for r in meta.get("ownerReferences") or [] if r.get("controller"))
                 facts = JobFacts(name, spec.get("managedBy"), meta.get("labels") or {}, owners)
                 if facts.suspend_owner() is None and not spec.get("suspend"):
-                    suspend[(namespace, name)] = meta["uid"]
+                    suspend[(namespace, name)] = (gang_name, meta["uid"])
                     continue
             delete += pods
         return suspend, delete
 
-    async def tell_victims(
-        self, preemption: Preemption, suspend: Mapping[tuple[str, str], str], now: float
+    async def record_victims(
+        self, preemption: Preemption, suspend: Mapping[tuple[str, str], tuple[str, str]], now: float
     ) -> None:
-        """`status.preempted` and an Event on each victim gang's Gang (a lone pod: on the pod),
-        each told what its namespace may read (`Preemption.told`); a suspended Job is recorded for
-        recovery to resume. Before any victim is deleted, and required: an Event that cannot be
-        posted fails the preemption before it deletes."""
+        """`status.preempted` on each victim gang's Gang, as its namespace may read it, and the
+        Jobs of it to suspend added to `status.recovery.suspendedJobs` (what recovery and `quorum
+        uninstall` resume), before anything is done to any victim. Raises if one cannot be
+        recorded: nothing is taken then."""
+        for victim in preemption.victims:
+            gang_name = victim.name if victim.kind == "gang" else victim.gang
+            vkey = (victim.namespace, str(gang_name))
+            if gang_name is None or vkey not in self.store.gangs:
+                continue  # a lone pod, or a gang without a Gang: its pods are deleted, told by Events
+            told = preemption.told(victim.namespace)
+            by = preemption.preempted_by(victim.namespace)
+            status: JSON = {"preempted": {**({"by": by} if by else {}), "time": iso(now), "message": told}}
+            jobs = sorted(n for (ns, n), (g, _) in suspend.items() if (ns, g) == vkey)
+            if jobs and victim.kind == "gang":
+                recovery = recovery_of(self.statuses.gang(vkey))
+                status["recovery"] = {
+                    **recovery,
+                    "message": f"{told}; suspending Job {', '.join(jobs)} until its pods are gone",
+                    "suspendedJobs": jobs,  # added to those recorded (`patch_recovery`)
+                }
+                self.statuses.memory[vkey].suspending.update(jobs)
+            if not await self.statuses.patch_recovery(vkey, status):
+                raise RuntimeError("the Gang of a victim went before it recorded the preemption")
+
+    async def tell_victims(
+        self, preemption: Preemption, suspend: Mapping[tuple[str, str], tuple[str, str]]
+    ) -> None:
+        """An Event on each victim gang's Gang (a lone pod: on the pod), each told what its
+        namespace may read (`Preemption.told`). Before any victim is marked, and required: an
+        Event that cannot be posted fails the preemption before it takes anything."""
         for victim in preemption.victims:
             told = preemption.told(victim.namespace)
             gang_name = victim.name if victim.kind == "gang" else victim.gang
             gang = self.store.gangs.get((victim.namespace, gang_name)) if gang_name else None
             if gang is None:
-                await self.statuses.events.post(
-                    pod_ref(victim.pods[0]), "Preempted", told, warning=True, required=True
-                )
+                for pod in victim.pods:
+                    await self.statuses.events.post(
+                        pod_ref(pod), "Preempted", told, warning=True, required=True
+                    )
                 continue
-            by = preemption.preempted_by(victim.namespace)
-            status: JSON = {"preempted": {**({"by": by} if by else {}), "time": iso(now), "message": told}}
-            jobs = sorted(name for ns, name in suspend if ns == victim.namespace)
-            if jobs and victim.kind == "gang":
-                recovery = recovery_of(gang)
-                status["recovery"] = {
-                    **recovery,
-                    "message": f"{told}; suspended Job {', '.join(jobs)}",
-                    "suspendedJobs": sorted({*(recovery.get("suspendedJobs") or []), *jobs}),
-                }
-            await self.statuses.patch((victim.namespace, str(gang_name)), status)
-            suspended = f"; suspended Job {', '.join(jobs)} until its pods are gone" if jobs else ""
+            vkey = (victim.namespace, str(gang_name))
+            jobs = sorted(n for (ns, n), (g, _) in suspend.items() if (ns, g) == vkey)
+            suspended = f"; suspending Job {', '.join(jobs)} until its pods are gone" if jobs else ""
             await self.statuses.events.post(gang, "Preempted", told + suspended, warning=True, required=True)
 
     @staticmethod

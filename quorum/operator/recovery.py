@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from quorum.core.conditions import attempt_of, backoff_until, iso, iso_deadline, recovery_of, timestamp
 from quorum.core.lifecycle import (
@@ -352,7 +352,7 @@ class Recoverer:
         "When quorum removes a pod"): the decision is recorded on the Gang first
         (`status.disruption`), so that a leader killed at any point leaves its reason behind and
         the next one finishes it; then `finish` acts on a fresh read of the gang's pods."""
-        if not await self.records.patch(view.key, record):
+        if not await self.records.patch_recovery(view.key, record):
             return  # the Gang is gone: nothing is done without a record
         decision = record["disruption"]
         if decision["reason"] != STUCK_POD:
@@ -423,7 +423,7 @@ class Recoverer:
         if recovery.get("attempt") == disruption_of(gang).get("attempt"):
             fields["recovery"] = {**recovery, "failures": 0, "nextAttemptTime": None, "message": message}
         self.memory[key].backoff_until = 0.0
-        await self.records.patch(key, fields)
+        await self.records.patch_recovery(key, fields)
         log.info("%s/%s: %s", *key, message)
         await self.records.events.post_all([gang, group], "RecoveryWithdrawn", message)
 
@@ -517,6 +517,9 @@ class Recoverer:
         left = []
         for job_name in recovery.get("suspendedJobs") or []:
             job = await self.api.read_job(namespace, job_name)
+            if job is not None and job_name in self.memory[(namespace, name)].suspending:
+                left.append(job_name)  # recorded by a preemption of this process that may still suspend it
+                continue
             if job is None or not (job.get("spec") or {}).get("suspend"):
                 continue  # gone, or resumed by someone else
             status, uid = job.get("status") or {}, job["metadata"]["uid"]
@@ -530,10 +533,11 @@ class Recoverer:
                 message = f"resumed Job {job_name}: none of its old pods is left"
                 await self.records.events.post(gang, "JobResumed", message)
         if left != recovery.get("suspendedJobs"):
-            await self.record((namespace, name), {**recovery, "suspendedJobs": left})
+            dropped = set(recovery.get("suspendedJobs") or []) - set(left)
+            await self.record((namespace, name), {**recovery, "suspendedJobs": left}, dropped)
 
-    async def record(self, key: tuple[str, str], recovery: JSON) -> None:
-        await self.records.patch(key, {"recovery": recovery})
+    async def record(self, key: tuple[str, str], recovery: JSON, dropped: Iterable[str] = ()) -> None:
+        await self.records.patch_recovery(key, {"recovery": recovery}, dropped)
 
 
 def members_of(view: GangView, bound: dict[str, tuple[str, str]]) -> list[Member]:

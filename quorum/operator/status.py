@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,6 +168,22 @@ class GangRecords:
         if ok and (decisions := {n: as_merged(v) for n, v in fields.items() if n in DECISIONS}):
             self.memory[key].unseen.update(decisions)
         return ok
+
+    async def patch_recovery(self, key: GangKey, fields: JSON, dropped: Iterable[str] = ()) -> bool:
+        """`patch` of fields that hold `recovery` (recovery's and a preemption's writes): one at a
+        time per gang, each keeping the Jobs the Gang records as suspended (`suspendedJobs`, as
+        this process last wrote or saw them) but those in `dropped` (resumed, or gone): a write
+        composed from an older copy of the Gang never drops a Job recorded meanwhile."""
+        entry = self.memory[key]
+        async with entry.recording:
+            recovery = fields.get("recovery")
+            if isinstance(recovery, dict):
+                current = ((self.gang(key) or {}).get("status") or {}).get("recovery") or {}
+                recorded = current.get("suspendedJobs") if isinstance(current, dict) else None
+                jobs = {*(recovery.get("suspendedJobs") or []), *(recorded or [])} - set(dropped)
+                if jobs or "suspendedJobs" in recovery:
+                    fields = {**fields, "recovery": {**recovery, "suspendedJobs": sorted(jobs)}}
+            return await self.patch(key, fields)
 
     def held_since(self, key: GangKey) -> float | None:
         """Since when the gang has been held for lack of room (Unschedulable True), if it is."""

@@ -77,7 +77,8 @@ WRITES = (
 TOLD = {  # the Events that name each kind of act, and whether they must come after it
     "delete": ({"PartiallyPlaced", "GangRestarted", "StuckPodReplaced"}, True),
     "victim": ({"Preempted"}, False),  # told to the victim as the preemption is recorded
-    "suspension": ({"PartiallyPlaced", "GangRestarted", "Preempted"}, True),
+    "suspension": ({"PartiallyPlaced", "GangRestarted"}, True),
+    "victim suspension": ({"Preempted"}, False),  # told to the victim as the preemption is recorded
 }
 
 
@@ -237,6 +238,8 @@ class AuditedApi(FakeApi):
             for obj in self.server.gangs.values()
             for victim in ((obj.get("status") or {}).get("preemption") or {}).get("victims") or []
         )
+        if preempted and name not in self.suspended_jobs_recorded(gang):
+            self.violate(f"suspended victim Job {name} before its Gang recorded it to resume", "recorded")
         if not preempted:
             status = self.gang_object(gang)
             admission = status.get("admission") or {}
@@ -263,8 +266,13 @@ class AuditedApi(FakeApi):
                 self.violate(
                     f"suspended Job {name} of {gang} before its timeout of {TIMEOUT}s ended", "timeout"
                 )
-        self.acts.append(Act(self.tick(), gang, "suspension", name))
+        self.acts.append(Act(self.tick(), gang, "victim suspension" if preempted else "suspension", name))
         event("suspension (preemption)" if preempted else "suspension")
+
+    def suspended_jobs_recorded(self, gang: str) -> list[str]:
+        """The Jobs the gang's Gang records as quorum's to resume (what recovery and `quorum
+        uninstall` read)."""
+        return list((self.gang_object(gang).get("recovery") or {}).get("suspendedJobs") or [])
 
     def check_release(self, target: JSON, node_name: str | None) -> None:
         current = self.server.pods.get(target["metadata"]["uid"])
@@ -669,6 +677,20 @@ class DisruptionMachine(RuleBasedStateMachine):
     def quorum_disrupts_only_by_the_rule(self) -> None:
         assert not self.api.violations, self.api.violations
 
+    @invariant()
+    def every_suspended_job_is_recorded(self) -> None:
+        """A Job quorum suspended is recorded on its gang's Gang as long as it stays suspended,
+        wherever a leader was cut off and whichever write failed: else neither recovery nor
+        `quorum uninstall` would ever resume it."""
+        for spec in self.model.gangs.values():
+            job = self.api.jobs.get((NS, f"job-{spec.name}"))
+            if spec.finished or job is None or not job["spec"].get("suspend"):
+                continue
+            recorded = self.api.suspended_jobs_recorded(f"pg-{spec.name}")
+            assert job["metadata"]["name"] in recorded, (
+                f"Job {job['metadata']['name']} is suspended and recorded nowhere (recorded: {recorded})"
+            )
+
     @rule()
     def a_quiet_spell(self) -> None:
         """Faults heal, the watches catch up, controllers and kube-scheduler act, quorum makes a
@@ -685,6 +707,13 @@ class DisruptionMachine(RuleBasedStateMachine):
         self.run(self.loop.step())
         self.run(settle(self.loop))
         self.quorum_disrupts_only_by_the_rule()
+        for spec in self.model.gangs.values():  # recorded, and resumed by the rules once its pods are gone
+            job = self.api.jobs.get((NS, f"job-{spec.name}"))
+            if not spec.finished and job is not None and job["spec"].get("suspend"):
+                left = [
+                    p for p in self.api.server.pods.values() if controller_uid(p) == job["metadata"]["uid"]
+                ]
+                assert left, f"Job {job['metadata']['name']} stays suspended with none of its pods left"
         for act in self.api.acts:
             told, after = TOLD[act.what]
             names = {act.gang, act.gang.removeprefix("pg-"), act.pod}
