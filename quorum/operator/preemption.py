@@ -71,6 +71,7 @@ from quorum.operator.work import GangWork, describe
 
 log = logging.getLogger("quorum.operator.preemption")
 GangKey = tuple[str, str]
+WITHDRAWN = "the preemption of this gang was withdrawn before anything was taken; it runs on"
 REASON = "PreemptionByQuorum"
 EXPIRED_BACKOFF_CAP = 1800.0  # the longest wait after preemptions that did not bind their gang
 STRAY_TAINTS: GangKey = ("", "reservation taints")  # the work key of removing stray ones
@@ -366,8 +367,9 @@ class Preempter:
         suspensions and the deletions. A failure before the marks ends the preemption with
         nothing taken; a Job recorded but never suspended is dropped by recovery."""
         key = view.key
+        recorded: dict[GangKey, JSON | None] = {}
         try:
-            await self.record_victims(preemption, suspend, now)
+            await self.record_victims(preemption, suspend, now, recorded)
             warn = bool(preemption.past_budgets)
             log.info("%s; token %s", preemption.announced(named=None), token)
             platform = platform_object(self.settings.namespace)
@@ -385,6 +387,7 @@ class Preempter:
                 await self.end(key, self.records.get(key) or {"token": token}, "not recorded in full", True)
             except Exception as again:  # its deadline ends it
                 log.info("%s/%s: preemption not ended: %s", *key, describe(again))
+            await self.unrecord_victims(recorded)
             # What the preemptor's tenant reads of the failure: not the error, which may name
             # another namespace (the log has it).
             raise RuntimeError("its victims could not all be recorded and told: nothing was taken") from None
@@ -436,12 +439,17 @@ class Preempter:
         return suspend, delete
 
     async def record_victims(
-        self, preemption: Preemption, suspend: Mapping[tuple[str, str], tuple[str, str]], now: float
+        self,
+        preemption: Preemption,
+        suspend: Mapping[tuple[str, str], tuple[str, str]],
+        now: float,
+        recorded: dict[GangKey, JSON | None],
     ) -> None:
         """`status.preempted` on each victim gang's Gang, as its namespace may read it, and the
         Jobs of it to suspend added to `status.recovery.suspendedJobs` (what recovery and `quorum
         uninstall` resume), before anything is done to any victim. Raises if one cannot be
-        recorded: nothing is taken then."""
+        recorded: nothing is taken then. `recorded`: each victim's `preempted` before, filled in
+        as it goes (`unrecord_victims` puts them back)."""
         for victim in preemption.victims:
             gang_name = victim.name if victim.kind == "gang" else victim.gang
             vkey = (victim.namespace, str(gang_name))
@@ -459,8 +467,23 @@ class Preempter:
                     "suspendedJobs": jobs,  # added to those recorded (`patch_recovery`)
                 }
                 self.statuses.memory[vkey].suspending.update(jobs)
+            recorded[vkey] = ((self.statuses.gang(vkey) or {}).get("status") or {}).get("preempted")
             if not await self.statuses.patch_recovery(vkey, status):
                 raise RuntimeError("the Gang of a victim went before it recorded the preemption")
+
+    async def unrecord_victims(self, recorded: Mapping[GangKey, JSON | None]) -> None:
+        """A preemption that took nothing: each victim's `status.preempted` as it was (else a
+        member it loses later would be taken for preempted, and not recovered), and an Event
+        saying so. Best effort: a write that fails leaves the gang marked preempted until its next
+        decision, which deletes nothing."""
+        for vkey, before in recorded.items():
+            try:
+                if await self.statuses.patch(vkey, {"preempted": before}):
+                    gang = self.statuses.gang(vkey)
+                    if gang is not None:
+                        await self.statuses.events.post(gang, "PreemptionWithdrawn", WITHDRAWN)
+            except Exception as err:
+                log.info("%s/%s: its preemption record not withdrawn: %s", *vkey, describe(err))
 
     async def tell_victims(
         self, preemption: Preemption, suspend: Mapping[tuple[str, str], tuple[str, str]]

@@ -160,6 +160,9 @@ async def test_a_write_that_fails_anywhere_leaves_no_job_suspended_without_a_rec
     if method in ("post_event", "patch_gang_status"):  # before the first mark: nothing taken
         assert suspended(api) == [] and api.victims_deleted == [] and api.disruption_targets == {}
         assert not (store.gangs[(NS, "pg-high")].get("status") or {}).get("preemption"), "ended"
+        for name in (*JOBS, "c"):  # else a member lost later would be taken for preempted
+            status = api.server.gangs[(NS, f"pg-{name}")].get("status") or {}
+            assert not status.get("preempted"), f"pg-{name} still recorded as preempted: {status}"
     api.heal()
     for _ in range(3):
         await jobs_controller_and_recovery(store, bound, api, loop)
