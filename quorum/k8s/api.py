@@ -34,7 +34,9 @@ class KubeApi(Protocol):
         it is gone."""
         ...
 
-    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> bool: ...
+    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> str | None:
+        """The Gang's resourceVersion after the write; None if it is gone."""
+        ...
 
     async def patch_group_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, status: JSON
@@ -92,7 +94,7 @@ class LiveApi:
     async def patch_gang(self, namespace: str, name: str, patch: JSON) -> bool:
         return await writes.patch_gang(self.api, namespace, name, patch)
 
-    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> bool:
+    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> str | None:
         return await writes.patch_gang_status(self.api, namespace, name, status)
 
     async def patch_group_status(

@@ -131,3 +131,11 @@ def gang_record(group: JSON | None, label_group: str, min_member: int) -> tuple[
     }
     owner = {**source, "blockOwnerDeletion": False, "controller": False}
     return {"source": source, "minMember": min_member}, owner
+
+
+def newer_or_same(version: str, than: str) -> bool | None:
+    """Whether an object's resourceVersion is at or after another of the same resource (KEP-5504:
+    comparable as integers, GA in Kubernetes 1.35); None where either is not such an integer."""
+    if not all(v.isdigit() and v[0] != "0" for v in (version, than)):
+        return None
+    return (len(version), version) >= (len(than), than)

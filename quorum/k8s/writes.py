@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import re
 from collections.abc import Awaitable
 from typing import Any
 
@@ -263,8 +264,36 @@ async def apply_status(
     )
 
 
-async def patch_gang_status(api: client.ApiClient, namespace: str, name: str, status: dict[str, Any]) -> bool:
-    return await patch_status(api, GANG_GROUP, GANG_VERSION, GANG_PLURAL, namespace, name, status)
+async def patch_gang_status(
+    api: client.ApiClient, namespace: str, name: str, status: dict[str, Any]
+) -> str | None:
+    """Merge-patch a Gang's status: the resourceVersion it was written at ("0" if the answer has
+    none), None if the Gang is gone."""
+    response = await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        GANG_GROUP,
+        GANG_VERSION,
+        namespace,
+        GANG_PLURAL,
+        name,
+        {"status": status},
+        _content_type=MERGE,  # type: ignore[call-arg]
+        _preload_content=False,
+    )
+    body = await response.read()
+    response.release()
+    if response.status == 404:
+        return None
+    if not 200 <= response.status <= 299:
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = body.decode(errors="replace")
+        raise error
+    # A Gang's one resourceVersion is its metadata's (no other field of it has that name); a
+    # search, not a parse: the answer of a large gang's decision is hundreds of kilobytes.
+    found = RESOURCE_VERSION.search(body)
+    return found.group(1).decode() if found else "0"
+
+
+RESOURCE_VERSION = re.compile(rb'"resourceVersion"\s*:\s*"([0-9]+)"')
 
 
 async def patch_gang(api: client.ApiClient, namespace: str, name: str, patch: dict[str, Any]) -> bool:

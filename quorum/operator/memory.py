@@ -30,6 +30,7 @@ class GangMemory:
     warned_unmodeled: bool = False  # its UnmodeledConstraints check was made
     last_seen: float | None = None  # monotonic: a label-only gang without pods, since when
     unseen: JSON = field(default_factory=dict)  # decisions written that the watch has not shown
+    unseen_version: str = "0"  # the resourceVersion the last of them was written at
     # recovery.py
     recovered: int | None = None  # the admission attempt this process recovered
     backoff_until: float = 0.0  # epoch seconds: a recovery's backoff as written

@@ -34,7 +34,7 @@ from quorum.core.conditions import (
 from quorum.core.gangs import GangSource
 from quorum.core.planner import Hold
 from quorum.k8s.api import KubeApi
-from quorum.k8s.convert import gang_record, unmodeled_constraints
+from quorum.k8s.convert import gang_record, newer_or_same, unmodeled_constraints
 from quorum.operator import clock, metrics
 from quorum.operator.events import EventRecorder, pod_object, worth_telling
 
@@ -148,14 +148,23 @@ class GangRecords:
 
     def gang(self, key: GangKey) -> JSON | None:
         """The gang's Gang object as the watch shows it, with the decisions this process wrote
-        since on top. A decision counts as shown once the watch delivers a copy that has it
-        (a watch delivers one object's versions in order, so no older copy comes after it)."""
+        since on top. They count as shown once the watch delivers a copy at or after the
+        resourceVersion the last of them was written at: a copy that merely has the same value
+        may be older than the write (a decision set, then cleared: the copy from before it was
+        set has it cleared too). Where versions do not compare, a decision counts as shown once
+        a copy has it."""
         gang = self.store.gangs.get(key)
         entry = self.memory.get(key)
         if gang is None or entry is None or not entry.unseen:
             return gang
+        shown = newer_or_same(
+            str((gang.get("metadata") or {}).get("resourceVersion") or ""), entry.unseen_version
+        )
+        if shown:
+            entry.unseen.clear()
+            return gang
         status = gang.get("status") or {}
-        for name in [n for n, value in entry.unseen.items() if status.get(n) == value]:
+        for name in [n for n, value in entry.unseen.items() if shown is None and status.get(n) == value]:
             del entry.unseen[name]
         if not entry.unseen:
             return gang
@@ -164,10 +173,13 @@ class GangRecords:
     async def patch(self, key: GangKey, fields: JSON) -> bool:
         """The one write of a Gang's status in the operator (a merge patch of `fields`); its
         decisions count from the moment the apiserver took them. False if the Gang is gone."""
-        ok = await self.api.patch_gang_status(key[0], key[1], fields)
-        if ok and (decisions := {n: as_merged(v) for n, v in fields.items() if n in DECISIONS}):
+        version = await self.api.patch_gang_status(key[0], key[1], fields)
+        if version is not None and (
+            decisions := {n: as_merged(v) for n, v in fields.items() if n in DECISIONS}
+        ):
             self.memory[key].unseen.update(decisions)
-        return ok
+            self.memory[key].unseen_version = version
+        return version is not None
 
     async def patch_recovery(self, key: GangKey, fields: JSON, dropped: Iterable[str] = ()) -> bool:
         """`patch` of fields that hold `recovery` (recovery's and a preemption's writes): one at a

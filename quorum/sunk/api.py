@@ -35,7 +35,7 @@ class SunkApi(Protocol):
 
     async def delete_gang(self, namespace: str, name: str) -> None: ...
 
-    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> bool: ...
+    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> str | None: ...
 
     async def post_event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None: ...
 
@@ -84,7 +84,7 @@ class LiveSunkApi:
     async def delete_gang(self, namespace: str, name: str) -> None:
         await writes.delete_gang(self.api, namespace, name)
 
-    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> bool:
+    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> str | None:
         return await writes.patch_gang_status(self.api, namespace, name, status)
 
     async def post_event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:

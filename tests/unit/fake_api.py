@@ -230,16 +230,16 @@ class FakeApi:
         self.changed("gangs", (namespace, name), updated)
         return True
 
-    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> bool:
+    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> str | None:
         await self._call("patch_gang_status", namespace, name, status)
         gang = self.server.gangs.get((namespace, name))
         if gang is None:
-            return False
+            return None
         updated = copy.deepcopy(gang)
         merge_patch(updated.setdefault("status", {}), status)
         self.server.gangs[(namespace, name)] = updated
         self.changed("gangs", (namespace, name), updated)
-        return True
+        return str(updated["metadata"]["resourceVersion"])
 
     async def patch_group_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, status: JSON

@@ -814,3 +814,36 @@ def test_a_new_leader_keeps_the_room_of_a_released_pod_a_later_decision_left_unr
         machine.a_quiet_spell()
     finally:
         machine.teardown()
+
+
+class FirstPick:
+    """Stands in for hypothesis's `data`: draws the first element."""
+
+    def draw(self, strategy: Any) -> Any:
+        return next(iter(strategy.elements))
+
+
+def test_a_cleared_decision_the_watch_shows_an_older_copy_of_is_not_done_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the model (random seeds): a recovery recorded, carried out (the Job suspended,
+    then resumed) and cleared; the lagging Gang watch then delivered the copies from before and
+    during the record. The copy from before showed the decision cleared, as written, so it was
+    taken for shown; the next copy showed it recorded, and the Job was suspended again with no
+    decision on record. A write now counts as shown only from its own resourceVersion on."""
+    monkeypatch.setattr(sys.modules[__name__], "event", lambda *_: None)
+    machine = DisruptionMachine()
+    try:
+        machine.a_first_gang(size=1, extra=0, gpu=2, restart=False, job=True)
+        machine.a_member_is_replaced_while_the_gang_watch_lags(FirstPick())
+        machine.time_passes(seconds=15)
+        machine.a_pass()
+        machine.a_pass()  # partly placed: recorded, Job suspended, record cleared
+        machine.a_member_is_replaced_while_the_gang_watch_lags(FirstPick())  # Job resumed
+        assert not machine.api.jobs[(NS, "job-g0")]["spec"].get("suspend")
+        machine.a_watch_delivers(kind="gangs", n=3)
+        machine.a_pass()
+        machine.every_suspended_job_is_recorded()
+        machine.quorum_disrupts_only_by_the_rule()
+    finally:
+        machine.teardown()

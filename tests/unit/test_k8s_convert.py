@@ -11,7 +11,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.fit import FitSettings, why_not
 from quorum.core.model import Node, milli
-from quorum.k8s.convert import node_from_api, pod_from_api, pod_requests
+from quorum.k8s.convert import newer_or_same, node_from_api, pod_from_api, pod_requests
 from quorum.k8s.writes import discard, pinned_node, release_patch
 from tests.unit.fake_api import apply_json_patch
 
@@ -240,3 +240,10 @@ def test_a_pinned_pod_fits_only_its_node_and_only_where_it_fitted_before(
     assert pinned_node(after["spec"]) in (None, target)
     if not old:
         assert pinned_node(after["spec"]) == target
+
+
+def test_resource_versions_compare_as_integers_or_not_at_all() -> None:
+    assert newer_or_same("10", "9") and newer_or_same("9", "9") and not newer_or_same("9", "10")
+    assert newer_or_same("123456789012345678901", "99") is True, "no limit on length"
+    for odd in ("", "0", "012", "a1"):
+        assert newer_or_same(odd, "5") is None and newer_or_same("5", odd) is None

@@ -205,6 +205,7 @@ async def test_a_resize_the_watch_has_not_shown_yet_still_reads_as_growing() -> 
     await records.ensure_gang(view)
     lagging = {**store.gangs[("ns", "pg-pg1")]}
     lagging["status"] = {k: v for k, v in lagging["status"].items() if k != "resized"}
+    lagging["metadata"] = {**lagging["metadata"], "resourceVersion": "1"}  # a copy from before
     store.gangs[("ns", "pg-pg1")] = lagging
     seen = records.gang(("ns", "pg-pg1"))
     assert seen is not None and growing(4, seen, 2)

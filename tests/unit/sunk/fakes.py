@@ -95,13 +95,13 @@ class FakeSunkApi:
         self.call("delete_gang", name)
         self.gangs.pop((namespace, name), None)
 
-    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> bool:
+    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> str | None:
         self.call("patch_gang_status", name)
         gang = self.gangs.get((namespace, name))
         if gang is None:
-            return False
+            return None
         gang["status"] = {**(gang.get("status") or {}), **copy.deepcopy(status)}
-        return True
+        return "0"  # versions not modelled here
 
     async def post_event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
         self.call("post_event", obj["metadata"]["name"])

@@ -459,7 +459,7 @@ class ModelApi(FakeSunkApi):
         await asyncio.sleep(0)
         return await super().read_group(group, version, namespace, name)
 
-    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> bool:
+    async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> str | None:
         await asyncio.sleep(0)
         return await super().patch_gang_status(namespace, name, status)
 
