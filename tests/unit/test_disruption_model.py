@@ -301,15 +301,29 @@ class AuditedApi(FakeApi):
 
     # -- the calls -----------------------------------------------------------------------------
 
+    async def applied(self, act: Coroutine[Any, Any, bool], check: Callable[[], None] | None) -> bool:
+        """Check a destructive call against the rule as it is made; its act counts (and must
+        be told) only if the apiserver applied it: a call refused (the pod changed since it was
+        read), or cut off before it was sent (a leader cancelled with it in flight), did nothing."""
+        mark = len(self.acts)
+        if check is not None:
+            check()
+        try:
+            done = await act
+        except BaseException:
+            del self.acts[mark:]
+            raise
+        if not done:
+            del self.acts[mark:]
+        return done
+
     async def delete_pod(self, pod: JSON) -> bool:
-        if not self.will_fail("delete_pod", pod):
-            self.check_delete(pod)
-        return await super().delete_pod(pod)
+        check = None if self.will_fail("delete_pod", pod) else lambda: self.check_delete(pod)
+        return await self.applied(super().delete_pod(pod), check)
 
     async def delete_victim(self, pod: JSON) -> bool:
-        if not self.will_fail("delete_victim", pod):
-            self.check_victim(pod)
-        return await super().delete_victim(pod)
+        check = None if self.will_fail("delete_victim", pod) else lambda: self.check_victim(pod)
+        return await self.applied(super().delete_victim(pod), check)
 
     async def release_pod(self, pod: JSON, node: str | None, tolerate: str | None = None) -> bool:
         if not self.will_fail("release_pod", pod, node):
@@ -317,9 +331,9 @@ class AuditedApi(FakeApi):
         return await super().release_pod(pod, node, tolerate)
 
     async def set_job_suspend(self, namespace: str, name: str, uid: str, suspend: bool) -> bool:
-        if suspend and not self.will_fail("set_job_suspend", namespace, name, uid, suspend):
-            self.check_suspension(namespace, name, uid)
-        return await super().set_job_suspend(namespace, name, uid, suspend)
+        checked = suspend and not self.will_fail("set_job_suspend", namespace, name, uid, suspend)
+        check = (lambda: self.check_suspension(namespace, name, uid)) if checked else None
+        return await self.applied(super().set_job_suspend(namespace, name, uid, suspend), check)
 
     async def read_job(self, namespace: str, name: str) -> JSON | None:
         """The Job with the count of its pods that are active now, as its controller keeps it."""
