@@ -379,7 +379,8 @@ class Recoverer:
         if reason == STUCK_POD:  # only pods that still never bound; the gang runs on
             targets = [p for p in targets if not (p.get("spec") or {}).get("nodeName")]
         elif bound >= min_member:
-            await self.withdraw(key, gang, group, f"{bound} of minMember {min_member} pods are bound")
+            why = f"{bound} of minMember {min_member} pods are bound"
+            await self.withdraw(key, gang, group, why, decision)
             return
         limit = asyncio.Semaphore(16)
 
@@ -415,15 +416,32 @@ class Recoverer:
         if pod is not None:
             pod["metadata"]["deletionTimestamp"] = iso(clock.time())
 
-    async def withdraw(self, key: tuple[str, str], gang: JSON | None, group: JSON | None, why: str) -> None:
-        """A recorded recovery found the gang running after all: nothing deleted, no backoff."""
+    async def withdraw(
+        self, key: tuple[str, str], gang: JSON | None, group: JSON | None, why: str, decision: JSON
+    ) -> None:
+        """A recorded recovery found the gang running after all: nothing deleted, no backoff. A
+        Job it suspended already (its leader cut off before it could tell it) is resumed, before
+        its controller takes the running pods."""
+        resumed = []
+        for job in decision.get("jobs") or []:
+            current = await self.api.read_job(key[0], str(job.get("name")))
+            meta = (current or {}).get("metadata") or {}
+            suspended = meta.get("uid") == job.get("uid") and ((current or {}).get("spec") or {}).get(
+                "suspend"
+            )
+            if suspended and await self.api.set_job_suspend(key[0], str(job["name"]), str(job["uid"]), False):
+                resumed.append(str(job["name"]))
         recovery = recovery_of(gang)
         message = f"recovery withdrawn: {why} at the last look; nothing was deleted"
+        if resumed:
+            message += f"; Job {', '.join(resumed)}, suspended for it already, resumed"
         fields: JSON = {"disruption": None}
         if recovery.get("attempt") == disruption_of(gang).get("attempt"):
             fields["recovery"] = {**recovery, "failures": 0, "nextAttemptTime": None, "message": message}
+        elif resumed:
+            fields["recovery"] = recovery
         self.memory[key].backoff_until = 0.0
-        await self.records.patch_recovery(key, fields)
+        await self.records.patch_recovery(key, fields, resumed)
         log.info("%s/%s: %s", *key, message)
         await self.records.events.post_all([gang, group], "RecoveryWithdrawn", message)
 

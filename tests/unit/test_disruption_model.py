@@ -77,7 +77,9 @@ WRITES = (
 TOLD = {  # the Events that name each kind of act, and whether they must come after it
     "delete": ({"PartiallyPlaced", "GangRestarted", "StuckPodReplaced"}, True),
     "victim": ({"Preempted"}, False),  # told to the victim as the preemption is recorded
-    "suspension": ({"PartiallyPlaced", "GangRestarted"}, True),
+    # RecoveryWithdrawn: a suspension made before its leader was cut off, undone by the next
+    # leader's last look (the gang ran after all), and told.
+    "suspension": ({"PartiallyPlaced", "GangRestarted", "RecoveryWithdrawn"}, True),
     "victim suspension": ({"Preempted"}, False),  # told to the victim as the preemption is recorded
 }
 
@@ -859,5 +861,42 @@ def test_a_cleared_decision_the_watch_shows_an_older_copy_of_is_not_done_again(
         machine.a_pass()
         machine.every_suspended_job_is_recorded()
         machine.quorum_disrupts_only_by_the_rule()
+    finally:
+        machine.teardown()
+
+
+def test_a_suspension_its_leader_could_not_tell_is_undone_when_the_gang_runs_after_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by the model (random seed 17): a recovery suspends a Job and its leader is cut off
+    before the Event; meanwhile the gang's pod binds. The next leader's last look finds the gang
+    whole and withdraws the decision: the Job must be resumed before its controller deletes the
+    running pod, and the withdrawal must say so."""
+    monkeypatch.setattr(sys.modules[__name__], "event", lambda *_: None)
+    machine = DisruptionMachine()
+    try:
+        machine.a_first_gang(size=1, extra=0, gpu=2, restart=False, job=True)
+        machine.a_foreign_pod_lands(i=0)
+        machine.a_gang_arrives(size=1, extra=0, gpu=2, priority=0, restart=False, job=False)
+        machine.tasks_run_a_little(n=1)
+        machine.a_pass()
+        machine.a_quiet_spell()
+        machine.a_gang_arrives(size=3, extra=0, gpu=8, priority=0, restart=False, job=False)
+        machine.a_member_is_replaced_while_the_gang_watch_lags(Picks("g0-0"))
+        machine.time_passes(seconds=TIMEOUT + 5)
+        machine.a_pass()  # partly placed: recorded, Job suspended, the Event still to post
+        assert machine.api.jobs[(NS, "job-g0")]["spec"].get("suspend")
+        machine.kube_scheduler_binds()  # its pod binds before the Job controller acts
+        (running,) = [p["metadata"]["uid"] for p in machine.api.gang_pods("pg-g0")]
+        machine.the_leader_fails_over()
+        machine.api.deliver_all()
+        machine.a_pass()
+        machine.tasks_run_to_the_end()
+        assert not machine.api.jobs[(NS, "job-g0")]["spec"].get("suspend"), "resumed"
+        machine.controllers_act()
+        assert [p["metadata"]["uid"] for p in machine.api.gang_pods("pg-g0")] == [running], "kept"
+        told = [r for _, name, r in machine.api.event_log if name == "pg-g0" and r == "RecoveryWithdrawn"]
+        assert told and not machine.api.suspended_jobs_recorded("pg-g0")
+        machine.a_quiet_spell()
     finally:
         machine.teardown()
