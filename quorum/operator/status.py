@@ -571,6 +571,7 @@ class GangRecords:
         """A Gang made anew (or deleted): what was written, pending and on top goes."""
         if (entry := self.memory.get(key)) is not None:
             entry.written, entry.written_at, entry.settling, entry.unseen = None, None, None, {}
+            entry.unseen_version = "0"
 
 
 def as_merged(value: Any) -> Any:
