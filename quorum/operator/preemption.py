@@ -453,8 +453,8 @@ class Preempter:
         for victim in preemption.victims:
             gang_name = victim.name if victim.kind == "gang" else victim.gang
             vkey = (victim.namespace, str(gang_name))
-            if gang_name is None or vkey not in self.store.gangs:
-                continue  # a lone pod, or a gang without a Gang: its pods are deleted, told by Events
+            if gang_name is None or vkey not in self.store.gangs or vkey in recorded:
+                continue  # a lone pod, a gang without a Gang, or one recorded already (pod by pod)
             told = preemption.told(victim.namespace)
             by = preemption.preempted_by(victim.namespace)
             status: JSON = {"preempted": {**({"by": by} if by else {}), "time": iso(now), "message": told}}

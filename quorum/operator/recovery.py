@@ -143,6 +143,16 @@ class Recoverer:
             return "finish-disruption"  # recorded and not done (a leader died in between, a write failed)
         if view.min_member is None or view.basic:
             return None
+        admission = (gang.get("status") or {}).get("admission") or {}
+        manual = (gang.get("status") or {}).get("manualRelease") or {}
+        if (
+            isinstance(admission, dict)
+            and admission
+            and isinstance(manual, dict)
+            and timestamp(manual.get("time")) >= timestamp(admission.get("time"))
+            and not (recovery_of(gang).get("suspendedJobs"))
+        ):
+            return None  # a person released the gang by hand after quorum's decision: theirs now
         if growing(view.min_member, gang, view.bound_and_unbound[0]):
             # Its group's minCount grew: the new size is planned first, never a loss; a pod
             # released before and never bound is still made again (or reported), as below.
@@ -150,12 +160,8 @@ class Recoverer:
         recovery = recovery_of(gang)
         if recovery.get("suspendedJobs"):
             return "resume-jobs" if self.may_poll(view.key) else None
-        admission = (gang.get("status") or {}).get("admission") or {}
         if not isinstance(admission, dict) or not admission:
             return None
-        manual = (gang.get("status") or {}).get("manualRelease") or {}
-        if isinstance(manual, dict) and timestamp(manual.get("time")) >= timestamp(admission.get("time")):
-            return None  # a person released the gang by hand after quorum's decision: theirs now
         policy, problem = self.policy_of(view)
         if problem and not self.memory[view.key].warned_policy:
             return "warn-policy"
@@ -424,6 +430,8 @@ class Recoverer:
         its controller takes the running pods."""
         resumed = []
         for job in decision.get("jobs") or []:
+            if job.get("name") in self.memory[key].suspending:
+                continue  # a preemption of this process suspends it now, for its own reason
             current = await self.api.read_job(key[0], str(job.get("name")))
             meta = (current or {}).get("metadata") or {}
             suspended = meta.get("uid") == job.get("uid") and ((current or {}).get("spec") or {}).get(
@@ -533,9 +541,11 @@ class Recoverer:
         self.memory[(namespace, name)].polled = clock.monotonic()
         recovery = recovery_of(gang)
         left = []
+        suspending = self.memory[(namespace, name)].suspending
         for job_name in recovery.get("suspendedJobs") or []:
+            before = job_name in suspending  # it may be suspended, and let go, while this reads
             job = await self.api.read_job(namespace, job_name)
-            if job is not None and job_name in self.memory[(namespace, name)].suspending:
+            if job is not None and (before or job_name in suspending):
                 left.append(job_name)  # recorded by a preemption of this process that may still suspend it
                 continue
             if job is None or not (job.get("spec") or {}).get("suspend"):

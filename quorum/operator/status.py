@@ -174,11 +174,12 @@ class GangRecords:
         """The one write of a Gang's status in the operator (a merge patch of `fields`); its
         decisions count from the moment the apiserver took them. False if the Gang is gone."""
         version = await self.api.patch_gang_status(key[0], key[1], fields)
-        if version is not None and (
-            decisions := {n: as_merged(v) for n, v in fields.items() if n in DECISIONS}
-        ):
-            self.memory[key].unseen.update(decisions)
-            self.memory[key].unseen_version = version
+        decisions = {n: as_merged(v) for n, v in fields.items() if n in DECISIONS}
+        if version is not None and decisions:
+            entry = self.memory[key]
+            entry.unseen.update(decisions)
+            if newer_or_same(version, entry.unseen_version) is not False:  # answers may cross
+                entry.unseen_version = version
         return version is not None
 
     async def patch_recovery(self, key: GangKey, fields: JSON, dropped: Iterable[str] = ()) -> bool:

@@ -8,6 +8,7 @@ and recovery (this leader's or a new one's) resumes every suspended one once its
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -233,3 +234,47 @@ async def test_recovery_does_not_drop_a_job_a_preemption_recorded_and_has_yet_to
     api.heal()
     await step(loop)
     assert suspended(api) == ["a", "b"] and unrecorded(api) == [] and api.wrong == []
+
+
+class AnswerFromTheCallApi(OrderedApi):
+    """A Job read answers with the Job as it was when the call went out (a slow answer)."""
+
+    async def read_job(self, namespace: str, name: str) -> JSON | None:
+        sent = copy.deepcopy(self.jobs.get((namespace, name)))
+        await super().read_job(namespace, name)
+        return sent
+
+
+async def test_a_recovery_read_that_crosses_the_suspension_does_not_drop_the_jobs_record() -> None:
+    """Found by review: the victim's recovery reads Job a (not suspended yet); the preemption
+    suspends it and lets it go before the answer comes: the stale answer must not take it for
+    resumed by someone else and drop its record (nothing would resume it)."""
+    store, bound, _, _ = scene()
+    api = AnswerFromTheCallApi(store)
+    for name in JOBS:
+        api.jobs[(NS, name)] = {
+            "metadata": {"name": name, "namespace": NS, "uid": f"job-{name}"},
+            "spec": {},
+            "status": {"active": 1},
+        }
+    loop = GangLoop(api, store, bound, settings())
+    await admitted(loop, store)
+    marks = api.hang("mark_disruption_target")
+    await loop.step()
+    for _ in range(200):
+        await asyncio.sleep(0)
+    assert api.recorded("pg-a") == ["a"] and suspended(api) == []
+    reads = api.hang("read_job", lambda ns, name: name == "a")
+    for key in list(loop.memory.entries):
+        loop.memory[key].polled = None
+    await loop.step()  # pg-a's recovery reads Job a: the answer (not suspended) is on its way
+    for _ in range(50):
+        await asyncio.sleep(0)
+    marks.set()
+    for _ in range(200):
+        await asyncio.sleep(0)
+    assert "a" in suspended(api) and "a" not in loop.memory[(NS, "pg-a")].suspending
+    reads.set()
+    api.heal()
+    await step(loop)
+    assert unrecorded(api) == [], f"suspended without a record: {unrecorded(api)}"

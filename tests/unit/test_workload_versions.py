@@ -370,3 +370,41 @@ def test_a_grown_gangs_spare_released_before_it_grew_and_never_bound_is_replaced
     assert recoverer.due(view, gang, released + view.schedule_timeout + 1) == "replace-stuck"
     recoverer.stuck.add("c")
     assert recoverer.due(view, gang, released + view.schedule_timeout + 1) is None, "once"
+
+
+def test_a_growing_gang_released_by_hand_is_left_to_the_person() -> None:
+    """`quorum release` after quorum's decision: theirs now, growing or not (no pod of it is
+    made again for being stuck)."""
+    store = running_store(3, gang_of(2))
+    store.pods["c"] = gang_pod("c", "c", gated=False)
+    gang = store.gangs[("ns", "pg-pg1")]
+    gang["status"]["manualRelease"] = {"time": "2026-11-22T00:00:30Z", "by": "ops", "pods": 1}
+    recoverer = Recoverer(FakeApi(store), GangRecords(FakeApi(store), store), BackoffPolicy(), Ledger())
+    (view,) = assemble(store)
+    released = timestamp(gang["status"]["admission"]["time"])
+    assert growing(3, gang, 2) and recoverer.due(view, gang, released + view.schedule_timeout + 1) is None
+
+
+async def test_the_version_a_decision_counts_as_shown_from_never_goes_back() -> None:
+    """Two writes of one Gang in flight: the answers may come back in either order; the later
+    version is the one a watch copy must reach."""
+
+    class CrossingApi(FakeApi):
+        answers = iter(["20", "10"])
+
+        async def patch_gang_status(self, namespace: str, name: str, status: dict[str, Any]) -> str | None:
+            await super().patch_gang_status(namespace, name, status)
+            return next(self.answers)
+
+    store = running_store(2, gang_of(2))
+    records = GangRecords(CrossingApi(store), store)
+    key = ("ns", "pg-pg1")
+    await records.patch(key, {"disruption": {"reason": "PartiallyPlaced", "attempt": 1}})
+    await records.patch(key, {"preemption": {"token": "t"}})
+    store.gangs[key] = {
+        **store.gangs[key],
+        "metadata": {**store.gangs[key]["metadata"], "resourceVersion": "15"},
+    }
+    store.gangs[key]["status"] = {k: v for k, v in store.gangs[key]["status"].items() if k != "disruption"}
+    seen = records.gang(key)
+    assert seen is not None and seen["status"].get("disruption"), "a copy at 15 has not shown the write at 20"
