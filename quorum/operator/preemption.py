@@ -455,19 +455,20 @@ class Preempter:
             vkey = (victim.namespace, str(gang_name))
             if gang_name is None or vkey not in self.store.gangs or vkey in recorded:
                 continue  # a lone pod, a gang without a Gang, or one recorded already (pod by pod)
+            current = self.statuses.gang(vkey)
             told = preemption.told(victim.namespace)
             by = preemption.preempted_by(victim.namespace)
             status: JSON = {"preempted": {**({"by": by} if by else {}), "time": iso(now), "message": told}}
             jobs = sorted(n for (ns, n), (g, _) in suspend.items() if (ns, g) == vkey)
             if jobs and victim.kind == "gang":
-                recovery = recovery_of(self.statuses.gang(vkey))
+                recovery = recovery_of(current)
                 status["recovery"] = {
                     **recovery,
                     "message": f"{told}; suspending Job {', '.join(jobs)} until its pods are gone",
                     "suspendedJobs": jobs,  # added to those recorded (`patch_recovery`)
                 }
                 self.statuses.memory[vkey].suspending.update(jobs)
-            recorded[vkey] = ((self.statuses.gang(vkey) or {}).get("status") or {}).get("preempted")
+            recorded[vkey] = ((current or {}).get("status") or {}).get("preempted")
             if not await self.statuses.patch_recovery(vkey, status):
                 raise RuntimeError("the Gang of a victim went before it recorded the preemption")
 

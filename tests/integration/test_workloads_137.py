@@ -33,6 +33,38 @@ def condition(gang: dict[str, Any] | None, kind: str) -> dict[str, Any]:
     )
 
 
+async def block_one_node(core: client.CoreV1Api, namespace: str, pool: TestPool) -> None:
+    """An ordinary 8-GPU pod named `blocker`, bound: it holds one node of the pool."""
+    blocker = member("blocker", "none", pool, 8)
+    del blocker["spec"]["schedulingGroup"]
+    await core.create_namespaced_pod(namespace, blocker)
+
+    async def blocker_bound() -> bool:
+        return bool((await core.read_namespaced_pod("blocker", namespace)).spec.node_name)
+
+    await eventually(blocker_bound, timeout=30, what="the blocker bound")
+
+
+async def gang_members(api: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    return [p for p in await pods(api, namespace) if p["metadata"]["name"] != "blocker"]
+
+
+async def none_released(api: client.ApiClient, namespace: str, count: int, why: str) -> None:
+    members = await gang_members(api, namespace)
+    assert len(members) == count and all(gated(p) and not p["spec"].get("nodeName") for p in members), why
+
+
+async def all_bound_on_their_own_nodes(api: client.ApiClient, namespace: str, count: int, what: str) -> None:
+    """The `count` gang pods all bound (within 60 s), each on a node of its own."""
+
+    async def all_bound() -> list[dict[str, Any]] | None:
+        found = await gang_members(api, namespace)
+        return found if len(found) == count and all(p["spec"].get("nodeName") for p in found) else None
+
+    bound = await eventually(all_bound, timeout=60, what=what)
+    assert len({p["spec"]["nodeName"] for p in bound}) == count
+
+
 async def test_a_composite_whose_gangs_each_fit_alone_but_not_together_releases_none_until_room_appears(
     api: client.ApiClient,
     customer_api: client.ApiClient,
@@ -45,14 +77,7 @@ async def test_a_composite_whose_gangs_each_fit_alone_but_not_together_releases_
     together would not, so neither is released; once a third node frees, both go at once."""
     pool: TestPool = await test_pool(count=3)
     core = client.CoreV1Api(customer_api)
-    blocker = member("blocker", "none", pool, 8)
-    del blocker["spec"]["schedulingGroup"]  # an ordinary pod, holding one node
-    await core.create_namespaced_pod(namespace, blocker)
-
-    async def blocker_bound() -> bool:
-        return bool((await core.read_namespaced_pod("blocker", namespace)).spec.node_name)
-
-    await eventually(blocker_bound, timeout=30, what="the blocker bound")
+    await block_one_node(core, namespace, pool)
     templates = [
         {
             "name": "cluster",
@@ -102,19 +127,9 @@ async def test_a_composite_whose_gangs_each_fit_alone_but_not_together_releases_
         "CompositePodGroup trainer-cluster needs 2 of its gangs placed together"
         in admitted(gangs[0])["message"]
     )
-    members = [p for p in await pods(api, namespace) if p["metadata"]["name"] != "blocker"]
-    assert len(members) == 3 and all(gated(p) and not p["spec"].get("nodeName") for p in members), (
-        "neither gang released: each alone would have fit"
-    )
-
+    await none_released(api, namespace, 3, "neither gang released: each alone would have fit")
     await core.delete_namespaced_pod("blocker", namespace, grace_period_seconds=0)
-
-    async def all_bound() -> list[dict[str, Any]] | None:
-        found = [p for p in await pods(api, namespace) if p["metadata"]["name"] != "blocker"]
-        return found if len(found) == 3 and all(p["spec"].get("nodeName") for p in found) else None
-
-    bound = await eventually(all_bound, timeout=60, what="both gangs released together once room appeared")
-    assert len({p["spec"]["nodeName"] for p in bound}) == 3
+    await all_bound_on_their_own_nodes(api, namespace, 3, "both gangs released together once room appeared")
     for name in ("launcher", "workers"):
         await assert_as_planned(api, namespace, f"wpg-trainer-{name}")
     await assert_no_overcommit(api)
@@ -134,14 +149,7 @@ async def test_a_job_of_slices_releases_no_slice_until_both_fit_together(
     pool: TestPool = await test_pool(count=4)
     core = client.CoreV1Api(customer_api)
     custom = client.CustomObjectsApi(customer_api)
-    blocker = member("blocker", "none", pool, 8)
-    del blocker["spec"]["schedulingGroup"]
-    await core.create_namespaced_pod(namespace, blocker)
-
-    async def blocker_bound() -> bool:
-        return bool((await core.read_namespaced_pod("blocker", namespace)).spec.node_name)
-
-    await eventually(blocker_bound, timeout=30, what="the blocker bound")
+    await block_one_node(core, namespace, pool)
     roles = ("launcher", "worker")
     slices = [
         {
@@ -210,19 +218,9 @@ async def test_a_job_of_slices_releases_no_slice_until_both_fit_together(
         "CompositePodGroup ms-job needs 2 of its groups placed together" in admitted(g)["message"]
         for g in gangs
     ), [admitted(g)["message"] for g in gangs]
-    members = [p for p in await pods(api, namespace) if p["metadata"]["name"] != "blocker"]
-    assert len(members) == 4 and all(gated(p) and not p["spec"].get("nodeName") for p in members), (
-        "no slice released: each alone would have fit"
-    )
-
+    await none_released(api, namespace, 4, "no slice released: each alone would have fit")
     await core.delete_namespaced_pod("blocker", namespace, grace_period_seconds=0)
-
-    async def all_bound() -> list[dict[str, Any]] | None:
-        found = [p for p in await pods(api, namespace) if p["metadata"]["name"] != "blocker"]
-        return found if len(found) == 4 and all(p["spec"].get("nodeName") for p in found) else None
-
-    bound = await eventually(all_bound, timeout=60, what="both slices released together once room appeared")
-    assert len({p["spec"]["nodeName"] for p in bound}) == 4
+    await all_bound_on_their_own_nodes(api, namespace, 4, "both slices released together once room appeared")
     for name in groups:
         await assert_as_planned(api, namespace, f"wpg-ms-{name}")
     await assert_no_overcommit(api)

@@ -797,13 +797,14 @@ def test_a_suspended_jobs_released_pod_keeps_its_room(monkeypatch: pytest.Monkey
 
 
 class Picks:
-    """Stands in for hypothesis's `data` in a replayed case: draws the pod of the given name."""
+    """Stands in for hypothesis's `data` in a replayed case: draws the pod of the given name
+    (None: the first element)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str | None = None) -> None:
         self.name = name
 
     def draw(self, strategy: Any) -> Any:
-        return next(p for p in strategy.elements if p["metadata"]["name"] == self.name)
+        return next(p for p in strategy.elements if self.name in (None, p["metadata"]["name"]))
 
 
 def test_a_new_leader_keeps_the_room_of_a_released_pod_a_later_decision_left_unrecorded(
@@ -832,13 +833,6 @@ def test_a_new_leader_keeps_the_room_of_a_released_pod_a_later_decision_left_unr
         machine.teardown()
 
 
-class FirstPick:
-    """Stands in for hypothesis's `data`: draws the first element."""
-
-    def draw(self, strategy: Any) -> Any:
-        return next(iter(strategy.elements))
-
-
 def test_a_cleared_decision_the_watch_shows_an_older_copy_of_is_not_done_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -851,11 +845,11 @@ def test_a_cleared_decision_the_watch_shows_an_older_copy_of_is_not_done_again(
     machine = DisruptionMachine()
     try:
         machine.a_first_gang(size=1, extra=0, gpu=2, restart=False, job=True)
-        machine.a_member_is_replaced_while_the_gang_watch_lags(FirstPick())
+        machine.a_member_is_replaced_while_the_gang_watch_lags(Picks())
         machine.time_passes(seconds=15)
         machine.a_pass()
         machine.a_pass()  # partly placed: recorded, Job suspended, record cleared
-        machine.a_member_is_replaced_while_the_gang_watch_lags(FirstPick())  # Job resumed
+        machine.a_member_is_replaced_while_the_gang_watch_lags(Picks())  # Job resumed
         assert not machine.api.jobs[(NS, "job-g0")]["spec"].get("suspend")
         machine.a_watch_delivers(kind="gangs", n=3)
         machine.a_pass()

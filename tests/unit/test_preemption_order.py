@@ -54,7 +54,7 @@ class OrderedApi(FakeApi):
         return await super().set_job_suspend(namespace, name, uid, suspend)
 
 
-def scene() -> tuple[Store, BoundPods, OrderedApi, GangLoop]:
+def scene(api_type: type[OrderedApi] = OrderedApi) -> tuple[Store, BoundPods, OrderedApi, GangLoop]:
     """Two victim Job gangs (a, b) and a ReplicaSet's gang (c), one node each; a gang of higher
     priority needs all three nodes."""
     store, bound = cluster(3, {})
@@ -72,7 +72,7 @@ def scene() -> tuple[Store, BoundPods, OrderedApi, GangLoop]:
     p["status"] = {"phase": "Running", "startTime": "2026-11-23T00:00:00Z"}
     store.pods[p["metadata"]["uid"]] = p
     bound.upsert(p)
-    api = OrderedApi(store)
+    api = api_type(store)
     for name in JOBS:
         api.jobs[(NS, name)] = {
             "metadata": {"name": name, "namespace": NS, "uid": f"job-{name}"},
@@ -249,15 +249,7 @@ async def test_a_recovery_read_that_crosses_the_suspension_does_not_drop_the_job
     """Found by review: the victim's recovery reads Job a (not suspended yet); the preemption
     suspends it and lets it go before the answer comes: the stale answer must not take it for
     resumed by someone else and drop its record (nothing would resume it)."""
-    store, bound, _, _ = scene()
-    api = AnswerFromTheCallApi(store)
-    for name in JOBS:
-        api.jobs[(NS, name)] = {
-            "metadata": {"name": name, "namespace": NS, "uid": f"job-{name}"},
-            "spec": {},
-            "status": {"active": 1},
-        }
-    loop = GangLoop(api, store, bound, settings())
+    store, _, api, loop = scene(AnswerFromTheCallApi)
     await admitted(loop, store)
     marks = api.hang("mark_disruption_target")
     await loop.step()
