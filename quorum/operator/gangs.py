@@ -429,27 +429,19 @@ def _attach_group(view: GangView, store: Store) -> None:
     except (InvalidGroup, InvalidWorkloadObject, QuantityError) as err:
         view.waiting = f"{marker.describe()} is invalid: {err}; fix it to have the gang planned"
         return
-    if view.parent is not None:
-        _attach_composite(view, store)
+    top = _attach_composite(view, store) if view.parent is not None else None
     if marker.source is GangSource.WORKLOAD_POD_GROUP and store.pod_group_version not in (None, "v1alpha2"):
-        _check_scheduler_rules(view, store, group)
+        _check_scheduler_rules(
+            view, group if top is None else top, "PodGroup" if top is None else "CompositePodGroup"
+        )
 
 
-def _check_scheduler_rules(view: GangView, store: Store, group: JSON) -> None:
+def _check_scheduler_rules(view: GangView, root: JSON, kind: str) -> None:
     """1.37's kube-scheduler refuses a group's pods whose priority or preemption policy is not
-    its root group's (the CompositePodGroup at the top, or the PodGroup): such a gang waits,
-    told why, rather than be released to sit unscheduled."""
+    its root group's (`root`: the CompositePodGroup at the top, or the PodGroup): such a gang
+    waits, told why, rather than be released to sit unscheduled."""
     if view.waiting is not None or not view.gated:
         return  # nothing to release (a running gang is not held up by it)
-    kind, root = "PodGroup", group
-    name, seen = view.parent, 0
-    while (
-        name is not None
-        and seen < MAX_COMPOSITE_DEPTH
-        and (up := store.composites.get((view.namespace, name)))
-    ):
-        kind, root, seen = "CompositePodGroup", up, seen + 1
-        name = parent_name(up.get("spec") or {})
     spec = root.get("spec") or {}
     pods = [
         (
@@ -464,13 +456,14 @@ def _check_scheduler_rules(view: GangView, store: Store, group: JSON) -> None:
         view.waiting = refusal
 
 
-def _attach_composite(view: GangView, store: Store) -> None:
+def _attach_composite(view: GangView, store: Store) -> JSON | None:
     """A 1.37 PodGroup of a CompositePodGroup waits until the composite, and each composite
     above it, exists and is valid; a chain that loops or is deeper than Kubernetes allows
-    holds it too."""
+    holds it too. The CompositePodGroup at the top, if the chain holds."""
     assert view.parent is not None
     seen: list[str] = []
     name: str | None = view.parent
+    obj: JSON | None = None
     while name is not None:
         if name in seen or len(seen) == MAX_COMPOSITE_DEPTH:
             chain = " -> ".join([*seen, name])
@@ -478,7 +471,7 @@ def _attach_composite(view: GangView, store: Store) -> None:
                 f"its CompositePodGroups {chain} loop or are nested more than {MAX_COMPOSITE_DEPTH} deep; "
                 f"fix their parentCompositePodGroupName to have its gangs planned"
             )
-            return
+            return None
         below = "its PodGroup's parent" if not seen else f"the parent of CompositePodGroup {seen[-1]}"
         seen.append(name)
         obj = store.composites.get((view.namespace, name))
@@ -487,12 +480,13 @@ def _attach_composite(view: GangView, store: Store) -> None:
                 f"waiting for CompositePodGroup {name} (scheduling.k8s.io), {below}, "
                 f"to exist in namespace {view.namespace}"
             )
-            return
+            return None
         try:
             name = composite_facts(obj).parent
         except InvalidWorkloadObject as err:
             view.waiting = f"CompositePodGroup {seen[-1]} is invalid: {err}; fix it to have its gangs planned"
-            return
+            return None
+    return obj
 
 
 def composites(store: Store, views: Collection[GangView]) -> dict[tuple[str, str], Composite]:
