@@ -49,6 +49,7 @@ from devcluster.webhooks import local_webhook_configurations
 from quorum.install import (
     OPERATOR_SERVICE_ACCOUNT,
     PROTECTIVE_MANIFESTS,
+    for_pod_admission,
     operator_username,
     render,
     render_files,
@@ -62,6 +63,8 @@ MANIFESTS = REPO_ROOT / "manifests"
 APPLIED_MANIFESTS = (
     "00-namespace.yaml",
     "10-rbac.yaml",
+    "35-pod-defaults.yaml",  # not in the `webhooks` way of admitting pods (render_files leaves it out)
+    "36-pod-policies.yaml",
     "40-gate-protection.yaml",
     "45-gang-backstop.yaml",
     "47-operator-fence.yaml",
@@ -238,7 +241,7 @@ class Instance:
             self._bootstrap(spec)
             if spec.webhooks:
                 start("quorum-webhooks", lambda: probe(f"https://127.0.0.1:{ports.webhooks}/readyz"))
-                self._register_webhooks(ports, spec.namespace)
+                self._register_webhooks(ports, spec.namespace, spec.pod_admission)
             start(
                 "kube-controller-manager",
                 lambda: probe(f"https://127.0.0.1:{ports.controller_manager}/healthz"),
@@ -464,8 +467,10 @@ class Instance:
             )
         return spawn(component, argv, self.layout.log(component), self.layout.root, env)
 
-    def _register_webhooks(self, ports: Ports, namespace: str) -> None:
-        manifest = render((MANIFESTS / WEBHOOK_CONFIGURATIONS).read_text(), namespace)
+    def _register_webhooks(self, ports: Ports, namespace: str, pod_admission: str) -> None:
+        manifest = for_pod_admission(
+            render((MANIFESTS / WEBHOOK_CONFIGURATIONS).read_text(), namespace), pod_admission
+        )
         ca_pem = (self.layout.root / "webhooks-pki" / "ca.crt").read_bytes()
         configs = local_webhook_configurations(manifest, f"https://127.0.0.1:{ports.webhooks}", ca_pem)
         self.kubectl(
@@ -504,7 +509,12 @@ class Instance:
         for crds in (CRDS, CRDS / "scheduler-plugins"):
             self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds))
         applied = [m for m in APPLIED_MANIFESTS if not (spec.static == "all" and m in PROTECTIVE_MANIFESTS)]
-        self.kubectl("apply", "-f", "-", input_text=render_files(applied, spec.namespace))
+        self.kubectl(
+            "apply",
+            "-f",
+            "-",
+            input_text=render_files(applied, spec.namespace, pod_admission=spec.pod_admission),
+        )
         token = self.kubectl(
             "create",
             "token",

@@ -56,6 +56,7 @@ class ClusterSpec:
     extra_args: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     namespace: str = DEFAULT_NAMESPACE  # where quorum is installed (`quorum manifests --namespace`)
     slurm: bool = False  # a real Slurm cluster beside it and quorum-sunk-scheduler (docs/sunk.md)
+    pod_admission: str = "policies"  # policies | webhooks (quorum.install.POD_ADMISSION_WAYS)
 
     @property
     def release(self) -> Release:
@@ -97,6 +98,7 @@ class ClusterSpec:
             "extra_args": {k: list(v) for k, v in self.extra_args.items()},
             "namespace": self.namespace,
             "slurm": self.slurm,
+            "pod_admission": self.pod_admission,
         }
 
 
@@ -360,6 +362,7 @@ def spec_from_json(data: Mapping[str, Any]) -> ClusterSpec:
         extra_args={k: tuple(v) for k, v in data["extra_args"].items()},
         namespace=data.get("namespace", DEFAULT_NAMESPACE),
         slurm=data.get("slurm", False),
+        pod_admission=data.get("pod_admission", "policies"),
     )
 
 

@@ -23,6 +23,7 @@ import ipaddress
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -46,10 +47,25 @@ SUNK_MANIFEST = "optional/sunk-scheduler.yaml"
 # The admission policies that fence quorum's decisions; `--static-admission` moves them to the
 # apiserver's disk (manifest-based admission configuration, Kubernetes 1.37).
 PROTECTIVE_MANIFESTS = (
+    "36-pod-policies.yaml",
     "40-gate-protection.yaml",
     "45-gang-backstop.yaml",
     "47-operator-fence.yaml",
     "48-tenant-fence.yaml",
+)
+# How pods are admitted (docs/webhooks.md, "Two ways to admit pods"): `policies`, inside the
+# apiserver (MutatingAdmissionPolicy, manifests/35-pod-defaults.yaml), quorum-webhooks called only
+# for a gang name quorum must shorten; `webhooks`, pods.mutate.quorum.dev for every pod, for a
+# cluster that does not serve MutatingAdmissionPolicy. Everything else is the same in both.
+POD_ADMISSION_WAYS = ("policies", "webhooks")
+POD_DEFAULTS_MANIFEST = "35-pod-defaults.yaml"
+POD_DEFAULTS_KINDS = frozenset({"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"})
+SHORTEN_CONDITION = "a-gang-name-quorum-must-shorten"  # pods.mutate.quorum.dev's, in `policies`
+_SHORTEN_CONDITION_TEXT = re.compile(
+    r"^    # With quorum-pod-defaults .*?^    matchConditions:\n      - name: "
+    + re.escape(SHORTEN_CONDITION)
+    + r"\n.*?(?=^---$)",
+    re.MULTILINE | re.DOTALL,
 )
 STATIC_SUFFIX = ".static.k8s.io"  # the apiserver loads policies from disk only under such names
 STATIC_MODES = ("off", "protect", "all")
@@ -87,6 +103,31 @@ def render(
     return text
 
 
+def check_pod_admission(way: str) -> str:
+    if way not in POD_ADMISSION_WAYS:
+        raise ValueError(f"pod admission {way!r}: one of {', '.join(POD_ADMISSION_WAYS)}")
+    return way
+
+
+def for_pod_admission(text: str, way: str) -> str:
+    """A manifest's text for a way of admitting pods: with `webhooks`, pods.mutate.quorum.dev
+    loses the condition that leaves it only what quorum-pod-defaults cannot do."""
+    if check_pod_admission(way) == "policies":
+        return text
+    return _SHORTEN_CONDITION_TEXT.sub("", text)
+
+
+def without_shorten_condition(doc: dict[str, Any]) -> dict[str, Any]:
+    """`for_pod_admission(webhooks)` on a parsed MutatingWebhookConfiguration."""
+    for webhook in doc.get("webhooks") or []:
+        kept = [c for c in webhook.get("matchConditions") or [] if c.get("name") != SHORTEN_CONDITION]
+        if kept:
+            webhook["matchConditions"] = kept
+        else:
+            webhook.pop("matchConditions", None)
+    return doc
+
+
 def _address_blocks(cidrs: tuple[str, ...], match: re.Match[str]) -> str:
     """One `ipBlock` source per address block, in place of the matched source."""
     blocks = [str(ipaddress.ip_network(c, strict=False)) for c in cidrs]
@@ -99,11 +140,20 @@ def render_files(
     directory: Path = MANIFESTS,
     apiserver_cidrs: tuple[str, ...] = (),
     slurm_cidrs: tuple[str, ...] = (),
+    pod_admission: str = "policies",
 ) -> str:
-    """The manifests `names` (default: every manifests/*.yaml, in order) as one stream."""
+    """The manifests `names` (default: every manifests/*.yaml, in order) as one stream, for a way
+    of admitting pods (`webhooks` leaves out the MutatingAdmissionPolicy)."""
     paths = [directory / n for n in names] if names is not None else sorted(directory.glob("*.yaml"))
+    if check_pod_admission(pod_admission) == "webhooks":
+        paths = [p for p in paths if p.name != POD_DEFAULTS_MANIFEST]
     return (
-        "\n---\n".join(render(p.read_text(), namespace, apiserver_cidrs, slurm_cidrs).strip() for p in paths)
+        "\n---\n".join(
+            for_pod_admission(
+                render(p.read_text(), namespace, apiserver_cidrs, slurm_cidrs), pod_admission
+            ).strip()
+            for p in paths
+        )
         + "\n"
     )
 
@@ -183,6 +233,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "kube-apiserver's manifest-based admission configuration (Kubernetes 1.37; docs/threat-model.md), "
         "and print the other manifests only",
     )
+    parser.add_argument(
+        "--pod-admission",
+        choices=POD_ADMISSION_WAYS,
+        default=None,
+        help="how pods are admitted: `policies` (default), in the apiserver by a MutatingAdmissionPolicy "
+        "(Kubernetes 1.36+), quorum-webhooks called only for gang names it must shorten; `webhooks`, "
+        "quorum-webhooks called for every pod, for a cluster that does not serve "
+        "admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (docs/webhooks.md)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -221,7 +280,8 @@ def run(args: argparse.Namespace) -> int:
         if args.slurm_cidr:
             names.append(SUNK_MANIFEST)
         cidrs = tuple(args.apiserver_cidr), tuple(args.slurm_cidr)
-        sys.stdout.write(render_files(names, args.namespace, args.dir, *cidrs))
+        way = args.pod_admission or "policies"
+        sys.stdout.write(render_files(names, args.namespace, args.dir, *cidrs, pod_admission=way))
     except (InvalidNamespace, ValueError) as err:
         print(f"quorum manifests: {err}", file=sys.stderr)
         return 2
@@ -248,6 +308,8 @@ def _run_with_values(args: argparse.Namespace) -> int:
         if args.slurm_cidr:
             cidrs = [str(ipaddress.ip_network(c, strict=False)) for c in args.slurm_cidr]
             flags["sunk"] = {"enabled": True, "slurmCidrs": cidrs}
+        if args.pod_admission is not None:
+            flags["webhooks"] = {"podAdmission": args.pod_admission}
         files = [install_values.read_values_file(path) for path in args.values]
         values = install_values.load_values(*files, flags)
         leave_out: frozenset[str] = frozenset()

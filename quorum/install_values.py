@@ -62,6 +62,8 @@ MANIFEST_FILES = (
     "10-rbac.yaml",
     "20-webhooks-deployment.yaml",
     "30-webhook-configurations.yaml",
+    "35-pod-defaults.yaml",
+    "36-pod-policies.yaml",
     "40-gate-protection.yaml",
     "45-gang-backstop.yaml",
     "47-operator-fence.yaml",
@@ -174,6 +176,15 @@ class WebhooksValues(_Values):
     replicas: int = Field(default=2, ge=1)
     """Replicas of quorum-webhooks; with 2 or more a PodDisruptionBudget keeps one up."""
     resources: Resources = Resources(requests={"cpu": "200m", "memory": "128Mi"}, limits={"memory": "256Mi"})
+    pod_admission: Literal["auto", "policies", "webhooks"] = "auto"
+    """How pods are admitted (docs/webhooks.md, "Two ways to admit pods"): `policies`, in the
+    apiserver by a MutatingAdmissionPolicy; `webhooks`, by quorum-webhooks for every pod; `auto`,
+    `policies` where the cluster serves admissionregistration.k8s.io/v1 MutatingAdmissionPolicy
+    (the chart asks the cluster; `quorum manifests`, which does not, takes `policies`)."""
+
+    @property
+    def pod_admission_way(self) -> str:
+        return "webhooks" if self.pod_admission == "webhooks" else "policies"
 
 
 class SecretValues(_Values):
@@ -454,6 +465,8 @@ def edit(doc: dict[str, Any], values: InstallValues) -> dict[str, Any] | None:
         return None
     if kind == "PodDisruptionBudget" and name == "quorum-webhooks" and values.webhooks.replicas < 2:
         return None  # one replica and minAvailable 1 would block every drain of its node
+    if kind == "MutatingWebhookConfiguration" and values.webhooks.pod_admission_way == "webhooks":
+        install.without_shorten_condition(doc)
     if kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         if values.certificates.mode != "certManager":
             annotations = doc["metadata"].get("annotations") or {}
@@ -497,7 +510,11 @@ def sources(values: InstallValues, manifests: Path = install.MANIFESTS, crds: Pa
         files += [crds / name for name in QUORUM_CRDS]
         if values.crds.scheduler_plugins:
             files.append(crds / SCHEDULER_PLUGINS_CRD)
-    files += [manifests / name for name in MANIFEST_FILES]
+    files += [
+        manifests / name
+        for name in MANIFEST_FILES
+        if not (name == install.POD_DEFAULTS_MANIFEST and values.webhooks.pod_admission_way == "webhooks")
+    ]
     if values.certificates.mode == "certManager":
         files.append(manifests / CERT_MANAGER_MANIFEST)
     if values.sunk.enabled:

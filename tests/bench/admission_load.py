@@ -1,9 +1,12 @@
-"""Admission latency through the apiserver (issue 14, point 7): what quorum's webhooks and
-ValidatingAdmissionPolicies add to pod creation, measured by the apiserver itself.
+"""Admission latency through the apiserver (issues 14 and 29): what quorum's admission adds to
+pod creation, measured by the apiserver itself.
 
-Two ways, each run on a freshly started local control plane (Kubernetes 1.36):
-- `quorum`: every webhook and policy of quorum installed (the default ClusterSpec: manifests/,
-  quorum-webhooks registered), quorum-operator off;
+Three ways, each run on a freshly started local control plane (Kubernetes 1.37):
+- `policies`: quorum installed as `quorum manifests` makes it (the default ClusterSpec): pods are
+  mutated inside the apiserver by the MutatingAdmissionPolicy quorum-pod-defaults, judged by
+  quorum's ValidatingAdmissionPolicies, and quorum-webhooks is registered for what CEL cannot do;
+  quorum-operator off;
+- `webhooks`: the same with `--pod-admission webhooks` (pods.mutate.quorum.dev for every pod);
 - `absent`: no quorum at all (no webhooks, no manifests).
 
 Each run creates 2,000 pods as the customer identity (cluster-admin by RBAC, not
@@ -16,7 +19,7 @@ with the single pods. 64 pods of the same mix are created first, unmeasured (TLS
 CEL compilation, caches). The ways run in turn, 3 rounds (`--rounds`): this machine's speed
 drifts from minute to minute.
 
-Held still during the window, in both ways: quorum-operator (off: gang pods stay gated; its
+Held still during the window, in every way: quorum-operator (off: gang pods stay gated; its
 releases would add pod UPDATEs and Gang writes in one way only) and kube-scheduler (stopped once
 the instance is up: without quorum every pod would be bound and run by kwok, with quorum the
 gang pods would not), so the two ways differ in admission only.
@@ -86,13 +89,18 @@ APISERVER_HISTOGRAMS = (WEBHOOK, STEP, PLUGIN, MATCH, POLICY_CHECK, REQUEST, QUE
 PLUGINS = ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook", "ValidatingAdmissionPolicy")
 
 
-def ways(prefix: str) -> dict[str, ClusterSpec]:
-    return {
-        "quorum": ClusterSpec(name=f"{prefix}-quorum", operator=False),
+WAYS = ("absent", "webhooks", "policies")
+
+
+def ways(prefix: str, chosen: tuple[str, ...] = WAYS) -> dict[str, ClusterSpec]:
+    specs = {
         "absent": ClusterSpec(
             name=f"{prefix}-absent", install_manifests=False, webhooks=False, operator=False
         ),
+        "webhooks": ClusterSpec(name=f"{prefix}-webhooks", operator=False, pod_admission="webhooks"),
+        "policies": ClusterSpec(name=f"{prefix}-policies", operator=False, pod_admission="policies"),
     }
+    return {way: specs[way] for way in chosen}
 
 
 # -- the workload (pure) -------------------------------------------------------------------
@@ -435,6 +443,31 @@ def way_summary(runs: list[Run]) -> dict[str, Any]:
 
 # -- report --------------------------------------------------------------------------------
 
+POD_CREATE_WEBHOOKS = ("mutate-pods", "validate-pods", "validate-interruptable")
+
+
+def against_absent(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Each way with quorum beside `absent`: CPU per pod (all processes), client p50 and pods/s as
+    ratios; and how many calls quorum-webhooks answered for the webhooks that pod creation reaches."""
+    base = summaries.get("absent")
+    if base is None:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for way, summary in summaries.items():
+        if way == "absent":
+            continue
+        served = summary["apiserver"]["webhook_server"]
+        out[way] = {
+            "cpu": round(
+                summary["cpu_ms_per_pod"]["all processes"] / base["cpu_ms_per_pod"]["all processes"], 2
+            ),
+            "p50": round(summary["client"]["p50_ms"] / base["client"]["p50_ms"], 2),
+            "pods_per_second": round(summary["pods_per_second_median"] / base["pods_per_second_median"], 2),
+            "pod_create_calls": sum(served.get(w, {}).get("count", 0) for w in POD_CREATE_WEBHOOKS),
+        }
+    return out
+
+
 ROWS: tuple[tuple[str, str], ...] = (
     ("pod_create_request", "apiserver request POST pods"),
     ("flowcontrol_wait", "APF queue wait, priority level"),
@@ -531,13 +564,18 @@ def main() -> int:
     parser.add_argument("--pods", type=int, default=PODS)
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="each way this many times, in turn")
     parser.add_argument("--cap", type=float, default=CAP_SECONDS, help="seconds of creates per run, at most")
+    parser.add_argument("--name-prefix", default="bench-admission", help="instance names: <prefix>-<way>")
     parser.add_argument(
-        "--name-prefix", default="bench-admission", help="instance names: <prefix>-quorum, -absent"
+        "--way",
+        action="append",
+        choices=WAYS,
+        default=None,
+        help=f"only these ways (default: {', '.join(WAYS)})",
     )
     args = parser.parse_args()
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     started = time.monotonic()
-    specs = ways(args.name_prefix)
+    specs = ways(args.name_prefix, tuple(args.way) if args.way else WAYS)
     runs: dict[str, list[Run]] = {way: [] for way in specs}
     for round_ in range(1, max(1, args.rounds) + 1):
         for way, spec in specs.items():
@@ -555,12 +593,19 @@ def main() -> int:
         "seconds": round(time.monotonic() - started, 1),
         "instances": {way: spec.to_json() | {"feature_gates": "default"} for way, spec in specs.items()},
         "ways": summaries,
+        "against_absent": against_absent(summaries),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     suffix = "" if args.pods == PODS and args.rounds == ROUNDS else f"-{args.pods}x{args.rounds}"
     out = RESULTS / f"{stamp}-admission{suffix}.json"
     out.write_text(json.dumps(data, indent=2) + "\n")
     print(markdown(summaries))
+    for way, figures in data["against_absent"].items():
+        print(
+            f"{way} / absent: CPU per pod {figures['cpu']:g}x, client p50 {figures['p50']:g}x, "
+            f"pods/s {figures['pods_per_second']:g}x; calls to quorum-webhooks for pod creation: "
+            f"{figures['pod_create_calls']}"
+        )
     for way, summary in summaries.items():
         for r in summary["rounds"]:
             print(

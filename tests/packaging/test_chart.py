@@ -115,8 +115,14 @@ def run(*argv: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def helm_template(helm: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    return run(helm, "template", "quorum", CHART, "--namespace", RELEASE_NAMESPACE, *args)
+# What a cluster that serves MutatingAdmissionPolicy tells `helm install` (Kubernetes 1.36+);
+# `helm template` knows only the API versions it is told.
+SERVES_MAP = ("--api-versions", "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy")
+
+
+def helm_template(helm: Path, *args: str | Path, serves_map: bool = True) -> subprocess.CompletedProcess[str]:
+    served = SERVES_MAP if serves_map else ()
+    return run(helm, "template", "quorum", CHART, "--namespace", RELEASE_NAMESPACE, *served, *args)
 
 
 def quorum_manifests(*args: str | Path) -> subprocess.CompletedProcess[str]:
@@ -172,6 +178,33 @@ def test_helm_template_and_quorum_manifests_render_the_same_objects(
         for key in differ
     )
     assert len(by_helm) >= 36, sorted(by_helm)
+
+
+@pytest.mark.parametrize(
+    ("serves_map", "value", "way"),
+    [
+        (True, "auto", "policies"),
+        (False, "auto", "webhooks"),
+        (True, "webhooks", "webhooks"),
+        (False, "policies", "policies"),
+    ],
+)
+def test_pod_admission_follows_what_the_cluster_serves_unless_a_value_says(
+    helm: Path, serves_map: bool, value: str, way: str
+) -> None:
+    """webhooks.podAdmission auto: the MutatingAdmissionPolicy where the cluster serves it, and
+    pods.mutate.quorum.dev for every pod where it does not; `quorum manifests --pod-admission`
+    renders the same objects."""
+    rendered = helm_template(helm, "--set", f"webhooks.podAdmission={value}", serves_map=serves_map)
+    assert rendered.returncode == 0, rendered.stderr
+    printed = quorum_manifests("--values", "/dev/null", "--pod-admission", way)
+    assert printed.returncode == 0, printed.stderr
+    by_helm, by_quorum = normalised(rendered.stdout, True), normalised(printed.stdout, False)
+    assert by_helm == by_quorum
+    mutating = by_helm[("MutatingWebhookConfiguration", "", "quorum-webhooks")]["webhooks"][0]
+    has_map = ("MutatingAdmissionPolicy", "", "quorum-pod-defaults") in by_helm
+    assert has_map == (way == "policies")
+    assert ("matchConditions" in mutating) == (way == "policies")
 
 
 def test_the_value_sets_change_what_they_say(helm: Path, values_files: dict[str, Path]) -> None:
@@ -470,7 +503,9 @@ def test_the_packaged_chart_holds_the_files_it_links_to(helm: Path, tmp_path: Pa
         "--set",
         "certificates.mode=certManager",
     )
-    from_archive = run(helm, "template", "quorum", archive, "--namespace", RELEASE_NAMESPACE, *args)
+    from_archive = run(
+        helm, "template", "quorum", archive, "--namespace", RELEASE_NAMESPACE, *SERVES_MAP, *args
+    )
     assert from_archive.returncode == 0, from_archive.stderr
     assert from_archive.stdout == helm_template(helm, *args).stdout
 

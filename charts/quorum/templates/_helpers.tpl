@@ -83,6 +83,17 @@ blocks, and the platform identities the given ones. Called with (dict "root" $ "
 One object as the values have it (install_values.edit): changed in place; prints "drop" for
 an object left out. Called with (dict "root" $ "doc" OBJECT).
 */}}
+{{- /*
+How pods are admitted (install_values.WebhooksValues.pod_admission): webhooks.podAdmission, and
+for auto what the cluster serves.
+*/ -}}
+{{- define "quorum.podAdmission" -}}
+{{- $way := .Values.webhooks.podAdmission | default "auto" -}}
+{{- if eq $way "auto" -}}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy" -}}policies{{- else -}}webhooks{{- end -}}
+{{- else -}}{{ $way }}{{- end -}}
+{{- end -}}
+
 {{- define "quorum.edit" -}}
 {{- $values := .root.Values -}}
 {{- $doc := .doc -}}
@@ -93,6 +104,13 @@ drop
 {{- else if and (eq $kind "PodDisruptionBudget") (eq $name "quorum-webhooks") (lt (int $values.webhooks.replicas) 2) -}}
 drop
 {{- else -}}
+{{- if and (eq $kind "MutatingWebhookConfiguration") (eq (include "quorum.podAdmission" .root) "webhooks") -}}
+{{- range $doc.webhooks -}}
+{{- $kept := list -}}
+{{- range (.matchConditions | default list) -}}{{- if ne .name "a-gang-name-quorum-must-shorten" -}}{{- $kept = append $kept . -}}{{- end -}}{{- end -}}
+{{- if $kept -}}{{- $_ := set . "matchConditions" $kept -}}{{- else -}}{{- $_ := unset . "matchConditions" -}}{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if has $kind (list "MutatingWebhookConfiguration" "ValidatingWebhookConfiguration") -}}
 {{- if ne $values.certificates.mode "certManager" -}}
 {{- $annotations := $doc.metadata.annotations | default dict -}}
