@@ -48,11 +48,11 @@ def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
     if requested is not None and not (
         requested in settings.coscheduler_names and scheduler in (requested, settings.default_scheduler)
     ):
-        return Decision(denied=_forged(f"annotation {REQUESTED_SCHEDULER}={shown(requested)}"))
+        return Decision(denied=forged([f"annotation {REQUESTED_SCHEDULER}={shown(requested)}"]))
     own = labels.get(GANG_LABEL)
     if own is not None and (not markers or own != markers[0].gang_name):
         # Never overwrite (or strip) it: deny, so that the person who set it finds out.
-        return Decision(denied=_forged(f"label {GANG_LABEL}={shown(own)}"))
+        return Decision(denied=forged([f"label {GANG_LABEL}={shown(own)}"]))
     if scheduler in settings.coscheduler_names:
         intents += [
             SetSchedulerName(settings.default_scheduler),
@@ -86,8 +86,11 @@ def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
     return Decision(intents=intents, warnings=warnings)
 
 
-def _forged(what: str) -> str:
+def forged(keys: list[str]) -> str:
+    """The refusal of quorum.dev/* keys a pod sets itself, each `label K='V'` or `annotation K='V'`
+    (the same words in quorum-gang-pods, manifests/36-pod-policies.yaml)."""
     return (
-        f"pod sets {what}: quorum.dev/* labels and annotations are quorum's (it sets quorum.dev/gang to "
-        f"the gang that the pod's group marker names). Remove it."
+        f"pod sets {', '.join(keys)}: quorum.dev/* labels and annotations are quorum's (it sets "
+        f"quorum.dev/gang to the gang that the pod's group marker names). "
+        + ("Remove it." if len(keys) == 1 else "Remove them.")
     )

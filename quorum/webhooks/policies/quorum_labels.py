@@ -14,8 +14,8 @@ from __future__ import annotations
 from quorum.core.gangs import gang_markers
 from quorum.core.lifecycle import MEMBER_LOSS_ANNOTATION
 from quorum.webhooks.objects import JSONObject, annotations_of, dig, labels_of, pod_shape, string_map
-from quorum.webhooks.policies.gang_gate import GANG_LABEL, REQUESTED_SCHEDULER
-from quorum.webhooks.review import AdmissionRequest, Decision
+from quorum.webhooks.policies.gang_gate import GANG_LABEL, REQUESTED_SCHEDULER, forged
+from quorum.webhooks.review import AdmissionRequest, Decision, shown
 from quorum.webhooks.settings import WebhookSettings
 
 PREFIX = "quorum.dev/"
@@ -93,15 +93,8 @@ def validate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
         for where in ("labels", "annotations"):
             for key, value in _quorum_keys(obj, where).items():
                 if expected.get((where, key), object()) != value:
-                    wrong.append(f"{where[:-1]} {key}={value!r}")
-        if wrong:
-            return Decision(
-                denied=(
-                    f"pod sets {', '.join(wrong)}: quorum.dev/* labels and annotations are quorum's "
-                    f"(it sets quorum.dev/gang to the pod's gang name itself). Remove them."
-                )
-            )
-        return Decision()
+                    wrong.append(f"{where[:-1]} {key}={shown(value)}")
+        return Decision(denied=forged(wrong)) if wrong else Decision()
     for where in ("labels", "annotations"):
         new, old = _quorum_keys(obj, where), _quorum_keys(request.old_object, where)
         for key in sorted(new.keys() | old.keys()):
