@@ -114,6 +114,10 @@ POLICY_BINDING = Kind(
     ADMISSION, "v1", "validatingadmissionpolicybindings", "ValidatingAdmissionPolicyBinding"
 )
 MUTATING_WEBHOOKS = Kind(ADMISSION, "v1", "mutatingwebhookconfigurations", "MutatingWebhookConfiguration")
+MUTATING_POLICY = Kind(ADMISSION, "v1", "mutatingadmissionpolicies", "MutatingAdmissionPolicy")
+MUTATING_POLICY_BINDING = Kind(
+    ADMISSION, "v1", "mutatingadmissionpolicybindings", "MutatingAdmissionPolicyBinding"
+)
 VALIDATING_WEBHOOKS = Kind(
     ADMISSION, "v1", "validatingwebhookconfigurations", "ValidatingWebhookConfiguration"
 )
@@ -139,6 +143,14 @@ ISSUER = Kind("cert-manager.io", "v1", "issuers", "Issuer", namespaced=True)
 WEBHOOKS = "quorum-webhooks"  # both webhook configurations
 BACKSTOP = "quorum-gang-backstop"
 GATE_PROTECTION = "quorum-gate-protection"
+POD_DEFAULTS = "quorum-pod-defaults"  # the MutatingAdmissionPolicy that gates gang pods in the apiserver
+# The pod policies beside it (manifests/35 and 36), each with a binding of the same name.
+POD_POLICIES = (
+    "quorum-gang-pods",
+    "quorum-gang-pods-warnings",
+    "quorum-interruptable-pods",
+    "quorum-interruptable-gang-pods",
+)
 DEPLOYMENTS = ("quorum-operator", "quorum-webhooks", "quorum-sunk-scheduler")
 # Each a ValidatingAdmissionPolicy with a binding of the same name. quorum-operator-eviction-fence
 # is no longer shipped (README, upgrading): removed too, for installs that still have it.
@@ -303,6 +315,8 @@ def removal_plan(
         Step(1, Action.WAIT_BACKSTOP_DROPPED),
         Step(1, Action.CHECK_MUTATING_APPLIES, Ref(MUTATING_WEBHOOKS, WEBHOOKS)),
         *delete(1, MUTATING_WEBHOOKS, WEBHOOKS),
+        *delete(1, MUTATING_POLICY_BINDING, POD_DEFAULTS),
+        *delete(1, MUTATING_POLICY, POD_DEFAULTS),
         Step(1, Action.WAIT_MUTATING_DROPPED),
         Step(2, Action.RELEASE_GATED),
         Step(2, Action.RESUME_JOBS),
@@ -311,6 +325,8 @@ def removal_plan(
         Step(3, Action.SWEEP_GATED),
         *delete(3, VALIDATING_WEBHOOKS, WEBHOOKS),
     ]
+    for policy in POD_POLICIES:
+        steps += delete(3, POLICY_BINDING, policy) + delete(3, POLICY, policy)
     if not admission_only:
         steps += delete(3, DEPLOYMENT, *DEPLOYMENTS, namespaced=True)
     steps += delete(3, POLICY, BACKSTOP)

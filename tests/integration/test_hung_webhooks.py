@@ -59,12 +59,12 @@ async def admin(hung: Instance) -> AsyncIterator[client.ApiClient]:
         yield api
 
 
-def validating_calls(instance: Instance) -> dict[str, float]:
-    """The apiserver's count of calls per quorum validating webhook."""
+def validating_calls(instance: Instance, kind: str = "validating") -> dict[str, float]:
+    """The apiserver's count of calls per quorum webhook of `kind` (validating or admit)."""
     _, body = instance.rest().get("/metrics", timeout=30)
     calls: dict[str, float] = {}
     for line in body.decode().splitlines():
-        if line.startswith("apiserver_admission_webhook_request_total{") and 'type="validating"' in line:
+        if line.startswith("apiserver_admission_webhook_request_total{") and f'type="{kind}"' in line:
             name = re.search(r'name="([^"]+)"', line)
             if name and name.group(1).endswith(".quorum.dev"):
                 calls[name.group(1)] = calls.get(name.group(1), 0) + float(line.rsplit(" ", 1)[1])
@@ -225,11 +225,24 @@ async def test_a_hung_webhook_server_stops_no_cluster_work_and_lets_nothing_prot
             held = (await pods(admin, NS, "app=held"))[0]["metadata"]["name"]
             ungate = await remove_gate(hung, admin, "customer", NS, held)
             assert ungate.returncode != 0 and "quorum-gate-protection" in ungate.stderr, ungate.stderr
+            # Pods are admitted in the apiserver: a gang pod is gated without the server, at
+            # once; one whose gang name only the server can make (a dotted group) is refused.
             gang_pod = {
-                "metadata": {"name": "ungated", "labels": {"pod-group.scheduling.sigs.k8s.io": "held"}},
+                "metadata": {
+                    "name": "gated-in-apiserver",
+                    "labels": {"pod-group.scheduling.sigs.k8s.io": "held"},
+                },
                 "spec": {"containers": [{"name": "c", "image": "pause"}]},
             }
-            backstop = await refused(lambda: customer_core.create_namespaced_pod(NS, gang_pod))
+            mutating_before = validating_calls(hung, "admit").get("pods.mutate.quorum.dev", 0)
+            created = await customer_core.create_namespaced_pod(NS, gang_pod)
+            assert [g.name for g in created.spec.scheduling_gates or []] == ["quorum.dev/gang"]
+            assert validating_calls(hung, "admit").get("pods.mutate.quorum.dev", 0) == mutating_before
+            dotted = {
+                "metadata": {"name": "ungated", "labels": {"pod-group.scheduling.sigs.k8s.io": "held.1"}},
+                "spec": {"containers": [{"name": "c", "image": "pause"}]},
+            }
+            backstop = await refused(lambda: customer_core.create_namespaced_pod(NS, dotted))
             assert "quorum-gang-backstop" in backstop, backstop
         finally:
             hung.signal_component("quorum-webhooks", signal.SIGCONT)

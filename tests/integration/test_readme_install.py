@@ -199,17 +199,28 @@ def run_quorum_locally(instance: Instance) -> None:
 
 
 async def while_quorum_webhooks_is_unreachable(api: client.ApiClient) -> None:
-    """A plain pod is created (the mutating webhook fails open); a gang pod is refused by the
-    backstop policy, inside the apiserver, so nothing bypasses gang admission: its controller
-    would retry."""
+    """Pods are admitted in the apiserver (the cluster serves MutatingAdmissionPolicy, so the
+    chart's `auto` takes `policies`): a plain pod is created with its CPU toleration and a gang
+    pod gated, without the server; a gang whose name only the server can make (a dotted group)
+    is refused by the backstop policy, so nothing bypasses gang admission: its controller would
+    retry."""
     core = client.CoreV1Api(api)
     await create_namespace(api, "early")
     container = {"name": "c", "image": "registry.k8s.io/pause:3.10"}
-    await core.create_namespaced_pod(
+    plain = await core.create_namespaced_pod(
         "early", {"metadata": {"name": "plain"}, "spec": {"containers": [container]}}
     )
+    assert any(t.key == "is_cpu_compute" for t in plain.spec.tolerations or [])
+    member = await core.create_namespaced_pod(
+        "early",
+        {
+            "metadata": {"name": "member", "labels": {"pod-group.scheduling.sigs.k8s.io": "early"}},
+            "spec": {"containers": [container]},
+        },
+    )
+    assert [g.name for g in member.spec.scheduling_gates or []] == ["quorum.dev/gang"]
     gang_pod = {
-        "metadata": {"name": "member", "labels": {"pod-group.scheduling.sigs.k8s.io": "early"}},
+        "metadata": {"name": "dotted", "labels": {"pod-group.scheduling.sigs.k8s.io": "early.1"}},
         "spec": {"containers": [container]},
     }
     with pytest.raises(ApiException) as refused:

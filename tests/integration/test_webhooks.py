@@ -338,10 +338,10 @@ async def check_backstop_rules(api: client.ApiClient, namespace: str) -> None:
 async def test_with_the_webhook_server_down_gates_stay_protected_and_gang_pods_wait(
     start_instance: Callable[..., Instance],
 ) -> None:
-    """A named instance of its own, whose quorum-webhooks is stopped: the gate protection and the
-    backstop policy live in the apiserver and hold; the controller's retries succeed once the
-    server is back."""
-    instance = start_instance("t-nowebhooks")
+    """A named instance of its own, installed with `--pod-admission webhooks`, whose
+    quorum-webhooks is stopped: the gate protection and the backstop policy live in the apiserver
+    and hold; the controller's retries succeed once the server is back."""
+    instance = start_instance("t-nowebhooks", pod_admission="webhooks")
     api = await api_client(instance.kubeconfig("admin"))
     async with api:
         core = client.CoreV1Api(api)
@@ -403,3 +403,49 @@ async def test_with_the_webhook_server_down_gates_stay_protected_and_gang_pods_w
             "quorum.dev", "v1alpha1", "work", "gangs", "pg-pg1"
         )
         assert len(gang["status"]["admission"]["placement"]) == 2
+
+
+async def test_with_pods_admitted_in_the_apiserver_a_dead_server_stops_only_gangs_whose_names_it_shortens(
+    start_instance: Callable[..., Instance],
+) -> None:
+    """The default way (`policies`), quorum-webhooks stopped: a CPU pod still gets its toleration
+    and a gang's pods are created gated, by quorum-pod-defaults in the apiserver; only a gang
+    whose name quorum must hash (a PodGroup name with a dot) is refused by the backstop, and
+    its controller's retries succeed once the server is back."""
+    instance = start_instance("t-nowebhooks-policies", operator=False)
+    api = await api_client(instance.kubeconfig("admin"))
+    async with api:
+        core = client.CoreV1Api(api)
+        await create_namespace(api, "work")
+        instance.stop_component("quorum-webhooks")
+        plain = await core.create_namespaced_pod(
+            "work", {"metadata": {"name": "plain"}, "spec": {"containers": [container()]}}
+        )
+        assert any(t.key == "is_cpu_compute" for t in plain.spec.tolerations or [])
+        gang = await core.create_namespaced_pod(
+            "work",
+            {
+                "metadata": {"name": "member", "labels": {"pod-group.scheduling.sigs.k8s.io": "pg1"}},
+                "spec": {"schedulerName": "cw-coscheduler", "containers": [container(1)]},
+            },
+        )
+        assert [g.name for g in gang.spec.scheduling_gates or []] == ["quorum.dev/gang"]
+        assert gang.metadata.labels["quorum.dev/gang"] == "pg-pg1"
+        assert gang.spec.scheduler_name == "default-scheduler"
+        shortened = {
+            "metadata": {"name": "dotted", "labels": {"pod-group.scheduling.sigs.k8s.io": "pg.1"}},
+            "spec": {"containers": [container(1)]},
+        }
+        with pytest.raises(ApiException) as refused:
+            await core.create_namespaced_pod("work", shortened)
+        assert "quorum-gang-backstop" in str(refused.value.body)
+        instance.start_component("quorum-webhooks")
+
+        async def created() -> bool:
+            try:
+                pod = await core.create_namespaced_pod("work", shortened)
+            except ApiException:
+                return False
+            return pod.metadata.labels["quorum.dev/gang"].startswith("pg-pg-1-")
+
+        await eventually(created, timeout=30, what="the dotted gang's pod created, gated by quorum-webhooks")

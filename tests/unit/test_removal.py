@@ -179,6 +179,8 @@ def test_admission_only_is_steps_zero_to_three_without_the_deployments_then_the_
         "ValidatingAdmissionPolicyBinding",
         "ValidatingAdmissionPolicy",
         "MutatingWebhookConfiguration",
+        "MutatingAdmissionPolicyBinding",
+        "MutatingAdmissionPolicy",
         "ValidatingWebhookConfiguration",
     }
 

@@ -267,8 +267,8 @@ async def test_a_dry_run_writes_nothing_says_every_step_and_every_refusal() -> N
     )
     assert report.lines[2] == "1. ValidatingAdmissionPolicyBinding quorum-gang-backstop: would delete"
     assert (
-        report.lines[7].startswith("2. would release 2 gated pods of 1 gangs as system:")
-        and "ml/a (2)" in report.lines[7]
+        report.lines[9].startswith("2. would release 2 gated pods of 1 gangs as system:")
+        and "ml/a (2)" in report.lines[9]
     )
     assert report.lines[-1] == (
         f"4. delete if labelled quorum's Namespace {NS}: would be refused: 403 Forbidden: no"
@@ -293,6 +293,9 @@ async def test_admission_only_leaves_the_deployments_fences_rbac_crds_and_namesp
         "ValidatingAdmissionPolicy quorum-gate-protection",
         "ValidatingWebhookConfiguration quorum-webhooks",
         "ValidatingAdmissionPolicy quorum-gang-backstop",
+        "MutatingAdmissionPolicy quorum-pod-defaults",
+        "MutatingAdmissionPolicyBinding quorum-pod-defaults",
+        "ValidatingAdmissionPolicy quorum-gang-pods",
     ):
         assert gone not in left
     assert cluster.gated == {}
