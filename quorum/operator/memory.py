@@ -27,6 +27,7 @@ class GangMemory:
     reason: str | None = None  # the hold reason last announced by an Event
     transitions: dict[str, tuple[str, str]] = field(default_factory=dict)  # type -> (status, time)
     capacity_held: bool = False  # its CapacityHeld Event was posted
+    group_behind: float | None = None  # monotonic: since when the group's status lags the Gang's
     warned_unmodeled: bool = False  # its UnmodeledConstraints check was made
     last_seen: float | None = None  # monotonic: a label-only gang without pods, since when
     unseen: JSON = field(default_factory=dict)  # decisions written that the watch has not shown

@@ -102,7 +102,7 @@ class Releaser:
             ]
             # The decision first: a restarted operator continues this plan instead of making another.
             admission = {"attempt": attempt, "time": now_rfc3339(), "placement": entries}
-            recorded = await self.records.record_release(view, gang, admission, len(entries))
+            await self.records.record_release(view, gang, admission, len(entries))
         except BaseException:
             for uid, _ in placement:  # not recorded: nothing was promised
                 self.ledger.drop(uid)
@@ -110,9 +110,8 @@ class Releaser:
         complete_at = self.memory[view.key].complete_at = member_complete_time(view)
         metrics.RELEASE_LATENCY.observe(max(0.0, clock.time() - complete_at))
         pods = {p["metadata"]["uid"]: p for p in view.gated}
-        _, (results, error) = await asyncio.gather(
-            self.records.write_group_released(view, recorded),  # it says the gang is being scheduled
-            self.release_pods(view.key, [(pods[uid], node) for uid, node in placement if uid in pods]),
+        results, error = await self.release_pods(
+            view.key, [(pods[uid], node) for uid, node in placement if uid in pods]
         )
         await self.tell_released(view, gang, results)
         if error is not None:
@@ -160,7 +159,9 @@ class Releaser:
         log.info("%s/%s: %s", view.namespace, view.name, message)
         metrics.RELEASES.inc()
         self.memory[view.key].reason = None  # its next hold is announced again
-        await self.records.events.post_all([gang, view.group], "Released", message)
+        # One Event per release: on the group object, where its owner looks (on the Gang for a
+        # gang of labels only); `kubectl quorum explain` shows both objects' Events.
+        await self.records.events.post(view.group or gang, "Released", message)
 
     def start_continued(self, views: dict[GangKey, GangView], nodes: dict[str, Node], now: float) -> None:
         """Finish releases begun earlier, on the nodes recorded for them (no new plan, so the

@@ -4,8 +4,11 @@ status (composed by `conditions.py`), the group object's status, and Events.
 A status is written only when it changed, and for one gang at most once per interval (its last
 state then; like the Job controller's status batching): a gang's pods bind and start within a
 second of its release, and writing each step would cost the apiserver a write and every watcher
-an event for a state nobody reads. A status counts as written only once the apiserver took it,
-so a refused write is made again by a later pass. Transition times move only when a
+an event for a state nobody reads. So too the group object's status at a release: the Gang
+records the decision at once, the group's status goes with the gang's next write (its pods
+bound), or `GROUP_LAG_INTERVALS` intervals after the release if none comes. A status counts as
+written only once the apiserver took it, so a refused write is made again by a later pass.
+Transition times move only when a
 condition's status does, and say when it did.
 
 The pass decides on the event loop what is due (`due`, cheap, no I/O); the writes run in the
@@ -40,12 +43,14 @@ from quorum.operator.events import EventRecorder, pod_object, worth_telling
 
 __all__ = ["GangRecords", "StatusPacing", "StatusWrite", "now_rfc3339"]
 from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store
-from quorum.operator.memory import GangMemories
+from quorum.operator.memory import GangMemories, GangMemory
 from quorum.operator.work import Failure, GangWork, describe
 
 log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
 COUNTERS = ("members", "gated", "released", "bound", "running", "succeeded", "failed")
+# At most this many status intervals after a release, the group's status says it (docs/status.md).
+GROUP_LAG_INTERVALS = 5
 # The fields of a Gang's status that record quorum's decisions: what the pass acts on.
 DECISIONS = frozenset({"admission", "recovery", "disruption", "preemption", "preempted", "resized"})
 
@@ -91,6 +96,7 @@ class StatusWrite:
     stamp: str  # when it was composed (RFC 3339)
     events: tuple[tuple[str, str, bool], ...] = ()  # (reason, message, warning)
     hold: Hold | None = None
+    group_only: bool = False  # the Gang's status is written already: only its group's lags
 
 
 def now_rfc3339() -> str:
@@ -246,7 +252,7 @@ class GangRecords:
         written = entry.written
         if not new_gang and written == status.body:
             entry.settling = None
-            return None
+            return self.group_due(view, status, entry)
         if not new_gang and written is not None and same_conditions(written, status.body):
             now = clock.monotonic()
             if entry.settling is None:
@@ -266,6 +272,17 @@ class GangRecords:
         if held and hold is not None and not entry.capacity_held:
             events.append(("CapacityHeld", hold.held_message, False))
         return StatusWrite(status, timed, stamp, tuple(events), hold)
+
+    def group_due(self, view: GangView, status: GangStatus, entry: GangMemory) -> StatusWrite | None:
+        """The group's status alone, once it has lagged the Gang's for `GROUP_LAG_INTERVALS`."""
+        if entry.group_behind is None:
+            return None
+        due = entry.group_behind + GROUP_LAG_INTERVALS * self.pacing.interval
+        if clock.monotonic() < due:
+            self.pacing.next_due = min(self.pacing.next_due or due, due)
+            return None
+        stamp = now_rfc3339()
+        return StatusWrite(status, self.timed(view.key, status.conditions, stamp), stamp, group_only=True)
 
     def waiting_pods(self, view: GangView) -> list[JSON]:
         """Pods of a gang waiting for its group that have not been told so yet."""
@@ -330,14 +347,18 @@ class GangRecords:
     async def write(self, view: GangView, write: StatusWrite) -> None:
         """Write a due status: the Gang (made if need be), its group's status and the Events.
         Recorded as written only when the apiserver took it."""
+        entry = self.memory[view.key]
+        if write.group_only:
+            await self.write_group(view, write.status, write.timed, write.stamp)
+            entry.group_behind = None
+            return
         gang = await self.ensure_gang(view)
         await self.warn_unmodeled(view, gang)
         await asyncio.gather(
             self.patch(view.key, {**write.status.body, "conditions": write.timed}),
             self.write_group(view, write.status, write.timed, write.stamp),
         )
-        entry = self.memory[view.key]
-        entry.written, entry.settling = write.status.body, None
+        entry.written, entry.settling, entry.group_behind = write.status.body, None, None
         for reason, _, _ in write.events:
             if reason == "CapacityHeld":
                 entry.capacity_held = True
@@ -453,7 +474,7 @@ class GangRecords:
         )
         await self.events.post_all([gang, view.group], "UnmodeledConstraints", message, warning=True)
 
-    async def record_release(self, view: GangView, gang: JSON, admission: JSON, planned: int) -> StatusWrite:
+    async def record_release(self, view: GangView, gang: JSON, admission: JSON, planned: int) -> None:
         """The decision (`status.admission`, what a restarted operator continues) in one write
         with the status the gang has once its `planned` pods are released. The pass's status
         check then finds nothing new to write unless a release failed."""
@@ -465,16 +486,8 @@ class GangRecords:
         await self.patch(view.key, body)
         entry = self.memory[view.key]
         entry.written, entry.settling = status.body, None
-        return StatusWrite(status, timed, stamp)
-
-    async def write_group_released(self, view: GangView, recorded: StatusWrite) -> None:
-        """The group's status as `record_release` wrote the Gang's (beside the pods' releases).
-        It never fails the release: if the write fails, a later pass writes both again."""
-        try:
-            await self.write_group(view, recorded.status, recorded.timed, recorded.stamp)
-        except Exception:
-            log.warning("status of the group of gang %s/%s not written", *view.key, exc_info=True)
-            self.failed(view.key)
+        if view.group is not None and entry.group_behind is None:
+            entry.group_behind = clock.monotonic()  # written with the gang's next status
 
     def recovering_due(self, key: GangKey, gang: JSON, failure: str | None) -> StatusWrite | None:
         """The status of a gang in recovery that has no pod at the moment, if it changed."""

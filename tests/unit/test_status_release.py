@@ -1,5 +1,6 @@
 """A release writes the Gang's status once: the decision together with the status the gang has
-once its pods are released; the pass after it writes nothing more unless a release failed. A
+once its pods are released; the pass after it writes nothing more unless a release failed. The
+group's status follows with the gang's next write, or `GROUP_LAG_INTERVALS` intervals later. A
 status counts as written only once the apiserver took it (against the stateful fake API)."""
 
 from __future__ import annotations
@@ -7,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 from quorum.core.conditions import compose
+from quorum.operator import clock
 from quorum.operator.gangs import GangView, Store, assemble
-from quorum.operator.status import GangRecords
+from quorum.operator.status import GROUP_LAG_INTERVALS, GangRecords
 from tests.unit.fake_api import FakeApi
 from tests.unit.test_operator_gangs import gang_pod, podgroup
 
@@ -16,7 +18,7 @@ GANG = {
     "apiVersion": "quorum.dev/v1alpha1",
     "kind": "Gang",
     "metadata": {"name": "pg-pg1", "namespace": "ns", "ownerReferences": [{"uid": "g1"}]},
-    "spec": {},
+    "spec": {"minMember": 2},
 }
 
 
@@ -45,15 +47,19 @@ def writes(api: FakeApi) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-async def test_the_decision_and_the_released_status_are_one_write() -> None:
+async def test_the_decision_and_the_released_status_are_one_write_and_the_group_follows() -> None:
     store = released_store()
     api = FakeApi(store)
     (view,) = assemble(store)
-    records = GangRecords(api, store)
-    admission = {"attempt": 1, "time": "t", "placement": [{"uid": "a"}, {"uid": "b"}]}
-    recorded = await records.record_release(view, GANG, admission, 2)
-    await records.write_group_released(view, recorded)
-    assert not await pass_write(records, view, 2), "the pass, with both releases done, writes nothing"
+    with clock.using(clock.ManualClock()) as now:
+        records = GangRecords(api, store)
+        admission = {"attempt": 1, "time": "t", "placement": [{"uid": "a"}, {"uid": "b"}]}
+        await records.record_release(view, GANG, admission, 2)
+        assert not await pass_write(records, view, 2), "the pass, with both releases done, writes nothing"
+        assert [what for what, _ in writes(api)] == ["gang"]
+        now.advance(GROUP_LAG_INTERVALS * records.pacing.interval)
+        assert await pass_write(records, view, 2), "no write of the gang's came: the group's alone"
+        assert not await pass_write(records, view, 2), "and once"
 
     assert [what for what, _ in writes(api)] == ["gang", "podgroups"]
     gang, group = writes(api)[0][1], writes(api)[1][1]
@@ -62,6 +68,27 @@ async def test_the_decision_and_the_released_status_are_one_write() -> None:
     admitted = next(c for c in gang["conditions"] if c["type"] == "Admitted")
     assert admitted["status"] == "True" and admitted["lastTransitionTime"]
     assert group["phase"] == "Scheduling" and group["scheduleStartTime"]
+
+
+async def test_the_group_status_of_a_release_goes_with_the_gangs_next_write() -> None:
+    """Its pods bind before the lag ends: one write of each, the group's saying scheduled."""
+    store = released_store()
+    api = FakeApi(store)
+    (view,) = assemble(store)
+    with clock.using(clock.ManualClock()) as now:
+        records = GangRecords(api, store)
+        await records.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
+        for uid in ("a", "b"):
+            store.pods[uid]["spec"] = {**store.pods[uid]["spec"], "schedulingGates": [], "nodeName": "n1"}
+        (bound,) = assemble(store)
+        assert bound.counts()["bound"] == 2
+        assert not await pass_write(records, bound, 0), "counters alone settle for an interval"
+        now.advance(records.pacing.interval)
+        assert await pass_write(records, bound, 0)
+        now.advance(GROUP_LAG_INTERVALS * records.pacing.interval)
+        assert not await pass_write(records, bound, 0), "the group's status is not behind any more"
+    assert [what for what, _ in writes(api)] == ["gang", "gang", "podgroups"]
+    assert writes(api)[-1][1]["scheduled"] == 2
 
 
 async def test_a_failed_release_is_corrected_by_the_next_write() -> None:
@@ -78,15 +105,23 @@ async def test_a_failed_release_is_corrected_by_the_next_write() -> None:
     assert "admission" not in gang_writes[-1], "the decision is not written again"
 
 
-async def test_a_failed_group_write_does_not_fail_the_release_and_is_written_again() -> None:
+async def test_a_failed_group_write_is_written_again() -> None:
     store = released_store()
     api = FakeApi(store)
     api.fail("patch_group_status", times=1)
     (view,) = assemble(store)
-    records = GangRecords(api, store)
-    recorded = await records.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
-    await records.write_group_released(view, recorded)  # raises nothing
-    assert await pass_write(records, view, 2)  # the group's status, and the Gang's again
+    with clock.using(clock.ManualClock()) as now:
+        records = GangRecords(api, store)
+        await records.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
+        now.advance(GROUP_LAG_INTERVALS * records.pacing.interval)
+        write = records.due(view, compose(records.state(view, None, None, 2)), None)
+        assert write is not None and write.group_only
+        try:
+            await records.write(view, write)
+        except Exception:
+            records.failed(view.key)  # what the gang's task does when its write raises
+        now.advance(records.pacing.interval)
+        assert await pass_write(records, view, 2)  # the group's status, and the Gang's again
 
     assert [what for what, _ in writes(api)] == ["gang", "podgroups", "gang", "podgroups"]
     assert writes(api)[-1][1]["phase"] == "Scheduling"
@@ -117,9 +152,11 @@ async def test_a_podgroup_whose_crd_is_not_quorums_gets_no_status_from_quorum() 
     store.owned_group_apis = frozenset({"scheduling.x-k8s.io"})
     api = FakeApi(store)
     (view,) = assemble(store)
-    records = GangRecords(api, store)
-    recorded = await records.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
-    await records.write_group_released(view, recorded)
+    with clock.using(clock.ManualClock()) as now:
+        records = GangRecords(api, store)
+        await records.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
+        now.advance(GROUP_LAG_INTERVALS * records.pacing.interval)
+        await pass_write(records, view, 2)
     assert [what for what, _ in writes(api)] == ["gang"]
 
 
