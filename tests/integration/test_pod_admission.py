@@ -98,8 +98,8 @@ def _fault(pod: dict[str, Any], fault: str) -> None:
         spec["schedulingGates"] = [{"name": "quorum.dev/gang"}]
 
 
-FAULTS = ("nodeName", "size", "forged-label", "forged-annotation", "any-toleration", "invalid-group")
-FAULTS += ("interruptable", "own-gate")
+FAULTS: tuple[str, ...] = ("nodeName", "size", "forged-label", "forged-annotation", "any-toleration")
+FAULTS += ("invalid-group", "interruptable", "own-gate")
 
 
 @st.composite
