@@ -3,8 +3,9 @@
 A reservation is made the moment a release is decided, before any write, so that no later pass
 can plan the same gated pods or the same room again. It ends only when the bound-pod index
 shows the pod bound (its capacity is then counted there), when the pod is gone or finished,
-when a recovery deleted it, or when its release was refused (a suspended Job's pod keeps its
-room until it is gone: kube-scheduler may bind it until the Job controller deletes it). In between,
+when a recovery deleted it, or when its release was refused and the pod is not released and
+pinned after all (a suspended Job's pod keeps its room until it is gone: kube-scheduler may bind
+it until the Job controller deletes it). In between,
 the pod's capacity would be counted nowhere: the release patch is seen by the watch before the
 binding. The planner sees bound usage plus the ledger. A new leader rebuilds the ledger from the
 decisions recorded on the Gang objects and from the released pods' own pins.
@@ -93,16 +94,16 @@ class Ledger:
         for key, gang in gangs.items():
             for entry in recorded_placement(gang):
                 pod = pods.get(entry["uid"])
-                if pod is not None and _released_unbound(pod, bound):
-                    self._reserve_pod(key, pod, entry["node"])
+                if pod is not None and released_unbound(pod, bound):
+                    self.reserve_pod(key, pod, entry["node"])
         for uid, pod in pods.items():
             gang_name = ((pod.get("metadata") or {}).get("labels") or {}).get(GANG_LABEL)
-            if uid in self.entries or not gang_name or not _released_unbound(pod, bound):
+            if uid in self.entries or not gang_name or not released_unbound(pod, bound):
                 continue
             if (node := pinned_node(pod.get("spec") or {})) is not None:
-                self._reserve_pod((str(pod["metadata"].get("namespace")), gang_name), pod, node)
+                self.reserve_pod((str(pod["metadata"].get("namespace")), gang_name), pod, node)
 
-    def _reserve_pod(self, gang: GangKey, pod: JSON, node: str) -> None:
+    def reserve_pod(self, gang: GangKey, pod: JSON, node: str) -> None:
         try:
             requests = pod_requests(pod)
         except ValueError:  # requests the apiserver would never have let through
@@ -110,7 +111,7 @@ class Ledger:
         self.reserve(gang, pod["metadata"]["uid"], node, requests)
 
 
-def _released_unbound(pod: JSON, bound: Container[str]) -> bool:
+def released_unbound(pod: JSON, bound: Container[str] = frozenset()) -> bool:
     """Released (not gated), alive, and not bound: its room is promised."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     phase = (pod.get("status") or {}).get("phase")

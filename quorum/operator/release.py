@@ -22,11 +22,11 @@ from quorum.core.planner import Release
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import pod_from_api, pod_requests, timestamp
 from quorum.k8s.usage import BoundPods
-from quorum.k8s.writes import RESERVED_TAINT
+from quorum.k8s.writes import RESERVED_TAINT, pinned_node
 from quorum.operator import clock, metrics
 from quorum.operator.events import pod_object
 from quorum.operator.gangs import JSON, GangView, Store, is_gated, orphans
-from quorum.operator.ledger import Ledger, recorded_placement
+from quorum.operator.ledger import Ledger, recorded_placement, released_unbound
 from quorum.operator.status import GangRecords, now_rfc3339
 from quorum.operator.work import GangWork, describe
 
@@ -124,8 +124,8 @@ class Releaser:
         the gang's task to raise once it has told what was done. A failing patch does not stop
         the others. A pod whose patch raised stays reserved and is kept as unfinished (the
         release is finished on its recorded node after the gang's backoff); one the apiserver
-        refused (gone, changed, released by someone else) is final: its reservation ends, and a
-        pod still gated is planned anew."""
+        refused (gone, changed, released already) is final, and its reservation follows the pod
+        as the apiserver has it now (`keep_room_of_refused`)."""
 
         tolerate = self.tokens().get(key)
 
@@ -136,6 +136,7 @@ class Releaser:
         results = await asyncio.gather(*(one(pod, node) for pod, node in pods), return_exceptions=True)
         unfinished = self.memory[key].unfinished
         error: BaseException | None = None
+        refused: list[str] = []
         for (pod, _), result in zip(pods, results, strict=True):
             uid = pod["metadata"]["uid"]
             if isinstance(result, BaseException):
@@ -144,10 +145,31 @@ class Releaser:
             else:
                 unfinished.discard(uid)
                 if not result:
-                    self.ledger.drop(uid)
+                    refused.append(uid)
+        if refused:
+            try:
+                await self.keep_room_of_refused(key, refused)
+            except Exception as err:  # their reservations stay; the release is tried again
+                unfinished.update(refused)
+                error = error or err
         done = [(node, r is True) for (_, node), r in zip(pods, results, strict=True)]
         metrics.PODS_RELEASED.inc(sum(1 for _, ok in done if ok))
         return done, error
+
+    async def keep_room_of_refused(self, key: GangKey, uids: list[str]) -> None:
+        """The reservations of pods whose release the apiserver refused, from the pods as it has
+        them now (the watch may be behind): a pod released already (by an earlier leader term,
+        or a patch whose answer was lost) and pinned but not bound keeps the room of its pinned
+        node, where kube-scheduler may still bind it; one gone, bound, finished or still gated
+        (planned anew) holds none."""
+        now = {p["metadata"]["uid"]: p for p in await self.api.read_gang_pods(*key)}
+        for uid in uids:
+            pod = now.get(uid)
+            node = pinned_node((pod or {}).get("spec") or {}) if pod is not None else None
+            if pod is not None and node is not None and released_unbound(pod):
+                self.ledger.reserve_pod(key, pod, node)
+            else:
+                self.ledger.drop(uid)
 
     async def tell_released(self, view: GangView, gang: JSON, results: list[tuple[str, bool]]) -> None:
         spread = Counter(node for node, ok in results if ok)
