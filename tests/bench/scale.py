@@ -17,8 +17,9 @@ Measured:
 - seconds from the first arrival to all gang pods bound, and from the last pod created;
 - per gang, from its last pod created to all its gates removed (release; quorum only) and to
   all its pods bound (bind): p50 / p99, and the large gang's own;
-- quorum-operator's worst scheduling pass, pass p50 / p99, event-loop lag (worst, p99), from its
-  /metrics; slow passes from its log (it logs passes over 1 s with where the time went);
+- quorum-operator's worst scheduling pass, pass p50 / p99, event-loop lag (worst, p99), gangs it
+  found partially placed, from its /metrics; from its log, slow passes (it logs passes over 1 s
+  with where the time went), leader Leases lost and releases the apiserver refused;
 - peak RSS (VmHWM) and CPU seconds of every process (quorum-operator, quorum-webhooks, the
   apiserver, etcd, ...); every process still alive at the end; the kernel's OOM kills
   (/proc/vmstat, machine-wide) during the run;
@@ -352,6 +353,8 @@ def operator_figures(before: str, after: str) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "worst_pass_seconds": gauge(after, "quorum_operator_pass_duration_max_seconds"),
         "worst_event_loop_lag_seconds": gauge(after, "quorum_operator_event_loop_lag_max_seconds"),
+        "partial_placements": (gauge(after, "quorum_operator_partial_placements_total") or 0.0)
+        - (gauge(before, "quorum_operator_partial_placements_total") or 0.0),
     }
     for metric, key in zip(names, ("pass", "plan", "event_loop_lag"), strict=True):
         series = histograms(window, metric, ())
@@ -378,17 +381,28 @@ def webhook_figures(text: str) -> dict[str, Any]:
     }
 
 
-def slow_passes(log_lines: Iterable[str]) -> dict[str, Any]:
-    """quorum-operator's passes over 1 s (its log says where their time went): how many, and the
-    worst with its timings."""
-    count, worst, where = 0, 0.0, ""
+def operator_log(log_lines: Iterable[str]) -> dict[str, Any]:
+    """From quorum-operator's log: its passes over 1 s (it logs where their time went): how
+    many, and the worst with its timings; how often it lost its leader Lease (each loss cancels
+    the work under way and the next term resumes from the API); releases the apiserver refused
+    (a pod gone, or already changed: the patch's `test` failed)."""
+    count, worst, where, lost, refused = 0, 0.0, "", 0, 0
     for line in log_lines:
-        match = SLOW_PASS.search(line)
-        if match:
+        if "leader election failed" in line:
+            lost += 1
+        elif " not released: " in line:
+            refused += 1
+        elif match := SLOW_PASS.search(line):
             count += 1
             if float(match.group(1)) > worst:
                 worst, where = float(match.group(1)), match.group(2)
-    return {"slow_passes": count, "slowest_logged_pass_seconds": worst, "slowest_logged_pass": where[:400]}
+    return {
+        "slow_passes": count,
+        "slowest_logged_pass_seconds": worst,
+        "slowest_logged_pass": where[:400],
+        "leader_losses": lost,
+        "releases_refused": refused,
+    }
 
 
 def count_requests(audit_log: Path, start: float, end: float) -> tuple[Counter[str], Counter[str]]:
@@ -486,7 +500,7 @@ def measure(
                 extra["operator"] = operator_figures(before_metrics, scrape(operator_url))
                 log = instance.layout.log("quorum-operator")
                 with log.open(errors="replace") as lines:
-                    extra["operator"] |= slow_passes(lines)
+                    extra["operator"] |= operator_log(lines)
             if mode == "quorum" and "quorum-webhooks" not in dead:
                 extra["webhooks"] = webhook_figures(
                     scrape(f"https://127.0.0.1:{state.ports.webhooks}/metrics")
@@ -586,6 +600,8 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("worst pass (s)", "operator.worst_pass_seconds"),
     ("pass p50 / p99 (s)", "operator.pass_p50_seconds/operator.pass_p99_seconds"),
     ("passes over 1 s", "operator.slow_passes"),
+    ("leader Lease lost / releases refused", "operator.leader_losses/operator.releases_refused"),
+    ("gangs found partially placed (quorum's count)", "operator.partial_placements"),
     (
         "event-loop lag, worst / p99 (s)",
         "operator.worst_event_loop_lag_seconds/operator.event_loop_lag_p99_seconds",

@@ -16,7 +16,7 @@ from tests.bench.scale import (
     markdown,
     merge,
     operator_figures,
-    slow_passes,
+    operator_log,
     workload,
 )
 
@@ -67,6 +67,7 @@ quorum_operator_pass_duration_seconds_count {b}
 quorum_operator_pass_duration_seconds_sum 1.0
 quorum_operator_pass_duration_max_seconds {worst}
 quorum_operator_event_loop_lag_max_seconds 0.2
+quorum_operator_partial_placements_total {a}
 """
 
 
@@ -79,18 +80,23 @@ def test_operator_figures_count_the_window_only() -> None:
     assert figures["pass_count"] == 10
     assert 0.1 < figures["pass_p50_seconds"] <= 1.0  # the window's passes were all over 0.1 s
     assert "plan_count" not in figures
+    assert figures["partial_placements"] == 0
 
 
-def test_slow_passes_from_the_log() -> None:
+def test_what_the_operator_log_tells() -> None:
     lines = [
-        "2026-11-26 08:00:00,000 INFO quorum.operator.loop: slow pass: 1.50s ({'plan': 1.2})",
-        "2026-11-26 08:00:01,000 INFO quorum.operator.loop: released g0001",
-        "2026-11-26 08:00:02,000 INFO quorum.operator.loop: slow pass: 3.25s ({'plan': 3.0})",
+        "2026-11-26 08:00:00,000 INFO quorum.operator: slow pass: 1.50s ({'plan': 1.2})",
+        "2026-11-26 08:00:01,000 INFO quorum.operator: scale/xpg-g0001: released 1 of 1 planned pods",
+        "2026-11-26 08:00:02,000 INFO quorum.operator: slow pass: 3.25s ({'plan': 3.0})",
+        "2026-11-26 08:00:03,000 ERROR quorum.operator.leader: leader election failed; campaigning again",
+        "2026-11-26 08:00:04,000 INFO quorum.k8s.writes: pod scale/g0200-1 not released: Invalid",
     ]
-    assert slow_passes(lines) == {
+    assert operator_log(lines) == {
         "slow_passes": 2,
         "slowest_logged_pass_seconds": 3.25,
         "slowest_logged_pass": "{'plan': 3.0}",
+        "leader_losses": 1,
+        "releases_refused": 1,
     }
 
 
