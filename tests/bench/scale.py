@@ -80,7 +80,7 @@ from quorum.k8s.watch import watch_objects
 from tests.bench.histograms import difference, histogram_quantile, histograms, parse_samples
 from tests.bench.peer_workloads import GROUP, GangSpec, gang_pod, podgroup, write_pool
 from tests.bench.peers import cpu_seconds
-from tests.kube import api_client, assert_no_overcommit, create_namespace
+from tests.kube import api_client, create_namespace, overcommitted_nodes
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 MODES = ("quorum", "coscheduling")
@@ -214,6 +214,8 @@ class Run:
     arrived: dict[str, float]
     create_retries: int
     all_created: float
+    overcommitted: list[str]  # nodes whose bound pods request more than they have
+    error: str  # why the run stopped early ("": it did not)
 
 
 async def drive(instance: Instance, mode: str, gangs: list[Gang], deadline: float) -> Run:
@@ -222,7 +224,7 @@ async def drive(instance: Instance, mode: str, gangs: list[Gang], deadline: floa
     scheduler = SCHEDULER_NAME  # quorum's webhook hands these pods to kube-scheduler
     times = PodTimes(sum(g.size for g in gangs))
     arrived: dict[str, float] = {}
-    retries = 0
+    retries, error = 0, ""
     api = await api_client(instance.kubeconfig("admin"))
     async with api:
         await create_namespace(api, NAMESPACE)
@@ -283,12 +285,12 @@ async def drive(instance: Instance, mode: str, gangs: list[Gang], deadline: floa
                     print(f"  {mode}: not all bound within {deadline:.0f} s", file=sys.stderr, flush=True)
                     break
                 done, pending = await asyncio.wait(pending, timeout=left, return_when="FIRST_COMPLETED")
-                for task in done:
-                    if task is follower:
-                        task.result()
-                        raise RuntimeError("the pod watch ended")
-                    if task is arrivals:
-                        task.result()  # a create that failed for good: say why
+                failed = [t for t in done if t is not waiting and (t is follower or t.exception())]
+                if failed:  # the watch ended, or a create failed for good: say why, keep what was seen
+                    task = failed[0]
+                    error = repr(task.exception() or RuntimeError("the pod watch ended"))
+                    print(f"  {mode}: stopped: {error}", file=sys.stderr, flush=True)
+                    break
         finally:
             end = time.time()
             for task in (waiting, follower, arrivals):
@@ -296,9 +298,9 @@ async def drive(instance: Instance, mode: str, gangs: list[Gang], deadline: floa
             for task in (waiting, follower, arrivals):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-        await assert_no_overcommit(api)
+        overcommitted = await overcommitted_nodes(api)
     all_created = max(times.created.values(), default=end)
-    return Run(times, start, end, arrived, retries, all_created)
+    return Run(times, start, end, arrived, retries, all_created, overcommitted, error)
 
 
 # -- the processes -----------------------------------------------------------------------------
@@ -546,6 +548,9 @@ def summarise(mode: str, nodes: int, gangs: list[Gang], run: Run, requests: Coun
         "pods_bound": len(times.bound),
         "all_bound": len(times.bound) >= pods,
         "create_retries": run.create_retries,
+        "released_never_bound": len(times.ungated.keys() - times.bound.keys()) if mode == "quorum" else None,
+        "overcommitted_nodes": run.overcommitted[:20],
+        "error": run.error,
         "pod_watch_listings": times.listings,
         "seconds_to_create_all": round(run.all_created - run.start, 1),
         "latest_arrival_behind_schedule_seconds": round(
@@ -602,6 +607,7 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("passes over 1 s", "operator.slow_passes"),
     ("leader Lease lost / releases refused", "operator.leader_losses/operator.releases_refused"),
     ("gangs found partially placed (quorum's count)", "operator.partial_placements"),
+    ("pods released and never bound / nodes overcommitted", "=stuck"),
     (
         "event-loop lag, worst / p99 (s)",
         "operator.worst_event_loop_lag_seconds/operator.event_loop_lag_p99_seconds",
@@ -647,6 +653,8 @@ def figure(run: dict[str, Any], spec: str) -> str:
     if spec == "=operator_requests_per_pod":
         count = lookup(run, "requests_by_client.quorum-operator")
         return "-" if count is None else f"{count / run['pods']:.2f}"
+    if spec == "=stuck":
+        return f"{cell(run.get('released_never_bound'))} / {len(run.get('overcommitted_nodes') or [])}"
     if spec == "=dead_and_oom":
         return f"{', '.join(run['processes_dead_at_end']) or 'none'} / {run['oom_kills_during_run']}"
     if "{" in spec:
@@ -709,7 +717,8 @@ def main() -> int:
             out.with_suffix(".md").write_text(markdown(data))
     print(out.with_suffix(".md").read_text())
     print(f"written to {out} and {out.with_suffix('.md')}")
-    return 0 if all(r["all_bound"] and not r["processes_dead_at_end"] for r in runs) else 1
+    ok = all(r["all_bound"] and not r["processes_dead_at_end"] and not r["overcommitted_nodes"] for r in runs)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -128,6 +128,7 @@ def test_the_report_has_a_column_per_run_in_order() -> None:
     assert "| quorum-operator requests per pod | 2.50 |" in table
     assert "| processes dead at the end / OOM kills | none / 0 |" in table
     assert "| worst pass (s) | - |" in table
+    assert "| pods released and never bound / nodes overcommitted | - / 0 |" in table
 
 
 def test_a_new_run_replaces_the_same_size_and_way() -> None:
