@@ -355,8 +355,10 @@ def operator_figures(before: str, after: str) -> dict[str, Any]:
     figures: dict[str, Any] = {
         "worst_pass_seconds": gauge(after, "quorum_operator_pass_duration_max_seconds"),
         "worst_event_loop_lag_seconds": gauge(after, "quorum_operator_event_loop_lag_max_seconds"),
-        "partial_placements": (gauge(after, "quorum_operator_partial_placements_total") or 0.0)
-        - (gauge(before, "quorum_operator_partial_placements_total") or 0.0),
+        "partial_placements": round(
+            (gauge(after, "quorum_operator_partial_placements_total") or 0.0)
+            - (gauge(before, "quorum_operator_partial_placements_total") or 0.0)
+        ),
     }
     for metric, key in zip(names, ("pass", "plan", "event_loop_lag"), strict=True):
         series = histograms(window, metric, ())
