@@ -6,6 +6,9 @@ SIZE ?=
 SLURM ?=
 PYTEST_ARGS ?=
 DIST ?= dist
+# `make bench-scale NODES="200 1000" MODE=coscheduling`: sizes (GPU nodes) and way of the scale benchmark.
+NODES ?= 5000
+MODE ?= quorum
 # `make up K8S=1.36`: another Kubernetes minor for the local control plane (default 1.37).
 ifdef K8S
 export QUORUM_K8S := $(K8S)
@@ -14,7 +17,7 @@ endif
 PY = PYTHONPATH="$(CURDIR)" "$$(hack/ensure-venv)/bin/python"
 VENV_BIN = "$$(hack/ensure-venv)/bin"
 
-.PHONY: help venv build up down status demo jobset-demo test lint typecheck hadolint unit integration soak bench bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk release-manifests clean
+.PHONY: help venv build up down status demo jobset-demo test lint typecheck hadolint unit integration soak bench bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk bench-scale release-manifests clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -92,6 +95,9 @@ bench-preemption: ## 6 high-priority gangs preempting low-priority ones in a ful
 
 bench-sunk: ## pods through a real Slurm (quorum-sunk-scheduler) beside quorum's gang path: pods/s, create->bind p50/p99 for 1- and 16-pod gangs (~5 min)
 	@$(PY) -m tests.bench.sunk
+
+bench-scale: ## 2,000 gangs (one of 4,096 pods) arriving over 5 min on 5,000 kwok GPU nodes, to all bound; NODES="200 1000" other sizes, MODE=coscheduling scheduler-plugins (not in `make bench`)
+	@$(PY) -m tests.bench.scale $(foreach n,$(NODES),--nodes $(n)) $(foreach m,$(MODE),--mode $(m))
 
 bench-control-plane: ## local control plane start-up time and memory, 22 and 1,000 nodes
 	@$(PY) -m tests.bench.control_plane

@@ -249,7 +249,7 @@ class Instance:
             start("kube-scheduler", lambda: probe(f"https://127.0.0.1:{ports.scheduler}/healthz"))
             start("kwok", lambda: probe(f"http://127.0.0.1:{ports.kwok}/healthz"))
             count = self._create_nodes(spec)
-            self._wait_nodes_ready(count, timeout=120)
+            self._wait_nodes_ready(count, timeout=max(120, count / 20))  # 5,000 nodes: 250 s
             if spec.operator and spec.install_manifests:
                 start("quorum-operator", lambda: probe(f"http://127.0.0.1:{ports.operator}/healthz"))
             if spec.slurm:
