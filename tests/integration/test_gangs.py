@@ -193,10 +193,9 @@ async def test_seed_001_held_at_two_of_four_then_released_whole(
     group = await eventually(podgroup_running, timeout=30, what="PodGroup Running")
     assert group["status"]["running"] == 4 and group["status"]["scheduled"] == 4
     events = await raw_json(client.CoreV1Api(api).list_namespaced_event(namespace, _preload_content=False))
-    released = [
-        e for e in events["items"] if e["reason"] == "Released" and e["involvedObject"]["kind"] == "Gang"
-    ]
+    released = [e for e in events["items"] if e["reason"] == "Released"]  # one, on the PodGroup
     assert len(released) == 1 and "released 4 of 4 planned pods" in released[0]["message"]
+    assert released[0]["involvedObject"]["kind"] == "PodGroup"
 
 
 async def test_two_gangs_that_cannot_both_fit(
