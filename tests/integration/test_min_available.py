@@ -52,7 +52,7 @@ async def test_the_apiserver_refuses_a_label_only_gang_pod_with_a_bad_min_availa
     for i, value in enumerate(NOT_LABEL_VALUES):
         with pytest.raises(ApiException) as refused:
             await core.create_namespaced_pod(namespace, gang_pod(f"invalid-{i}", value))
-        assert refused.value.status == 422 and "metadata.labels: Invalid value" in refused.value.body
+        assert refused.value.status == 422 and "metadata.labels: Invalid value" in str(refused.value.body)
     created = await core.create_namespaced_pod(namespace, gang_pod("good", "2"))
     assert [g.name for g in created.spec.scheduling_gates or []] == ["quorum.dev/gang"]
     assert created.metadata.labels["quorum.dev/gang"] == "lbl-trainers"
