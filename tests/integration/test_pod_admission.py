@@ -28,6 +28,8 @@ from devcluster.cluster import Instance
 from devcluster.config import ClusterSpec
 from devcluster.kubeconfig import RestClient
 
+pytestmark = pytest.mark.kubernetes_1_36  # `make test` runs it again on 1.36 (each way on that release)
+
 NAMESPACE = "pod-admission-ways"
 PLAIN = ("g1", "train-a", "x")
 SHORTENED = ("G1", "a.b", "t" * 60)  # upper case, a dot, a gang name over 63 characters
