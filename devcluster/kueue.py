@@ -43,6 +43,7 @@ import yaml
 from devcluster.build import BinaryCache, BuildError, check_go, exclusive_lock
 from devcluster.cluster import ClusterError, Instance, free_ports
 from devcluster.kubeconfig import probe
+from devcluster.nodes import BLOCK_LABEL, HOSTNAME_LABEL, RACK_LABEL, ZONE_LABEL
 from devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
 from quorum.core.quantity import parse_quantity
 from quorum.pki import CertificateAuthority
@@ -68,6 +69,11 @@ SYSTEM_NAMESPACES = ("kube-system", KUEUE_NAMESPACE)
 RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
 QUEUE = "bench"  # the ClusterQueue and the LocalQueue
 FLAVOR = "default"
+# Topology-aware scheduling: the pool's levels, widest first, down to the node (Kueue then
+# assigns every pod its node, and kube-scheduler binds it there).
+TOPOLOGY = "default"
+TOPOLOGY_LEVELS = (ZONE_LABEL, BLOCK_LABEL, RACK_LABEL, HOSTNAME_LABEL)
+PREFERRED_TOPOLOGY = f"{GROUP}/podset-preferred-topology"
 
 
 @dataclass(frozen=True)
@@ -220,11 +226,26 @@ def manager_config(
     }
 
 
-def cluster_queue_objects(quota: dict[str, str], queue: str = QUEUE) -> list[dict[str, Any]]:
-    """One ResourceFlavor (every node) and a ClusterQueue whose nominal quota is `quota` (the
-    pool's capacity), open to every namespace."""
+def cluster_queue_objects(
+    quota: dict[str, str], queue: str = QUEUE, topology_nodes: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
+    """One ResourceFlavor and a ClusterQueue whose nominal quota is `quota` (the capacity the
+    flavor stands for), open to every namespace. The flavor is every node; or, topology-aware,
+    the nodes labelled `topology_nodes` (Kueue asks for node labels there), with a Topology of
+    the pool's levels."""
+    flavor: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": FLAVOR},
+    }
+    objects = [flavor]
+    if topology_nodes is not None:
+        flavor["spec"] = {"nodeLabels": topology_nodes, "topologyName": TOPOLOGY}
+        levels = [{"nodeLabel": label} for label in TOPOLOGY_LEVELS]
+        topology = {"apiVersion": f"{GROUP}/v1beta2", "kind": "Topology", "metadata": {"name": TOPOLOGY}}
+        objects.insert(0, topology | {"spec": {"levels": levels}})
     return [
-        {"apiVersion": f"{GROUP}/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": FLAVOR}},
+        *objects,
         {
             "apiVersion": f"{GROUP}/v1beta2",
             "kind": "ClusterQueue",
@@ -257,11 +278,14 @@ def local_queue(namespace: str, queue: str = QUEUE) -> dict[str, Any]:
     }
 
 
-def pool_quota(nodes: list[dict[str, Any]]) -> dict[str, str]:
-    """The sum of the schedulable nodes' allocatable cpu, memory and GPUs, as quantities."""
+def pool_quota(nodes: list[dict[str, Any]], labels: dict[str, str] | None = None) -> dict[str, str]:
+    """The sum of the schedulable nodes' (those with `labels`, if given) allocatable cpu, memory
+    and GPUs, as quantities."""
     totals = {r: 0.0 for r in RESOURCES}
     for node in nodes:
         if node.get("spec", {}).get("unschedulable"):
+            continue
+        if not (labels or {}).items() <= node.get("metadata", {}).get("labels", {}).items():
             continue
         allocatable = node.get("status", {}).get("allocatable", {})
         for r in RESOURCES:
@@ -269,7 +293,9 @@ def pool_quota(nodes: list[dict[str, Any]]) -> dict[str, str]:
     return {r: str(int(v)) for r, v in totals.items()}
 
 
-def start_kueue(instance: Instance, built: KueueBuild, quota: dict[str, str]) -> ProcessRecord:
+def start_kueue(
+    instance: Instance, built: KueueBuild, quota: dict[str, str], topology_nodes: dict[str, str] | None = None
+) -> ProcessRecord:
     """Install Kueue's CRDs, run its manager as the admin with the instance's client QPS/burst,
     register its webhooks, and create its flavor and ClusterQueue (`cluster_queue_objects`);
     the LocalQueue (`local_queue`) is for whoever creates the namespace."""
@@ -307,7 +333,9 @@ def start_kueue(instance: Instance, built: KueueBuild, quota: dict[str, str]) ->
     instance.kubectl(
         "apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": hooks})
     )
-    items = json.dumps({"apiVersion": "v1", "kind": "List", "items": cluster_queue_objects(quota)})
+    items = json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": cluster_queue_objects(quota, QUEUE, topology_nodes)}
+    )
     # The webhooks are registered just now: the first answers may not use them yet.
     for _ in range(50):
         applied = instance.kubectl("apply", "-f", "-", check=False, input_text=items)

@@ -42,9 +42,10 @@ HEADERS = {
     "quorum": "quorum",
     "coscheduling": "scheduler-plugins",
     "kueue": "Kueue",
+    "kueue-tas": "Kueue, topology-aware",
     "default": "kube-scheduler alone",
 }
-RATIOS = ("coscheduling", "kueue")  # quorum / each of these, when both ran
+RATIOS = ("coscheduling", "kueue", "kueue-tas")  # quorum / each of these, when both ran
 
 
 def cell(value: Any) -> str:

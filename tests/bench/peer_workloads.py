@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from devcluster.kueue import POD_GROUP_COUNT, POD_GROUP_LABEL, QUEUE_LABEL
+from devcluster.kueue import POD_GROUP_COUNT, POD_GROUP_LABEL, PREFERRED_TOPOLOGY, QUEUE_LABEL
 from devcluster.nodes import load_pool
 
 GROUP = "scheduling.x-k8s.io"
@@ -108,13 +108,18 @@ def gang_pod(gang: GangSpec, index: int, scheduler: str, run_seconds: int) -> di
     }
 
 
-def kueue_gang_pod(gang: GangSpec, index: int, run_seconds: int, queue: str) -> dict[str, Any]:
+def kueue_gang_pod(
+    gang: GangSpec, index: int, run_seconds: int, queue: str, preferred_topology: str | None = None
+) -> dict[str, Any]:
     """The same pod for Kueue: kube-scheduler places it, and Kueue's pod-group metadata (its
     LocalQueue, the group and the group's size) makes its webhook gate it until the group's
-    Workload is admitted."""
+    Workload is admitted. With a preferred topology level, Kueue keeps the group in one domain
+    of that level when one has room (topology-aware scheduling)."""
     pod = gang_pod(gang, index, "default-scheduler", run_seconds)
     pod["metadata"]["labels"] |= {QUEUE_LABEL: queue, POD_GROUP_LABEL: gang.name}
     pod["metadata"]["annotations"][POD_GROUP_COUNT] = str(gang.size)
+    if preferred_topology:
+        pod["metadata"]["annotations"][PREFERRED_TOPOLOGY] = preferred_topology
     return pod
 
 

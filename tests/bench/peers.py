@@ -12,6 +12,9 @@ the same client QPS/burst for the schedulers and the controller-manager:
   a LocalQueue and a Kueue pod group (no PodGroup objects), its webhook gates them, and it
   ungates a group once the group's Workload fits the ClusterQueue's quota (the pool's capacity);
   kube-scheduler places them;
+- `kueue-tas`: the same with Kueue's topology-aware scheduling: the flavor is the GPU nodes with
+  a Topology of the pool's levels (zone, block, rack, node), the pods prefer one block, and
+  Kueue admits a group only once it has found every pod a node (kube-scheduler binds them there);
 - `default`: no quorum, no gangs: kube-scheduler schedules every pod as it comes (the speed
   baseline; gang figures are shown for it only to say what no gang semantics costs).
 
@@ -62,7 +65,7 @@ from devcluster.coscheduler import (
     start_podgroup_controller,
 )
 from devcluster.kueue import QUEUE, ensure_kueue, local_queue, pool_quota, start_kueue
-from devcluster.nodes import load_pool, render_nodes
+from devcluster.nodes import BLOCK_LABEL, NodePool, load_pool, render_nodes
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s.watch import watch_objects
 from tests.bench import peer_report
@@ -83,7 +86,8 @@ from tests.bench.peer_workloads import (
 from tests.kube import api_client, assert_no_overcommit, create_namespace
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
-MODES = ("quorum", "coscheduling", "kueue", "default")
+MODES = ("quorum", "coscheduling", "kueue", "kueue-tas", "default")
+KUEUE_PREFERRED_LEVEL = BLOCK_LABEL  # kueue-tas: a block is 8 nodes, 64 GPUs (the largest mixed gang)
 SCENARIOS = ("throughput", "contention", "large-gang")
 QPS, BURST, IN_FLIGHT = 500.0, 1000, 64
 NAMESPACE = "bench"
@@ -175,6 +179,12 @@ async def follow(api: client.ApiClient, seen: Observed, watched: set[str], wait_
     await watch_objects(listing, [SeenPods(seen, watched, wait_for)], asyncio.Event(), lambda: None)
 
 
+def gpu_node_labels(pool: NodePool) -> dict[str, str]:
+    """The labels the pool's GPU group gives its nodes (kueue-tas: its flavor's node labels)."""
+    (gpu,) = [g for g in pool.groups if g.name == "gpu"]
+    return dict(gpu.labels)
+
+
 def start_instance(mode: str, scenario: Scenario, tmp: Path) -> tuple[Instance, Path]:
     """A fresh instance for one run; its audit log path."""
     pool = write_pool(tmp / "pool.yaml", scenario.gpu_nodes, scenario.cpu_nodes)
@@ -204,8 +214,10 @@ def start_instance(mode: str, scenario: Scenario, tmp: Path) -> tuple[Instance, 
     instance = Instance(spec.name)
     instance.down(quiet=True)
     instance.up(spec, log=lambda _: None)
-    if mode == "kueue":  # its own pod groups: no PodGroup objects
-        start_kueue(instance, ensure_kueue(instance.binaries), pool_quota(render_nodes(load_pool(pool))))
+    if mode.startswith("kueue"):  # its own pod groups: no PodGroup objects
+        nodes = render_nodes(load_pool(pool))
+        topology = gpu_node_labels(load_pool(pool)) if mode == "kueue-tas" else None
+        start_kueue(instance, ensure_kueue(instance.binaries), pool_quota(nodes, topology), topology)
     elif not with_quorum:  # the same PodGroup objects everywhere: scheduler-plugins' CRD
         built = ensure_coscheduler(instance.binaries)
         if mode == "coscheduling":
@@ -223,8 +235,9 @@ async def run_workload(instance: Instance, mode: str, scenario: Scenario) -> tup
     seen, and the window (first create, end)."""
     scheduler = "default-scheduler" if mode == "default" else SCHEDULER_NAME
     order = interleaved(scenario.gangs) if scenario.interleave else in_sequence(scenario.gangs)
-    if mode == "kueue":
-        gang_pods = [kueue_gang_pod(g, i, scenario.run_seconds, QUEUE) for g, i in order]
+    if mode.startswith("kueue"):
+        level = KUEUE_PREFERRED_LEVEL if mode == "kueue-tas" else None
+        gang_pods = [kueue_gang_pod(g, i, scenario.run_seconds, QUEUE, level) for g, i in order]
     else:
         gang_pods = [gang_pod(g, i, scheduler, scenario.run_seconds) for g, i in order]
     watched = {p["metadata"]["name"] for p in gang_pods}
@@ -233,12 +246,12 @@ async def run_workload(instance: Instance, mode: str, scenario: Scenario) -> tup
     async with api:
         await create_namespace(api, NAMESPACE)
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-        if mode == "kueue":
+        if mode.startswith("kueue"):
             queue = local_queue(NAMESPACE)
             await custom.create_namespaced_custom_object(
                 "kueue.x-k8s.io", "v1beta2", NAMESPACE, "localqueues", queue
             )
-        for gang in scenario.gangs if mode != "kueue" else []:
+        for gang in scenario.gangs if not mode.startswith("kueue") else []:
             body = podgroup(gang, PERMIT_WAITING_SECONDS)
             await custom.create_namespaced_custom_object(GROUP, "v1alpha1", NAMESPACE, "podgroups", body)
         follower = asyncio.create_task(follow(api, seen, watched, scenario.wait_for))

@@ -23,6 +23,7 @@ from devcluster.kueue import (
 from devcluster.nodes import load_pool, render_nodes
 from tests.bench.peer_report import markdown
 from tests.bench.peer_workloads import gang_pod, kueue_gang_pod, uniform_gangs, write_pool
+from tests.bench.peers import gpu_node_labels
 
 MAIN_GO = """\tvar metricsCertWatcher *certwatcher.CertWatcher
 \tif cfg.InternalCertManagement == nil || !*cfg.InternalCertManagement.Enable {
@@ -141,6 +142,31 @@ def test_cluster_queue_covers_the_quota_in_one_flavor_and_the_local_queue_feeds_
     assert lq["spec"] == {"clusterQueue": queue["metadata"]["name"]}
 
 
+def test_topology_aware_flavor_is_the_labelled_nodes_with_the_pools_levels() -> None:
+    topology, flavor, queue = cluster_queue_objects({"nvidia.com/gpu": "8"}, "q", {"gpu": "h100"})
+    assert topology["kind"] == "Topology"
+    assert [level["nodeLabel"] for level in topology["spec"]["levels"]] == [
+        "topology.kubernetes.io/zone",
+        "network.topology.kubernetes.io/block",
+        "network.topology.kubernetes.io/rack",
+        "kubernetes.io/hostname",
+    ]
+    assert flavor["spec"] == {"nodeLabels": {"gpu": "h100"}, "topologyName": topology["metadata"]["name"]}
+    assert queue["metadata"]["name"] == "q"
+    assert queue["spec"]["resourceGroups"][0]["flavors"][0]["name"] == flavor["metadata"]["name"]
+
+
+def test_pool_quota_of_the_labelled_nodes_only(tmp_path: Path) -> None:
+    pool = load_pool(write_pool(tmp_path / "pool.yaml", 3, 2))
+    labels = gpu_node_labels(pool)
+    assert labels == {"gpu.nvidia.com/class": "H100_NVLINK_80GB"}
+    assert pool_quota(render_nodes(pool), labels) == {
+        "cpu": str(3 * 128),
+        "memory": str(3 * 2**40),
+        "nvidia.com/gpu": "24",
+    }
+
+
 def test_kueue_pods_are_the_default_schedulers_pods_with_kueues_group_metadata() -> None:
     (gang,) = uniform_gangs(1, 8)
     pod, plain = kueue_gang_pod(gang, 3, 20, "bench"), gang_pod(gang, 3, "default-scheduler", 20)
@@ -153,6 +179,11 @@ def test_kueue_pods_are_the_default_schedulers_pods_with_kueues_group_metadata()
     assert pod["metadata"]["annotations"] == {
         **plain["metadata"]["annotations"],
         "kueue.x-k8s.io/pod-group-total-count": "8",
+    }
+    topology_aware = kueue_gang_pod(gang, 3, 20, "bench", "network.topology.kubernetes.io/block")
+    assert topology_aware["metadata"]["annotations"] == {
+        **pod["metadata"]["annotations"],
+        "kueue.x-k8s.io/podset-preferred-topology": "network.topology.kubernetes.io/block",
     }
 
 
