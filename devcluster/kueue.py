@@ -1,11 +1,15 @@
-"""The fourth way of `make bench-peers`: Kueue (sigs.k8s.io/kueue) admitting plain pod groups.
+"""Kueue (sigs.k8s.io/kueue) admitting plain pod groups: the `kueue` and `kueue-tas` ways of
+`make bench-peers`.
 
 Kueue gates pods the way quorum does: its pod webhook adds the scheduling gate
 `kueue.x-k8s.io/admission` to every pod that names a LocalQueue, its pod controller makes one
 Workload per pod group (label `kueue.x-k8s.io/pod-group-name`, annotation
 `kueue.x-k8s.io/pod-group-total-count`), and once the Workload fits the ClusterQueue's quota it
 is admitted whole and its pods are ungated for kube-scheduler. The gang is all-or-nothing in
-quota, not in placement: kube-scheduler places the pods one by one.
+quota, not in placement: kube-scheduler places the pods one by one. With topology-aware
+scheduling (a flavor with a Topology: `cluster_queue_objects(..., topology_nodes=...)`), Kueue
+also finds every pod of the group a node before it admits it, and ungates it with that node in
+its node selector.
 
 v0.17.0 is the newest release the Go proxy serves; it is built with its own go.mod
 (Kubernetes libraries 0.35, controller-runtime 0.23) and runs as a separate process against
