@@ -1,5 +1,5 @@
 """The peer benchmark's results as Markdown tables: one per scenario, a column per scheduler and
-the ratio quorum / scheduler-plugins within the same run."""
+the ratios quorum / scheduler-plugins and quorum / Kueue (when it ran) within the same run."""
 
 from __future__ import annotations
 
@@ -38,7 +38,14 @@ TITLES = {
     "contention": "Contention (demand 1.5x the GPUs, interleaved arrival)",
     "large-gang": "Large gang beside CPU churn",
 }
-HEADERS = {"quorum": "quorum", "coscheduling": "scheduler-plugins", "default": "kube-scheduler alone"}
+HEADERS = {
+    "quorum": "quorum",
+    "coscheduling": "scheduler-plugins",
+    "kueue": "Kueue",
+    "kueue-tas": "Kueue, topology-aware",
+    "default": "kube-scheduler alone",
+}
+RATIOS = ("coscheduling", "kueue", "kueue-tas")  # quorum / each of these, when both ran
 
 
 def cell(value: Any) -> str:
@@ -63,23 +70,31 @@ def markdown(data: dict[str, Any]) -> str:
     for name, scenario in data["scenarios"].items():
         runs = {r["mode"]: r for r in scenario["runs"]}
         modes = [m for m in HEADERS if m in runs]
+        peers = [p for p in RATIOS if p in runs] or ["coscheduling"]
         lines += [
             f"## {TITLES.get(name, name)}",
             "",
             f"{scenario['gpu_nodes']} GPU nodes x 8 GPUs, {scenario['gangs']} gangs, "
             f"{scenario['pods']} pods.",
             "",
-            "| | " + " | ".join(HEADERS[m] for m in modes) + " | quorum / scheduler-plugins |",
-            "|---|" + "---:|" * (len(modes) + 1),
+            "| | " + " | ".join(HEADERS[m] for m in modes) + " | " + ratio_headers(peers) + " |",
+            "|---|" + "---:|" * (len(modes) + len(peers)),
         ]
         rows = [*ROWS.get(name, []), ("finished", "all pods done within the deadline")]
         for key, label in rows:
             values = [runs[m].get(key) for m in modes]
-            both = runs.get("quorum", {}).get(key), runs.get("coscheduling", {}).get(key)
-            lines.append(f"| {label} | " + " | ".join(cell(v) for v in values) + f" | {ratio(*both)} |")
+            ours = runs.get("quorum", {}).get(key)
+            ratios = [ratio(ours, runs.get(p, {}).get(key)) for p in peers]
+            lines.append(
+                f"| {label} | " + " | ".join(cell(v) for v in values) + " | " + " | ".join(ratios) + " |"
+            )
         lines.append("")
         lines += rounds_table(scenario.get("rounds") or [])
     return "\n".join(lines)
+
+
+def ratio_headers(peers: list[str]) -> str:
+    return " | ".join(f"quorum / {HEADERS[p]}" for p in peers)
 
 
 def rounds_table(rounds: list[list[dict[str, Any]]]) -> list[str]:
@@ -88,20 +103,23 @@ def rounds_table(rounds: list[list[dict[str, Any]]]) -> list[str]:
     if len(rounds) < 2:
         return []
     modes = [m for m in HEADERS if any(r["mode"] == m for r in rounds[0])]
+    peers = [p for p in RATIOS if p in modes] or ["coscheduling"]
     lines = [
         f"{len(rounds)} rounds, the ways one after another in each: pods bound per second.",
         "",
-        "| round | " + " | ".join(HEADERS[m] for m in modes) + " | quorum / scheduler-plugins |",
-        "|---|" + "---:|" * (len(modes) + 1),
+        "| round | " + " | ".join(HEADERS[m] for m in modes) + " | " + ratio_headers(peers) + " |",
+        "|---|" + "---:|" * (len(modes) + len(peers)),
     ]
-    ratios = []
+    ratios: dict[str, list[float]] = {p: [] for p in peers}
     for number, runs in enumerate(rounds, 1):
         speed = {r["mode"]: r.get("pods_bound_per_second") for r in runs}
-        within = ratio(speed.get("quorum"), speed.get("coscheduling"))
-        if within != "-":
-            ratios.append(float(within))
-        lines.append(f"| {number} | " + " | ".join(cell(speed.get(m)) for m in modes) + f" | {within} |")
-    if ratios:
-        median = statistics.median(ratios)
-        lines.append("| median | " + " | ".join("" for _ in modes) + f" | {median:.2f} |")
+        within = {p: ratio(speed.get("quorum"), speed.get(p)) for p in peers}
+        for p, value in within.items():
+            if value != "-":
+                ratios[p].append(float(value))
+        cells = " | ".join(cell(speed.get(m)) for m in modes)
+        lines.append(f"| {number} | {cells} | " + " | ".join(within.values()) + " |")
+    if any(ratios.values()):
+        medians = [f"{statistics.median(r):.2f}" if r else "-" for r in ratios.values()]
+        lines.append("| median | " + " | ".join("" for _ in modes) + " | " + " | ".join(medians) + " |")
     return [*lines, ""]

@@ -1,6 +1,7 @@
 """The workloads of the peer benchmark (`make bench-peers`), as plain data: node pools, gangs,
 pods and the order they are created in. The same objects go to every scheduler under test; only
-`schedulerName` differs (kube-scheduler alone has no gangs and schedules every pod itself).
+`schedulerName` differs (kube-scheduler alone has no gangs and schedules every pod itself), and
+for Kueue, which has no PodGroup, the pods carry its queue and pod-group metadata as well.
 
 Pods are bare (no controller), 1 GPU each, labelled with scheduler-plugins' current group label
 `scheduling.x-k8s.io/pod-group` (a form quorum also reads), and run for a fixed simulated time:
@@ -16,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from devcluster.kueue import POD_GROUP_COUNT, POD_GROUP_LABEL, PREFERRED_TOPOLOGY, QUEUE_LABEL
 from devcluster.nodes import load_pool
 
 GROUP = "scheduling.x-k8s.io"
@@ -104,6 +106,21 @@ def gang_pod(gang: GangSpec, index: int, scheduler: str, run_seconds: int) -> di
             ],
         },
     }
+
+
+def kueue_gang_pod(
+    gang: GangSpec, index: int, run_seconds: int, queue: str, preferred_topology: str | None = None
+) -> dict[str, Any]:
+    """The same pod for Kueue: kube-scheduler places it, and Kueue's pod-group metadata (its
+    LocalQueue, the group and the group's size) makes its webhook gate it until the group's
+    Workload is admitted. With a preferred topology level, Kueue keeps the group in one domain
+    of that level when one has room (topology-aware scheduling)."""
+    pod = gang_pod(gang, index, "default-scheduler", run_seconds)
+    pod["metadata"]["labels"] |= {QUEUE_LABEL: queue, POD_GROUP_LABEL: gang.name}
+    pod["metadata"]["annotations"][POD_GROUP_COUNT] = str(gang.size)
+    if preferred_topology:
+        pod["metadata"]["annotations"][PREFERRED_TOPOLOGY] = preferred_topology
+    return pod
 
 
 def cpu_pod(index: int, run_seconds: int) -> dict[str, Any]:

@@ -1,13 +1,20 @@
-"""quorum beside scheduler-plugins coscheduling and kube-scheduler alone, on the same control
-plane and the same workloads (issue 7). `make bench-peers`.
+"""quorum beside scheduler-plugins coscheduling, Kueue and kube-scheduler alone, on the same
+control plane and the same workloads (issues 7 and 29). `make bench-peers`.
 
-Each scenario runs three ways, each on a freshly started instance with the same node pool and
+Each scenario runs four ways, each on a freshly started instance with the same node pool and
 the same client QPS/burst for the schedulers and the controller-manager:
 
 - `quorum`: quorum-webhooks and quorum-operator + kube-scheduler (pods ask for cw-coscheduler;
   the webhook gates them and hands them to the default scheduler);
 - `coscheduling`: no quorum; scheduler-plugins' Coscheduling runs as a second scheduler named
   cw-coscheduler (devcluster.coscheduler) with its own PodGroup CRD;
+- `kueue`: no quorum; Kueue's manager (devcluster.kueue) with its pod integration: the pods name
+  a LocalQueue and a Kueue pod group (no PodGroup objects), its webhook gates them, and it
+  ungates a group once the group's Workload fits the ClusterQueue's quota (the pool's capacity);
+  kube-scheduler places them;
+- `kueue-tas`: the same with Kueue's topology-aware scheduling: the flavor is the GPU nodes with
+  a Topology of the pool's levels (zone, block, rack, node), the pods prefer one block, and
+  Kueue admits a group only once it has found every pod a node (kube-scheduler binds them there);
 - `default`: no quorum, no gangs: kube-scheduler schedules every pod as it comes (the speed
   baseline; gang figures are shown for it only to say what no gang semantics costs).
 
@@ -26,6 +33,7 @@ comparisons are ratios within that run. Writes bench/results/<date>.json and <da
 
     make bench-peers                      # everything (about 30 minutes on 2 cores)
     python -m tests.bench.peers --scenario contention --mode quorum --quick
+    python -m tests.bench.peers --scenario throughput --mode kueue --rounds 1
 """
 
 from __future__ import annotations
@@ -56,6 +64,8 @@ from devcluster.coscheduler import (
     start_coscheduler,
     start_podgroup_controller,
 )
+from devcluster.kueue import QUEUE, ensure_kueue, local_queue, pool_quota, start_kueue
+from devcluster.nodes import BLOCK_LABEL, NodePool, load_pool, render_nodes
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s.watch import watch_objects
 from tests.bench import peer_report
@@ -67,6 +77,7 @@ from tests.bench.peer_workloads import (
     gang_pod,
     in_sequence,
     interleaved,
+    kueue_gang_pod,
     mixed_gangs,
     podgroup,
     uniform_gangs,
@@ -75,11 +86,14 @@ from tests.bench.peer_workloads import (
 from tests.kube import api_client, assert_no_overcommit, create_namespace
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
-MODES = ("quorum", "coscheduling", "default")
+MODES = ("quorum", "coscheduling", "kueue", "kueue-tas", "default")
+KUEUE_PREFERRED_LEVEL = BLOCK_LABEL  # kueue-tas: a block is 8 nodes, 64 GPUs (the largest mixed gang)
 SCENARIOS = ("throughput", "contention", "large-gang")
 QPS, BURST, IN_FLIGHT = 500.0, 1000, 64
 NAMESPACE = "bench"
 OPERATOR = operator_username(DEFAULT_NAMESPACE)
+# The gang controllers whose requests are counted by verb and resource too, and under what key.
+DETAILED = {"quorum-operator": "operator_requests", "kueue": "kueue_requests"}
 AUDIT_POLICY = (
     "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n  - level: Metadata\n"
 )
@@ -165,6 +179,12 @@ async def follow(api: client.ApiClient, seen: Observed, watched: set[str], wait_
     await watch_objects(listing, [SeenPods(seen, watched, wait_for)], asyncio.Event(), lambda: None)
 
 
+def gpu_node_labels(pool: NodePool) -> dict[str, str]:
+    """The labels the pool's GPU group gives its nodes (kueue-tas: its flavor's node labels)."""
+    (gpu,) = [g for g in pool.groups if g.name == "gpu"]
+    return dict(gpu.labels)
+
+
 def start_instance(mode: str, scenario: Scenario, tmp: Path) -> tuple[Instance, Path]:
     """A fresh instance for one run; its audit log path."""
     pool = write_pool(tmp / "pool.yaml", scenario.gpu_nodes, scenario.cpu_nodes)
@@ -194,7 +214,11 @@ def start_instance(mode: str, scenario: Scenario, tmp: Path) -> tuple[Instance, 
     instance = Instance(spec.name)
     instance.down(quiet=True)
     instance.up(spec, log=lambda _: None)
-    if not with_quorum:  # the same PodGroup objects everywhere: scheduler-plugins' CRD
+    if mode.startswith("kueue"):  # its own pod groups: no PodGroup objects
+        nodes = render_nodes(load_pool(pool))
+        topology = gpu_node_labels(load_pool(pool)) if mode == "kueue-tas" else None
+        start_kueue(instance, ensure_kueue(instance.binaries), pool_quota(nodes, topology), topology)
+    elif not with_quorum:  # the same PodGroup objects everywhere: scheduler-plugins' CRD
         built = ensure_coscheduler(instance.binaries)
         if mode == "coscheduling":
             # v=3: its Permit rejections are logged at 3 (needed for the time pods wait there).
@@ -211,14 +235,23 @@ async def run_workload(instance: Instance, mode: str, scenario: Scenario) -> tup
     seen, and the window (first create, end)."""
     scheduler = "default-scheduler" if mode == "default" else SCHEDULER_NAME
     order = interleaved(scenario.gangs) if scenario.interleave else in_sequence(scenario.gangs)
-    gang_pods = [gang_pod(g, i, scheduler, scenario.run_seconds) for g, i in order]
+    if mode.startswith("kueue"):
+        level = KUEUE_PREFERRED_LEVEL if mode == "kueue-tas" else None
+        gang_pods = [kueue_gang_pod(g, i, scenario.run_seconds, QUEUE, level) for g, i in order]
+    else:
+        gang_pods = [gang_pod(g, i, scheduler, scenario.run_seconds) for g, i in order]
     watched = {p["metadata"]["name"] for p in gang_pods}
     seen = Observed()
     api = await api_client(instance.kubeconfig("admin"))
     async with api:
         await create_namespace(api, NAMESPACE)
         custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
-        for gang in scenario.gangs:
+        if mode.startswith("kueue"):
+            queue = local_queue(NAMESPACE)
+            await custom.create_namespaced_custom_object(
+                "kueue.x-k8s.io", "v1beta2", NAMESPACE, "localqueues", queue
+            )
+        for gang in scenario.gangs if not mode.startswith("kueue") else []:
             body = podgroup(gang, PERMIT_WAITING_SECONDS)
             await custom.create_namespaced_custom_object(GROUP, "v1alpha1", NAMESPACE, "podgroups", body)
         follower = asyncio.create_task(follow(api, seen, watched, scenario.wait_for))
@@ -269,11 +302,11 @@ def cpu_seconds(instance: Instance) -> dict[str, float]:
     return used
 
 
-def count_requests(audit_log: Path, start: float, end: float) -> tuple[Counter[str], Counter[str]]:
-    """Requests the apiserver served in [start, end], by who made them; and quorum-operator's
-    by verb and resource."""
+def count_requests(audit_log: Path, start: float, end: float) -> tuple[Counter[str], dict[str, Counter[str]]]:
+    """Requests the apiserver served in [start, end], by who made them; and the gang
+    controllers' (quorum-operator's, Kueue's) by verb and resource."""
     counts: Counter[str] = Counter()
-    operator: Counter[str] = Counter()
+    detail: dict[str, Counter[str]] = {name: Counter() for name in DETAILED}
     for line in audit_log.read_text().splitlines():
         event = json.loads(line)
         when = datetime.fromisoformat(event["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
@@ -282,17 +315,18 @@ def count_requests(audit_log: Path, start: float, end: float) -> tuple[Counter[s
         user, agent = event.get("user", {}).get("username", ""), event.get("userAgent", "")
         if user == OPERATOR:
             who = "quorum-operator"
-            ref = event.get("objectRef") or {}
-            sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
-            operator[f"{event['verb']} {ref.get('resource', '?')}{sub}"] += 1
         elif agent.startswith("OpenAPI-Generator"):
             who = "benchmark client"
         elif user.startswith("system:serviceaccount:kube-system:"):
             who = "kube-controller-manager"
         else:
-            who = agent.split("/", 1)[0] or user
+            who = agent.split("/", 1)[0] or user  # Kueue's: "kueue/v0.17.0 (linux/amd64) ..."
         counts[who] += 1
-    return counts, operator
+        if who in detail:
+            ref = event.get("objectRef") or {}
+            sub = f"/{ref['subresource']}" if ref.get("subresource") else ""
+            detail[who][f"{event['verb']} {ref.get('resource', '?')}{sub}"] += 1
+    return counts, detail
 
 
 def measure(mode: str, scenario: Scenario, quick: bool) -> dict[str, Any]:
@@ -305,7 +339,7 @@ def measure(mode: str, scenario: Scenario, quick: bool) -> dict[str, Any]:
             after = cpu_seconds(instance)
             cpu = {k: round(after[k] - before.get(k, 0.0), 1) for k in after}
             time.sleep(2)  # the audit log is written in batches
-            requests, operator_requests = count_requests(audit, start, end)
+            requests, detail = count_requests(audit, start, end)
             log = instance.layout.log(SCHEDULER_NAME)
             waits = (
                 permit_waits(
@@ -320,8 +354,9 @@ def measure(mode: str, scenario: Scenario, quick: bool) -> dict[str, Any]:
         finally:
             instance.down(quiet=True)
     result = summarise(mode, scenario, seen, start, end, requests, waits)
-    if operator_requests:
-        result["operator_requests"] = dict(operator_requests.most_common())
+    for who, key in DETAILED.items():
+        if detail[who]:
+            result[key] = dict(detail[who].most_common())
     result["cpu_seconds"] = round(sum(cpu.values()), 1)
     result["cpu_seconds_by_process"] = dict(sorted(cpu.items(), key=lambda kv: -kv[1]))
     return result
