@@ -2,7 +2,9 @@
 of `quorum certs --rotate-from` (docs/webhooks.md, "TLS and certificates"), while pods are
 created without pause: no create fails and every pod gets the CPU toleration, so the apiserver
 called the mutating webhook (and trusted the server) at every moment. The webhook fails open
-(failurePolicy Ignore): a pod without the toleration is how a broken trust would show.
+(failurePolicy Ignore): a pod without the toleration is how a broken trust would show. The
+instances admit pods with `--pod-admission webhooks`, so that every pod creation calls the server
+(in the default way a MutatingAdmissionPolicy adds the toleration without it).
 
 Then a CA renewed with the same key, as cert-manager renews quorum's CA (rotationPolicy Never in
 manifests/optional/cert-manager.yaml), replaces the CA in the caBundle while the server keeps a
@@ -192,7 +194,7 @@ async def start_load(instance: Instance) -> tuple[Load, asyncio.Future[Any], cli
 async def test_rotating_ca_and_certificate_under_load_fails_and_skips_no_pod(
     start_instance: Callable[..., Instance], tmp_path: Path
 ) -> None:
-    instance = start_instance("cr-rotate", operator=False)
+    instance = start_instance("cr-rotate", operator=False, pod_admission="webhooks")
     state = instance.state()
     assert state is not None
     port = state.ports.webhooks
@@ -280,7 +282,7 @@ def trust(instance: Instance, ca_pem: bytes, directory: Path) -> None:
 async def test_a_ca_renewed_with_the_same_key_verifies_what_its_old_copy_signed(
     start_instance: Callable[..., Instance], tmp_path: Path
 ) -> None:
-    instance = start_instance("cr-renew", operator=False)
+    instance = start_instance("cr-renew", operator=False, pod_admission="webhooks")
     state = instance.state()
     assert state is not None
     port = state.ports.webhooks
