@@ -95,7 +95,8 @@ class Ledger:
             for entry in recorded_placement(gang):
                 pod = pods.get(entry["uid"])
                 if pod is not None and released_unbound(pod, bound):
-                    self.reserve_pod(key, pod, entry["node"])
+                    # Where it is pinned, if the record is older than its last release.
+                    self.reserve_pod(key, pod, pinned_node(pod.get("spec") or {}) or entry["node"])
         for uid, pod in pods.items():
             gang_name = ((pod.get("metadata") or {}).get("labels") or {}).get(GANG_LABEL)
             if uid in self.entries or not gang_name or not released_unbound(pod, bound):
@@ -109,6 +110,17 @@ class Ledger:
         except ValueError:  # requests the apiserver would never have let through
             return
         self.reserve(gang, pod["metadata"]["uid"], node, requests)
+
+
+def placed_node(pod: JSON) -> str | None:
+    """The node a released pod is bound or pinned to, if it is alive and unfinished (None for
+    a gated, deleted or finished pod, or one placed nowhere)."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase")
+    if is_gated(pod) or meta.get("deletionTimestamp") or phase in ("Succeeded", "Failed"):
+        return None
+    node = spec.get("nodeName") or pinned_node(spec)
+    return str(node) if node else None
 
 
 def released_unbound(pod: JSON, bound: Container[str] = frozenset()) -> bool:

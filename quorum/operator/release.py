@@ -22,11 +22,11 @@ from quorum.core.planner import Release
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import pod_from_api, pod_requests, timestamp
 from quorum.k8s.usage import BoundPods
-from quorum.k8s.writes import RESERVED_TAINT, pinned_node
+from quorum.k8s.writes import RESERVED_TAINT
 from quorum.operator import clock, metrics
 from quorum.operator.events import pod_object
 from quorum.operator.gangs import JSON, GangView, Store, is_gated, orphans
-from quorum.operator.ledger import Ledger, recorded_placement, released_unbound
+from quorum.operator.ledger import Ledger, placed_node, recorded_placement
 from quorum.operator.status import GangRecords, now_rfc3339
 from quorum.operator.work import GangWork, describe
 
@@ -159,15 +159,15 @@ class Releaser:
     async def keep_room_of_refused(self, key: GangKey, uids: list[str]) -> None:
         """The reservations of pods whose release the apiserver refused, from the pods as it has
         them now (the watch may be behind): a pod released already (by an earlier leader term,
-        or a patch whose answer was lost) and pinned but not bound keeps the room of its pinned
-        node, where kube-scheduler may still bind it; one gone, bound, finished or still gated
-        (planned anew) holds none."""
+        or a patch whose answer was lost) keeps the room of the node it is bound or pinned to
+        until the bound-pod index shows it there; one gone, finished or still gated (planned
+        anew) holds none."""
         now = {p["metadata"]["uid"]: p for p in await self.api.read_gang_pods(*key)}
         for uid in uids:
             pod = now.get(uid)
-            node = pinned_node((pod or {}).get("spec") or {}) if pod is not None else None
-            if pod is not None and node is not None and released_unbound(pod):
-                self.ledger.reserve_pod(key, pod, node)
+            node = placed_node(pod) if pod is not None else None
+            if pod is not None and node is not None:
+                self.ledger.reserve_pod(key, pod, node)  # ended by `Ledger.settle` once the index has it
             else:
                 self.ledger.drop(uid)
 

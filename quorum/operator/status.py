@@ -132,6 +132,7 @@ class GangRecords:
         gang at once), and the reason each held gang was announced with is not announced again."""
         for _, entry in self.memory.items():
             entry.written, entry.written_at, entry.reason, entry.transitions = None, None, None, {}
+            entry.group_behind = None
         for key, gang in self.store.gangs.items():
             status = gang.get("status") or {}
             if not isinstance(status, dict):
@@ -149,6 +150,10 @@ class GangRecords:
             admitted = next((c for c in conditions if c["type"] == "Admitted"), None)
             if admitted is not None and admitted.get("status") == "False" and admitted.get("reason"):
                 entry.reason = str(admitted["reason"])
+            if status.get("admission"):
+                # A release the last leader recorded may not have reached the group's status yet
+                # (it goes with the gang's next write): write it within the lag, once.
+                entry.group_behind = clock.monotonic()
 
     # -- the Gang as this process knows it ------------------------------------------------------
 

@@ -221,6 +221,14 @@ def label_gang_pod(size: str, scheduler: str = "cw-coscheduler") -> dict[str, An
     }
 
 
+def claim_on_a_gang(gated: bool = False) -> dict[str, Any]:
+    pod = label_gang_pod("4")
+    pod["metadata"]["labels"] = {"quorum.dev/gang": "wpg-x"}
+    if gated:
+        pod["spec"]["schedulingGates"] = [{"name": "quorum.dev/gang"}]
+    return pod
+
+
 def with_labels(pod: dict[str, Any], labels: dict[str, str]) -> dict[str, Any]:
     pod["metadata"]["labels"].update(labels)
     return pod
@@ -243,6 +251,8 @@ def create_both(ways: tuple[Way, Way], pod: dict[str, Any]) -> tuple[Created, Cr
 @example(pod=label_gang_pod("100001"))
 @example(pod=with_labels(label_gang_pod("4"), {"scheduling.x-k8s.io/pod-group": ""}))  # an empty marker
 @example(pod=with_labels(label_gang_pod("4"), {"pod-group.scheduling.sigs.k8s.io": "g2"}))  # two groups
+@example(pod=claim_on_a_gang())  # a quorum.dev/gang label on a pod of no group: refused
+@example(pod=claim_on_a_gang(gated=True))  # the same, gated: a schedulingGroup the apiserver dropped
 def test_both_ways_admit_every_pod_alike(ways: tuple[Way, Way], pod: dict[str, Any]) -> None:
     """Pods that break at most one rule: the same answer, stored pod, message and warnings."""
     (code_p, body_p, warnings_p), (code_w, body_w, warnings_w), said = create_both(ways, pod)

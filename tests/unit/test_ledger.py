@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quorum.operator.ledger import Ledger, recorded_placement
+from quorum.operator.ledger import Ledger, placed_node, recorded_placement
 from tests.unit.test_loop import pod
 
 A, B = ("ns", "a"), ("ns", "b")
@@ -52,6 +54,33 @@ def test_resume_reserves_released_unbound_pods_of_recorded_decisions_only() -> N
     ledger.reserve(B, "stale", "n9", {"cpu": 1})
     ledger.resume({A: gang}, {"a-0": released, "a-1": gated, "a-2": bound}, bound={"a-2"})
     assert {uid: r.node for uid, r in ledger.entries.items()} == {"a-0": "n1"}
+
+
+def pinned(spec: dict[str, Any], node: str) -> dict[str, Any]:
+    """`spec` released and pinned to `node` as quorum pins it (`writes.pin_to_node`)."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    required = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    return {**spec, "affinity": {"nodeAffinity": required}, "schedulingGates": []}
+
+
+def test_resume_reserves_a_pod_on_the_node_it_is_pinned_to_not_an_older_record() -> None:
+    """The record names n1, but a later release (a refused one kept on its real pin) put the pod
+    on n2: kube-scheduler may bind it only there."""
+    released = pod("a", 0)
+    released["spec"] = pinned(released["spec"], "n2")
+    gang = {"status": {"admission": {"placement": [{"uid": "a-0", "node": "n1"}]}}}
+    ledger = Ledger()
+    ledger.resume({A: gang}, {"a-0": released}, bound=set())
+    assert {uid: r.node for uid, r in ledger.entries.items()} == {"a-0": "n2"}
+
+
+def test_a_pods_placed_node_is_where_it_is_bound_or_pinned_while_it_lives() -> None:
+    gated, pin, bound, done = pod("a", 0), pod("a", 1), pod("a", 2), pod("a", 3)
+    pin["spec"] = pinned(pin["spec"], "n1")
+    bound["spec"] = {**bound["spec"], "schedulingGates": [], "nodeName": "n2"}
+    done["spec"] = {**bound["spec"]}
+    done["status"] = {"phase": "Succeeded"}
+    assert [placed_node(p) for p in (gated, pin, bound, done)] == [None, "n1", "n2", None]
 
 
 @given(

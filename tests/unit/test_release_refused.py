@@ -54,3 +54,20 @@ async def test_a_release_refused_for_a_pod_gone_frees_its_room() -> None:
     await step(second)  # a-1's release is refused: it is gone
     assert "a-1" not in second.ledger
     assert second.ledger.entries["a-0"].node == "n0"  # released, pinned, unbound: its room kept
+
+
+async def test_a_release_refused_for_a_pod_bound_meanwhile_keeps_its_room_until_the_index_has_it() -> None:
+    server, _ = cluster(2, {"a": 2})
+    api = FakeApi(server, BoundPods(), lag=True)
+    api.server = server
+    store, bound = api.relist()
+    first = GangLoop(api, store, bound, settings())
+    first.resume()
+    await step(first)
+    api.deliver("gangs")
+    api.deliver("pods", 1)  # a-0 seen released; a-1 not yet
+    server.pods["a-1"]["spec"]["nodeName"] = "n1"  # bound by kube-scheduler; no watch event yet
+    second = GangLoop(api, store, bound, settings())
+    second.resume()
+    await step(second)  # a-1's release is refused: bound already
+    assert second.ledger.entries["a-1"].node == "n1", "its room stays until the bound index shows it"

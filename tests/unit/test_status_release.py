@@ -183,3 +183,21 @@ async def test_a_decision_counts_until_the_watch_shows_it_and_no_longer() -> Non
     assert await records.patch(key, {"disruption": {"reason": "PartiallyPlaced"}})
     records.forget(key)
     assert records.gang(key) is store.gangs[key], "a Gang made again starts from what the watch shows"
+
+
+async def test_a_new_leader_writes_the_group_status_of_a_release_on_record_within_the_lag() -> None:
+    """The last leader recorded a release and failed over before the group's status followed:
+    the new one writes the group's status within the lag, though the Gang's is unchanged."""
+    store = released_store()
+    api = FakeApi(store)
+    (view,) = assemble(store)
+    with clock.using(clock.ManualClock()) as now:
+        before = GangRecords(api, store)
+        await before.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
+        store.gangs[view.key] = {**GANG, "status": writes(api)[0][1]}  # what the watch shows
+        records = GangRecords(api, store)  # the next leader
+        records.resume()
+        assert not await pass_write(records, view, 2)
+        now.advance(GROUP_LAG_INTERVALS * records.pacing.interval)
+        assert await pass_write(records, view, 2)
+    assert [what for what, _ in writes(api)] == ["gang", "podgroups"]

@@ -11,7 +11,7 @@ selector."""
 
 from __future__ import annotations
 
-from quorum.core.gangs import gang_markers
+from quorum.core.gangs import gang_markers, is_gated
 from quorum.core.lifecycle import MEMBER_LOSS_ANNOTATION
 from quorum.webhooks.objects import JSONObject, annotations_of, dig, labels_of, pod_shape, string_map
 from quorum.webhooks.policies.gang_gate import GANG_LABEL, REQUESTED_SCHEDULER, forged
@@ -51,9 +51,10 @@ def _expected_on_create(obj: JSONObject, settings: WebhookSettings) -> dict[tupl
     expected: dict[tuple[str, str], object] = {}
     if markers:
         expected[("labels", GANG_LABEL)] = markers[0].gang_name
-    elif isinstance(labels, dict) and str(labels.get(GANG_LABEL, "")).startswith("wpg-"):
-        # The mutating webhook saw spec.schedulingGroup, and the apiserver dropped it afterwards
-        # (its feature gate is off): the operator releases such pods; let them be created.
+    elif isinstance(labels, dict) and str(labels.get(GANG_LABEL, "")).startswith("wpg-") and is_gated(obj):
+        # The mutating webhook saw spec.schedulingGroup, gated the pod, and the apiserver dropped
+        # the field afterwards (its feature gate is off): the operator releases such pods; let
+        # them be created. Ungated, the label is a tenant's claim on another gang: refused.
         expected[("labels", GANG_LABEL)] = labels[GANG_LABEL]
     requested = annotations_of(obj).get(REQUESTED_SCHEDULER)
     if requested in settings.coscheduler_names and spec.get("schedulerName") == settings.default_scheduler:

@@ -185,6 +185,9 @@ def test_a_gang_label_for_a_dropped_scheduling_group_is_accepted() -> None:
     dropped = pod({"quorum.dev/gang": "wpg-workers"}, schedulingGates=[{"name": "quorum.dev/gang"}])
     assert quorum_labels.validate(request("Pod", dropped), SETTINGS).allowed
     assert not quorum_labels.validate(request("Pod", pod({"quorum.dev/gang": "pg-x"})), SETTINGS).allowed
+    # Ungated, the same label is a claim on another gang of the namespace: refused.
+    claim = pod({"quorum.dev/gang": "wpg-workers"})
+    assert not quorum_labels.validate(request("Pod", claim), SETTINGS).allowed
 
 
 def template_of(obj: dict[str, Any]) -> dict[str, Any]:
