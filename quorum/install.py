@@ -114,7 +114,10 @@ def for_pod_admission(text: str, way: str) -> str:
     loses the condition that leaves it only what quorum-pod-defaults cannot do."""
     if check_pod_admission(way) == "policies":
         return text
-    return _SHORTEN_CONDITION_TEXT.sub("", text)
+    edited = _SHORTEN_CONDITION_TEXT.sub("", text)
+    if SHORTEN_CONDITION in edited:  # reworded around it: never ship a condition left in place
+        raise ValueError(f"{SHORTEN_CONDITION}: not where `for_pod_admission` expects it in the manifest")
+    return edited
 
 
 def without_shorten_condition(doc: dict[str, Any]) -> dict[str, Any]:
