@@ -15,6 +15,7 @@ from quorum.core.gangs import (
     BadMinAvailable,
     GangSource,
     gang_markers,
+    is_gated,
     is_quorum_scheduler,
     parse_min_available,
 )
@@ -50,7 +51,11 @@ def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
     ):
         return Decision(denied=forged([f"annotation {REQUESTED_SCHEDULER}={shown(requested)}"]))
     own = labels.get(GANG_LABEL)
-    if own is not None and (not markers or own != markers[0].gang_name):
+    # A gated pod of no group labelled `wpg-...` is what a dropped spec.schedulingGroup leaves
+    # (quorum_labels.py). The in-apiserver policies cannot tell it from one written so, so neither
+    # way refuses it; it stays held at quorum's gate like any member of that gang.
+    dropped_group = not markers and own is not None and own.startswith("wpg-") and is_gated(request.object)
+    if own is not None and not dropped_group and (not markers or own != markers[0].gang_name):
         # Never overwrite (or strip) it: deny, so that the person who set it finds out.
         return Decision(denied=forged([f"label {GANG_LABEL}={shown(own)}"]))
     if scheduler in settings.coscheduler_names:
