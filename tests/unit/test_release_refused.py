@@ -7,13 +7,21 @@ The refused pod keeps the room of the node it is pinned to; one gone or still ga
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from quorum.k8s.usage import BoundPods
 from quorum.operator.loop import GangLoop
 from tests.unit.fake_api import FakeApi
 from tests.unit.test_loop import NS, cluster, pod, podgroup, settings, step
 
 
-async def test_a_release_refused_as_done_already_keeps_the_pods_room_promised() -> None:
+async def next_term_after(
+    meanwhile: Callable[[Any], None] = lambda server: None,
+) -> tuple[Any, FakeApi, GangLoop]:
+    """Gang a (2 pods, 2 nodes) released by a first leader term whose pod watch showed only a-0
+    released; `meanwhile(server)` changes the apiserver's pods; then the next term, in the same
+    process, resumes and takes a step (finishing the recorded release)."""
     server, _ = cluster(2, {"a": 2})
     api = FakeApi(server, BoundPods(), lag=True)
     api.server = server
@@ -24,11 +32,17 @@ async def test_a_release_refused_as_done_already_keeps_the_pods_room_promised() 
     assert api.pinned == {"a-0": "n0", "a-1": "n1"}
     api.deliver("gangs")  # the Gang's recorded decision
     api.deliver("pods", 1)  # the pod watch shows a-0 released, not a-1 yet
-    second = GangLoop(api, store, bound, settings())  # the next leader term, in the same process
+    meanwhile(server)
+    second = GangLoop(api, store, bound, settings())
     second.resume()
-    await step(second)  # finishes the recorded release: a-1's patch is refused (its gate is gone)
+    await step(second)  # finishes the recorded release: a-1's patch is refused
+    return server, api, second
+
+
+async def test_a_release_refused_as_done_already_keeps_the_pods_room_promised() -> None:
+    server, api, second = await next_term_after()  # a-1 released already: its gate is gone
     api.deliver_all()  # the watch catches up: a-1 released, pinned to n1, not bound
-    for table in (server, store):
+    for table in (server, second.store):
         table.groups[("scheduling.sigs.k8s.io", NS, "b")] = podgroup("b", 1)
     b = pod("b", 0)
     server.pods["b-0"] = b
@@ -39,35 +53,17 @@ async def test_a_release_refused_as_done_already_keeps_the_pods_room_promised() 
 
 
 async def test_a_release_refused_for_a_pod_gone_frees_its_room() -> None:
-    server, _ = cluster(2, {"a": 2})
-    api = FakeApi(server, BoundPods(), lag=True)
-    api.server = server
-    store, bound = api.relist()
-    first = GangLoop(api, store, bound, settings())
-    first.resume()
-    await step(first)
-    api.deliver("gangs")
-    api.deliver("pods", 1)  # a-0 seen released; a-1 not yet
-    del server.pods["a-1"]  # deleted meanwhile (its controller, a person)
-    second = GangLoop(api, store, bound, settings())
-    second.resume()
-    await step(second)  # a-1's release is refused: it is gone
+    def delete(server: Any) -> None:  # deleted meanwhile (its controller, a person)
+        del server.pods["a-1"]
+
+    _, _, second = await next_term_after(delete)
     assert "a-1" not in second.ledger
     assert second.ledger.entries["a-0"].node == "n0"  # released, pinned, unbound: its room kept
 
 
 async def test_a_release_refused_for_a_pod_bound_meanwhile_keeps_its_room_until_the_index_has_it() -> None:
-    server, _ = cluster(2, {"a": 2})
-    api = FakeApi(server, BoundPods(), lag=True)
-    api.server = server
-    store, bound = api.relist()
-    first = GangLoop(api, store, bound, settings())
-    first.resume()
-    await step(first)
-    api.deliver("gangs")
-    api.deliver("pods", 1)  # a-0 seen released; a-1 not yet
-    server.pods["a-1"]["spec"]["nodeName"] = "n1"  # bound by kube-scheduler; no watch event yet
-    second = GangLoop(api, store, bound, settings())
-    second.resume()
-    await step(second)  # a-1's release is refused: bound already
+    def bind(server: Any) -> None:  # bound by kube-scheduler; no watch event yet
+        server.pods["a-1"]["spec"]["nodeName"] = "n1"
+
+    _, _, second = await next_term_after(bind)
     assert second.ledger.entries["a-1"].node == "n1", "its room stays until the bound index shows it"
