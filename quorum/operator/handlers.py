@@ -42,7 +42,7 @@ from quorum.operator.gangs import (
     store_nodes,
     store_pdbs,
 )
-from quorum.operator.health import Health, monitor_event_loop_lag, serve
+from quorum.operator.health import GarbageCollectionTimer, Health, monitor_event_loop_lag, serve
 from quorum.operator.leader import LeaseSettings, lead
 from quorum.operator.loop import GangLoop
 from quorum.operator.settings import OperatorSettings, loop_settings
@@ -127,6 +127,7 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         host, _sep, port = HEALTH_ADDRESS[0].rpartition(":")
         RUNNERS.append(await serve(host or "0.0.0.0", int(port), health))  # noqa: S104
     TASKS.append(asyncio.create_task(monitor_event_loop_lag(), name="event-loop-lag"))
+    GarbageCollectionTimer().install()
     api = await api_client(trace_configs=(metrics.api_trace_config(),))
     store = Store(owned_group_apis=await owned_group_apis(api))
     bound = BoundPods()

@@ -68,6 +68,15 @@ EVENT_LOOP_LAG_MAX = Gauge(
     "The worst event loop lag seen since the process started, in seconds.",
     registry=REGISTRY,
 )
+GC_PAUSE = Histogram(
+    "quorum_operator_gc_pause_seconds",
+    "How long one collection of Python's cyclic garbage collector stopped the process (every "
+    "thread, the event loop included), by generation (2: a full collection, whose time grows with "
+    "everything the operator holds), in seconds.",
+    ("generation",),
+    buckets=LAG_BUCKETS,
+    registry=REGISTRY,
+)
 GANGS = Gauge(
     "quorum_operator_gangs",
     "Gangs the leader knows, by phase (Pending, Scheduling, Running, Finished, Failed) and by the "

@@ -66,6 +66,7 @@ from devcluster.coscheduler import (
 )
 from devcluster.kueue import QUEUE, ensure_kueue, local_queue, pool_quota, start_kueue
 from devcluster.nodes import BLOCK_LABEL, NodePool, load_pool, render_nodes
+from devcluster.versions import RELEASES
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s.watch import watch_objects
 from tests.bench import peer_report
@@ -90,6 +91,9 @@ MODES = ("quorum", "coscheduling", "kueue", "kueue-tas", "default")
 KUEUE_PREFERRED_LEVEL = BLOCK_LABEL  # kueue-tas: a block is 8 nodes, 64 GPUs (the largest mixed gang)
 SCENARIOS = ("throughput", "contention", "large-gang")
 QPS, BURST, IN_FLIGHT = 500.0, 1000, 64
+# The minor all ways run on unless `--kubernetes` says otherwise: 1.36, where every figure of
+# docs/benchmarks.md before 2026-11-26 was taken.
+KUBERNETES = "1.36"
 NAMESPACE = "bench"
 OPERATOR = operator_username(DEFAULT_NAMESPACE)
 # The gang controllers whose requests are counted by verb and resource too, and under what key.
@@ -185,7 +189,9 @@ def gpu_node_labels(pool: NodePool) -> dict[str, str]:
     return dict(gpu.labels)
 
 
-def start_instance(mode: str, scenario: Scenario, tmp: Path) -> tuple[Instance, Path]:
+def start_instance(
+    mode: str, scenario: Scenario, tmp: Path, kubernetes: str = KUBERNETES
+) -> tuple[Instance, Path]:
     """A fresh instance for one run; its audit log path."""
     pool = write_pool(tmp / "pool.yaml", scenario.gpu_nodes, scenario.cpu_nodes)
     (tmp / "audit-policy.yaml").write_text(AUDIT_POLICY)
@@ -193,7 +199,7 @@ def start_instance(mode: str, scenario: Scenario, tmp: Path) -> tuple[Instance, 
     with_quorum = mode == "quorum"
     spec = ClusterSpec(
         name=f"bench-{mode}",
-        kubernetes="1.36",  # scheduler-plugins' coscheduler builds against 1.36 (it has no 1.37 release)
+        kubernetes=kubernetes,
         pool_file=pool,
         client_qps=QPS,
         client_burst=BURST,
@@ -329,10 +335,14 @@ def count_requests(audit_log: Path, start: float, end: float) -> tuple[Counter[s
     return counts, detail
 
 
-def measure(mode: str, scenario: Scenario, quick: bool) -> dict[str, Any]:
-    print(f"{scenario.name} / {mode}: starting a fresh instance ...", file=sys.stderr, flush=True)
+def measure(mode: str, scenario: Scenario, quick: bool, kubernetes: str = KUBERNETES) -> dict[str, Any]:
+    print(
+        f"{scenario.name} / {mode}: starting a fresh instance (Kubernetes {kubernetes}) ...",
+        file=sys.stderr,
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="quorum-peers-") as tmp:
-        instance, audit = start_instance(mode, scenario, Path(tmp))
+        instance, audit = start_instance(mode, scenario, Path(tmp), kubernetes)
         try:
             before = cpu_seconds(instance)
             seen, start, end = asyncio.run(run_workload(instance, mode, scenario))
@@ -425,13 +435,19 @@ def main() -> int:
         default=3,
         help="throughput: run every way this many times, the ways in turn (the machine's speed drifts)",
     )
+    parser.add_argument(
+        "--kubernetes",
+        choices=sorted(RELEASES),
+        default=KUBERNETES,
+        help=f"the minor every way runs on (default {KUBERNETES}, the figures' baseline)",
+    )
     args = parser.parse_args()
     chosen = scenarios(args.quick)
     results: dict[str, Any] = {}
     for name in args.scenario or SCENARIOS:
         scenario = chosen[name]
         rounds = [
-            [measure(mode, scenario, args.quick) for mode in args.mode or MODES]
+            [measure(mode, scenario, args.quick, args.kubernetes) for mode in args.mode or MODES]
             for _ in range(max(1, args.rounds) if name == "throughput" else 1)
         ]
         results[name] = {
@@ -446,8 +462,19 @@ def main() -> int:
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     RESULTS.mkdir(parents=True, exist_ok=True)
     # A run of some scenarios or ways does not overwrite the day's full comparison.
-    suffix = ("-quick" if args.quick else "") + ("-partial" if args.scenario or args.mode else "")
-    data = {"date": stamp, "quick": args.quick, "qps": QPS, "burst": BURST, "scenarios": results}
+    suffix = (
+        ("-quick" if args.quick else "")
+        + ("-partial" if args.scenario or args.mode else "")
+        + (f"-k8s-{args.kubernetes}" if args.kubernetes != KUBERNETES else "")
+    )
+    data = {
+        "date": stamp,
+        "quick": args.quick,
+        "kubernetes": args.kubernetes,
+        "qps": QPS,
+        "burst": BURST,
+        "scenarios": results,
+    }
     out = RESULTS / f"{stamp}{suffix}.json"
     out.write_text(json.dumps(data, indent=2) + "\n")
     table = peer_report.markdown(data)

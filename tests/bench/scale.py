@@ -103,6 +103,10 @@ omitStages: [RequestReceived]
 rules:
   - level: None
     resources: [{group: coordination.k8s.io, resources: [leases]}]
+  # kwok's node heartbeats: they grow with nodes and time, not with pods (at 5,000 nodes they
+  # overflowed the batch buffer, and the apiserver dropped events of every kind).
+  - level: None
+    resources: [{group: "", resources: [nodes/status]}]
   - level: Metadata
 """
 SLOW_PASS = re.compile(r"slow pass: ([0-9.]+)s \((.*)\)")
@@ -368,6 +372,23 @@ def operator_figures(before: str, after: str) -> dict[str, Any]:
         figures[f"{key}_count"] = round(h.count)
         figures[f"{key}_p50_seconds"] = seconds_or_none(histogram_quantile(0.5, h.buckets))
         figures[f"{key}_p99_seconds"] = seconds_or_none(histogram_quantile(0.99, h.buckets))
+    gc = "quorum_operator_gc_pause_seconds"
+    full = histograms(
+        difference(parse_samples(after, (gc,)), parse_samples(before, (gc,))), gc, (), {"generation": "2"}
+    )
+    if full:
+        h = full[()]
+        figures["full_gc_count"] = round(h.count)
+        figures["full_gc_seconds_total"] = round(h.sum, 2)
+        # The bound of the highest bucket a collection fell in.
+        figures["worst_full_gc_seconds"] = max(
+            (
+                le
+                for (le, n), (_, below) in zip(h.buckets, ((0.0, 0.0), *h.buckets), strict=False)
+                if n > below
+            ),
+            default=None,
+        )
     return figures
 
 
@@ -459,6 +480,7 @@ def start_instance(mode: str, nodes: int, tmp: Path) -> tuple[Instance, Path]:
                 f"--audit-log-path={audit}",
                 "--audit-log-mode=batch",
                 "--audit-log-batch-max-wait=1s",
+                "--audit-log-batch-buffer-size=200000",
             ),
             # kwok renews thousands of node leases from one process on these 2 cores and falls
             # behind under load: at 5,000 nodes the node lifecycle controller tainted 2,195 of
@@ -516,6 +538,7 @@ def measure(
                 )
             time.sleep(2)  # the audit log is written in batches
             requests, operator_requests = count_requests(audit, run.start, run.end)
+            extra["audit_events_dropped"] = audit_events_dropped(instance)
         finally:
             instance.down(quiet=True)
     cpu = {k: round(after_cpu[k] - before_cpu.get(k, 0.0), 1) for k in after_cpu}
@@ -536,6 +559,19 @@ def measure(
     if operator_requests:
         result["operator_requests"] = dict(operator_requests.most_common())
     return result
+
+
+def audit_events_dropped(instance: Instance) -> int:
+    """Events the apiserver could not audit (a full batch buffer drops them): nonzero means the
+    requests per pod counted from the log are too low."""
+    metrics = instance.kubectl("get", "--raw", "/metrics", check=False).stdout
+    return int(
+        sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in metrics.splitlines()
+            if line.startswith("apiserver_audit_error_total")
+        )
+    )
 
 
 def summarise(mode: str, nodes: int, gangs: list[Gang], run: Run, requests: Counter[str]) -> dict[str, Any]:
@@ -609,6 +645,10 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("release: last created -> gates removed, p50 / p99 (s)", "release_p50_seconds/release_p99_seconds"),
     ("bind: last created -> all bound, p50 / p99 (s)", "bind_p50_seconds/bind_p99_seconds"),
     ("largest gang: release / bind (s)", "big_gang_release_seconds/big_gang_bind_seconds"),
+    (
+        "full garbage collections: count / seconds in all / worst (bucket bound, s)",
+        "operator.full_gc_count/operator.full_gc_seconds_total/operator.worst_full_gc_seconds",
+    ),
     ("worst pass (s)", "operator.worst_pass_seconds"),
     ("pass p50 / p99 (s)", "operator.pass_p50_seconds/operator.pass_p99_seconds"),
     ("passes over 1 s", "operator.slow_passes"),
@@ -628,6 +668,7 @@ ROWS: tuple[tuple[str, str], ...] = (
         "apiserver requests per pod (without kwok)",
         "apiserver_requests_per_pod/apiserver_requests_per_pod_without_kwok",
     ),
+    ("audit events dropped (nonzero: the request counts are low)", "audit_events_dropped"),
     ("quorum-operator requests per pod", "=operator_requests_per_pod"),
     ("CPU seconds, all / quorum-operator", "cpu_seconds/cpu_seconds_by_process.quorum-operator"),
     ("processes dead at the end / OOM kills", "=dead_and_oom"),

@@ -10,7 +10,7 @@ import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.k8s.usage import BoundPods
-from quorum.k8s.watch import RawWatch
+from quorum.k8s.watch import RawWatch, apply
 from quorum.operator.gangs import JSON, GangPods, Store, store_groups, store_nodes
 
 
@@ -112,3 +112,13 @@ def test_a_relisting_of_one_podgroup_kind_replaces_only_that_kinds_groups() -> N
     x.upsert(group)
     x.replace_all([])
     assert set(store.groups) == {("scheduling.sigs.k8s.io", "ns", "g")}
+
+
+def test_the_indexes_get_objects_without_managed_fields() -> None:
+    store = Store()
+    obj = pod("a", gang="g")
+    obj["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    apply([GangPods(store)], "ADDED", obj, "pods")
+    (kept,) = store.pods.values()
+    assert "managedFields" not in kept["metadata"]
+    assert kept["metadata"]["labels"] == obj["metadata"]["labels"]
