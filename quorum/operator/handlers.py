@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import logging
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from quorum.k8s.client import api_client
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.watch import Index, watch_objects
 from quorum.operator import metrics
+from quorum.operator.collector import COLLECTOR
 from quorum.operator.gangs import (
     GROUP_APIS,
     GangPods,
@@ -42,7 +42,7 @@ from quorum.operator.gangs import (
     store_nodes,
     store_pdbs,
 )
-from quorum.operator.health import GarbageCollectionTimer, Health, monitor_event_loop_lag, serve
+from quorum.operator.health import Health, monitor_event_loop_lag, serve
 from quorum.operator.leader import LeaseSettings, lead
 from quorum.operator.loop import GangLoop
 from quorum.operator.settings import OperatorSettings, loop_settings
@@ -127,7 +127,8 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         host, _sep, port = HEALTH_ADDRESS[0].rpartition(":")
         RUNNERS.append(await serve(host or "0.0.0.0", int(port), health))  # noqa: S104
     TASKS.append(asyncio.create_task(monitor_event_loop_lag(), name="event-loop-lag"))
-    GarbageCollectionTimer().install()
+    COLLECTOR.install()
+    TASKS.append(asyncio.create_task(COLLECTOR.thaw_when_grown(), name="garbage-collector"))
     api = await api_client(trace_configs=(metrics.api_trace_config(),))
     store = Store(owned_group_apis=await owned_group_apis(api))
     bound = BoundPods()
@@ -237,10 +238,9 @@ async def campaign_when_synced(api: client.ApiClient, loop: GangLoop, lease: Lea
             log.info("waiting for the first listing of %s before campaigning for the Lease", kind)
             await synced.wait()
     # What exists now (modules, kopf, the first listings) lives as long as the process: out of
-    # the garbage collector's way, so its full collections (stop-the-world, every thread) stay
-    # short as the store grows. (No gc.collect() first: a full collection here would itself be
-    # such a pause.)
-    gc.freeze()
+    # the garbage collector's way (quorum.operator.collector). No gc.collect() first: a full
+    # collection here would itself be the pause this avoids.
+    COLLECTOR.freeze()
     await lead(api, loop.run, lease)
 
 

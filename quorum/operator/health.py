@@ -16,7 +16,6 @@ event loop runs (a blocked loop delays every watch, pass and probe).
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from dataclasses import dataclass, field
 
@@ -27,7 +26,6 @@ from quorum.operator.metrics import (
     CACHE_SYNCED,
     EVENT_LOOP_LAG,
     EVENT_LOOP_LAG_MAX,
-    GC_PAUSE,
     LEADER,
     REGISTRY,
 )
@@ -136,27 +134,6 @@ async def serve(host: str, port: int, health: Health) -> web.AppRunner:
         await runner.cleanup()
         raise
     return runner
-
-
-class GarbageCollectionTimer:
-    """Times each collection of the cyclic garbage collector (`gc.callbacks`) into
-    quorum_operator_gc_pause_seconds: a full collection stops every thread, so it shows up as
-    event-loop lag and as a slow pass in whatever stage it hits; this says which lag it was.
-    `install()` once per process."""
-
-    def __init__(self) -> None:
-        self.started = 0.0
-
-    def __call__(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self.started = time.perf_counter()
-        elif self.started:
-            GC_PAUSE.labels(str(info.get("generation", -1))).observe(time.perf_counter() - self.started)
-            self.started = 0.0
-
-    def install(self) -> None:
-        if not any(isinstance(c, GarbageCollectionTimer) for c in gc.callbacks):
-            gc.callbacks.append(self)
 
 
 async def monitor_event_loop_lag(interval: float = 0.05) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -19,7 +18,7 @@ from kubernetes_asyncio import client
 
 from quorum.k8s.client import without_per_request_env_lookups
 from quorum.operator import metrics
-from quorum.operator.health import GarbageCollectionTimer, Health, make_app, monitor_event_loop_lag, serve
+from quorum.operator.health import Health, make_app, monitor_event_loop_lag, serve
 from quorum.operator.metrics import REGISTRY, api_trace_config, api_verb, set_gangs
 
 
@@ -268,13 +267,3 @@ async def test_the_api_client_session_gets_the_trace_configs() -> None:
     )
     async with api:
         assert api.rest_client.pool_manager.trace_configs == [trace]
-
-
-def test_the_gc_timer_records_each_collection_by_generation() -> None:
-    GarbageCollectionTimer().install()
-    GarbageCollectionTimer().install()  # once per process, however often it is asked
-    assert sum(isinstance(c, GarbageCollectionTimer) for c in gc.callbacks) == 1
-    before = sample("quorum_operator_gc_pause_seconds_count", generation="2")
-    gc.collect()
-    assert sample("quorum_operator_gc_pause_seconds_count", generation="2") == before + 1
-    assert sample("quorum_operator_gc_pause_seconds_sum", generation="2") > 0
