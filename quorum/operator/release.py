@@ -31,6 +31,7 @@ from quorum.operator.status import GangRecords, now_rfc3339
 from quorum.operator.work import GangWork, describe
 
 log = logging.getLogger("quorum.operator")
+GANG_SHARE_OF_PATCHES = 4  # one gang may have at most 1/4 of the release patches in flight
 GangKey = tuple[str, str]
 ORPHANS: GangKey = ("", "pods without a group")  # the work key of releasing orphaned pods
 
@@ -38,7 +39,7 @@ ORPHANS: GangKey = ("", "pods without a group")  # the work key of releasing orp
 @dataclass(frozen=True)
 class ReleaseSettings:
     fit: FitSettings
-    release_concurrency: int  # pod patches in flight at once
+    release_concurrency: int  # pod patches in flight at once (one gang's: a quarter of them)
     gang_timeout_seconds: float  # a gang's release task is cut off after this (grows with its pods)
 
 
@@ -128,9 +129,12 @@ class Releaser:
         as the apiserver has it now (`keep_room_of_refused`)."""
 
         tolerate = self.tokens().get(key)
+        # One gang's patches take at most a quarter of the slots: a gang of 4,096 pods queued
+        # behind the shared limit alone would hold every other gang's release past its time limit.
+        own = asyncio.Semaphore(max(1, self.settings.release_concurrency // GANG_SHARE_OF_PATCHES))
 
         async def one(pod: JSON, node: str) -> bool:
-            async with self.pod_patches:
+            async with own, self.pod_patches:
                 return await self.api.release_pod(pod, node, tolerate)
 
         results = await asyncio.gather(*(one(pod, node) for pod, node in pods), return_exceptions=True)
