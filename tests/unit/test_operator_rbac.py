@@ -334,7 +334,9 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recording]:
         patch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(fake.kubeconfig))
         patch.setenv("QUORUM_OPERATOR_LEASE_SECONDS", "3")  # renewed after a second
         patch.setattr(gc, "freeze", lambda: None)  # not in the test process
-        from quorum.operator import handlers
+        from quorum.operator import collector, handlers
+
+        patch.setattr(collector.Collector, "install", lambda self: None)  # nor its gc callback
 
         patch.setattr(handlers, "TASKS", [])
         patch.setattr(handlers, "RUNNERS", [])
