@@ -10,9 +10,10 @@ deletes or recovers anything (that is `recovery.py`, by docs/lifecycle.md's rule
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections import Counter
-from collections.abc import Callable
+from collections import Counter, OrderedDict, deque
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
 from quorum.core import conditions
@@ -31,15 +32,65 @@ from quorum.operator.status import GangRecords, now_rfc3339
 from quorum.operator.work import GangWork, describe
 
 log = logging.getLogger("quorum.operator")
-GANG_SHARE_OF_PATCHES = 4  # one gang may have at most 1/4 of the release patches in flight
 GangKey = tuple[str, str]
 ORPHANS: GangKey = ("", "pods without a group")  # the work key of releasing orphaned pods
+
+
+class FairSlots:
+    """At most `limit` holders at once; a slot that frees goes to the gangs that wait in turn,
+    not to whoever asked first. A gang alone may use every slot, but one of 4,096 pods, whose
+    patches queue at once, does not hold the release of a gang decided after it behind them all
+    (at 5,000 nodes a plain semaphore held such releases past their time limit)."""
+
+    def __init__(self, limit: int) -> None:
+        self.free = limit
+        self.waiting: OrderedDict[GangKey, deque[asyncio.Future[None]]] = OrderedDict()
+
+    @contextlib.asynccontextmanager
+    async def slot(self, key: GangKey) -> AsyncIterator[None]:
+        await self.acquire(key)
+        try:
+            yield
+        finally:
+            self.release()
+
+    async def acquire(self, key: GangKey) -> None:
+        if self.free > 0 and not self.waiting:
+            self.free -= 1
+            return
+        handed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiting.setdefault(key, deque()).append(handed)
+        try:
+            await handed
+        except asyncio.CancelledError:
+            if handed.done() and not handed.cancelled():
+                self.release()  # handed a slot as it was cancelled: pass it on
+            else:
+                queue = self.waiting.get(key)
+                if queue is not None and handed in queue:
+                    queue.remove(handed)
+                    if not queue:
+                        del self.waiting[key]
+            raise
+
+    def release(self) -> None:
+        while self.waiting:
+            key, queue = next(iter(self.waiting.items()))
+            handed = queue.popleft()
+            if queue:
+                self.waiting.move_to_end(key)  # the next slot to the next gang
+            else:
+                del self.waiting[key]
+            if not handed.done():
+                handed.set_result(None)
+                return
+        self.free += 1
 
 
 @dataclass(frozen=True)
 class ReleaseSettings:
     fit: FitSettings
-    release_concurrency: int  # pod patches in flight at once (one gang's: a quarter of them)
+    release_concurrency: int  # pod patches in flight at once, shared fairly among gangs (`FairSlots`)
     gang_timeout_seconds: float  # a gang's release task is cut off after this (grows with its pods)
 
 
@@ -66,7 +117,7 @@ class Releaser:
         self.recovered_already = recovered_already
         self.fail = fail
         self.settings = settings
-        self.pod_patches = asyncio.Semaphore(settings.release_concurrency)
+        self.pod_patches = FairSlots(settings.release_concurrency)
         # Per gang (`GangMemory.unfinished`): pods of a recorded release still to be released
         # onto their recorded nodes: their patch failed, or a leader before this one began it.
         self.memory = records.memory
@@ -129,12 +180,9 @@ class Releaser:
         as the apiserver has it now (`keep_room_of_refused`)."""
 
         tolerate = self.tokens().get(key)
-        # One gang's patches take at most a quarter of the slots: a gang of 4,096 pods queued
-        # behind the shared limit alone would hold every other gang's release past its time limit.
-        own = asyncio.Semaphore(max(1, self.settings.release_concurrency // GANG_SHARE_OF_PATCHES))
 
         async def one(pod: JSON, node: str) -> bool:
-            async with own, self.pod_patches:
+            async with self.pod_patches.slot(key):
                 return await self.api.release_pod(pod, node, tolerate)
 
         results = await asyncio.gather(*(one(pod, node) for pod, node in pods), return_exceptions=True)
