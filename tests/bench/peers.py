@@ -55,6 +55,7 @@ from typing import Any
 
 from kubernetes_asyncio import client
 
+from devcluster.build import BinaryCache
 from devcluster.cluster import Instance
 from devcluster.config import ClusterSpec
 from devcluster.coscheduler import (
@@ -189,6 +190,17 @@ def gpu_node_labels(pool: NodePool) -> dict[str, str]:
     return dict(gpu.labels)
 
 
+def coscheduler_binaries(instance: Instance) -> BinaryCache:
+    """The Kubernetes release scheduler-plugins is built against: the instance's, or 1.36 on a
+    newer one. Kubernetes 1.37 changed the framework's queue-sort interface (QueuedEntityInfo,
+    pod groups) and scheduler-plugins has no release for it; built against 1.36 it runs one
+    minor behind the apiserver, within Kubernetes' supported skew for a scheduler."""
+    binaries = instance.binaries
+    if binaries.pins.kubernetes.startswith("v1.36."):
+        return binaries
+    return BinaryCache(pins=RELEASES["1.36"].pins, root=binaries.root)
+
+
 def start_instance(
     mode: str, scenario: Scenario, tmp: Path, kubernetes: str = KUBERNETES
 ) -> tuple[Instance, Path]:
@@ -225,7 +237,7 @@ def start_instance(
         topology = gpu_node_labels(load_pool(pool)) if mode == "kueue-tas" else None
         start_kueue(instance, ensure_kueue(instance.binaries), pool_quota(nodes, topology), topology)
     elif not with_quorum:  # the same PodGroup objects everywhere: scheduler-plugins' CRD
-        built = ensure_coscheduler(instance.binaries)
+        built = ensure_coscheduler(coscheduler_binaries(instance))
         if mode == "coscheduling":
             # v=3: its Permit rejections are logged at 3 (needed for the time pods wait there).
             start_coscheduler(instance, built, verbosity=3 if scenario.name == "contention" else 0)
