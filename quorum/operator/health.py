@@ -22,13 +22,7 @@ from dataclasses import dataclass, field
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
-from quorum.operator.metrics import (
-    CACHE_SYNCED,
-    EVENT_LOOP_LAG,
-    EVENT_LOOP_LAG_MAX,
-    LEADER,
-    REGISTRY,
-)
+from quorum.operator.metrics import CACHE_SYNCED, EVENT_LOOP_LAG, EVENT_LOOP_LAG_MAX, LEADER, REGISTRY
 
 
 @dataclass
