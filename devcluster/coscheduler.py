@@ -226,9 +226,12 @@ def start_coscheduler(
     built: CoschedulerBuild,
     permit_seconds: int = PERMIT_WAITING_SECONDS,
     verbosity: int = 2,
+    own_gates: bool = True,
 ) -> ProcessRecord:
     """Install the CRD and run cw-coscheduler beside kube-scheduler, with the instance's client
-    QPS/burst and feature gates. It reads PodGroups, so it runs as the admin."""
+    QPS/burst and (`own_gates`) feature gates; without them, a build for an older release than the
+    instance's (it would refuse gates it does not know). It reads PodGroups, so it runs as the
+    admin."""
     state = instance.state()
     if state is None:
         raise ClusterError(f"instance {instance.name!r} is not up")
@@ -247,7 +250,7 @@ def start_coscheduler(
         f"--authorization-kubeconfig={kubeconfig}",
         "--bind-address=127.0.0.1",
         f"--secure-port={port}",
-        f"--feature-gates={state.spec.feature_gates_flag()}",
+        *((f"--feature-gates={state.spec.feature_gates_flag()}",) if own_gates else ()),
         f"--v={verbosity}",
     ]
     return run_until_healthy(instance, SCHEDULER_NAME, argv, root, f"https://127.0.0.1:{port}/healthz")

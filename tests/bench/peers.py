@@ -237,10 +237,17 @@ def start_instance(
         topology = gpu_node_labels(load_pool(pool)) if mode == "kueue-tas" else None
         start_kueue(instance, ensure_kueue(instance.binaries), pool_quota(nodes, topology), topology)
     elif not with_quorum:  # the same PodGroup objects everywhere: scheduler-plugins' CRD
-        built = ensure_coscheduler(coscheduler_binaries(instance))
+        binaries = coscheduler_binaries(instance)
+        built_for_instance = binaries.pins == instance.binaries.pins
+        built = ensure_coscheduler(binaries)
         if mode == "coscheduling":
             # v=3: its Permit rejections are logged at 3 (needed for the time pods wait there).
-            start_coscheduler(instance, built, verbosity=3 if scenario.name == "contention" else 0)
+            start_coscheduler(
+                instance,
+                built,
+                verbosity=3 if scenario.name == "contention" else 0,
+                own_gates=built_for_instance,
+            )
             start_podgroup_controller(instance, built)  # as scheduler-plugins' chart runs it
         else:
             instance.kubectl("apply", "--server-side", "-f", str(built.crd))
