@@ -63,8 +63,8 @@ class Index(Protocol):
 def apply(indexes: Sequence[Index], kind: str, obj: dict[str, Any], what: str) -> None:
     """Hand one event to every index. An object an index cannot take (fed garbage) is logged and
     skipped: it must not stop the watch for every other object. managedFields are dropped
-    first: nothing of quorum's reads them on a pod or node, and kept for every pod and node of a
-    large cluster they were a large part of what the operator holds (and of what each full
+    first: nothing of the operator's reads them on a watched object, and kept for every pod and
+    node of a large cluster they were a large part of what it holds (and of what each full
     garbage collection walks)."""
     metadata = obj.get("metadata")
     if isinstance(metadata, dict):

@@ -21,7 +21,8 @@ import asyncio
 import gc
 import logging
 import time
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 from quorum.operator.metrics import GC_PAUSE
 
@@ -37,6 +38,9 @@ class Collector:
     least_frozen: int = 200_000  # frozen objects below this are never worth a thaw
     started: float = 0.0
     frozen_after_thaw: int = 0
+    # (generation, seconds) of collections not yet in the histogram. The callback must take no
+    # lock: a collection can start in any allocation, also in a thread holding the histogram's.
+    pauses: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=10_000))
 
     def __call__(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -44,10 +48,16 @@ class Collector:
             return
         generation = info.get("generation", -1)
         if self.started:
-            GC_PAUSE.labels(str(generation)).observe(time.perf_counter() - self.started)
+            self.pauses.append((generation, time.perf_counter() - self.started))
             self.started = 0.0
         if generation == 2:
             gc.freeze()  # what survived a full collection is alive: out of the next one's walk
+
+    def record(self) -> None:
+        """Move the pauses timed so far into quorum_operator_gc_pause_seconds."""
+        while self.pauses:
+            generation, seconds = self.pauses.popleft()
+            GC_PAUSE.labels(str(generation)).observe(seconds)
 
     def install(self) -> None:
         if not any(isinstance(c, Collector) for c in gc.callbacks):
@@ -76,11 +86,17 @@ class Collector:
             self.frozen_after_thaw,
         )
 
-    async def thaw_when_grown(self) -> None:
+    async def run(self, record_seconds: float = 1.0) -> None:
+        """Forever: record the pauses every `record_seconds`, and thaw when due (checked every
+        `check_seconds`)."""
+        checked = time.monotonic()
         while True:
-            await asyncio.sleep(self.check_seconds)
-            if self.thaw_due():
-                self.thaw()
+            await asyncio.sleep(record_seconds)
+            self.record()
+            if time.monotonic() - checked >= self.check_seconds:
+                checked = time.monotonic()
+                if self.thaw_due():
+                    self.thaw()
 
 
 COLLECTOR = Collector()

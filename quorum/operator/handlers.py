@@ -128,7 +128,7 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
         RUNNERS.append(await serve(host or "0.0.0.0", int(port), health))  # noqa: S104
     TASKS.append(asyncio.create_task(monitor_event_loop_lag(), name="event-loop-lag"))
     COLLECTOR.install()
-    TASKS.append(asyncio.create_task(COLLECTOR.thaw_when_grown(), name="garbage-collector"))
+    TASKS.append(asyncio.create_task(COLLECTOR.run(), name="garbage-collector"))
     api = await api_client(trace_configs=(metrics.api_trace_config(),))
     store = Store(owned_group_apis=await owned_group_apis(api))
     bound = BoundPods()
