@@ -23,7 +23,7 @@ WEBHOOK_LABELS = {
     "result": {"allowed", "denied", "error", "bad_request", "busy"},
     "le": None,  # histogram bucket bounds: numbers
 }
-OPERATOR_LABELS = {"phase", "reason", "action", "stage", "verb", "code", "kind", "le", "result"}
+OPERATOR_LABELS = {"phase", "reason", "action", "stage", "verb", "code", "kind", "le", "result", "generation"}
 
 
 def label_values(text: str) -> list[tuple[str, str]]:
