@@ -31,7 +31,7 @@ log = logging.getLogger("quorum.operator.collector")
 
 @dataclass
 class Collector:
-    """`install()` once per process (a `gc.callbacks` entry), and run `thaw_when_grown()` as a
+    """`install()` once per process (a `gc.callbacks` entry), and run `run()` as a
     task. One per process, as the garbage collector is: `COLLECTOR`."""
 
     check_seconds: float = 30.0
