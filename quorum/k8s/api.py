@@ -38,6 +38,22 @@ class KubeApi(Protocol):
         """The Gang's resourceVersion after the write; None if it is gone."""
         ...
 
+    async def patch_gang_status_if(
+        self, namespace: str, name: str, expect: JSON, fields: JSON
+    ) -> str | None:
+        """Write `fields` of the Gang's status only if it holds `expect` (paths under status ->
+        values), in one request: the resourceVersion, None if it is gone; raises
+        `writes.Superseded` if it holds something else."""
+        ...
+
+    async def read_gang(self, namespace: str, name: str) -> JSON | None:
+        """The Gang as the apiserver has it now (not as the watch last showed it)."""
+        ...
+
+    async def list_gangs(self) -> list[JSON]:
+        """Every Gang as the apiserver has it now (a preemption's record the watch may lag on)."""
+        ...
+
     async def patch_group_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, status: JSON
     ) -> bool: ...
@@ -96,6 +112,17 @@ class LiveApi:
 
     async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> str | None:
         return await writes.patch_gang_status(self.api, namespace, name, status)
+
+    async def patch_gang_status_if(
+        self, namespace: str, name: str, expect: JSON, fields: JSON
+    ) -> str | None:
+        return await writes.patch_gang_status_if(self.api, namespace, name, expect, fields)
+
+    async def read_gang(self, namespace: str, name: str) -> JSON | None:
+        return await writes.get_gang(self.api, namespace, name)
+
+    async def list_gangs(self) -> list[JSON]:
+        return await reads.gangs(self.api)
 
     async def patch_group_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, status: JSON

@@ -58,6 +58,19 @@ async def gang_pods(api: client.ApiClient, namespace: str | None, gang: str | No
     return items
 
 
+async def gangs(api: client.ApiClient) -> list[dict[str, Any]]:
+    """Every Gang of the cluster, as plain JSON."""
+    response: Any = await client.CustomObjectsApi(api).list_cluster_custom_object(
+        "quorum.dev", "v1alpha1", "gangs", _preload_content=False
+    )
+    if not 200 <= getattr(response, "status", 200) <= 299:
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = await response.read()
+        raise error
+    items: list[dict[str, Any]] = (await response.json())["items"]
+    return items
+
+
 async def crd_labels(api: client.ApiClient, name: str) -> dict[str, str] | None:
     """The labels of the CustomResourceDefinition `name`, None if it is not installed."""
     try:

@@ -294,6 +294,56 @@ async def patch_gang_status(
 
 
 RESOURCE_VERSION = re.compile(rb'"resourceVersion"\s*:\s*"([0-9]+)"')
+JSON_PATCH = "application/json-patch+json"
+
+
+class Superseded(Exception):
+    """A conditional write of a Gang refused: it no longer holds the decision the write was
+    made on (a JSON Patch `test` failed). Nothing was written."""
+
+
+def conditional_status_patch(expect: dict[str, Any], fields: dict[str, Any]) -> list[dict[str, Any]]:
+    """A JSON Patch of a Gang's status: `test` each of `expect` (a path under status -> its
+    value), then set each of `fields` (a value, never null: RFC 6902 cannot remove a field that
+    may be absent; clearing is a merge patch, which is safe to repeat)."""
+    ops: list[dict[str, Any]] = [
+        {"op": "test", "path": f"/status/{path}", "value": value} for path, value in expect.items()
+    ]
+    for name, value in fields.items():
+        if value is None:
+            raise ValueError(f"a conditional write sets fields; {name} is null")
+        ops.append({"op": "add", "path": f"/status/{name}", "value": value})
+    return ops
+
+
+async def patch_gang_status_if(
+    api: client.ApiClient, namespace: str, name: str, expect: dict[str, Any], fields: dict[str, Any]
+) -> str | None:
+    """Write `fields` of a Gang's status only if it holds `expect` (paths under status, e.g.
+    `admission/attempt`), in one request: the resourceVersion written at, None if the Gang is
+    gone; raises `Superseded` if a test failed (the apiserver answers 422 for a failed `test`)."""
+    response = await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+        GANG_GROUP,
+        GANG_VERSION,
+        namespace,
+        GANG_PLURAL,
+        name,
+        conditional_status_patch(expect, fields),
+        _content_type=JSON_PATCH,  # type: ignore[call-arg]
+        _preload_content=False,
+    )
+    body = await response.read()
+    response.release()
+    if response.status == 404:
+        return None
+    if response.status == 422 and b"test" in body:
+        raise Superseded(body.decode(errors="replace"))
+    if not 200 <= response.status <= 299:
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = body.decode(errors="replace")
+        raise error
+    found = RESOURCE_VERSION.search(body)
+    return found.group(1).decode() if found else "0"
 
 
 async def patch_gang(api: client.ApiClient, namespace: str, name: str, patch: dict[str, Any]) -> bool:

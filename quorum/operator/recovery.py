@@ -358,9 +358,13 @@ class Recoverer:
         "When quorum removes a pod"): the decision is recorded on the Gang first
         (`status.disruption`), so that a leader killed at any point leaves its reason behind and
         the next one finishes it; then `finish` acts on a fresh read of the gang's pods."""
-        if not await self.records.patch_recovery(view.key, record):
-            return  # the Gang is gone: nothing is done without a record
         decision = record["disruption"]
+        # Recorded only if the Gang still holds the decision this one follows and no other
+        # disruption: a later release, or a leader's disruption, that the watch has not shown
+        # refuses it (a read-then-write would not: the old leader's writes may land in between).
+        expect = {"admission/attempt": decision["attempt"], "disruption": None}
+        if not await self.records.patch_recovery(view.key, record, expect=expect):
+            return  # gone, or superseded: nothing is done without its record
         if decision["reason"] != STUCK_POD:
             self.memory[view.key].recovered = decision["attempt"]
         await self.finish(view.key, view.min_member or 1, decision, view.group)
@@ -377,6 +381,11 @@ class Recoverer:
             log.info("%s/%s: a disruption recorded for an earlier decision cleared unused", *key)
             await self.records.patch(key, {"disruption": None})
             return
+        # Still the Gang's decision and still recorded, as the apiserver has it now (a test-only
+        # JSON Patch): the watch's copy may show one that another leader finished and cleared.
+        if not await self.records.record_if(key, still_recorded(decision), {}):
+            return
+        gang = self.records.gang(key)
         fresh = [p for p in await self.api.read_gang_pods(*key) if is_active(p)]
         by_uid = {p["metadata"]["uid"]: p for p in fresh}
         bound = sum(1 for p in fresh if (p.get("spec") or {}).get("nodeName"))
@@ -566,6 +575,16 @@ class Recoverer:
 
     async def record(self, key: tuple[str, str], recovery: JSON, dropped: Iterable[str] = ()) -> None:
         await self.records.patch_recovery(key, {"recovery": recovery}, dropped)
+
+
+def still_recorded(decision: JSON) -> JSON:
+    """What the Gang holds while `decision` is recorded and not done: the tests of a write made
+    on it."""
+    expect: JSON = {"admission/attempt": decision.get("attempt")}
+    for name in ("reason", "time"):
+        if decision.get(name) is not None:
+            expect[f"disruption/{name}"] = decision[name]
+    return expect
 
 
 def members_of(view: GangView, bound: dict[str, tuple[str, str]]) -> list[Member]:

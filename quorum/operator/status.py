@@ -38,6 +38,7 @@ from quorum.core.gangs import GangSource
 from quorum.core.planner import Hold
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import gang_record, newer_or_same, unmodeled_constraints
+from quorum.k8s.writes import Superseded
 from quorum.operator import clock, metrics
 from quorum.operator.events import EventRecorder, pod_object, worth_telling
 
@@ -185,19 +186,28 @@ class GangRecords:
         """The one write of a Gang's status in the operator (a merge patch of `fields`); its
         decisions count from the moment the apiserver took them. False if the Gang is gone."""
         version = await self.api.patch_gang_status(key[0], key[1], fields)
+        if version is not None:
+            self.acknowledge(key, fields, version)
+        return version is not None
+
+    def acknowledge(self, key: GangKey, fields: JSON, version: str) -> None:
+        """The decisions among `fields`, written at `version`: what this process acts on until
+        the watch shows them (`gang`)."""
         decisions = {n: as_merged(v) for n, v in fields.items() if n in DECISIONS}
-        if version is not None and decisions:
+        if decisions:
             entry = self.memory[key]
             entry.unseen.update(decisions)
             if newer_or_same(version, entry.unseen_version) is not False:  # answers may cross
                 entry.unseen_version = version
-        return version is not None
 
-    async def patch_recovery(self, key: GangKey, fields: JSON, dropped: Iterable[str] = ()) -> bool:
+    async def patch_recovery(
+        self, key: GangKey, fields: JSON, dropped: Iterable[str] = (), expect: JSON | None = None
+    ) -> bool:
         """`patch` of fields that hold `recovery` (recovery's and a preemption's writes): one at a
         time per gang, each keeping the Jobs the Gang records as suspended (`suspendedJobs`, as
         this process last wrote or saw them) but those in `dropped` (resumed, or gone): a write
-        composed from an older copy of the Gang never drops a Job recorded meanwhile."""
+        composed from an older copy of the Gang never drops a Job recorded meanwhile. With
+        `expect`, the write is conditional (`record_if`)."""
         entry = self.memory[key]
         async with entry.recording:
             recovery = fields.get("recovery")
@@ -207,7 +217,38 @@ class GangRecords:
                 jobs = {*(recovery.get("suspendedJobs") or []), *(recorded or [])} - set(dropped)
                 if jobs or "suspendedJobs" in recovery:
                     fields = {**fields, "recovery": {**recovery, "suspendedJobs": sorted(jobs)}}
+            if expect is not None:
+                return await self.record_if(key, expect, fields)
             return await self.patch(key, fields)
+
+    async def record_if(self, key: GangKey, expect: JSON, fields: JSON) -> bool:
+        """A decision recorded only if the Gang still holds `expect` (paths under its status ->
+        values; a JSON Patch `test`, so a write of another leader that landed first refuses it).
+        False if it was not recorded: the Gang is gone, or holds something else — then the Gang
+        as the apiserver has it now is what this process acts on from here (`gang`), until the
+        watch shows it or something newer."""
+        try:
+            version = await self.api.patch_gang_status_if(key[0], key[1], expect, fields)
+        except Superseded:
+            log.info("%s/%s: not recorded: the Gang holds a later decision than the watch showed", *key)
+            fresh = await self.api.read_gang(*key)
+            if fresh is not None:
+                self.saw(key, fresh)
+            return False
+        if version is None:
+            return False
+        self.acknowledge(key, fields, version)
+        return True
+
+    def saw(self, key: GangKey, fresh: JSON) -> None:
+        """The Gang read from the apiserver: its decisions count until the watch catches up."""
+        status = fresh.get("status") or {}
+        version = str((fresh.get("metadata") or {}).get("resourceVersion") or "")
+        entry = self.memory[key]
+        if newer_or_same(version, entry.unseen_version) is False:
+            return  # older than what this process wrote since
+        entry.unseen = {name: as_merged(status.get(name)) for name in DECISIONS}
+        entry.unseen_version = version
 
     def held_since(self, key: GangKey) -> float | None:
         """Since when the gang has been held for lack of room (Unschedulable True), if it is."""

@@ -29,6 +29,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import (
     RESERVED_TAINT,
+    Superseded,
+    conditional_status_patch,
     release_patch,
     taint_patch,
     untaint_patch,
@@ -166,6 +168,30 @@ class FakeApi:
         self.store, self.bound = store, bound
         return store, bound
 
+    def standby(self, relisted: frozenset[str] = frozenset()) -> tuple[Store, BoundPods]:
+        """What a standby that becomes leader has: the store its own watches kept, which show
+        what the current watches have shown (each kind as far behind), but for the `relisted`
+        kinds, which it lists afresh (a watch that broke and relisted as it took over). The
+        queued events of the other kinds are still to come, to it."""
+        synced, self.store.synced = self.store.synced, {}
+        store = copy.deepcopy(self.store)
+        self.store.synced = synced
+        bound = copy.deepcopy(self.bound) if self.bound is not None else BoundPods()
+        for kind in relisted:
+            self.queues[kind].clear()
+            if kind == "pods":
+                store.pods = {
+                    uid: copy.deepcopy(p)
+                    for uid, p in self.server.pods.items()
+                    if GANG_LABEL in (p["metadata"].get("labels") or {})
+                }
+                bound = BoundPods()
+                bound.replace_all(copy.deepcopy(list(self.server.pods.values())))
+            else:
+                setattr(store, kind, copy.deepcopy(getattr(self.server, kind)))
+        self.store, self.bound = store, bound
+        return store, bound
+
     async def _call(self, method: str, *args: Any) -> None:
         self.calls.append((method, args))
         for fault in self.faults.get(method, []):
@@ -240,6 +266,28 @@ class FakeApi:
         self.server.gangs[(namespace, name)] = updated
         self.changed("gangs", (namespace, name), updated)
         return str(updated["metadata"]["resourceVersion"])
+
+    async def patch_gang_status_if(self, namespace: str, name: str, expect: JSON, fields: JSON) -> str | None:
+        await self._call("patch_gang_status_if", namespace, name, expect, fields)
+        gang = self.server.gangs.get((namespace, name))
+        if gang is None:
+            return None
+        ops = conditional_status_patch(expect, fields)
+        try:
+            updated = apply_json_patch(gang, ops)
+        except (AssertionError, KeyError, IndexError, TypeError) as err:
+            raise Superseded(f"the Gang holds another decision: {err!r}") from None
+        self.server.gangs[(namespace, name)] = updated
+        self.changed("gangs", (namespace, name), updated)
+        return str(updated["metadata"]["resourceVersion"])
+
+    async def read_gang(self, namespace: str, name: str) -> JSON | None:
+        await self._call("read_gang", namespace, name)
+        return copy.deepcopy(self.server.gangs.get((namespace, name)))
+
+    async def list_gangs(self) -> list[JSON]:
+        await self._call("list_gangs")
+        return [copy.deepcopy(g) for g in self.server.gangs.values()]
 
     async def patch_group_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, status: JSON
@@ -343,8 +391,10 @@ def apply_json_patch(doc: Any, ops: list[dict[str, Any]]) -> Any:
         target = doc
         for token in parents:
             target = target[int(token)] if isinstance(target, list) else target[token]
-        if op["op"] == "test":
-            assert (target[int(last)] if isinstance(target, list) else target[last]) == op["value"]
+        if op["op"] == "test":  # as the apiserver's json-patch (v4): a missing member tests as null
+            found = target.get(last) if isinstance(target, dict) else target[int(last)]
+            if found != op["value"]:
+                raise AssertionError(f"test of {op['path']} failed")
         elif op["op"] == "remove":
             del target[int(last) if isinstance(target, list) else last]
         elif isinstance(target, list):

@@ -374,7 +374,7 @@ async def test_a_recovery_that_fails_is_tried_again() -> None:
         await step(loop)
         bind(store, bound, api, ["a-0"])  # a-1 never binds
         now.advance(61)  # its timeout ends
-        api.fail("patch_gang_status", times=1, when=lambda ns, name, status: "recovery" in status)
+        api.fail("patch_gang_status_if", times=1, when=lambda ns, name, expect, status: "recovery" in status)
         await step(loop)
         assert loop.work.failures[(NS, "pg-a")].stage == "recover"
         assert "recovery" not in store.gangs[(NS, "pg-a")]["status"]

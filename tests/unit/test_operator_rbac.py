@@ -227,6 +227,9 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
         "patch_gang": [lambda: live.patch_gang("ml", "g", {"spec": {"minMember": 3}})],
         "delete_gang": [lambda: live.delete_gang("ml", "new")],
         "patch_gang_status": [lambda: live.patch_gang_status("ml", "g", {"phase": "Pending"})],
+        "patch_gang_status_if": [lambda: live.patch_gang_status_if("ml", "g", {"disruption": None}, {})],
+        "read_gang": [lambda: live.read_gang("ml", "g")],
+        "list_gangs": [lambda: live.list_gangs()],
         "patch_group_status": [
             partial(live.patch_group_status, g, v, "podgroups", "ml", "pg", {"phase": "Pending"})
             for g, v in groups
