@@ -38,9 +38,7 @@ class KubeApi(Protocol):
         """The Gang's resourceVersion after the write; None if it is gone."""
         ...
 
-    async def patch_gang_status_if(
-        self, namespace: str, name: str, expect: JSON, fields: JSON
-    ) -> str | None:
+    async def patch_gang_status_if(self, namespace: str, name: str, expect: JSON, fields: JSON) -> str | None:
         """Write `fields` of the Gang's status only if it holds `expect` (paths under status ->
         values), in one request: the resourceVersion, None if it is gone; raises
         `writes.Superseded` if it holds something else."""
@@ -113,9 +111,7 @@ class LiveApi:
     async def patch_gang_status(self, namespace: str, name: str, status: JSON) -> str | None:
         return await writes.patch_gang_status(self.api, namespace, name, status)
 
-    async def patch_gang_status_if(
-        self, namespace: str, name: str, expect: JSON, fields: JSON
-    ) -> str | None:
+    async def patch_gang_status_if(self, namespace: str, name: str, expect: JSON, fields: JSON) -> str | None:
         return await writes.patch_gang_status_if(self.api, namespace, name, expect, fields)
 
     async def read_gang(self, namespace: str, name: str) -> JSON | None:

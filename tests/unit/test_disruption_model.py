@@ -899,8 +899,9 @@ def test_a_suspension_its_leader_could_not_tell_is_undone_when_the_gang_runs_aft
         machine.a_gang_arrives(size=3, extra=0, gpu=8, priority=0, restart=False, job=False)
         machine.a_member_is_replaced_while_the_gang_watch_lags(Picks("g0-0"))
         machine.time_passes(seconds=TIMEOUT + 5)
-        told = (lambda obj, reason, *_: reason == "PartiallyPlaced")  # fmt: skip
-        machine.api.fail("post_event", times=1, when=told)  # its leader is cut off before the Event
+        machine.api.fail(  # its leader is cut off before the Event
+            "post_event", times=1, when=lambda obj, reason, *_: reason == "PartiallyPlaced"
+        )
         machine.a_pass()  # partly placed: recorded, Job suspended, the Event not posted
         machine.tasks_run_to_the_end()
         assert machine.api.jobs[(NS, "job-g0")]["spec"].get("suspend")
