@@ -48,16 +48,16 @@ class BackoffPolicy:
 
 def is_partially_placed(
     *,
-    released_at: float,
+    elapsed: float,
     timeout_seconds: float,
     min_member: int,
     bound: int,
     unbound_released: int,
-    now: float,
 ) -> bool:
-    """The gang's time is up, fewer than minMember of its pods are bound, and some released pod
-    is still not bound (so it is not merely waiting for members to be made again)."""
-    return unbound_released > 0 and bound < min_member and now - released_at > timeout_seconds
+    """The gang's time is up (`elapsed`: seconds since its decision, as one process measured
+    them), fewer than minMember of its pods are bound, and some released pod is still not bound
+    (so it is not merely waiting for members to be made again)."""
+    return unbound_released > 0 and bound < min_member and elapsed > timeout_seconds
 
 
 class Action(StrEnum):

@@ -19,6 +19,7 @@ from typing import Any
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from quorum.core.conditions import attempt_of
 from quorum.core.times import timestamp
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s import objects, reads, writes
@@ -119,14 +120,25 @@ async def release_gangs(
         return [f"{target[0]}/{target[1]}: no gated pods (nothing to release)"]
     lines = []
     for (namespace, name), members in sorted(by_gang.items()):
+        # Recorded first, naming the decision of quorum's it overrides (recovery compares
+        # attempts, never this machine's clock with the operator's): a later decision of
+        # quorum's is quorum's again.
+        gang = await writes.get_gang(api, namespace, name)
+        record: dict[str, Any] = {}
+        if gang is not None:
+            admission = (gang.get("status") or {}).get("admission") or {}
+            attempt = attempt_of(admission) if isinstance(admission, dict) else 0
+            record = {"time": writes.now(), "by": by, "reason": reason, "pods": len(members), "attempt": attempt}
+            if await writes.patch_gang_status(api, namespace, name, {"manualRelease": record}) is None:
+                gang = None
         released = [p for p in members if await writes.release_pod(api, p, None)]
         message = (
             f"{len(released)} of {len(members)} gated pods released by hand by {by}, without a plan: {reason}"
         )
-        gang = await writes.get_gang(api, namespace, name)
         if gang is not None:
-            record = {"time": writes.now(), "by": by, "reason": reason, "pods": len(released)}
-            await writes.patch_gang_status(api, namespace, name, {"manualRelease": record})
+            if len(released) != len(members):
+                record["pods"] = len(released)
+                await writes.patch_gang_status(api, namespace, name, {"manualRelease": record})
             await writes.post_event(api, gang, "ReleasedByHand", message, warning=True)
         else:
             for pod in released:

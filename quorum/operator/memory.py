@@ -32,6 +32,9 @@ class GangMemory:
     last_seen: float | None = None  # monotonic: a label-only gang without pods, since when
     unseen: JSON = field(default_factory=dict)  # decisions written that the watch has not shown
     unseen_version: str = "0"  # the resourceVersion the last of them was written at
+    # The gang's decision (admission attempt) this process saw last, and since when (monotonic):
+    # its timeout counts from there, never from a time another machine wrote.
+    decision_seen: tuple[int, float] | None = None
     # recovery.py
     recovered: int | None = None  # the admission attempt this process recovered
     backoff_until: float = 0.0  # epoch seconds: a recovery's backoff as written

@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from quorum.core.conditions import iso, recovery_of, timestamp
+from quorum.core.conditions import attempt_of, iso, recovery_of, timestamp
 from quorum.core.lifecycle import JobFacts
 from quorum.core.model import Gang, Node, Requirement, Resources
 from quorum.core.planner import Plan, PlannerSettings
@@ -458,7 +458,10 @@ class Preempter:
             current = self.statuses.gang(vkey)
             told = preemption.told(victim.namespace)
             by = preemption.preempted_by(victim.namespace)
-            status: JSON = {"preempted": {**({"by": by} if by else {}), "time": iso(now), "message": told}}
+            attempt = attempt_of(((current or {}).get("status") or {}).get("admission") or {})
+            status: JSON = {
+                "preempted": {**({"by": by} if by else {}), "time": iso(now), "message": told, "attempt": attempt}
+            }
             jobs = sorted(n for (ns, n), (g, _) in suspend.items() if (ns, g) == vkey)
             if jobs and victim.kind == "gang":
                 recovery = recovery_of(current)

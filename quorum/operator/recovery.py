@@ -148,8 +148,7 @@ class Recoverer:
         if (
             isinstance(admission, dict)
             and admission
-            and isinstance(manual, dict)
-            and timestamp(manual.get("time")) >= timestamp(admission.get("time"))
+            and released_by_hand(manual, admission)
             and not (recovery_of(gang).get("suspendedJobs"))
         ):
             return None  # a person released the gang by hand after quorum's decision: theirs now
@@ -178,12 +177,11 @@ class Recoverer:
         if policy is MemberLossPolicy.RESTART_GANG and self.loss(view, gang) is not None:
             return "restart-gang"
         if is_partially_placed(
-            released_at=timestamp(admission.get("time")),
+            elapsed=self.records.since_decision(view.key, attempt),
             timeout_seconds=view.schedule_timeout,
             min_member=view.min_member,
             bound=bound,
             unbound_released=len(unbound),
-            now=now,
         ):
             return "recover"
         return None
@@ -192,7 +190,9 @@ class Recoverer:
         """A released pod not yet replaced or reported is still unbound a timeout after the
         gang's last decision."""
         admission = (gang.get("status") or {}).get("admission") or {}
-        if not isinstance(admission, dict) or now - timestamp(admission.get("time")) <= view.schedule_timeout:
+        if not isinstance(admission, dict) or not admission:
+            return False
+        if self.records.since_decision(view.key, attempt_of(admission)) <= view.schedule_timeout:
             return False
         return any(p["metadata"]["uid"] not in self.stuck for p in view.bound_and_unbound[1])
 
@@ -264,9 +264,7 @@ class Recoverer:
         was_whole = (seen is not None and seen[0] == attempt) or (
             isinstance(recorded, int) and recorded >= view.min_member
         )
-        preempted = status.get("preempted")
-        since = timestamp(admission.get("time"))
-        by_quorum = isinstance(preempted, dict) and timestamp(preempted.get("time")) >= since > 0
+        by_quorum = preempted_under(status.get("preempted"), admission)
         bound = seen[1] if seen is not None and seen[0] == attempt else {}
         return member_loss(
             members_of(view, bound), min_member=view.min_member, was_whole=was_whole, preempted=by_quorum
@@ -575,6 +573,28 @@ class Recoverer:
 
     async def record(self, key: tuple[str, str], recovery: JSON, dropped: Iterable[str] = ()) -> None:
         await self.records.patch_recovery(key, {"recovery": recovery}, dropped)
+
+
+def released_by_hand(manual: object, admission: JSON) -> bool:
+    """Whether a person released the gang by hand (`quorum release`) after quorum's current
+    decision: the attempt the release names (a record of an earlier version has only its time,
+    written on the caller's clock)."""
+    if not isinstance(manual, dict) or not manual:
+        return False
+    if "attempt" in manual:
+        return bool(manual["attempt"] >= attempt_of(admission))
+    return timestamp(manual.get("time")) >= timestamp(admission.get("time"))
+
+
+def preempted_under(preempted: object, admission: JSON) -> bool:
+    """Whether a preemption took the gang under its current decision: the `attempt` the
+    preemption recorded (a record of an earlier version has only its time)."""
+    if not isinstance(preempted, dict) or not preempted:
+        return False
+    if "attempt" in preempted:
+        return bool(preempted["attempt"] == attempt_of(admission))
+    since = timestamp(admission.get("time"))
+    return timestamp(preempted.get("time")) >= since > 0
 
 
 def still_recorded(decision: JSON) -> JSON:

@@ -284,8 +284,10 @@ class Releaser:
                 for p in (view.active if view else [])
                 if (uid := p["metadata"]["uid"]) in uids and uid in recorded and is_gated(p)
             ]
-            admitted_at = timestamp((((gang or {}).get("status") or {}).get("admission") or {}).get("time"))
-            if view is None or gang is None or not to_release or now - admitted_at > view.schedule_timeout:
+            late = gang is not None and self.records.since_decision(key, attempt_of(gang)) > (
+                view.schedule_timeout if view is not None else 0
+            )
+            if view is None or gang is None or not to_release or late:
                 for uid in uids:  # gone, released meanwhile, or too late: planned anew if still gated
                     self.ledger.drop(uid)
                 entry.unfinished = set()

@@ -42,7 +42,7 @@ from quorum.k8s.writes import Superseded
 from quorum.operator import clock, metrics
 from quorum.operator.events import EventRecorder, pod_object, worth_telling
 
-__all__ = ["GangRecords", "StatusPacing", "StatusWrite", "now_rfc3339"]
+__all__ = ["GangGone", "GangRecords", "StatusPacing", "StatusWrite", "now_rfc3339"]
 from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store
 from quorum.operator.memory import GangMemories, GangMemory
 from quorum.operator.work import Failure, GangWork, describe
@@ -86,6 +86,10 @@ class StatusPacing:
     def forget(self, key: GangKey) -> None:
         if (entry := self.memory.get(key)) is not None:
             entry.written_at = None
+
+
+class GangGone(Exception):
+    """The Gang went while a decision was being recorded on it: nothing was recorded."""
 
 
 @dataclass(frozen=True)
@@ -249,6 +253,17 @@ class GangRecords:
             return  # older than what this process wrote since
         entry.unseen = {name: as_merged(status.get(name)) for name in DECISIONS}
         entry.unseen_version = version
+
+    def since_decision(self, key: GangKey, attempt: int) -> float:
+        """Seconds since this process first saw the gang's decision `attempt` (monotonic): what
+        its timeout is measured by. A new leader's count starts when it first sees a decision,
+        so a time the last leader wrote, on another machine's clock or long ago in a Gang its
+        watch has not caught up on, never makes a decision look older than it is."""
+        entry = self.memory[key]
+        now = clock.monotonic()
+        if entry.decision_seen is None or entry.decision_seen[0] != attempt:
+            entry.decision_seen = (attempt, now)
+        return now - entry.decision_seen[1]
 
     def held_since(self, key: GangKey) -> float | None:
         """Since when the gang has been held for lack of room (Unschedulable True), if it is."""
@@ -529,8 +544,10 @@ class GangRecords:
         timed = self.timed(view.key, status.conditions, stamp)
         self.pacing.mark_written(view.key, clock.monotonic())
         body = {**status.body, "conditions": timed, "admission": admission}
-        await self.patch(view.key, body)
+        if not await self.patch(view.key, body):
+            raise GangGone(f"the Gang {view.namespace}/{view.name} went before its release was recorded")
         entry = self.memory[view.key]
+        entry.decision_seen = (attempt_of(admission), clock.monotonic())
         entry.written, entry.settling = status.body, None
         if view.group is not None and entry.group_behind is None:
             entry.group_behind = clock.monotonic()  # written with the gang's next status

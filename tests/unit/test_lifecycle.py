@@ -35,12 +35,11 @@ def test_backoff_never_exceeds_the_cap_or_shrinks(n: int) -> None:
 def test_partially_placed_only_after_the_timeout_with_a_released_pod_unbound() -> None:
     def partial(bound: int, unbound: int, now: float) -> bool:
         return is_partially_placed(
-            released_at=100.0,
+            elapsed=now - 100.0,
             timeout_seconds=60.0,
             min_member=4,
             bound=bound,
             unbound_released=unbound,
-            now=now,
         )
 
     assert not partial(3, 1, 150.0), "still in time"
