@@ -128,7 +128,8 @@ async def release_gangs(
         if gang is not None:
             admission = (gang.get("status") or {}).get("admission") or {}
             attempt = attempt_of(admission) if isinstance(admission, dict) else 0
-            record = {"time": writes.now(), "by": by, "reason": reason, "pods": len(members), "attempt": attempt}
+            record = {"time": writes.now(), "by": by, "reason": reason, "pods": len(members)}
+            record["attempt"] = attempt
             if await writes.patch_gang_status(api, namespace, name, {"manualRelease": record}) is None:
                 gang = None
         released = [p for p in members if await writes.release_pod(api, p, None)]

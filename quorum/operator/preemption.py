@@ -459,9 +459,8 @@ class Preempter:
             told = preemption.told(victim.namespace)
             by = preemption.preempted_by(victim.namespace)
             attempt = attempt_of(((current or {}).get("status") or {}).get("admission") or {})
-            status: JSON = {
-                "preempted": {**({"by": by} if by else {}), "time": iso(now), "message": told, "attempt": attempt}
-            }
+            preempted = {"time": iso(now), "message": told, "attempt": attempt}
+            status: JSON = {"preempted": {**({"by": by} if by else {}), **preempted}}
             jobs = sorted(n for (ns, n), (g, _) in suspend.items() if (ns, g) == vkey)
             if jobs and victim.kind == "gang":
                 recovery = recovery_of(current)
