@@ -84,6 +84,10 @@ class KubeApi(Protocol):
 
     async def mark_disruption_target(self, pod: JSON, reason: str, message: str) -> bool: ...
 
+    async def clear_disruption_target(self, pod: JSON, reason: str, message: str) -> bool:
+        """The pod's `DisruptionTarget` condition set False: it is no longer to be taken."""
+        ...
+
     async def delete_victim(self, pod: JSON) -> bool:
         """Delete a preemption's victim, as kube-scheduler's preemption does (uid precondition:
         its DisruptionTarget condition changed its resourceVersion); False if it is gone."""
@@ -154,6 +158,9 @@ class LiveApi:
 
     async def mark_disruption_target(self, pod: JSON, reason: str, message: str) -> bool:
         return await writes.mark_disruption_target(self.api, pod, reason, message)
+
+    async def clear_disruption_target(self, pod: JSON, reason: str, message: str) -> bool:
+        return await writes.mark_disruption_target(self.api, pod, reason, message, marked=False)
 
     async def delete_victim(self, pod: JSON) -> bool:
         return await writes.delete_pod(self.api, pod)

@@ -491,14 +491,15 @@ async def patch_node(api: client.ApiClient, node: dict[str, Any], ops: list[dict
 
 
 async def mark_disruption_target(
-    api: client.ApiClient, pod: dict[str, Any], reason: str, message: str
+    api: client.ApiClient, pod: dict[str, Any], reason: str, message: str, marked: bool = True
 ) -> bool:
     """Set the pod's `DisruptionTarget` condition (before it is deleted: a Job's podFailurePolicy
-    reads it); False if the pod is gone."""
+    reads it), or with `marked` False set it False (a preemption withdrawn: the pod stays);
+    False if the pod is gone."""
     meta = pod["metadata"]
     condition = {
         "type": "DisruptionTarget",
-        "status": "True",
+        "status": "True" if marked else "False",
         "reason": reason,
         "message": message[:1024],
         "lastTransitionTime": now(),

@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from quorum.core.conditions import attempt_of, iso, recovery_of, timestamp
+from quorum.core.conditions import attempt_of, iso, recovery_of
 from quorum.core.lifecycle import JobFacts
 from quorum.core.model import Gang, Node, Requirement, Resources
 from quorum.core.planner import Plan, PlannerSettings
@@ -62,7 +62,7 @@ from quorum.k8s.api import KubeApi
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT
 from quorum.operator import clock, metrics
-from quorum.operator.gangs import JSON, GangView
+from quorum.operator.gangs import GANG_LABEL, JSON, GangView, phase_of
 from quorum.operator.leader import LeaseSettings
 from quorum.operator.ledger import Ledger
 from quorum.operator.settings import PreemptionLoopSettings
@@ -73,6 +73,7 @@ log = logging.getLogger("quorum.operator.preemption")
 GangKey = tuple[str, str]
 WITHDRAWN = "the preemption of this gang was withdrawn before anything was taken; it runs on"
 REASON = "PreemptionByQuorum"
+WITHDRAWN_REASON = "PreemptionWithdrawn"  # of a DisruptionTarget condition set False
 EXPIRED_BACKOFF_CAP = 1800.0  # the longest wait after preemptions that did not bind their gang
 STRAY_TAINTS: GangKey = ("", "reservation taints")  # the work key of removing stray ones
 
@@ -152,6 +153,14 @@ def excluded(work: Work, gangs: set[GangKey]) -> bool:
     return gang_name is not None and (work.namespace, gang_name) in gangs
 
 
+def disruption_target(pod: JSON) -> str | None:
+    """The reason of the pod's DisruptionTarget condition if it is True."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
+            return str(c.get("reason"))
+    return None
+
+
 def platform_object(namespace: str) -> JSON:
     """What the platform's record of a preemption is posted on: quorum-operator's Lease, in
     quorum's own namespace, which no tenant reads."""
@@ -195,6 +204,9 @@ class Preempter:
         self.expired: dict[GangKey, int] = {}
         # The nodes this process tainted for each token, before the watch shows the taints.
         self.tainted: dict[str, set[str]] = {}
+        # When this process first saw each preemption in flight (monotonic, by token): its
+        # deadline counts from there, not from a time another machine wrote.
+        self.first_seen: dict[str, float] = {}
 
     # -- what is in flight -------------------------------------------------------------------
 
@@ -220,6 +232,11 @@ class Preempter:
     def tokens(self) -> dict[GangKey, str]:
         return {key: str(record["token"]) for key, record in self.in_flight().items()}
 
+    def age(self, record: JSON) -> float:
+        """Seconds since this process first saw the preemption in flight (monotonic)."""
+        now = clock.monotonic()
+        return now - self.first_seen.setdefault(str(record.get("token", "")), now)
+
     # -- deciding ----------------------------------------------------------------------------
 
     def candidate(
@@ -235,7 +252,9 @@ class Preempter:
         snapshot of what the decision reads; None when none may (or a preemption is in flight).
         `room`: each node's room after the pass as a gang may count on it (`Planner.room_for`:
         capacity the starvation guard holds for the gang itself is its own, not taken)."""
-        if not self.settings.enabled or self.in_flight():
+        if not self.settings.enabled or self.in_flight() or self.unknown_taints():
+            # One at a time; and a reservation taint of a preemption this process does not know
+            # is one in flight until a fresh list of the Gangs says otherwise (`look_up_taints`).
             return None
         for view, gang in holds:
             key = view.key
@@ -281,8 +300,8 @@ class Preempter:
         for key, record, why, warn in self.due_ends(views, now):
             if not work.busy(key):
                 work.start(key, "preempt", self.end(key, record, why, warn))
-        if (stray := self.stray_taints()) and not work.busy(STRAY_TAINTS):
-            work.start(STRAY_TAINTS, "preempt", self.remove_stray_taints(stray))
+        if (unknown := self.unknown_taints()) and not work.busy(STRAY_TAINTS):
+            work.start(STRAY_TAINTS, "preempt", self.look_up_taints(unknown))
 
     async def start(
         self,
@@ -332,10 +351,13 @@ class Preempter:
             "message": preemption.summary(view.namespace),
             "victims": [v.entry(view.namespace) for v in preemption.victims],
         }
-        if not await self.statuses.patch(key, {"preemption": record}):
-            log.info("%s: its Gang is gone; nothing preempted", who)
+        # Recorded only while the Gang records no preemption: one another leader recorded, that
+        # the watch has not shown, refuses it.
+        if not await self.statuses.record_if(key, {"preemption": None}, {"preemption": record}):
+            log.info("%s: its Gang is gone or records a preemption already; nothing preempted", who)
             return  # not recorded: nothing may be taken
         self.records[key] = record
+        self.first_seen[token] = clock.monotonic()
         self.why_not.pop(key, None)
         for name in preemption.nodes:
             node = self.store.nodes.get(name)
@@ -369,7 +391,7 @@ class Preempter:
         key = view.key
         recorded: dict[GangKey, JSON | None] = {}
         try:
-            await self.record_victims(preemption, suspend, now, recorded)
+            await self.record_victims(preemption, suspend, now, recorded, token)
             warn = bool(preemption.past_budgets)
             log.info("%s; token %s", preemption.announced(named=None), token)
             platform = platform_object(self.settings.namespace)
@@ -383,17 +405,31 @@ class Preempter:
             log.info(
                 "%s/%s: preemption not recorded in full (%s); ended with nothing taken", *key, describe(err)
             )
+            await self.unrecord_victims(recorded)
             try:
                 await self.end(key, self.records.get(key) or {"token": token}, "not recorded in full", True)
             except Exception as again:  # its deadline ends it
                 log.info("%s/%s: preemption not ended: %s", *key, describe(again))
-            await self.unrecord_victims(recorded)
             # What the preemptor's tenant reads of the failure: not the error, which may name
             # another namespace (the log has it).
             raise RuntimeError("its victims could not all be recorded and told: nothing was taken") from None
         pods = [p for v in preemption.victims for p in v.pods]
         mark = self.api.mark_disruption_target
-        await self.each(pods, lambda pod: mark(pod_ref(pod), REASON, preemption.told(pod.namespace)))
+        try:
+            await self.each(pods, lambda pod: mark(pod_ref(pod), REASON, preemption.told(pod.namespace)))
+        except Exception as err:
+            # Nothing is taken yet: withdrawn whole, so no victim keeps its mark or its record
+            # (a running pod marked DisruptionTarget misleads a Job's podFailurePolicy; a gang
+            # recorded preempted is not restarted when it loses a member).
+            log.info("%s/%s: a victim could not be marked (%s): preemption withdrawn", *key, describe(err))
+            await self.unmark(pods, "a victim could not be marked")
+            await self.unrecord_victims(recorded)
+            await self.end(
+                key, self.records.get(key) or {"token": token}, "a victim could not be marked", True
+            )
+            raise RuntimeError(
+                "a victim could not be marked: the preemption was withdrawn, nothing taken"
+            ) from None
         for (namespace, name), (gang_name, uid) in suspend.items():
             await self.api.set_job_suspend(namespace, name, uid, True)
             self.statuses.memory[(namespace, gang_name)].suspending.discard(name)
@@ -401,6 +437,17 @@ class Preempter:
         metrics.PREEMPTIONS.labels(result="Started").inc()
         metrics.PREEMPTION_VICTIMS.observe(len(preemption.victims))
         metrics.PREEMPTION_PAST_BUDGETS.inc(len(preemption.past_budgets))
+
+    async def unmark(self, pods: Sequence[RunningPod], why: str) -> None:
+        """Best effort: each victim's DisruptionTarget set False (a failure is logged; the end of
+        the preemption looks again, `settle_victims`)."""
+        clear = self.api.clear_disruption_target
+        try:
+            await self.each(
+                pods, lambda pod: clear(pod_ref(pod), WITHDRAWN_REASON, f"preemption withdrawn: {why}")
+            )
+        except Exception as err:
+            log.info("victims' DisruptionTarget not all cleared: %s", describe(err))
 
     async def sort_victims(
         self, victims: Sequence[Work]
@@ -444,6 +491,7 @@ class Preempter:
         suspend: Mapping[tuple[str, str], tuple[str, str]],
         now: float,
         recorded: dict[GangKey, JSON | None],
+        token: str,
     ) -> None:
         """`status.preempted` on each victim gang's Gang, as its namespace may read it, and the
         Jobs of it to suspend added to `status.recovery.suspendedJobs` (what recovery and `quorum
@@ -459,7 +507,7 @@ class Preempter:
             told = preemption.told(victim.namespace)
             by = preemption.preempted_by(victim.namespace)
             attempt = attempt_of(((current or {}).get("status") or {}).get("admission") or {})
-            preempted = {"time": iso(now), "message": told, "attempt": attempt}
+            preempted = {"time": iso(now), "message": told, "attempt": attempt, "token": token}
             status: JSON = {"preempted": {**({"by": by} if by else {}), **preempted}}
             jobs = sorted(n for (ns, n), (g, _) in suspend.items() if (ns, g) == vkey)
             if jobs and victim.kind == "gang":
@@ -537,7 +585,7 @@ class Preempter:
                 out.append((key, record, f"done: {view.counts()['bound']} pods bound", False))
             elif view is None and key not in self.store.gangs:
                 out.append((key, record, "the gang is gone", False))
-            elif now > timestamp(record.get("deadline")):
+            elif self.age(record) > self.settings.timeout_seconds:
                 why = f"not bound within {self.settings.timeout_seconds:.0f}s: reserved nodes freed"
                 out.append((key, record, why, True))
         return out
@@ -560,14 +608,43 @@ class Preempter:
             if node is not None:
                 await self.api.taint_node(node, token, add=False)
         self.tainted.pop(token, None)
+        await self.settle_victims(token, why)
         if key in self.store.gangs:
             await self.statuses.patch(key, {"preemption": None})
         self.records[key] = None
+        self.first_seen.pop(token, None)
         metrics.PREEMPTIONS.labels(result="Ended" if not warn else "Expired").inc()
         log.info("%s/%s: preemption ended: %s", *key, why)
         gang = self.store.gangs.get(key)
         if gang is not None:
             await self.statuses.events.post(gang, "PreemptionEnded", why, warning=warn)
+
+    async def settle_victims(self, token: str, why: str) -> None:
+        """As a preemption ends, its victims that were not taken (still bound, not terminating)
+        lose their DisruptionTarget mark; a victim gang that still runs whole loses its
+        `status.preempted` too, with an Event: it was not preempted after all. Found by the
+        token their records name, so a new leader does it too."""
+        for vkey in list(self.store.gangs):
+            gang = self.statuses.gang(vkey)
+            preempted = ((gang or {}).get("status") or {}).get("preempted")
+            if gang is None or not isinstance(preempted, dict) or preempted.get("token") != token:
+                continue
+            pods = [
+                p
+                for p in self.store.pods.values()
+                if p["metadata"].get("namespace") == vkey[0]
+                and (p["metadata"].get("labels") or {}).get(GANG_LABEL) == vkey[1]
+                and (p.get("spec") or {}).get("nodeName")
+                and not p["metadata"].get("deletionTimestamp")
+                and phase_of(p) not in ("Succeeded", "Failed")
+            ]
+            marked = [p for p in pods if disruption_target(p) == REASON]
+            message = f"preemption ended ({why}) without taking this pod"
+            for pod in marked:
+                await self.api.clear_disruption_target(pod, WITHDRAWN_REASON, message)
+            need = int((gang.get("spec") or {}).get("minMember") or 1)
+            if len(pods) >= need and await self.statuses.patch(vkey, {"preempted": None}):
+                await self.statuses.events.post(gang, "PreemptionWithdrawn", WITHDRAWN)
 
     def reserved_nodes(self, record: JSON) -> set[str]:
         """The nodes a preemption's token reserves: those whose taint carries it (as the watch
@@ -583,8 +660,10 @@ class Preempter:
                 found.add(name)
         return found
 
-    def stray_taints(self) -> list[tuple[JSON, str]]:
-        """Reservation taints of no preemption in flight: (node, token)."""
+    def unknown_taints(self) -> list[tuple[JSON, str]]:
+        """Reservation taints of no preemption in flight that this process knows: (node, token).
+        Each is a preemption in flight whose record the Gang watch has not shown, or one whose
+        leader died between its taint and its end; `look_up_taints` tells which."""
         live = set(self.tokens().values())
         out = []
         for node in self.store.nodes.values():
@@ -592,6 +671,28 @@ class Preempter:
                 if taint.get("key") == RESERVED_TAINT and taint.get("value") not in live:
                     out.append((node, str(taint.get("value") or "")))
         return out
+
+    async def look_up_taints(self, found: list[tuple[JSON, str]]) -> None:
+        """The Gangs listed afresh: a token one of them records is a preemption in flight, known
+        from now on (its upkeep ends it); a token none records is stray — its preemption was
+        recorded before its taint, so a list made after the taint was seen would show it — and
+        its taint is removed."""
+        live: dict[str, tuple[GangKey, JSON]] = {}
+        for gang in await self.api.list_gangs():
+            record = (gang.get("status") or {}).get("preemption")
+            if isinstance(record, dict) and record.get("token"):
+                meta = gang.get("metadata") or {}
+                live[str(record["token"])] = ((str(meta.get("namespace")), str(meta.get("name"))), record)
+        stray = []
+        for node, token in found:
+            if token not in live:
+                stray.append((node, token))
+                continue
+            key, record = live[token]
+            if key not in self.records:
+                log.info("%s/%s: preemption %s in flight, not yet shown by the Gang watch", *key, token)
+                self.records[key] = record
+        await self.remove_stray_taints(stray)
 
     async def remove_stray_taints(self, found: list[tuple[JSON, str]]) -> None:
         for node, token in found:

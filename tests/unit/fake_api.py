@@ -368,6 +368,32 @@ class FakeApi:
     async def mark_disruption_target(self, pod: JSON, reason: str, message: str) -> bool:
         await self._call("mark_disruption_target", pod, reason, message)
         self.disruption_targets[pod["metadata"]["uid"]] = (reason, message)
+        return self.set_condition(pod, "True", reason, message)
+
+    async def clear_disruption_target(self, pod: JSON, reason: str, message: str) -> bool:
+        await self._call("clear_disruption_target", pod, reason, message)
+        self.disruption_targets.pop(pod["metadata"]["uid"], None)
+        return self.set_condition(pod, "False", reason, message)
+
+    def set_condition(self, pod: JSON, status: str, reason: str, message: str) -> bool:
+        """The pod's DisruptionTarget condition on the apiserver's pod (a strategic merge by
+        type); False if the pod is gone."""
+        uid = pod["metadata"]["uid"]
+        current = self.server.pods.get(uid)
+        if current is None:
+            return False
+        updated = copy.deepcopy(current)
+        conditions = [
+            c
+            for c in (updated.setdefault("status", {}).get("conditions") or [])
+            if c.get("type") != "DisruptionTarget"
+        ]
+        conditions.append(
+            {"type": "DisruptionTarget", "status": status, "reason": reason, "message": message}
+        )
+        updated["status"]["conditions"] = conditions
+        self.server.pods[uid] = updated
+        self.changed("pods", uid, updated)
         return True
 
     async def delete_victim(self, pod: JSON) -> bool:

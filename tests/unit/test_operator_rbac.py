@@ -254,6 +254,7 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
             lambda: live.taint_node(tainted, "t0k3n", add=False),
         ],
         "mark_disruption_target": [lambda: live.mark_disruption_target(victim, "PreemptionByQuorum", "m")],
+        "clear_disruption_target": [lambda: live.clear_disruption_target(victim, "PreemptionWithdrawn", "m")],
         "delete_victim": [lambda: live.delete_victim(victim)],
     }
 
