@@ -67,12 +67,18 @@ SOAK = os.environ.get("QUORUM_SOAK") == "1"
 WRITES = (
     "release_pod",
     "patch_gang_status",
+    "patch_gang_status_if",
     "create_gang",
     "delete_pod",
     "post_event",
     "read_gang_pods",
+    "read_gang",
+    "list_gangs",
     "delete_victim",
     "set_job_suspend",
+    "mark_disruption_target",
+    "clear_disruption_target",
+    "taint_node",
 )
 TOLD = {  # the Events that name each kind of act, and whether they must come after it
     "delete": ({"PartiallyPlaced", "GangRestarted", "StuckPodReplaced"}, True),
@@ -301,7 +307,25 @@ class AuditedApi(FakeApi):
                 "overcommit",
             )
 
+    def check_taint(self, token: str) -> None:
+        """One preemption at a time: a node is reserved only for the preemption recorded, while
+        no other is (a leader that does not see one in flight must not start another)."""
+        recorded = {
+            str(record.get("token"))
+            for obj in self.server.gangs.values()
+            if isinstance(record := (obj.get("status") or {}).get("preemption"), dict) and record.get("token")
+        }
+        if token not in recorded:
+            self.violate(f"reserved a node for preemption {token}, which no Gang records", "recorded")
+        elif len(recorded) > 1:
+            self.violate(f"preemptions {sorted(recorded)} in flight at once", "one preemption")
+
     # -- the calls -----------------------------------------------------------------------------
+
+    async def taint_node(self, node: JSON, token: str, add: bool) -> bool:
+        if add and not self.will_fail("taint_node", node, token, add):
+            self.check_taint(token)
+        return await super().taint_node(node, token, add)
 
     async def applied(self, act: Coroutine[Any, Any, bool], check: Callable[[], None] | None) -> bool:
         """Check a destructive call against the rule as it is made; its act counts (and must
@@ -751,6 +775,17 @@ class DisruptionMachine(RuleBasedStateMachine):
                     p for p in self.api.server.pods.values() if controller_uid(p) == job["metadata"]["uid"]
                 ]
                 assert left, f"Job {job['metadata']['name']} stays suspended with none of its pods left"
+        in_flight = any((g.get("status") or {}).get("preemption") for g in self.api.server.gangs.values())
+        marked = [
+            p["metadata"]["name"]
+            for p in self.api.server.pods.values()
+            if p["spec"].get("nodeName")
+            and any(
+                c.get("type") == "DisruptionTarget" and c.get("status") == "True"
+                for c in p["status"].get("conditions") or []
+            )
+        ]
+        assert in_flight or not marked, f"pods {marked} run on marked DisruptionTarget by no preemption"
         for act in self.api.acts:
             told, after = TOLD[act.what]
             names = {act.gang, act.gang.removeprefix("pg-"), act.pod}
@@ -916,6 +951,111 @@ def test_a_suspension_its_leader_could_not_tell_is_undone_when_the_gang_runs_aft
         assert [p["metadata"]["uid"] for p in machine.api.gang_pods("pg-g0")] == [running], "kept"
         told = [r for _, name, r in machine.api.event_log if name == "pg-g0" and r == "RecoveryWithdrawn"]
         assert told and not machine.api.suspended_jobs_recorded("pg-g0")
+        machine.a_quiet_spell()
+    finally:
+        machine.teardown()
+
+
+def replay(monkeypatch: pytest.MonkeyPatch) -> DisruptionMachine:
+    monkeypatch.setattr(sys.modules[__name__], "event", lambda *_: None)  # outside hypothesis's run
+    return DisruptionMachine()
+
+
+def decision_of(gangs: dict[tuple[str, str], JSON], gang: str) -> int:
+    return int(((gangs[(NS, gang)].get("status") or {}).get("admission") or {}).get("attempt") or 0)
+
+
+@pytest.mark.parametrize("extra", [0, 1], ids=["partial-placement", "stuck-pod"])
+def test_a_new_leader_whose_gang_watch_lags_does_not_delete_a_running_gang(
+    monkeypatch: pytest.MonkeyPatch, extra: int
+) -> None:
+    """Issue 38, 1: a gang has run for an hour under decision 1; a member is evicted and its
+    replacement released as decision 2, recorded; the leader dies. The standby's pod watch shows
+    the replacement released, its Gang watch still decision 1. It read "decision 1 is an hour
+    old, 1 of 2 bound" and deleted both pods, the running one too (`partial-placement`); or, a
+    gang running at minMember, "the replacement released an hour ago never bound" and deleted
+    the pod released seconds ago (`stuck-pod`)."""
+    machine = replay(monkeypatch)
+    try:
+        machine.a_first_gang(size=2 - extra, extra=extra, gpu=2, restart=False, job=False)
+        machine.a_quiet_spell()
+        assert len([p for p in machine.api.gang_pods("pg-g0") if p["spec"].get("nodeName")]) == 2
+        machine.time_passes(seconds=3600)
+        machine.a_member_is_replaced_while_the_gang_watch_lags(Picks("g0-1"))
+        assert decision_of(machine.api.server.gangs, "pg-g0") == 2
+        assert decision_of(machine.loop.store.gangs, "pg-g0") == 1, "the Gang watch lags"
+        survivor = machine.api.server.pods["g0-0"]
+        machine.the_leader_fails_over(relisted=frozenset({"pods", "nodes"}), lingers=False)
+        machine.time_passes(seconds=15)
+        for _ in range(3):
+            machine.a_pass()
+            machine.tasks_run_to_the_end()
+        machine.quorum_disrupts_only_by_the_rule()
+        assert machine.api.called("delete_pod") == [], "nothing deleted"
+        assert machine.api.server.pods["g0-0"] is survivor, "the running member untouched"
+        machine.a_quiet_spell()
+    finally:
+        machine.teardown()
+
+
+def test_a_new_leader_that_does_not_see_a_preemption_in_flight_does_not_preempt_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 38, 2: a preemption is in flight (recorded, nodes tainted, victims deleted); the
+    new leader's Gang watch lacks the record. It took the reservation taints for strays, held
+    the preemptor and preempted again: a second lower-priority gang deleted for nothing."""
+    machine = replay(monkeypatch)
+    try:
+        machine.a_first_gang(size=2, extra=0, gpu=8, restart=False, job=False)  # n0, n1 full
+        machine.a_gang_arrives(size=2, extra=0, gpu=8, priority=0, restart=False, job=False)
+        machine.a_quiet_spell()  # g1 on n2, n3
+        machine.a_gang_arrives(size=2, extra=0, gpu=8, priority=100, restart=False, job=False)
+        machine.api.deliver_all()
+        machine.a_pass()  # g2 held: it preempts one of them
+        machine.tasks_run_to_the_end()
+        assert machine.api.victims_deleted, "the scenario no longer preempts"
+        taken = {p.split("-")[0] for p in machine.api.victims_deleted}
+        (left,) = {"g0", "g1"} - taken
+        machine.the_leader_fails_over(relisted=frozenset({"pods", "nodes"}), lingers=False)
+        assert not (machine.loop.store.gangs[(NS, "pg-g2")].get("status") or {}).get("preemption")
+        for _ in range(3):
+            machine.a_pass()
+            machine.tasks_run_to_the_end()
+        machine.quorum_disrupts_only_by_the_rule()
+        assert not [u for u in machine.api.victims_deleted if u.startswith(left)], f"{left} preempted too"
+        machine.a_quiet_spell()
+        bound = [p for p in machine.api.gang_pods("pg-g2") if p["spec"].get("nodeName")]
+        assert len(bound) == 2, "the preemptor runs on the nodes reserved for it"
+    finally:
+        machine.teardown()
+
+
+def test_a_victim_that_cannot_be_marked_withdraws_the_preemption_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 38, 4: one 500 on one victim's DisruptionTarget mark stopped the preemption half-way
+    for good: no victim deleted, the running victims left marked (a Job's podFailurePolicy then
+    misreads a real failure) and recorded `preempted` (which turns off their RestartGang)."""
+    machine = replay(monkeypatch)
+    try:
+        machine.a_first_gang(size=2, extra=0, gpu=8, restart=True, job=False)
+        machine.a_quiet_spell()
+        machine.a_gang_arrives(size=2, extra=0, gpu=8, priority=100, restart=False, job=False)
+        machine.a_gang_arrives(size=2, extra=0, gpu=8, priority=100, restart=False, job=False)
+        machine.api.deliver_all()
+        machine.api.fail(
+            "mark_disruption_target", times=1, when=lambda pod, *_: pod["metadata"]["name"] == "g0-1"
+        )
+        machine.a_pass()
+        machine.tasks_run_to_the_end()
+        assert machine.api.called("mark_disruption_target"), "the scenario no longer preempts"
+        assert machine.api.victims_deleted == []
+        for name in ("g0-0", "g0-1"):
+            conditions = machine.api.server.pods[name]["status"].get("conditions") or []
+            assert all(c["status"] == "False" for c in conditions if c["type"] == "DisruptionTarget"), name
+        assert not machine.api.gang_object("pg-g0").get("preempted"), "its record put back"
+        assert "PreemptionWithdrawn" in machine.api.reasons("pg-g0")
+        assert not any((g.get("status") or {}).get("preemption") for g in machine.api.server.gangs.values())
         machine.a_quiet_spell()
     finally:
         machine.teardown()
