@@ -19,6 +19,7 @@ from quorum.core.workloads import (
     composite_facts,
     disruption_mode,
 )
+from quorum.operator import clock
 from quorum.operator.gangs import Store, assemble, composites
 from quorum.operator.ledger import Ledger
 from quorum.operator.recovery import Recoverer, growing
@@ -365,11 +366,14 @@ def test_a_grown_gangs_spare_released_before_it_grew_and_never_bound_is_replaced
     (view,) = assemble(store)
     gang = store.gangs[("ns", "pg-pg1")]
     assert growing(3, gang, 2)
-    released = timestamp(gang["status"]["admission"]["time"])
-    assert recoverer.due(view, gang, released + view.schedule_timeout / 2) is None, "not yet timed out"
-    assert recoverer.due(view, gang, released + view.schedule_timeout + 1) == "replace-stuck"
-    recoverer.stuck.add("c")
-    assert recoverer.due(view, gang, released + view.schedule_timeout + 1) is None, "once"
+    with clock.using(clock.ManualClock()) as now:
+        assert recoverer.due(view, gang, now.time()) is None, "its decision seen now: not timed out"
+        now.advance(view.schedule_timeout / 2)
+        assert recoverer.due(view, gang, now.time()) is None, "not yet timed out"
+        now.advance(view.schedule_timeout / 2 + 1)
+        assert recoverer.due(view, gang, now.time()) == "replace-stuck"
+        recoverer.stuck.add("c")
+        assert recoverer.due(view, gang, now.time()) is None, "once"
 
 
 def test_a_growing_gang_released_by_hand_is_left_to_the_person() -> None:
