@@ -20,6 +20,7 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 
 from quorum.core.conditions import attempt_of, backoff_until, iso, iso_deadline, recovery_of, timestamp
 from quorum.core.lifecycle import (
@@ -39,6 +40,7 @@ from quorum.core.lifecycle import (
     member_loss_policy,
     plan_recovery,
 )
+from quorum.core.workloads import InvalidWorkloadObject, composite_facts
 from quorum.k8s.api import KubeApi
 from quorum.operator import clock, metrics
 from quorum.operator.gangs import JSON, GangView, phase_of
@@ -47,16 +49,38 @@ from quorum.operator.status import GangRecords
 from quorum.operator.work import GangWork, describe
 
 log = logging.getLogger("quorum.operator.recovery")
+GangKey = tuple[str, str]
 
 
 PARTIALLY_PLACED = "PartiallyPlaced"  # status.recovery.reason and status.disruption.reason
+# status.disruption.reason of a gang recovered with its CompositePodGroup: it runs whole, but the
+# composite has fewer than minGroupCount of its gangs whole and one of them was recovered.
+COMPOSITE = "CompositePartiallyPlaced"
 MEMBER_LOST = "MemberLost"  # ... of a restart (RestartGang)
 STUCK_POD = "StuckPod"  # status.disruption.reason of replacing a running gang's pods that never bound
 EVENTS = {  # the Event that tells a disruption done: (reason, warning)
     PARTIALLY_PLACED: ("PartiallyPlaced", True),
     MEMBER_LOST: ("GangRestarted", True),
     STUCK_POD: ("StuckPodReplaced", False),
+    COMPOSITE: ("PartiallyPlaced", True),
 }
+
+
+@dataclass(frozen=True)
+class CompositeState:
+    """A CompositePodGroup of gangs, as one pass sees it: its gangs (key -> minMember), how many
+    run whole, and whether one of them was found partially placed (or recovered for that)
+    under its current decision: then the composite is, unless minGroupCount of them run whole."""
+
+    name: str
+    min_group_count: int
+    gangs: Mapping[GangKey, int]
+    whole: int
+    partial: tuple[str, ...]  # the gangs partially placed
+
+    @property
+    def partially_placed(self) -> bool:
+        return bool(self.partial) and self.whole < self.min_group_count
 
 
 def disruption(
@@ -109,6 +133,8 @@ class Recoverer:
         self.policy = policy  # for gangs whose annotation does not say
         # The decision recovered per gang, also before the watch shows our own status write.
         self.stuck: set[str] = set()  # pods of running gangs already replaced or reported
+        self.composites: dict[GangKey, CompositeState] = {}  # this pass's, by composite
+        self.composite_of: dict[GangKey, GangKey] = {}  # gang -> its composite
         # Backoffs this process recorded, also before the watch shows the write (the store's
         # Gang may be an older version meanwhile): epoch seconds, per gang.
         # Gangs seen whole by this process: the admission attempt then, and its bound pods
@@ -169,6 +195,10 @@ class Recoverer:
         if bound >= view.min_member:
             if policy is MemberLossPolicy.RESTART_GANG:
                 self.memory[view.key].whole = (attempt, self.bound_members(view))
+            composite = self.composites.get(self.composite_of.get(view.key, ("", "")))
+            recovered = attempt in (recovery.get("attempt"), self.memory[view.key].recovered)
+            if composite is not None and composite.partially_placed and not recovered:
+                return "recover-composite"
             if recovery.get("failures"):
                 return "clean-slate"
             return "replace-stuck" if self.stuck_since_decision(view, gang, now) else None
@@ -206,6 +236,7 @@ class Recoverer:
         """Start, as each gang's task, what recovery has to do this pass: for gangs with pods,
         what `due` says; for Gangs without pods, a recorded disruption to finish, Jobs to resume,
         or the status of a recovery that waits for a Job's pods to go."""
+        self.see_composites(views, now)
         for key, view in views.items():
             gang = self.records.gang(key)
             if gang is None or work.blocks_planning(key) or work.backing_off(key):
@@ -232,6 +263,44 @@ class Recoverer:
                     work.start(key, "status", self.records.write_recovering(key, write))
             except Exception as err:
                 fail(key, "recover", describe(err))
+
+    def see_composites(self, views: Mapping[GangKey, GangView], now: float) -> None:
+        """Each CompositePodGroup of gangs as this pass sees it (`CompositeState`): a composite
+        is admitted whole and recovered whole, so once one of its gangs is partially placed and
+        fewer than minGroupCount run whole, the others are recovered too (`recover-composite`),
+        those that run whole included."""
+        members: dict[GangKey, list[GangView]] = {}
+        for view in views.values():
+            if view.parent is not None and view.min_member is not None and not view.basic:
+                members.setdefault((view.namespace, view.parent), []).append(view)
+        self.composites, self.composite_of = {}, {}
+        for key, children in members.items():
+            obj = self.records.store.composites.get(key)
+            try:
+                facts = composite_facts(obj) if obj is not None else None
+            except InvalidWorkloadObject:
+                facts = None
+            if facts is None:
+                continue
+            whole, partial = 0, []
+            for view in children:
+                gang = self.records.gang(view.key)
+                admission = ((gang or {}).get("status") or {}).get("admission") or {}
+                if gang is None or not isinstance(admission, dict) or not admission:
+                    continue
+                attempt = attempt_of(admission)
+                bound = view.bound_and_unbound[0]
+                assert view.min_member is not None
+                if bound >= view.min_member:
+                    whole += 1
+                elif attempt in (recovery_of(gang).get("attempt"), self.memory[view.key].recovered) or (
+                    self.due(view, gang, now) == "recover"
+                ):
+                    partial.append(view.name)
+            gangs = {v.key: v.min_member or 1 for v in children}
+            self.composites[key] = CompositeState(key[1], facts.min_group_count, gangs, whole, tuple(partial))
+            for view in children:
+                self.composite_of[view.key] = key
 
     def policy_of(self, view: GangView) -> tuple[MemberLossPolicy, str | None]:
         """The gang's member-loss policy: its group object's annotation, or (a label-only gang)
@@ -291,6 +360,10 @@ class Recoverer:
             bound, unbound = self.bound_and_unbound(view)
             admission = (gang.get("status") or {}).get("admission") or {}
             await self.recover(view, gang, recovery, attempt_of(admission), bound, unbound, now)
+        elif what == "recover-composite":
+            admission = (gang.get("status") or {}).get("admission") or {}
+            composite = self.composites[self.composite_of[view.key]]
+            await self.recover(view, gang, recovery, attempt_of(admission), 0, [], now, composite)
         elif what == "restart-gang" and (loss := self.loss(view, gang)) is not None:
             admission = (gang.get("status") or {}).get("admission") or {}
             await self.restart(view, gang, recovery, attempt_of(admission), loss, now)
@@ -310,18 +383,27 @@ class Recoverer:
         bound: int,
         unbound: list[JSON],
         now: float,
+        composite: CompositeState | None = None,
     ) -> None:
-        """A partially placed gang: all its pods recovered by owner kind, then a backoff."""
+        """A partially placed gang (or, `composite`, a gang whose CompositePodGroup is): all its
+        pods recovered by owner kind, then a backoff."""
         metrics.PARTIAL_PLACEMENTS.inc()
         plan, pods, jobs = await self.plan(view, view.active)
         failures = int(recovery.get("failures") or 0) + 1
         delay = self.backoff.delay(failures)
         names = ", ".join(sorted(p["metadata"]["name"] for p in unbound)[:5])
-        message = (
-            f"{bound} of {view.min_member} pods bound {view.schedule_timeout}s after the release "
-            f"({len(unbound)} released pods never bound: {names}); {plan.summary()}; next try after "
-            f"{delay:.0f}s backoff ({failures} in a row)"
-        )
+        if composite is None:
+            what = (
+                f"{bound} of {view.min_member} pods bound {view.schedule_timeout}s after the release "
+                f"({len(unbound)} released pods never bound: {names})"
+            )
+        else:
+            what = (
+                f"CompositePodGroup {composite.name} has {composite.whole} of minGroupCount "
+                f"{composite.min_group_count} gangs bound whole ({', '.join(composite.partial)} partially "
+                f"placed): recovered with it, although this gang runs"
+            )
+        message = f"{what}; {plan.summary()}; next try after {delay:.0f}s backoff ({failures} in a row)"
         record = {
             "attempt": attempt,
             "failures": failures,
@@ -332,7 +414,11 @@ class Recoverer:
             "reason": PARTIALLY_PLACED,
         }
         self.memory[view.key].backoff_until = float(math.ceil(now + delay))  # as written (whole s)
-        decision = disruption(PARTIALLY_PLACED, attempt, now, message, pods, jobs)
+        decision = disruption(
+            PARTIALLY_PLACED if composite is None else COMPOSITE, attempt, now, message, pods, jobs
+        )
+        if composite is not None:
+            decision["composite"] = composite.name
         await self.disrupt(view, {"recovery": record, "disruption": decision})
 
     async def plan(self, view: GangView, members: list[JSON]) -> tuple[RecoveryPlan, list[JSON], list[JSON]]:
@@ -391,6 +477,13 @@ class Recoverer:
         targets = [by_uid[t["uid"]] for t in decision.get("pods") or [] if t.get("uid") in by_uid]
         if reason == STUCK_POD:  # only pods that still never bound; the gang runs on
             targets = [p for p in targets if not (p.get("spec") or {}).get("nodeName")]
+        elif reason == COMPOSITE:
+            whole, need = await self.composite_whole(key, str(decision.get("composite") or ""))
+            if whole >= need:
+                name = decision.get("composite")
+                why = f"{whole} of minGroupCount {need} gangs of CompositePodGroup {name} run whole"
+                await self.withdraw(key, gang, group, why, decision)
+                return
         elif bound >= min_member:
             why = f"{bound} of minMember {min_member} pods are bound"
             await self.withdraw(key, gang, group, why, decision)
@@ -416,6 +509,19 @@ class Recoverer:
         # Required: the record is cleared only once the act is told (a new leader tells it else).
         await self.records.events.post_all([gang, group], event, message, warning=warning, required=True)
         await self.records.patch(key, {"disruption": None})
+
+    async def composite_whole(self, key: GangKey, name: str) -> tuple[int, int]:
+        """How many gangs of the CompositePodGroup run whole, by a fresh read of their pods, and
+        its minGroupCount as the pass last saw it. A composite no pass saw (gone, or a new
+        leader's first look) is (0, 0): the decision is withdrawn, nothing deleted."""
+        composite = self.composites.get((key[0], name))
+        if composite is None:
+            return 0, 0
+        whole = 0
+        for gang_key, min_member in composite.gangs.items():
+            pods = [p for p in await self.api.read_gang_pods(*gang_key) if is_active(p)]
+            whole += sum(1 for p in pods if (p.get("spec") or {}).get("nodeName")) >= min_member
+        return whole, composite.min_group_count
 
     def going(self, uid: str, keeps_room: bool = False) -> None:
         """A pod quorum deleted (or whose Job it suspended): the store's copy shows it
