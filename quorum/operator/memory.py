@@ -50,7 +50,9 @@ class GangMemory:
     # leader's tasks are gone, and a Job recorded but never suspended is dropped).
     suspending: set[str] = field(default_factory=set)
     # release.py
-    unfinished: set[str] = field(default_factory=set)  # pods of its recorded release still to patch
+    unfinished: dict[str, str] = field(
+        default_factory=dict
+    )  # pods of its release still to patch: uid -> node
     complete_at: float | None = None  # epoch seconds: its members were all there (a metric)
     # holds.py and loop.py
     first_seen: float | None = None  # epoch seconds: when a pass first saw it

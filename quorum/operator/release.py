@@ -126,7 +126,7 @@ class Releaser:
 
     def resume(self) -> None:
         for _, entry in self.memory.items():
-            entry.unfinished = set()
+            entry.unfinished = {}
         self.resumed = {key for key, gang in self.store.gangs.items() if recorded_placement(gang)}
 
     def prune(self) -> None:
@@ -153,7 +153,7 @@ class Releaser:
                 {"pod": pod.name, "uid": pod.uid, "node": node.name} for pod, node in release.placement
             ]
             # The decision first: a restarted operator continues this plan instead of making another.
-            admission = {"attempt": attempt, "time": now_rfc3339(), "placement": entries}
+            admission = decision(attempt, now_rfc3339(), entries)
             await self.records.record_release(view, gang, admission, len(entries))
         except BaseException:
             for uid, _ in placement:  # not recorded: nothing was promised
@@ -188,19 +188,19 @@ class Releaser:
         results = await asyncio.gather(*(one(pod, node) for pod, node in pods), return_exceptions=True)
         unfinished = self.memory[key].unfinished
         error: BaseException | None = None
-        refused: list[str] = []
-        for (pod, _), result in zip(pods, results, strict=True):
+        refused: dict[str, str] = {}
+        for (pod, node), result in zip(pods, results, strict=True):
             uid = pod["metadata"]["uid"]
             if isinstance(result, BaseException):
-                unfinished.add(uid)
+                unfinished[uid] = node
                 error = error or result
             else:
-                unfinished.discard(uid)
+                unfinished.pop(uid, None)
                 if not result:
-                    refused.append(uid)
+                    refused[uid] = node
         if refused:
             try:
-                await self.keep_room_of_refused(key, refused)
+                await self.keep_room_of_refused(key, list(refused))
             except Exception as err:  # their reservations stay; the release is tried again
                 unfinished.update(refused)
                 error = error or err
@@ -270,7 +270,7 @@ class Releaser:
                     len(pending) - len(fitting),
                 )
             if fitting:
-                self.memory[key].unfinished = fitting
+                self.memory[key].unfinished = {e["uid"]: e["node"] for e, _ in pending if e["uid"] in fitting}
         for key, entry in self.memory.items():
             uids = entry.unfinished
             if not uids:
@@ -278,11 +278,10 @@ class Releaser:
             view, gang = views.get(key), self.records.gang(key)
             if self.work.blocks_planning(key) or self.work.backing_off(key):
                 continue
-            recorded = {e["uid"]: e["node"] for e in recorded_placement(gang)}
             to_release = [
-                (p, recorded[uid])
+                (p, uids[uid])
                 for p in (view.active if view else [])
-                if (uid := p["metadata"]["uid"]) in uids and uid in recorded and is_gated(p)
+                if (uid := p["metadata"]["uid"]) in uids and is_gated(p)
             ]
             late = gang is not None and self.records.since_decision(key, attempt_of(gang)) > (
                 view.schedule_timeout if view is not None else 0
@@ -290,7 +289,7 @@ class Releaser:
             if view is None or gang is None or not to_release or late:
                 for uid in uids:  # gone, released meanwhile, or too late: planned anew if still gated
                     self.ledger.drop(uid)
-                entry.unfinished = set()
+                entry.unfinished = {}
                 continue
             self.work.start(key, "release", self.continue_release(view, gang, to_release))
 
@@ -348,6 +347,23 @@ class Releaser:
                 first_error = first_error or err
         if first_error is not None:
             raise first_error
+
+
+# A decision whose placement would take more than this is recorded without it (etcd takes at most
+# 1.5 MiB per object; a gang of 16,000 pods with long names took more, and could never be released).
+PLACEMENT_BYTES = 512 * 1024
+
+
+def decision(attempt: int, time: str, entries: list[JSON]) -> JSON:
+    """A release's record (`status.admission`): its attempt, time and placement (pod, uid, node
+    per pod), or, for a gang whose placement would not fit in a Gang object, only how many pods
+    it releases. Without a placement a new leader finishes nothing on recorded nodes: the pods
+    released keep their room by their own pin (`Ledger.resume`), and those still gated are
+    planned anew."""
+    size = sum(len(e["pod"]) + len(e["uid"]) + len(e["node"]) + 32 for e in entries)
+    if size > PLACEMENT_BYTES:
+        return {"attempt": attempt, "time": time, "pods": len(entries)}
+    return {"attempt": attempt, "time": time, "placement": entries}
 
 
 def tolerating(gang: Gang, token: str) -> Gang:
