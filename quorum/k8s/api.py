@@ -52,6 +52,10 @@ class KubeApi(Protocol):
         """Every Gang as the apiserver has it now (a preemption's record the watch may lag on)."""
         ...
 
+    async def list_gang_pods(self) -> list[JSON]:
+        """Every pod with quorum's gang label, as the apiserver has it now."""
+        ...
+
     async def patch_group_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, status: JSON
     ) -> bool: ...
@@ -123,6 +127,9 @@ class LiveApi:
 
     async def list_gangs(self) -> list[JSON]:
         return await reads.gangs(self.api)
+
+    async def list_gang_pods(self) -> list[JSON]:
+        return await reads.gang_pods(self.api, None, None)
 
     async def patch_group_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, status: JSON

@@ -27,10 +27,13 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from quorum.core.model import Gang
 from quorum.core.planner import Hold, Planner
 from quorum.k8s.api import KubeApi
+from quorum.k8s.convert import newer_or_same
 from quorum.k8s.usage import BoundPods
 from quorum.operator import clock, metrics
 from quorum.operator.gangs import GangView, Store, assemble, composites
@@ -48,7 +51,44 @@ from quorum.operator.work import GangWork
 
 log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
+JSON = dict[str, Any]
 SLOW_PASS_SECONDS = 1.0  # a pass slower than this is logged with where its time went
+
+
+@dataclass(frozen=True)
+class CatchUp:
+    """The gang pods and Gangs the apiserver listed when this replica took the lead (uid or
+    key -> resourceVersion). The watches have caught up once the store holds each at that
+    version or later; one the store does not hold at all (made since its watch last spoke, or
+    deleted since the list) is waited for only until `deadline` (monotonic)."""
+
+    pods: Mapping[str, str]
+    gangs: Mapping[GangKey, str]
+    deadline: float
+
+    @classmethod
+    def of(cls, pods: list[JSON], gangs: list[JSON], deadline: float) -> CatchUp:
+        def version(obj: JSON) -> str:
+            return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+        return cls(
+            {str(p["metadata"]["uid"]): version(p) for p in pods},
+            {(str(g["metadata"].get("namespace")), str(g["metadata"]["name"])): version(g) for g in gangs},
+            deadline,
+        )
+
+    def behind(self, store: Store) -> int:
+        """How many listed objects the store does not show yet."""
+        waiting_for_absent = clock.monotonic() < self.deadline
+
+        def lags(seen: JSON | None, version: str) -> bool:
+            if seen is None:
+                return waiting_for_absent
+            return newer_or_same(str(seen["metadata"].get("resourceVersion") or ""), version) is False
+
+        return sum(lags(store.pods.get(uid), v) for uid, v in self.pods.items()) + sum(
+            lags(store.gangs.get(key), v) for key, v in self.gangs.items()
+        )
 
 
 class GangLoop:
@@ -105,6 +145,7 @@ class GangLoop:
         self.last_pass_end = 0.0
         self.leading = False
         self.reports: set[asyncio.Task[None]] = set()  # Warning Events of failures found by the pass
+        self.catch_up: CatchUp | None = None  # what was listed at the takeover, till the watches show it
 
     def wake(self) -> None:
         self.dirty.set()
@@ -123,7 +164,16 @@ class GangLoop:
                 if not event.is_set():
                     log.info("waiting for the first listing of %s before planning", kind)
                     await event.wait()
-            self.resume()
+            while True:
+                try:
+                    await self.take_over()
+                    break
+                except asyncio.CancelledError:
+                    raise
+                except Exception as err:
+                    log.warning("listing the gangs to take over failed (%s); again in 1s", err)
+                    await asyncio.sleep(1.0)
+            self.health.pass_completed()  # the first pass resumes, once the watches caught up
             while True:
                 await self.wait_for_work()
                 started = time.monotonic()
@@ -164,6 +214,19 @@ class GangLoop:
             await asyncio.sleep(min(gap, 1.0))  # what arrives meanwhile is in the same pass
         self.dirty.clear()
 
+    async def take_over(self) -> None:
+        """Before this replica acts as leader, what the apiserver holds now: the gang pods and
+        Gangs, listed afresh. It plans nothing until its watches have shown each of them at
+        least as new as that (`CatchUp`): a standby's watches may lag, most when an overloaded
+        apiserver breaks watches and Leases together, and a leader that acted on a Gang from
+        before the last decision once deleted a gang that had run for an hour."""
+        pods = await self.api.list_gang_pods()
+        gangs = await self.api.list_gangs()
+        self.catch_up = CatchUp.of(pods, gangs, clock.monotonic() + self.settings.catch_up_seconds)
+        behind = self.catch_up.behind(self.store)
+        if behind:
+            log.info("taking over: waiting for the watches to show %d objects listed afresh", behind)
+
     def resume(self) -> None:
         """Start leading from the API's state, not from this replica's memory: statuses are
         written afresh, and pods released (by any leader) but not bound yet keep their nodes
@@ -188,6 +251,11 @@ class GangLoop:
         self.lap_started = now
 
     async def step(self) -> None:
+        if self.catch_up is not None:
+            if self.catch_up.behind(self.store):
+                return  # the watches have not shown what was true at the takeover yet
+            self.catch_up = None
+            self.resume()  # from what they show now
         self.timings = {}
         self.lap_started = time.monotonic()
         now = clock.time()

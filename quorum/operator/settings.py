@@ -134,6 +134,10 @@ class LoopSettings:
     backoff: BackoffPolicy = field(default_factory=BackoffPolicy)
     preemption: PreemptionLoopSettings = field(default_factory=PreemptionLoopSettings)
     member_loss_policy: MemberLossPolicy = MemberLossPolicy.REPLACE  # gangs without the annotation
+    # A new leader waits at most this long for its watches to show an object listed at its
+    # takeover that they do not show at all (made since, or deleted since the list); one they
+    # show older is always waited for.
+    catch_up_seconds: float = 30.0
 
 
 def planner_settings(config: OperatorSettings) -> PlannerSettings:

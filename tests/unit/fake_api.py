@@ -289,6 +289,14 @@ class FakeApi:
         await self._call("list_gangs")
         return [copy.deepcopy(g) for g in self.server.gangs.values()]
 
+    async def list_gang_pods(self) -> list[JSON]:
+        await self._call("list_gang_pods")
+        return [
+            copy.deepcopy(p)
+            for p in self.server.pods.values()
+            if GANG_LABEL in (p["metadata"].get("labels") or {})
+        ]
+
     async def patch_group_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, status: JSON
     ) -> bool:

@@ -230,6 +230,7 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
         "patch_gang_status_if": [lambda: live.patch_gang_status_if("ml", "g", {"disruption": None}, {})],
         "read_gang": [lambda: live.read_gang("ml", "g")],
         "list_gangs": [lambda: live.list_gangs()],
+        "list_gang_pods": [lambda: live.list_gang_pods()],
         "patch_group_status": [
             partial(live.patch_group_status, g, v, "podgroups", "ml", "pg", {"phase": "Pending"})
             for g, v in groups
