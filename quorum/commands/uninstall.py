@@ -177,8 +177,8 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum import install
 from quorum.core import lifecycle, removal
-from quorum.core.conditions import recovery_of
 from quorum.core.gangs import GANG_LABEL, RESERVED_TAINT, is_gated
+from quorum.core.record import GangRecord
 from quorum.core.removal import Action, Kind, Ref, Step
 from quorum.core.times import micro_time, timestamp
 from quorum.k8s import objects, reads, writes
@@ -437,7 +437,8 @@ async def suspended_jobs(api: client.ApiClient) -> list[SuspendedJob]:
     out = []
     for gang in gangs:
         meta = gang["metadata"]
-        for name in recovery_of(gang).get("suspendedJobs") or []:
+        recovery = GangRecord.of(gang).recovery
+        for name in recovery.suspended_jobs if recovery is not None else ():
             job = await reads.job(api, meta["namespace"], str(name))
             if job is None or not (job.get("spec") or {}).get("suspend"):
                 continue  # gone, or resumed (by quorum's recovery, or someone)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quorum.core.planner import Hold
+from quorum.core.record import Preempted, PreemptionRecord, Recovery, Resized
 from quorum.core.times import iso as iso  # re-exported: the operator's modules use them here
 from quorum.core.times import iso_deadline as iso_deadline
 from quorum.core.times import timestamp as timestamp
@@ -66,11 +67,11 @@ class GangState:
     basic: bool = False  # a 1.36 PodGroup with the `basic` policy: admitted once any pod is released
     waiting: str | None = None  # why it cannot be planned at all (its group is missing or invalid)
     hold: Hold | Waiting | None = None  # why the last pass held it
-    recovery: Mapping[str, Any] | None = None  # the Gang's `status.recovery`
+    recovery: Recovery | None = None  # the Gang's `status.recovery`
     failure: str | None = None  # what of quorum's work on it failed, in a sentence
-    preemption: Mapping[str, Any] | None = None  # the Gang's `status.preemption` (it preempts)
-    preempted: Mapping[str, Any] | None = None  # the Gang's `status.preempted` (it was preempted)
-    resized: Mapping[str, Any] | None = None  # the Gang's `status.resized` (its minCount changed)
+    preemption: PreemptionRecord | None = None  # the Gang's `status.preemption` (it preempts)
+    preempted: Preempted | None = None  # the Gang's `status.preempted` (it was preempted)
+    resized: Resized | None = None  # the Gang's `status.resized` (its minCount changed)
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def conditions(state: GangState) -> list[JSON]:
     hold = state.hold
     no_room = hold is not None and hold.reason in NO_ROOM
     held = hold is not None and bool(hold.held_nodes)
-    in_backoff = backoff_until(state.recovery) > state.now
+    in_backoff = state.recovery is not None and state.recovery.backoff_until > state.now
     return [
         {"type": "Admitted", "status": status, "reason": reason, "message": message},
         {
@@ -163,56 +164,51 @@ def conditions(state: GangState) -> list[JSON]:
     ]
 
 
-def resized(record: Mapping[str, Any] | None, released: int) -> list[JSON]:
+def resized(record: Resized | None, released: int) -> list[JSON]:
     """True while a gang whose minMember grew has fewer released than the new size; the message
     (from what to what, and how it goes on) stays until the next resize. None before any resize:
     each condition costs every status write of every gang its bytes."""
-    if not record:
+    if record is None:
         return []
-    old, new = record.get("from"), record.get("to")
-    message = f"minMember changed from {old} to {new} at {record.get('time')}"
-    if isinstance(old, int) and isinstance(new, int) and new > old and released < new:
+    old, new = record.old, record.new
+    message = f"minMember changed from {old} to {new} at {record.time}"
+    if new > old and released < new:
         message += f": {released} released; the other {new - released} go once all of them fit"
         return [{"type": "Resized", "status": "True", "reason": "Growing", "message": message}]
-    if isinstance(old, int) and isinstance(new, int) and new < old:
+    if new < old:
         message += f": members beyond {new} are elastic"
     return [{"type": "Resized", "status": "False", "reason": "Resized", "message": message}]
 
 
-def preempting(record: Mapping[str, Any] | None) -> JSON:
-    if record:
-        return {
-            "type": "Preempting",
-            "status": "True",
-            "reason": "Preempting",
-            "message": str(record.get("message", "")),
-        }
+def preempting(record: PreemptionRecord | None) -> JSON:
+    if record is not None:
+        return {"type": "Preempting", "status": "True", "reason": "Preempting", "message": record.message}
     return {"type": "Preempting", "status": "False", "reason": "NotPreempting", "message": ""}
 
 
-def preempted(record: Mapping[str, Any] | None, readmitted: bool) -> JSON:
+def preempted(record: Preempted | None, readmitted: bool) -> JSON:
     """True from the preemption until the gang is admitted again; the message stays."""
-    if not record:
+    if record is None:
         return {"type": "Preempted", "status": "False", "reason": "NotPreempted", "message": ""}
-    message = str(record.get("message", ""))
+    message = record.message
     if readmitted:
         return {"type": "Preempted", "status": "False", "reason": "Readmitted", "message": message}
     return {"type": "Preempted", "status": "True", "reason": "PreemptionByQuorum", "message": message}
 
 
 def compose_recovering(
-    recovery: Mapping[str, Any],
+    recovery: Recovery,
     now: float,
     failure: str | None = None,
-    preempted_by: Mapping[str, Any] | None = None,
+    preempted_by: Preempted | None = None,
 ) -> GangStatus:
     """A gang in recovery that has no pod at the moment (its Job suspended, its pods deleted
     and not made again yet): what happened and when it is tried again."""
-    message = str(recovery.get("message", ""))
-    if recovery.get("suspendedJobs"):
-        message += f"; waiting for the pods of Job {', '.join(recovery['suspendedJobs'])} to go"
+    message = recovery.message
+    if recovery.suspended_jobs:
+        message += f"; waiting for the pods of Job {', '.join(recovery.suspended_jobs)} to go"
     counts = dict.fromkeys(("members", "gated", "released", "bound", "running", "succeeded", "failed"), 0)
-    in_backoff = backoff_until(recovery) > now
+    in_backoff = recovery.backoff_until > now
     return GangStatus(
         counts,
         "Pending",
@@ -230,29 +226,29 @@ def compose_recovering(
     )
 
 
-def restarted(recovery: Mapping[str, Any] | None, readmitted: bool) -> JSON:
+def restarted(recovery: Recovery | None, readmitted: bool) -> JSON:
     """True from a restart after a member loss until the gang is admitted again; the message
     (what was lost, what quorum did) stays until the next recovery."""
-    if (recovery or {}).get("reason") != "MemberLost":
+    if recovery is None or recovery.reason != "MemberLost":
         return {"type": "Restarted", "status": "False", "reason": "NotRestarted", "message": ""}
-    message = str((recovery or {}).get("message", ""))
+    message = recovery.message
     if readmitted:
         return {"type": "Restarted", "status": "False", "reason": "Readmitted", "message": message}
     return {"type": "Restarted", "status": "True", "reason": "MemberLost", "message": message}
 
 
-def partially_placed(recovery: Mapping[str, Any] | None) -> JSON:
-    if (recovery or {}).get("failures"):
+def partially_placed(recovery: Recovery | None) -> JSON:
+    if recovery is not None and recovery.failures:
         return {
             "type": "PartiallyPlaced",
             "status": "True",
             "reason": "TimedOut",
-            "message": str((recovery or {}).get("message", "")),
+            "message": recovery.message,
         }
     return {"type": "PartiallyPlaced", "status": "False", "reason": "NotPartial", "message": ""}
 
 
-def backoff(recovery: Mapping[str, Any] | None, now: float, in_backoff: bool) -> JSON:
+def backoff(recovery: Recovery | None, now: float, in_backoff: bool) -> JSON:
     return {
         "type": "Backoff",
         "status": "True" if in_backoff else "False",
@@ -270,27 +266,10 @@ def planning_failed(failure: str | None) -> JSON:
 # -- the recovery record on the Gang (`status.recovery`) ------------------------------------
 
 
-def attempt_of(admission: Mapping[str, Any]) -> int:
-    """The number of the decision a Gang's `status.admission` records (0: none)."""
-    try:
-        return int(admission.get("attempt") or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
-def recovery_of(gang: JSON | None) -> JSON:
-    recovery = ((gang or {}).get("status") or {}).get("recovery") or {}
-    return dict(recovery) if isinstance(recovery, dict) else {}
-
-
-def backoff_until(recovery: Mapping[str, Any] | None) -> float:
-    """Epoch seconds before which the gang is not planned (0: no backoff)."""
-    return timestamp((recovery or {}).get("nextAttemptTime"))
-
-
-def backoff_message(recovery: Mapping[str, Any] | None, now: float) -> str:
-    recovery = recovery or {}
+def backoff_message(recovery: Recovery | None, now: float) -> str:
+    failures = recovery.failures if recovery is not None and recovery.failures else 1
+    until = recovery.backoff_until if recovery is not None else 0.0
     return (
-        f"backing off after a partial placement ({recovery.get('failures', 1)} in a row): next try at "
-        f"{recovery.get('nextAttemptTime')} (in {max(0.0, backoff_until(recovery) - now):.0f}s)"
+        f"backing off after a partial placement ({failures} in a row): next try at "
+        f"{recovery.next_attempt_time if recovery else None} (in {max(0.0, until - now):.0f}s)"
     )

@@ -40,7 +40,7 @@ from quorum.core.workloads import (
     scheduler_refusal,
     topology_of,
 )
-from quorum.k8s.convert import pod_from_api
+from quorum.k8s.convert import newer_or_same, pod_from_api
 
 TOPOLOGY_ANNOTATION = "quorum.dev/topology-key"
 JSON = dict[str, Any]
@@ -67,6 +67,14 @@ class Store:
     owned_group_apis: frozenset[str] = frozenset(g for g, v in GROUP_APIS.values() if v == "v1alpha1")
     # Watched kind -> set once its first listing is in: the loop plans only when all are.
     synced: dict[str, asyncio.Event] = field(default_factory=dict)
+    # Watched kind -> the latest resourceVersion its watch delivered (pods, gangs): an object
+    # listed at an older version and not in the store is known deleted (`loop.CatchUp`).
+    progress: dict[str, str] = field(default_factory=dict)
+
+    def advance(self, kind: str, obj: JSON) -> None:
+        version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        if newer_or_same(version, self.progress.get(kind, "")) is not False:
+            self.progress[kind] = version
 
     @property
     def workload_api(self) -> bool:
@@ -93,9 +101,11 @@ class GangPods:
             self.store.pods[uid] = pod
         else:
             self.store.pods.pop(uid, None)
+        self.store.advance("pods", pod)
 
     def delete(self, pod: JSON) -> None:
         self.store.pods.pop(pod["metadata"]["uid"], None)
+        self.store.advance("pods", pod)
 
     def replace_all(self, pods: list[JSON]) -> None:
         self.store.pods.clear()
@@ -115,14 +125,19 @@ class StoreTable:
     # (apiVersion, kind) of the objects: a listing of a built-in kind (Kubernetes' PodGroup) gives
     # its items without them, and the Gang record names its source by them.
     typed: Callable[[], tuple[str, str]] | None = None
+    seen: Callable[[JSON], None] | None = None  # told of every object delivered (the Gangs' progress)
 
     def upsert(self, obj: JSON) -> None:
         if self.typed is not None and not obj.get("apiVersion"):
             obj["apiVersion"], obj["kind"] = self.typed()
         self.table[self.key(obj)] = obj
+        if self.seen is not None:
+            self.seen(obj)
 
     def delete(self, obj: JSON) -> None:
         self.table.pop(self.key(obj), None)
+        if self.seen is not None:
+            self.seen(obj)
 
     def replace_all(self, objs: list[JSON]) -> None:
         if self.owned:
@@ -145,7 +160,7 @@ def store_nodes(store: Store) -> StoreTable:
 
 def store_gangs(store: Store) -> StoreTable:
     """The Store's Gang objects, by (namespace, name)."""
-    return StoreTable(store.gangs, namespaced)
+    return StoreTable(store.gangs, namespaced, seen=lambda gang: store.advance("gangs", gang))
 
 
 def store_pdbs(store: Store) -> StoreTable:

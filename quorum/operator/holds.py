@@ -10,10 +10,12 @@ the planner cannot see.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
-from quorum.core.conditions import backoff_message, iso_deadline, recovery_of
+from quorum.core.conditions import backoff_message, iso_deadline
 from quorum.core.model import Gang
 from quorum.core.planner import Hold
+from quorum.core.record import Recovery
 from quorum.k8s.api import KubeApi
 from quorum.operator.gangs import JSON, GangView, Store
 from quorum.operator.recovery import Recoverer
@@ -60,10 +62,12 @@ class Holds:
                         Gang(*key, view.min_member, ()), "WaitingForOtherGates", view.blocked() or ""
                     )
                 continue
-            gang = self.records.gang(key)
-            until = self.recoverer.backoff_until(key, gang)
+            record = self.records.record(key)
+            until = self.recoverer.backoff_until(key, record)
             if until > now:
-                recovery = {"failures": 1, **recovery_of(gang), "nextAttemptTime": iso_deadline(until)}
+                recovery = replace(
+                    record.recovery or Recovery(failures=1), next_attempt_time=iso_deadline(until)
+                )
                 holds[key] = Hold(Gang(*key, view.min_member, ()), "Backoff", backoff_message(recovery, now))
                 self.next_backoff_end = min(self.next_backoff_end or until, until)
                 continue

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from quorum.core.model import add
+from quorum.core.record import GangRecord, Placement
 from quorum.k8s.convert import pod_requests
 from quorum.k8s.writes import pinned_node
 from quorum.operator.gangs import GANG_LABEL, is_gated
@@ -93,10 +94,10 @@ class Ledger:
             self.drop(uid)
         for key, gang in gangs.items():
             for entry in recorded_placement(gang):
-                pod = pods.get(entry["uid"])
+                pod = pods.get(entry.uid)
                 if pod is not None and released_unbound(pod, bound):
                     # Where it is pinned, if the record is older than its last release.
-                    self.reserve_pod(key, pod, pinned_node(pod.get("spec") or {}) or entry["node"])
+                    self.reserve_pod(key, pod, pinned_node(pod.get("spec") or {}) or entry.node)
         for uid, pod in pods.items():
             gang_name = ((pod.get("metadata") or {}).get("labels") or {}).get(GANG_LABEL)
             if uid in self.entries or not gang_name or not released_unbound(pod, bound):
@@ -136,14 +137,8 @@ def released_unbound(pod: JSON, bound: Container[str] = frozenset()) -> bool:
     )
 
 
-def recorded_placement(gang: JSON | None) -> list[JSON]:
-    """The placement of the gang's recorded decision (`status.admission.placement`): entries
-    with `uid` and `node`; malformed entries (edited by hand) are skipped."""
-    placement = (((gang or {}).get("status") or {}).get("admission") or {}).get("placement") or []
-    if not isinstance(placement, list):
-        return []
-    return [
-        e
-        for e in placement
-        if isinstance(e, dict) and isinstance(e.get("uid"), str) and isinstance(e.get("node"), str)
-    ]
+def recorded_placement(gang: JSON | None) -> tuple[Placement, ...]:
+    """The placement of the gang's recorded decision (`status.admission.placement`; none for a
+    decision too large to record it); malformed entries (edited by hand) are skipped."""
+    admission = GangRecord.of(gang).admission
+    return admission.placement if admission is not None else ()

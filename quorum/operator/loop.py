@@ -59,8 +59,9 @@ SLOW_PASS_SECONDS = 1.0  # a pass slower than this is logged with where its time
 class CatchUp:
     """The gang pods and Gangs the apiserver listed when this replica took the lead (uid or
     key -> resourceVersion). The watches have caught up once the store holds each at that
-    version or later; one the store does not hold at all (made since its watch last spoke, or
-    deleted since the list) is waited for only until `deadline` (monotonic)."""
+    version or later, or its watch has delivered past that version without it (deleted since);
+    one whose absence cannot be told so (resourceVersions that do not compare) is waited for
+    only until `deadline` (monotonic)."""
 
     pods: Mapping[str, str]
     gangs: Mapping[GangKey, str]
@@ -81,13 +82,14 @@ class CatchUp:
         """How many listed objects the store does not show yet."""
         waiting_for_absent = clock.monotonic() < self.deadline
 
-        def lags(seen: JSON | None, version: str) -> bool:
+        def lags(kind: str, seen: JSON | None, version: str) -> bool:
             if seen is None:
-                return waiting_for_absent
+                past = newer_or_same(store.progress.get(kind, ""), version)
+                return not past if past is not None else waiting_for_absent
             return newer_or_same(str(seen["metadata"].get("resourceVersion") or ""), version) is False
 
-        return sum(lags(store.pods.get(uid), v) for uid, v in self.pods.items()) + sum(
-            lags(store.gangs.get(key), v) for key, v in self.gangs.items()
+        return sum(lags("pods", store.pods.get(uid), v) for uid, v in self.pods.items()) + sum(
+            lags("gangs", store.gangs.get(key), v) for key, v in self.gangs.items()
         )
 
 

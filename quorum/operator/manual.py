@@ -14,12 +14,13 @@ import argparse
 import asyncio
 import os
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.core.conditions import attempt_of
+from quorum.core.record import GangRecord, ManualRelease
 from quorum.core.times import timestamp
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s import objects, reads, writes
@@ -124,22 +125,18 @@ async def release_gangs(
         # attempts, never this machine's clock with the operator's): a later decision of
         # quorum's is quorum's again.
         gang = await writes.get_gang(api, namespace, name)
-        record: dict[str, Any] = {}
-        if gang is not None:
-            admission = (gang.get("status") or {}).get("admission") or {}
-            attempt = attempt_of(admission) if isinstance(admission, dict) else 0
-            record = {"time": writes.now(), "by": by, "reason": reason, "pods": len(members)}
-            record["attempt"] = attempt
-            if await writes.patch_gang_status(api, namespace, name, {"manualRelease": record}) is None:
-                gang = None
+        record = ManualRelease(writes.now(), by, reason, len(members), GangRecord.of(gang).attempt)
+        body = {"manualRelease": record.to_json()}
+        if gang is not None and await writes.patch_gang_status(api, namespace, name, body) is None:
+            gang = None
         released = [p for p in members if await writes.release_pod(api, p, None)]
         message = (
             f"{len(released)} of {len(members)} gated pods released by hand by {by}, without a plan: {reason}"
         )
         if gang is not None:
             if len(released) != len(members):
-                record["pods"] = len(released)
-                await writes.patch_gang_status(api, namespace, name, {"manualRelease": record})
+                record = replace(record, pods=len(released))
+                await writes.patch_gang_status(api, namespace, name, {"manualRelease": record.to_json()})
             await writes.post_event(api, gang, "ReleasedByHand", message, warning=True)
         else:
             for pod in released:

@@ -40,10 +40,10 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from quorum.core.conditions import attempt_of, iso, recovery_of
+from quorum.core.conditions import iso
 from quorum.core.lifecycle import JobFacts
 from quorum.core.model import Gang, Node, Requirement, Resources
 from quorum.core.planner import Plan, PlannerSettings
@@ -58,6 +58,7 @@ from quorum.core.preemption import (
     choose_victims,
     units,
 )
+from quorum.core.record import GangRecord, Preempted, PreemptionRecord, Recovery
 from quorum.k8s.api import KubeApi
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT
@@ -194,9 +195,6 @@ class Preempter:
         self.bound = bound
         self.settings = settings
         self.planner = planner
-        # Preemptions this process started or ended, before the watch shows the Gang's record
-        # (None: ended).
-        self.records: dict[GangKey, JSON | None] = {}
         self.tried: dict[GangKey, float] = {}  # when preemption last found nothing for the gang
         self.why_not: dict[GangKey, str] = {}  # and why, for the gang's status
         # Preemptions in a row that ended without the gang bound: the room they freed went to
@@ -210,32 +208,22 @@ class Preempter:
 
     # -- what is in flight -------------------------------------------------------------------
 
-    def in_flight(self) -> dict[GangKey, JSON]:
-        out: dict[GangKey, JSON] = {}
-        for key, gang in self.store.gangs.items():
-            record = (gang.get("status") or {}).get("preemption")
-            if isinstance(record, dict) and record.get("token"):
-                out[key] = record
-        for key, record in list(self.records.items()):
-            shown = out.get(key)
-            if record is None:
-                if shown is None:
-                    del self.records[key]  # the watch shows it ended
-                else:
-                    del out[key]
-            elif shown is not None and shown.get("token") == record.get("token"):
-                del self.records[key]  # the watch shows it
-            else:
+    def in_flight(self) -> dict[GangKey, PreemptionRecord]:
+        """The preemptions recorded on the Gangs, as this process knows them (`GangRecords.record`:
+        what it wrote or read afresh that the watch has not shown yet included)."""
+        out: dict[GangKey, PreemptionRecord] = {}
+        for key in self.store.gangs:
+            if (record := self.statuses.record(key).preemption) is not None:
                 out[key] = record
         return out
 
     def tokens(self) -> dict[GangKey, str]:
-        return {key: str(record["token"]) for key, record in self.in_flight().items()}
+        return {key: record.token for key, record in self.in_flight().items()}
 
-    def age(self, record: JSON) -> float:
+    def age(self, record: PreemptionRecord) -> float:
         """Seconds since this process first saw the preemption in flight (monotonic)."""
         now = clock.monotonic()
-        return now - self.first_seen.setdefault(str(record.get("token", "")), now)
+        return now - self.first_seen.setdefault(record.token, now)
 
     # -- deciding ----------------------------------------------------------------------------
 
@@ -344,19 +332,18 @@ class Preempter:
         key = view.key
         token = secrets.token_hex(6)
         who = f"{view.namespace}/{view.name}"
-        record = {
-            "token": token,
-            "time": iso(now),
-            "deadline": iso(now + self.settings.timeout_seconds),
-            "message": preemption.summary(view.namespace),
-            "victims": [v.entry(view.namespace) for v in preemption.victims],
-        }
+        record = PreemptionRecord(
+            token,
+            iso(now),
+            iso(now + self.settings.timeout_seconds),
+            preemption.summary(view.namespace),
+            tuple(v.entry(view.namespace) for v in preemption.victims),
+        )
         # Recorded only while the Gang records no preemption: one another leader recorded, that
         # the watch has not shown, refuses it.
-        if not await self.statuses.record_if(key, {"preemption": None}, {"preemption": record}):
+        if not await self.statuses.record_if(key, {"preemption": None}, {"preemption": record.to_json()}):
             log.info("%s: its Gang is gone or records a preemption already; nothing preempted", who)
             return  # not recorded: nothing may be taken
-        self.records[key] = record
         self.first_seen[token] = clock.monotonic()
         self.why_not.pop(key, None)
         for name in preemption.nodes:
@@ -368,7 +355,7 @@ class Preempter:
             self.tainted.setdefault(token, set()).add(name)
         suspend, to_delete = await self.sort_victims(preemption.victims)
         try:
-            await self.carry_out(view, gang, preemption, token, suspend, to_delete, now)
+            await self.carry_out(view, gang, preemption, record, suspend, to_delete, now)
         finally:  # whatever was not suspended by now never will be by this task
             for (namespace, name), (gang_name, _) in suspend.items():
                 self.statuses.memory[(namespace, gang_name)].suspending.discard(name)
@@ -378,7 +365,7 @@ class Preempter:
         view: GangView,
         gang: JSON,
         preemption: Preemption,
-        token: str,
+        record: PreemptionRecord,
         suspend: Mapping[tuple[str, str], tuple[str, str]],
         to_delete: Sequence[RunningPod],
         now: float,
@@ -388,7 +375,7 @@ class Preempter:
         platform's full record, the victims' and the preemptor's Events; then the marks, the
         suspensions and the deletions. A failure before the marks ends the preemption with
         nothing taken; a Job recorded but never suspended is dropped by recovery."""
-        key = view.key
+        key, token = view.key, record.token
         recorded: dict[GangKey, JSON | None] = {}
         try:
             await self.record_victims(preemption, suspend, now, recorded, token)
@@ -407,7 +394,7 @@ class Preempter:
             )
             await self.unrecord_victims(recorded)
             try:
-                await self.end(key, self.records.get(key) or {"token": token}, "not recorded in full", True)
+                await self.end(key, record, "not recorded in full", True)
             except Exception as again:  # its deadline ends it
                 log.info("%s/%s: preemption not ended: %s", *key, describe(again))
             # What the preemptor's tenant reads of the failure: not the error, which may name
@@ -424,9 +411,7 @@ class Preempter:
             log.info("%s/%s: a victim could not be marked (%s): preemption withdrawn", *key, describe(err))
             await self.unmark(pods, "a victim could not be marked")
             await self.unrecord_victims(recorded)
-            await self.end(
-                key, self.records.get(key) or {"token": token}, "a victim could not be marked", True
-            )
+            await self.end(key, record, "a victim could not be marked", True)
             raise RuntimeError(
                 "a victim could not be marked: the preemption was withdrawn, nothing taken"
             ) from None
@@ -503,22 +488,21 @@ class Preempter:
             vkey = (victim.namespace, str(gang_name))
             if gang_name is None or vkey not in self.store.gangs or vkey in recorded:
                 continue  # a lone pod, a gang without a Gang, or one recorded already (pod by pod)
-            current = self.statuses.gang(vkey)
+            current = self.statuses.record(vkey)
             told = preemption.told(victim.namespace)
             by = preemption.preempted_by(victim.namespace)
-            attempt = attempt_of(((current or {}).get("status") or {}).get("admission") or {})
-            preempted = {"time": iso(now), "message": told, "attempt": attempt, "token": token}
-            status: JSON = {"preempted": {**({"by": by} if by else {}), **preempted}}
+            preempted = Preempted(iso(now), told, by, current.attempt, token)
+            status: JSON = {"preempted": preempted.to_json()}
             jobs = sorted(n for (ns, n), (g, _) in suspend.items() if (ns, g) == vkey)
             if jobs and victim.kind == "gang":
-                recovery = recovery_of(current)
-                status["recovery"] = {
-                    **recovery,
-                    "message": f"{told}; suspending Job {', '.join(jobs)} until its pods are gone",
-                    "suspendedJobs": jobs,  # added to those recorded (`patch_recovery`)
-                }
+                message = f"{told}; suspending Job {', '.join(jobs)} until its pods are gone"
+                # The Jobs are added to those recorded (`patch_recovery`).
+                recovery = replace(
+                    current.recovery or Recovery(), message=message, suspended_jobs=tuple(jobs)
+                )
+                status["recovery"] = recovery.to_json()
                 self.statuses.memory[vkey].suspending.update(jobs)
-            recorded[vkey] = ((current or {}).get("status") or {}).get("preempted")
+            recorded[vkey] = current.preempted.to_json() if current.preempted else None
             if not await self.statuses.patch_recovery(vkey, status):
                 raise RuntimeError("the Gang of a victim went before it recorded the preemption")
 
@@ -575,7 +559,7 @@ class Preempter:
 
     def due_ends(
         self, views: Mapping[GangKey, GangView], now: float
-    ) -> list[tuple[GangKey, JSON, str, bool]]:
+    ) -> list[tuple[GangKey, PreemptionRecord, str, bool]]:
         """Preemptions to end now: (gang, record, why, is it a warning)."""
         out = []
         for key, record in self.in_flight().items():
@@ -594,7 +578,7 @@ class Preempter:
         doublings = min(self.expired.get(key, 0), 16)
         return float(min(self.settings.retry_seconds * (1 << doublings), EXPIRED_BACKOFF_CAP))
 
-    async def end(self, key: GangKey, record: JSON, why: str, warn: bool) -> None:
+    async def end(self, key: GangKey, record: PreemptionRecord, why: str, warn: bool) -> None:
         """End a preemption: its reservation taints removed and its record cleared. One that ends
         without the gang bound (`warn`) counts as tried now, and backs the next one off."""
         if warn:
@@ -602,7 +586,7 @@ class Preempter:
             self.expired[key] = self.expired.get(key, 0) + 1
         else:
             self.expired.pop(key, None)
-        token = str(record.get("token", ""))
+        token = record.token
         for name in sorted(self.reserved_nodes(record)):
             node = self.store.nodes.get(name)
             if node is not None:
@@ -611,7 +595,6 @@ class Preempter:
         await self.settle_victims(token, why)
         if key in self.store.gangs:
             await self.statuses.patch(key, {"preemption": None})
-        self.records[key] = None
         self.first_seen.pop(token, None)
         metrics.PREEMPTIONS.labels(result="Ended" if not warn else "Expired").inc()
         log.info("%s/%s: preemption ended: %s", *key, why)
@@ -626,8 +609,8 @@ class Preempter:
         token their records name, so a new leader does it too."""
         for vkey in list(self.store.gangs):
             gang = self.statuses.gang(vkey)
-            preempted = ((gang or {}).get("status") or {}).get("preempted")
-            if gang is None or not isinstance(preempted, dict) or preempted.get("token") != token:
+            preempted = GangRecord.of(gang).preempted
+            if gang is None or preempted is None or preempted.token != token:
                 continue
             pods = [
                 p
@@ -646,12 +629,12 @@ class Preempter:
             if len(pods) >= need and await self.statuses.patch(vkey, {"preempted": None}):
                 await self.statuses.events.post(gang, "PreemptionWithdrawn", WITHDRAWN)
 
-    def reserved_nodes(self, record: JSON) -> set[str]:
+    def reserved_nodes(self, record: PreemptionRecord) -> set[str]:
         """The nodes a preemption's token reserves: those whose taint carries it (as the watch
         shows them, which a new leader reads too), those this process tainted, and those a
         record of an earlier version named."""
-        token = str(record.get("token", ""))
-        found = {str(n) for n in record.get("nodes") or []} | self.tainted.get(token, set())
+        token = record.token
+        found = set(record.nodes) | self.tainted.get(token, set())
         for name, node in self.store.nodes.items():
             if any(
                 t.get("key") == RESERVED_TAINT and t.get("value") == token
@@ -679,19 +662,18 @@ class Preempter:
         its taint is removed."""
         live: dict[str, tuple[GangKey, JSON]] = {}
         for gang in await self.api.list_gangs():
-            record = (gang.get("status") or {}).get("preemption")
-            if isinstance(record, dict) and record.get("token"):
+            record = GangRecord.of(gang).preemption
+            if record is not None:
                 meta = gang.get("metadata") or {}
-                live[str(record["token"])] = ((str(meta.get("namespace")), str(meta.get("name"))), record)
+                live[record.token] = ((str(meta.get("namespace")), str(meta.get("name"))), gang)
         stray = []
         for node, token in found:
             if token not in live:
                 stray.append((node, token))
                 continue
-            key, record = live[token]
-            if key not in self.records:
-                log.info("%s/%s: preemption %s in flight, not yet shown by the Gang watch", *key, token)
-                self.records[key] = record
+            key, gang = live[token]
+            log.info("%s/%s: preemption %s in flight, not yet shown by the Gang watch", *key, token)
+            self.statuses.saw(key, gang)  # known from now on, as this process's own writes are
         await self.remove_stray_taints(stray)
 
     async def remove_stray_taints(self, found: list[tuple[JSON, str]]) -> None:

@@ -20,9 +20,9 @@ import asyncio
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from quorum.core.conditions import attempt_of, backoff_until, iso, iso_deadline, recovery_of, timestamp
+from quorum.core.conditions import iso, iso_deadline
 from quorum.core.lifecycle import (
     MEMBER_LOSS_ANNOTATION,
     Action,
@@ -40,6 +40,7 @@ from quorum.core.lifecycle import (
     member_loss_policy,
     plan_recovery,
 )
+from quorum.core.record import Disruption, GangRecord, Recovery, Target
 from quorum.core.workloads import InvalidWorkloadObject, composite_facts
 from quorum.k8s.api import KubeApi
 from quorum.operator import clock, metrics
@@ -84,22 +85,16 @@ class CompositeState:
 
 
 def disruption(
-    reason: str, attempt: int, now: float, message: str, pods: list[JSON], jobs: list[JSON]
-) -> JSON:
+    reason: str,
+    attempt: int,
+    now: float,
+    message: str,
+    pods: list[Target],
+    jobs: list[Target],
+    composite: str | None = None,
+) -> Disruption:
     """The record of a decision to delete pods or suspend Jobs (`status.disruption`)."""
-    return {
-        "reason": reason,
-        "attempt": attempt,
-        "time": iso(now),
-        "message": message,
-        "pods": pods,
-        "jobs": jobs,
-    }
-
-
-def disruption_of(gang: JSON | None) -> JSON:
-    record = ((gang or {}).get("status") or {}).get("disruption") or {}
-    return record if isinstance(record, dict) else {}
+    return Disruption(reason, attempt, iso(now), message, tuple(pods), tuple(jobs), composite)
 
 
 def is_active(pod: JSON) -> bool:
@@ -146,14 +141,15 @@ class Recoverer:
         polled = self.memory[key].polled
         return polled is None or clock.monotonic() - polled >= every
 
-    def recovered_already(self, key: tuple[str, str], gang: JSON) -> bool:
+    def recovered_already(self, key: tuple[str, str], record: GangRecord) -> bool:
         """The gang's recorded decision has been recovered (by this process or on record)."""
-        attempt = attempt_of((gang.get("status") or {}).get("admission") or {})
-        return attempt in (recovery_of(gang).get("attempt"), self.memory[key].recovered)
+        recovered = record.recovery.attempt if record.recovery else None
+        return record.attempt in (recovered, self.memory[key].recovered)
 
-    def backoff_until(self, key: tuple[str, str], gang: JSON | None) -> float:
+    def backoff_until(self, key: tuple[str, str], record: GangRecord) -> float:
         """Epoch seconds before which the gang is not planned (0: no backoff)."""
-        return max(backoff_until(recovery_of(gang)), self.memory[key].backoff_until)
+        on_record = record.recovery.backoff_until if record.recovery else 0.0
+        return max(on_record, self.memory[key].backoff_until)
 
     def prune(self, pods: dict[str, JSON]) -> None:
         """Forget the pods already replaced or reported once they are gone."""
@@ -161,48 +157,46 @@ class Recoverer:
 
     def due(self, view: GangView, gang: JSON | None, now: float) -> str | None:
         """What recovery has to do for this gang now, if anything: `resume-jobs`,
-        `clean-slate`, `replace-stuck`, `recover`, `restart-gang` or `warn-policy`. (It notes,
-        in memory only, the gangs it sees whole.)"""
+        `clean-slate`, `replace-stuck`, `recover`, `recover-composite`, `restart-gang` or
+        `warn-policy`. (It notes, in memory only, the gangs it sees whole.)"""
         if gang is None:
             return None
-        if disruption_of(gang):
+        record = GangRecord.of(gang)
+        if record.disruption is not None:
             return "finish-disruption"  # recorded and not done (a leader died in between, a write failed)
         if view.min_member is None or view.basic:
             return None
-        admission = (gang.get("status") or {}).get("admission") or {}
-        manual = (gang.get("status") or {}).get("manualRelease") or {}
+        admission, recovery = record.admission, record.recovery or Recovery()
         if (
-            isinstance(admission, dict)
-            and admission
-            and released_by_hand(manual, admission)
-            and not (recovery_of(gang).get("suspendedJobs"))
+            record.manual_release
+            and record.manual_release.overrides(admission)
+            and not recovery.suspended_jobs
         ):
             return None  # a person released the gang by hand after quorum's decision: theirs now
         if growing(view.min_member, gang, view.bound_and_unbound[0]):
             # Its group's minCount grew: the new size is planned first, never a loss; a pod
             # released before and never bound is still made again (or reported), as below.
-            return "replace-stuck" if self.stuck_since_decision(view, gang, now) else None
-        recovery = recovery_of(gang)
-        if recovery.get("suspendedJobs"):
+            return "replace-stuck" if self.stuck_since_decision(view, record) else None
+        if recovery.suspended_jobs:
             return "resume-jobs" if self.may_poll(view.key) else None
-        if not isinstance(admission, dict) or not admission:
+        if admission is None:
             return None
         policy, problem = self.policy_of(view)
         if problem and not self.memory[view.key].warned_policy:
             return "warn-policy"
         bound, unbound = self.bound_and_unbound(view)
-        attempt = attempt_of(admission)
+        attempt = admission.attempt
+        recovered = attempt in (recovery.attempt, self.memory[view.key].recovered)
         if bound >= view.min_member:
             if policy is MemberLossPolicy.RESTART_GANG:
                 self.memory[view.key].whole = (attempt, self.bound_members(view))
             composite = self.composites.get(self.composite_of.get(view.key, ("", "")))
-            recovered = attempt in (recovery.get("attempt"), self.memory[view.key].recovered)
             if composite is not None and composite.partially_placed and not recovered:
                 return "recover-composite"
-            if recovery.get("failures"):
+            if recovery.failures:
                 return "clean-slate"
-            return "replace-stuck" if self.stuck_since_decision(view, gang, now) else None
-        if attempt in (recovery.get("attempt"), self.memory[view.key].recovered):
+            return "replace-stuck" if self.stuck_since_decision(view, record) else None
+        if recovered:
             return None
         if policy is MemberLossPolicy.RESTART_GANG and self.loss(view, gang) is not None:
             return "restart-gang"
@@ -216,13 +210,12 @@ class Recoverer:
             return "recover"
         return None
 
-    def stuck_since_decision(self, view: GangView, gang: JSON, now: float) -> bool:
+    def stuck_since_decision(self, view: GangView, record: GangRecord) -> bool:
         """A released pod not yet replaced or reported is still unbound a timeout after the
         gang's last decision."""
-        admission = (gang.get("status") or {}).get("admission") or {}
-        if not isinstance(admission, dict) or not admission:
+        if record.admission is None:
             return False
-        if self.records.since_decision(view.key, attempt_of(admission)) <= view.schedule_timeout:
+        if self.records.since_decision(view.key, record.attempt) <= view.schedule_timeout:
             return False
         return any(p["metadata"]["uid"] not in self.stuck for p in view.bound_and_unbound[1])
 
@@ -251,13 +244,14 @@ class Recoverer:
                 continue
             gang = self.records.gang(key) or {}
             try:
-                recovery = recovery_of(gang)
-                if decision := disruption_of(gang):  # recorded, not finished; no pod left to show
+                record = GangRecord.of(gang)
+                recovery = record.recovery or Recovery()
+                if record.disruption is not None:  # recorded, not finished; no pod left to show
                     min_member = int((gang.get("spec") or {}).get("minMember") or 1)
-                    work.start(key, "recover", self.finish(key, min_member, decision, None))
-                elif recovery.get("suspendedJobs") and self.may_poll(key):  # its pods are all gone
+                    work.start(key, "recover", self.finish(key, min_member, record.disruption, None))
+                elif recovery.suspended_jobs and self.may_poll(key):  # its pods are all gone
                     work.start(key, "recover", self.resume_jobs(key[0], key[1], [], gang))
-                elif (recovery.get("failures") or recovery.get("suspendedJobs")) and (
+                elif (recovery.failures or recovery.suspended_jobs) and (
                     write := self.records.recovering_due(key, gang, None)
                 ):  # no pods: a recovery, or a preemption, that waits for a Job's pods to go
                     work.start(key, "status", self.records.write_recovering(key, write))
@@ -285,17 +279,13 @@ class Recoverer:
             whole, partial = 0, []
             for view in children:
                 gang = self.records.gang(view.key)
-                admission = ((gang or {}).get("status") or {}).get("admission") or {}
-                if gang is None or not isinstance(admission, dict) or not admission:
+                record = GangRecord.of(gang)
+                if gang is None or record.admission is None:
                     continue
-                attempt = attempt_of(admission)
-                bound = view.bound_and_unbound[0]
                 assert view.min_member is not None
-                if bound >= view.min_member:
+                if view.bound_and_unbound[0] >= view.min_member:
                     whole += 1
-                elif attempt in (recovery_of(gang).get("attempt"), self.memory[view.key].recovered) or (
-                    self.due(view, gang, now) == "recover"
-                ):
+                elif self.recovered_already(view.key, record) or self.due(view, gang, now) == "recover":
                     partial.append(view.name)
             gangs = {v.key: v.min_member or 1 for v in children}
             self.composites[key] = CompositeState(key[1], facts.min_group_count, gangs, whole, tuple(partial))
@@ -325,15 +315,14 @@ class Recoverer:
         It ran whole under its recorded decision if this process saw it so, or if the status on
         record says minMember pods bound (each decision's record resets that counter)."""
         assert view.min_member is not None
-        status = gang.get("status") or {}
-        admission = status.get("admission") or {}
-        attempt = attempt_of(admission)
-        recorded = status.get("bound")
+        record = GangRecord.of(gang)
+        attempt = record.attempt
+        recorded = (gang.get("status") or {}).get("bound")  # a counter, not a decision
         seen = self.memory[view.key].whole
         was_whole = (seen is not None and seen[0] == attempt) or (
             isinstance(recorded, int) and recorded >= view.min_member
         )
-        by_quorum = preempted_under(status.get("preempted"), admission)
+        by_quorum = record.preempted is not None and record.preempted.under(record.admission)
         bound = seen[1] if seen is not None and seen[0] == attempt else {}
         return member_loss(
             members_of(view, bound), min_member=view.min_member, was_whole=was_whole, preempted=by_quorum
@@ -347,26 +336,24 @@ class Recoverer:
     async def check(self, view: GangView, gang: JSON, now: float) -> None:
         """Do what `due` says (it is asked again: the gang may have moved on meanwhile)."""
         what = self.due(view, gang, now)
-        recovery = recovery_of(gang)
-        if what == "finish-disruption":
-            await self.finish(view.key, view.min_member or 1, disruption_of(gang), view.group)
+        record = GangRecord.of(gang)
+        recovery = record.recovery or Recovery()
+        if what == "finish-disruption" and record.disruption is not None:
+            await self.finish(view.key, view.min_member or 1, record.disruption, view.group)
         elif what == "resume-jobs":
             await self.resume_jobs(view.namespace, view.name, view.pods, gang)
         elif what == "clean-slate":
-            await self.record(view.key, {**recovery, "failures": 0})
+            await self.record(view.key, replace(recovery, failures=0))
         elif what == "replace-stuck":
             await self.replace_stuck(view, gang, self.bound_and_unbound(view)[1], now)
         elif what == "recover":
             bound, unbound = self.bound_and_unbound(view)
-            admission = (gang.get("status") or {}).get("admission") or {}
-            await self.recover(view, gang, recovery, attempt_of(admission), bound, unbound, now)
+            await self.recover(view, gang, recovery, record.attempt, bound, unbound, now)
         elif what == "recover-composite":
-            admission = (gang.get("status") or {}).get("admission") or {}
             composite = self.composites[self.composite_of[view.key]]
-            await self.recover(view, gang, recovery, attempt_of(admission), 0, [], now, composite)
+            await self.recover(view, gang, recovery, record.attempt, 0, [], now, composite)
         elif what == "restart-gang" and (loss := self.loss(view, gang)) is not None:
-            admission = (gang.get("status") or {}).get("admission") or {}
-            await self.restart(view, gang, recovery, attempt_of(admission), loss, now)
+            await self.restart(view, gang, recovery, record.attempt, loss, now)
         elif what == "warn-policy" and (problem := self.policy_of(view)[1]):
             self.memory[view.key].warned_policy = True
             log.warning("%s/%s: %s", view.namespace, view.name, problem)
@@ -378,7 +365,7 @@ class Recoverer:
         self,
         view: GangView,
         gang: JSON,
-        recovery: JSON,
+        recovery: Recovery,
         attempt: int,
         bound: int,
         unbound: list[JSON],
@@ -389,7 +376,7 @@ class Recoverer:
         pods recovered by owner kind, then a backoff."""
         metrics.PARTIAL_PLACEMENTS.inc()
         plan, pods, jobs = await self.plan(view, view.active)
-        failures = int(recovery.get("failures") or 0) + 1
+        failures = recovery.failures + 1
         delay = self.backoff.delay(failures)
         names = ", ".join(sorted(p["metadata"]["name"] for p in unbound)[:5])
         if composite is None:
@@ -404,83 +391,84 @@ class Recoverer:
                 f"placed): recovered with it, although this gang runs"
             )
         message = f"{what}; {plan.summary()}; next try after {delay:.0f}s backoff ({failures} in a row)"
-        record = {
-            "attempt": attempt,
-            "failures": failures,
-            "time": iso(now),
-            "nextAttemptTime": iso_deadline(now + delay),
-            "message": message,
-            "suspendedJobs": sorted({*(recovery.get("suspendedJobs") or []), *(j["name"] for j in jobs)}),
-            "reason": PARTIALLY_PLACED,
-        }
-        self.memory[view.key].backoff_until = float(math.ceil(now + delay))  # as written (whole s)
-        decision = disruption(
-            PARTIALLY_PLACED if composite is None else COMPOSITE, attempt, now, message, pods, jobs
+        record = Recovery(
+            PARTIALLY_PLACED,
+            attempt,
+            failures,
+            iso(now),
+            iso_deadline(now + delay),
+            message,
+            tuple(sorted({*recovery.suspended_jobs, *(j.name for j in jobs)})),
         )
-        if composite is not None:
-            decision["composite"] = composite.name
-        await self.disrupt(view, {"recovery": record, "disruption": decision})
+        self.memory[view.key].backoff_until = float(math.ceil(now + delay))  # as written (whole s)
+        reason = PARTIALLY_PLACED if composite is None else COMPOSITE
+        decision = disruption(
+            reason, attempt, now, message, pods, jobs, composite.name if composite else None
+        )
+        await self.disrupt(view, decision, record)
 
-    async def plan(self, view: GangView, members: list[JSON]) -> tuple[RecoveryPlan, list[JSON], list[JSON]]:
+    async def plan(
+        self, view: GangView, members: list[JSON]
+    ) -> tuple[RecoveryPlan, list[Target], list[Target]]:
         """What recovering `members` by owner kind takes: the plan, the pods it deletes and the
         Jobs it suspends (name and uid each, for the decision's record)."""
         owners = [(p["metadata"]["name"], controller_of(p)) for p in members]
         jobs, job_uids, _ = await self.read_jobs(view.namespace, owners)
         plan = plan_recovery(owners, jobs)
         by_name = {p["metadata"]["name"]: p for p in members}
-        pods = [
-            {"name": s.target, "uid": by_name[s.target]["metadata"]["uid"]}
-            for s in plan.of(Action.DELETE_POD)
-        ]
-        suspend = [{"name": s.target, "uid": job_uids[s.target]} for s in plan.of(Action.SUSPEND_JOB)]
+        pods = [Target(s.target, by_name[s.target]["metadata"]["uid"]) for s in plan.of(Action.DELETE_POD)]
+        suspend = [Target(s.target, job_uids[s.target]) for s in plan.of(Action.SUSPEND_JOB)]
         for step in plan.steps:
             metrics.RECOVERIES.labels(action=step.action.value).inc()
         return plan, pods, suspend
 
-    async def disrupt(self, view: GangView, record: JSON) -> None:
+    async def disrupt(self, view: GangView, decision: Disruption, recovery: Recovery | None = None) -> None:
         """The one place quorum deletes a gang's pods or suspends its Jobs (docs/lifecycle.md,
         "When quorum removes a pod"): the decision is recorded on the Gang first
-        (`status.disruption`), so that a leader killed at any point leaves its reason behind and
-        the next one finishes it; then `finish` acts on a fresh read of the gang's pods."""
-        decision = record["disruption"]
+        (`status.disruption`, with the `recovery` it belongs to), so that a leader killed at any
+        point leaves its reason behind and the next one finishes it; then `finish` acts on a
+        fresh read of the gang's pods."""
+        fields: JSON = {"disruption": decision.to_json()}
+        if recovery is not None:
+            fields["recovery"] = recovery.to_json()
         # Recorded only if the Gang still holds the decision this one follows and no other
         # disruption: a later release, or a leader's disruption, that the watch has not shown
         # refuses it (a read-then-write would not: the old leader's writes may land in between).
-        expect = {"admission/attempt": decision["attempt"], "disruption": None}
-        if not await self.records.patch_recovery(view.key, record, expect=expect):
+        expect = {"admission/attempt": decision.attempt, "disruption": None}
+        if not await self.records.patch_recovery(view.key, fields, expect=expect):
             return  # gone, or superseded: nothing is done without its record
-        if decision["reason"] != STUCK_POD:
-            self.memory[view.key].recovered = decision["attempt"]
+        if decision.reason != STUCK_POD:
+            self.memory[view.key].recovered = decision.attempt
         await self.finish(view.key, view.min_member or 1, decision, view.group)
 
-    async def finish(self, key: tuple[str, str], min_member: int, decision: JSON, group: JSON | None) -> None:
+    async def finish(
+        self, key: tuple[str, str], min_member: int, decision: Disruption, group: JSON | None
+    ) -> None:
         """Carry out a recorded decision: read the gang's pods afresh; if minMember of them are
         bound the gang runs, and the decision is withdrawn with nothing deleted; else delete
         the named pods (uid precondition) and suspend the named Jobs, tell it in an Event, and
         clear the record. A new leader may repeat any step; none does harm twice."""
-        gang = self.records.gang(key)
-        admission = ((gang or {}).get("status") or {}).get("admission") or {}
-        if decision.get("attempt") != attempt_of(admission if isinstance(admission, dict) else {}):
+        if decision.attempt != self.records.record(key).attempt:
             # Made for a decision the gang has moved past: obsolete, nothing is done by it.
             log.info("%s/%s: a disruption recorded for an earlier decision cleared unused", *key)
             await self.records.patch(key, {"disruption": None})
             return
         # Still the Gang's decision and still recorded, as the apiserver has it now (a test-only
         # JSON Patch): the watch's copy may show one that another leader finished and cleared.
-        if not await self.records.record_if(key, still_recorded(decision), {}):
+        if not await self.records.record_if(key, decision.still_recorded(), {}):
             return
         gang = self.records.gang(key)
         fresh = [p for p in await self.api.read_gang_pods(*key) if is_active(p)]
         by_uid = {p["metadata"]["uid"]: p for p in fresh}
         bound = sum(1 for p in fresh if (p.get("spec") or {}).get("nodeName"))
-        reason = str(decision.get("reason"))
-        targets = [by_uid[t["uid"]] for t in decision.get("pods") or [] if t.get("uid") in by_uid]
+        reason = decision.reason
+        targets = [by_uid[t.uid] for t in decision.pods if t.uid in by_uid]
         if reason == STUCK_POD:  # only pods that still never bound; the gang runs on
             targets = [p for p in targets if not (p.get("spec") or {}).get("nodeName")]
         elif reason == COMPOSITE:
-            whole, need = await self.composite_whole(key, str(decision.get("composite") or ""))
+            whole, need = await self.composite_whole(key, decision.composite or "")
             if whole >= need:
-                name = decision.get("composite")
+                name = decision.composite
                 why = f"{whole} of minGroupCount {need} gangs of CompositePodGroup {name} run whole"
                 await self.withdraw(key, gang, group, why, decision)
                 return
@@ -497,13 +485,13 @@ class Recoverer:
                 self.going(pod["metadata"]["uid"])
 
         await asyncio.gather(*(delete(p) for p in targets))
-        for job in decision.get("jobs") or []:
-            if await self.api.set_job_suspend(key[0], job["name"], job["uid"], True):
+        for job in decision.jobs:
+            if await self.api.set_job_suspend(key[0], job.name, job.uid, True):
                 for pod in fresh:  # the Job controller deletes them
                     owner = controller_of(pod)
-                    if owner is not None and owner.kind == "Job" and owner.uid == job["uid"]:
+                    if owner is not None and owner.kind == "Job" and owner.uid == job.uid:
                         self.going(pod["metadata"]["uid"], keeps_room=True)
-        message = str(decision.get("message") or "")
+        message = decision.message
         log.warning("%s/%s: %s", *key, message)
         event, warning = EVENTS.get(reason, ("PartiallyPlaced", True))
         # Required: the record is cleared only once the act is told (a new leader tells it else).
@@ -536,31 +524,30 @@ class Recoverer:
             pod["metadata"]["deletionTimestamp"] = iso(clock.time())
 
     async def withdraw(
-        self, key: tuple[str, str], gang: JSON | None, group: JSON | None, why: str, decision: JSON
+        self, key: tuple[str, str], gang: JSON | None, group: JSON | None, why: str, decision: Disruption
     ) -> None:
         """A recorded recovery found the gang running after all: nothing deleted, no backoff. A
         Job it suspended already (its leader cut off before it could tell it) is resumed, before
         its controller takes the running pods."""
         resumed = []
-        for job in decision.get("jobs") or []:
-            if job.get("name") in self.memory[key].suspending:
+        for job in decision.jobs:
+            if job.name in self.memory[key].suspending:
                 continue  # a preemption of this process suspends it now, for its own reason
-            current = await self.api.read_job(key[0], str(job.get("name")))
+            current = await self.api.read_job(key[0], job.name)
             meta = (current or {}).get("metadata") or {}
-            suspended = meta.get("uid") == job.get("uid") and ((current or {}).get("spec") or {}).get(
-                "suspend"
-            )
-            if suspended and await self.api.set_job_suspend(key[0], str(job["name"]), str(job["uid"]), False):
-                resumed.append(str(job["name"]))
-        recovery = recovery_of(gang)
+            suspended = meta.get("uid") == job.uid and ((current or {}).get("spec") or {}).get("suspend")
+            if suspended and await self.api.set_job_suspend(key[0], job.name, job.uid, False):
+                resumed.append(job.name)
+        recovery = GangRecord.of(gang).recovery or Recovery()
         message = f"recovery withdrawn: {why} at the last look; nothing was deleted"
         if resumed:
             message += f"; Job {', '.join(resumed)}, suspended for it already, resumed"
         fields: JSON = {"disruption": None}
-        if recovery.get("attempt") == disruption_of(gang).get("attempt"):
-            fields["recovery"] = {**recovery, "failures": 0, "nextAttemptTime": None, "message": message}
+        if recovery.attempt == decision.attempt:
+            withdrawn = replace(recovery, failures=0, next_attempt_time=None, message=message)
+            fields["recovery"] = {**withdrawn.to_json(), "nextAttemptTime": None}  # null: removed
         elif resumed:
-            fields["recovery"] = recovery
+            fields["recovery"] = recovery.to_json()
         self.memory[key].backoff_until = 0.0
         await self.records.patch_recovery(key, fields, resumed)
         log.info("%s/%s: %s", *key, message)
@@ -587,7 +574,7 @@ class Recoverer:
         return jobs, job_uids, suspended
 
     async def restart(
-        self, view: GangView, gang: JSON, recovery: JSON, attempt: int, loss: MemberLoss, now: float
+        self, view: GangView, gang: JSON, recovery: Recovery, attempt: int, loss: MemberLoss, now: float
     ) -> None:
         """RestartGang: the members that still hold their place are recovered by owner kind, so
         that the gang is admitted again whole; once per decision, recorded, told."""
@@ -602,26 +589,25 @@ class Recoverer:
         message = (
             f"{loss.describe()}; RestartGang: {plan.summary()}; the gang is admitted again once it is whole"
         )
-        record = {
-            **recovery,
-            "attempt": attempt,
-            "failures": 0,  # it ran whole: no partial placement in a row
-            "time": iso(now),
-            "message": message,
-            "suspendedJobs": sorted({*(recovery.get("suspendedJobs") or []), *(j["name"] for j in jobs)}),
-            "reason": MEMBER_LOST,
-        }
+        record = replace(
+            recovery,
+            reason=MEMBER_LOST,
+            attempt=attempt,
+            failures=0,  # it ran whole: no partial placement in a row
+            time=iso(now),
+            message=message,
+            suspended_jobs=tuple(sorted({*recovery.suspended_jobs, *(j.name for j in jobs)})),
+        )
         self.memory[view.key].whole = None
         metrics.GANG_RESTARTS.inc()
-        decision = disruption(MEMBER_LOST, attempt, now, message, pods, jobs)
-        await self.disrupt(view, {"recovery": record, "disruption": decision})
+        await self.disrupt(view, disruption(MEMBER_LOST, attempt, now, message, pods, jobs), record)
 
     async def replace_stuck(self, view: GangView, gang: JSON, unbound: list[JSON], now: float) -> None:
         """A running gang's pod beyond minMember (or a replacement) released but never bound —
         its planned node was taken: the gang is whole without it, so only that pod is made again
         (ReplicaSet, StatefulSet: recorded, then deleted) or reported (anything else), once."""
-        replace: list[JSON] = []
-        attempt = attempt_of((gang.get("status") or {}).get("admission") or {})
+        replaced: list[JSON] = []
+        attempt = GangRecord.of(gang).attempt
         for pod in unbound:
             uid = pod["metadata"]["uid"]
             if uid in self.stuck:
@@ -629,7 +615,7 @@ class Recoverer:
             self.stuck.add(uid)
             owner, name = controller_of(pod), pod["metadata"]["name"]
             if owner is not None and owner.kind in ("ReplicaSet", "StatefulSet"):
-                replace.append(pod)
+                replaced.append(pod)
                 continue
             message = (
                 f"pod {name} was released {view.schedule_timeout}s ago and never bound (its planned node "
@@ -638,24 +624,24 @@ class Recoverer:
             )
             log.warning("%s/%s: %s", view.namespace, view.name, message)
             await self.records.events.post(gang, "StuckPod", message, warning=True)
-        if not replace:
+        if not replaced:
             return
-        names = ", ".join(p["metadata"]["name"] for p in replace)
+        names = ", ".join(p["metadata"]["name"] for p in replaced)
         message = (
             f"pods {names} were released {view.schedule_timeout}s ago and never bound (their planned nodes "
             f"were taken): deleted them for their controllers to make again; the rest of the gang runs on"
         )
-        pods = [{"name": p["metadata"]["name"], "uid": p["metadata"]["uid"]} for p in replace]
-        await self.disrupt(view, {"disruption": disruption(STUCK_POD, attempt, now, message, pods, [])})
+        pods = [Target(p["metadata"]["name"], p["metadata"]["uid"]) for p in replaced]
+        await self.disrupt(view, disruption(STUCK_POD, attempt, now, message, pods, []))
 
     async def resume_jobs(self, namespace: str, name: str, pods: list[JSON], gang: JSON) -> None:
         """Resume the Jobs a recovery suspended, each once none of its pods is left. Called also
         for gangs that have no pod at all (a suspended Job's pods are all gone)."""
         self.memory[(namespace, name)].polled = clock.monotonic()
-        recovery = recovery_of(gang)
-        left = []
+        recovery = GangRecord.of(gang).recovery or Recovery()
+        left: list[str] = []
         suspending = self.memory[(namespace, name)].suspending
-        for job_name in recovery.get("suspendedJobs") or []:
+        for job_name in recovery.suspended_jobs:
             before = job_name in suspending  # it may be suspended, and let go, while this reads
             job = await self.api.read_job(namespace, job_name)
             if job is not None and (before or job_name in suspending):
@@ -673,44 +659,12 @@ class Recoverer:
                 metrics.RECOVERIES.labels(action="ResumeJob").inc()
                 message = f"resumed Job {job_name}: none of its old pods is left"
                 await self.records.events.post(gang, "JobResumed", message)
-        if left != recovery.get("suspendedJobs"):
-            dropped = set(recovery.get("suspendedJobs") or []) - set(left)
-            await self.record((namespace, name), {**recovery, "suspendedJobs": left}, dropped)
+        if tuple(left) != recovery.suspended_jobs:
+            dropped = set(recovery.suspended_jobs) - set(left)
+            await self.record((namespace, name), replace(recovery, suspended_jobs=tuple(left)), dropped)
 
-    async def record(self, key: tuple[str, str], recovery: JSON, dropped: Iterable[str] = ()) -> None:
-        await self.records.patch_recovery(key, {"recovery": recovery}, dropped)
-
-
-def released_by_hand(manual: object, admission: JSON) -> bool:
-    """Whether a person released the gang by hand (`quorum release`) after quorum's current
-    decision: the attempt the release names (a record of an earlier version has only its time,
-    written on the caller's clock)."""
-    if not isinstance(manual, dict) or not manual:
-        return False
-    if "attempt" in manual:
-        return bool(manual["attempt"] >= attempt_of(admission))
-    return timestamp(manual.get("time")) >= timestamp(admission.get("time"))
-
-
-def preempted_under(preempted: object, admission: JSON) -> bool:
-    """Whether a preemption took the gang under its current decision: the `attempt` the
-    preemption recorded (a record of an earlier version has only its time)."""
-    if not isinstance(preempted, dict) or not preempted:
-        return False
-    if "attempt" in preempted:
-        return bool(preempted["attempt"] == attempt_of(admission))
-    since = timestamp(admission.get("time"))
-    return timestamp(preempted.get("time")) >= since > 0
-
-
-def still_recorded(decision: JSON) -> JSON:
-    """What the Gang holds while `decision` is recorded and not done: the tests of a write made
-    on it."""
-    expect: JSON = {"admission/attempt": decision.get("attempt")}
-    for name in ("reason", "time"):
-        if decision.get(name) is not None:
-            expect[f"disruption/{name}"] = decision[name]
-    return expect
+    async def record(self, key: tuple[str, str], recovery: Recovery, dropped: Iterable[str] = ()) -> None:
+        await self.records.patch_recovery(key, {"recovery": recovery.to_json()}, dropped)
 
 
 def members_of(view: GangView, bound: dict[str, tuple[str, str]]) -> list[Member]:
@@ -755,12 +709,8 @@ def growing(min_member: int, gang: JSON, bound: int) -> bool:
     recorded = (gang.get("spec") or {}).get("minMember")
     if isinstance(recorded, int) and not isinstance(recorded, bool) and min_member > recorded:
         return bound >= recorded
-    status = gang.get("status") or {}
-    resized = status.get("resized")
-    admission = status.get("admission")
-    if not isinstance(resized, dict) or not isinstance(admission, dict):
+    record = GangRecord.of(gang)
+    resized = record.resized
+    if resized is None or record.admission is None or resized.new <= resized.old:
         return False
-    old, new = resized.get("from"), resized.get("to")
-    if not isinstance(old, int) or not isinstance(new, int) or new <= old:
-        return False
-    return resized.get("attempt") == attempt_of(admission) and bound >= old
+    return resized.attempt == record.attempt and bound >= resized.old

@@ -16,10 +16,10 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
-from quorum.core import conditions
 from quorum.core.fit import FitSettings, why_not
 from quorum.core.model import Gang, Node, Toleration, fits, subtract
 from quorum.core.planner import Release
+from quorum.core.record import Admission, GangRecord, Placement
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import pod_from_api, pod_requests, timestamp
 from quorum.k8s.usage import BoundPods
@@ -103,7 +103,7 @@ class Releaser:
         ledger: Ledger,
         work: GangWork,
         tokens: Callable[[], dict[GangKey, str]],
-        recovered_already: Callable[[GangKey, JSON], bool],
+        recovered_already: Callable[[GangKey, GangRecord], bool],
         fail: Callable[[GangKey, str, str], None],
         settings: ReleaseSettings,
     ) -> None:
@@ -148,10 +148,8 @@ class Releaser:
         placement = [(pod.uid, node.name) for pod, node in release.placement]
         try:
             gang = await self.records.ensure_gang(view)
-            attempt = attempt_of(self.records.gang(view.key) or gang) + 1
-            entries = [
-                {"pod": pod.name, "uid": pod.uid, "node": node.name} for pod, node in release.placement
-            ]
+            attempt = GangRecord.of(self.records.gang(view.key) or gang).attempt + 1
+            entries = [Placement(pod.name, pod.uid, node.name) for pod, node in release.placement]
             # The decision first: a restarted operator continues this plan instead of making another.
             admission = decision(attempt, now_rfc3339(), entries)
             await self.records.record_release(view, gang, admission, len(entries))
@@ -250,12 +248,12 @@ class Releaser:
         for key in sorted(self.resumed):
             self.resumed.discard(key)
             view, gang = views.get(key), self.records.gang(key)
-            if view is None or gang is None or self.recovered_already(key, gang):
+            if view is None or gang is None or self.recovered_already(key, GangRecord.of(gang)):
                 continue
             try:
                 placement = recorded_placement(gang)
                 pods = {p["metadata"]["uid"]: p for p in view.active}
-                present = [(e, pods[e["uid"]]) for e in placement if e["uid"] in pods]
+                present = [(e, pods[e.uid]) for e in placement if e.uid in pods]
                 pending = [(e, p) for e, p in present if is_gated(p)]
                 if not pending or len(pending) == len(present):
                     continue  # nothing left, or nothing started: the planner decides as usual
@@ -270,7 +268,7 @@ class Releaser:
                     len(pending) - len(fitting),
                 )
             if fitting:
-                self.memory[key].unfinished = {e["uid"]: e["node"] for e, _ in pending if e["uid"] in fitting}
+                self.memory[key].unfinished = {e.uid: e.node for e, _ in pending if e.uid in fitting}
         for key, entry in self.memory.items():
             uids = entry.unfinished
             if not uids:
@@ -283,7 +281,7 @@ class Releaser:
                 for p in (view.active if view else [])
                 if (uid := p["metadata"]["uid"]) in uids and is_gated(p)
             ]
-            late = gang is not None and self.records.since_decision(key, attempt_of(gang)) > (
+            late = gang is not None and self.records.since_decision(key, GangRecord.of(gang).attempt) > (
                 view.schedule_timeout if view is not None else 0
             )
             if view is None or gang is None or not to_release or late:
@@ -294,7 +292,7 @@ class Releaser:
             self.work.start(key, "release", self.continue_release(view, gang, to_release))
 
     def room_for(
-        self, key: GangKey, pending: list[tuple[JSON, JSON]], nodes: dict[str, Node], token: str | None
+        self, key: GangKey, pending: list[tuple[Placement, JSON]], nodes: dict[str, Node], token: str | None
     ) -> set[str]:
         """Reserve the recorded node of each `pending` pod that still fits there now (with the
         toleration of its gang's reservation, if the gang preempts); the uids reserved."""
@@ -303,7 +301,7 @@ class Releaser:
         fit_settings = self.settings.fit
         reserved: set[str] = set()
         for entry, pod in pending:
-            node = nodes.get(entry["node"])
+            node = nodes.get(entry.node)
             if node is None:
                 continue
             model = pod_from_api(pod)
@@ -313,8 +311,8 @@ class Releaser:
             if why_not(model, node, fit_settings) or not fits(model.requests, room):
                 continue
             taken[node.name] = subtract(room, model.requests)
-            self.ledger.reserve(key, entry["uid"], entry["node"], pod_requests(pod))
-            reserved.add(entry["uid"])
+            self.ledger.reserve(key, entry.uid, entry.node, pod_requests(pod))
+            reserved.add(entry.uid)
         return reserved
 
     async def continue_release(self, view: GangView, gang: JSON, pending: list[tuple[JSON, str]]) -> None:
@@ -354,16 +352,16 @@ class Releaser:
 PLACEMENT_BYTES = 512 * 1024
 
 
-def decision(attempt: int, time: str, entries: list[JSON]) -> JSON:
+def decision(attempt: int, time: str, entries: list[Placement]) -> Admission:
     """A release's record (`status.admission`): its attempt, time and placement (pod, uid, node
     per pod), or, for a gang whose placement would not fit in a Gang object, only how many pods
     it releases. Without a placement a new leader finishes nothing on recorded nodes: the pods
     released keep their room by their own pin (`Ledger.resume`), and those still gated are
     planned anew."""
-    size = sum(len(e["pod"]) + len(e["uid"]) + len(e["node"]) + 32 for e in entries)
+    size = sum(len(e.pod) + len(e.uid) + len(e.node) + 32 for e in entries)
     if size > PLACEMENT_BYTES:
-        return {"attempt": attempt, "time": time, "pods": len(entries)}
-    return {"attempt": attempt, "time": time, "placement": entries}
+        return Admission(attempt, time, pods=len(entries))
+    return Admission.placing(attempt, time, tuple(entries))
 
 
 def tolerating(gang: Gang, token: str) -> Gang:
@@ -375,12 +373,6 @@ def tolerating(gang: Gang, token: str) -> Gang:
 
 def reservation_toleration(token: str) -> Toleration:
     return Toleration(RESERVED_TAINT, "Equal", token, "NoSchedule")
-
-
-def attempt_of(gang: JSON) -> int:
-    """The number of the gang's last decision (0: none)."""
-    admission = (gang.get("status") or {}).get("admission") or {}
-    return conditions.attempt_of(admission) if isinstance(admission, dict) else 0
 
 
 def member_complete_time(view: GangView) -> float:

@@ -219,7 +219,7 @@ def preemption_of(
     key = view.key
     in_flight = preempter.in_flight()
     if key in in_flight:
-        return f"in flight: {in_flight[key].get('message', '')}", ""
+        return f"in flight: {in_flight[key].message}", ""
     if in_flight:
         other = sorted(in_flight)[0]
         return (

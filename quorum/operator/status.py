@@ -28,7 +28,6 @@ from quorum.core.conditions import (
     NO_ROOM,
     GangState,
     GangStatus,
-    attempt_of,
     compose,
     compose_recovering,
     iso,
@@ -36,6 +35,7 @@ from quorum.core.conditions import (
 )
 from quorum.core.gangs import GangSource
 from quorum.core.planner import Hold
+from quorum.core.record import DECISIONS, Admission, GangRecord, Recovery, Resized
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import gang_record, newer_or_same, unmodeled_constraints
 from quorum.k8s.writes import Superseded
@@ -52,8 +52,6 @@ GangKey = tuple[str, str]
 COUNTERS = ("members", "gated", "released", "bound", "running", "succeeded", "failed")
 # At most this many status intervals after a release, the group's status says it (docs/status.md).
 GROUP_LAG_INTERVALS = 5
-# The fields of a Gang's status that record quorum's decisions: what the pass acts on.
-DECISIONS = frozenset({"admission", "recovery", "disruption", "preemption", "preempted", "resized"})
 
 
 @dataclass
@@ -186,6 +184,11 @@ class GangRecords:
             return gang
         return {**gang, "status": {**status, **entry.unseen}}
 
+    def record(self, key: GangKey) -> GangRecord:
+        """The gang's decisions, typed: the one way the operator reads them (`gang`: as the
+        watch shows the Gang, with this process's writes it has not shown yet on top)."""
+        return GangRecord.of(self.gang(key))
+
     async def patch(self, key: GangKey, fields: JSON) -> bool:
         """The one write of a Gang's status in the operator (a merge patch of `fields`); its
         decisions count from the moment the apiserver took them. False if the Gang is gone."""
@@ -294,10 +297,7 @@ class GangRecords:
         counts = view.counts()
         counts["released"] += released_now  # released in this pass: not yet seen by the watch
         counts["gated"] -= released_now
-        status = (self.gang(view.key) or {}).get("status") or {}
-        recovery, preemption, preempted, resized = (
-            status.get(k) for k in ("recovery", "preemption", "preempted", "resized")
-        )
+        record = self.record(view.key)
         return GangState(
             counts=counts,
             min_member=view.min_member or 1,
@@ -305,11 +305,11 @@ class GangRecords:
             basic=view.basic,
             waiting=view.waiting,
             hold=hold,
-            recovery=recovery if isinstance(recovery, dict) else None,
+            recovery=record.recovery,
             failure=failure,
-            preemption=preemption if isinstance(preemption, dict) else None,
-            preempted=preempted if isinstance(preempted, dict) else None,
-            resized=resized if isinstance(resized, dict) else None,
+            preemption=record.preemption,
+            preempted=record.preempted,
+            resized=record.resized,
         )
 
     def due(self, view: GangView, status: GangStatus, hold: Hold | None) -> StatusWrite | None:
@@ -500,13 +500,12 @@ class GangRecords:
                     "made again under the same name; its records are kept",
                 )
             )
-        if resize:
+        if resize and isinstance(old, int):
             new = spec["minMember"]
             # This process's own last decision, written but maybe not yet shown by the watch.
-            current = self.gang(view.key) or existing
-            attempt = attempt_of((current.get("status") or {}).get("admission") or {})
-            resized = {"from": old, "to": new, "time": now_rfc3339(), "attempt": attempt}
-            if not await self.patch(view.key, {"resized": resized}):
+            attempt = GangRecord.of(self.gang(view.key) or existing).attempt
+            resized = Resized(old, new, now_rfc3339(), attempt)
+            if not await self.patch(view.key, {"resized": resized.to_json()}):
                 return existing
             patch["spec"]["minMember"] = new
             how = (
@@ -544,7 +543,7 @@ class GangRecords:
         )
         await self.events.post_all([gang, view.group], "UnmodeledConstraints", message, warning=True)
 
-    async def record_release(self, view: GangView, gang: JSON, admission: JSON, planned: int) -> None:
+    async def record_release(self, view: GangView, gang: JSON, admission: Admission, planned: int) -> None:
         """The decision (`status.admission`, what a restarted operator continues) in one write
         with the status the gang has once its `planned` pods are released. The pass's status
         check then finds nothing new to write unless a release failed."""
@@ -552,25 +551,19 @@ class GangRecords:
         stamp = now_rfc3339()
         timed = self.timed(view.key, status.conditions, stamp)
         self.pacing.mark_written(view.key, clock.monotonic())
-        body = {**status.body, "conditions": timed, "admission": admission}
+        body = {**status.body, "conditions": timed, "admission": admission.to_json()}
         if not await self.patch(view.key, body):
             raise GangGone(f"the Gang {view.namespace}/{view.name} went before its release was recorded")
         entry = self.memory[view.key]
-        entry.decision_seen = (attempt_of(admission), clock.monotonic())
+        entry.decision_seen = (admission.attempt, clock.monotonic())
         entry.written, entry.settling = status.body, None
         if view.group is not None and entry.group_behind is None:
             entry.group_behind = clock.monotonic()  # written with the gang's next status
 
     def recovering_due(self, key: GangKey, gang: JSON, failure: str | None) -> StatusWrite | None:
         """The status of a gang in recovery that has no pod at the moment, if it changed."""
-        recovery = ((gang.get("status") or {}).get("recovery")) or {}
-        preempted = (gang.get("status") or {}).get("preempted")
-        status = compose_recovering(
-            recovery if isinstance(recovery, dict) else {},
-            clock.time(),
-            failure,
-            preempted if isinstance(preempted, dict) else None,
-        )
+        record = GangRecord.of(gang)
+        status = compose_recovering(record.recovery or Recovery(), clock.time(), failure, record.preempted)
         if self.written(key) == status.body:
             return None
         stamp = now_rfc3339()

@@ -78,8 +78,9 @@ class FakeApi:
         self.server = copy.deepcopy(store) if lag else store  # what the apiserver holds
         self.bound = bound
         self.lag = lag
-        self.queues: dict[str, deque[tuple[Any, JSON | None]]] = {kind: deque() for kind in KINDS}
+        self.queues: dict[str, deque[tuple[Any, JSON | None, str]]] = {kind: deque() for kind in KINDS}
         self.versions = itertools.count(100)
+        self.latest = "99"  # the last resourceVersion written
         self.calls: list[tuple[str, tuple[Any, ...]]] = []
         self.events: list[tuple[str, str, str, bool]] = []  # (object name, reason, message, warning)
         self.group_statuses: dict[tuple[str, str, str], JSON] = {}  # (api group, ns, name) -> status
@@ -120,17 +121,21 @@ class FakeApi:
 
     def changed(self, kind: str, key: Any, obj: JSON | None) -> None:
         """An object of the apiserver was written (None: deleted): its watch event is queued."""
+        version = self.latest = str(next(self.versions))
         if obj is not None:
-            obj.setdefault("metadata", {})["resourceVersion"] = str(next(self.versions))
+            obj.setdefault("metadata", {})["resourceVersion"] = version
         if self.lag:
-            self.queues[kind].append((key, copy.deepcopy(obj)))
+            self.queues[kind].append((key, copy.deepcopy(obj), version))
+        else:
+            self.store.progress[kind] = version
 
     def deliver(self, kind: str, n: int | None = None) -> int:
         """Hand the next `n` (default: all) queued events of `kind` to the operator's store."""
         queue = self.queues[kind]
         count = len(queue) if n is None else min(n, len(queue))
         for _ in range(count):
-            key, obj = queue.popleft()
+            key, obj, version = queue.popleft()
+            self.store.progress[kind] = version
             if kind == "pods":
                 if obj is None:
                     self.store.pods.pop(key, None)
@@ -165,6 +170,7 @@ class FakeApi:
         }
         bound = BoundPods()
         bound.replace_all(copy.deepcopy(list(self.server.pods.values())))
+        store.progress = dict.fromkeys(KINDS, self.latest)
         self.store, self.bound = store, bound
         return store, bound
 
@@ -179,6 +185,7 @@ class FakeApi:
         bound = copy.deepcopy(self.bound) if self.bound is not None else BoundPods()
         for kind in relisted:
             self.queues[kind].clear()
+            store.progress[kind] = self.latest
             if kind == "pods":
                 store.pods = {
                     uid: copy.deepcopy(p)

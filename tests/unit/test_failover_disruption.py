@@ -122,3 +122,28 @@ async def test_a_disruption_recorded_for_an_earlier_decision_deletes_nothing_and
     await step(second)
     assert api.called("delete_pod") == [], "obsolete: nothing is done by it"
     assert "disruption" not in store.gangs[(NS, "pg-a")]["status"]
+
+
+async def test_a_new_leader_plans_once_its_watches_show_what_it_listed_a_deletion_too() -> None:
+    """The takeover's catch-up: the leader lists the gang pods and Gangs afresh and plans
+    nothing until its watches show each at that version — or deliver past it without it, as for
+    a pod deleted since the list (not a wait for a deadline)."""
+    with clock.using(clock.ManualClock()):
+        server, _ = cluster(2, {"a": 2}, owner=REPLICA_SET)
+        api = FakeApi(server, BoundPods(), lag=True)
+        api.server = server
+        store, bound = api.relist()
+        gone = pod("b", 0)  # made before the takeover, its watch event not delivered yet
+        server.pods["b-0"] = gone
+        api.changed("pods", "b-0", gone)
+        loop = GangLoop(api, store, bound, settings())
+        await loop.take_over()
+        assert loop.catch_up is not None and loop.catch_up.behind(store) == 1
+        await step(loop)
+        assert api.called("release_pod") == [], "nothing planned before the watches caught up"
+        del server.pods["b-0"]  # deleted before the watch showed it
+        api.changed("pods", "b-0", None)
+        api.deliver("pods")
+        assert loop.catch_up.behind(store) == 0, "its deletion delivered: caught up, no deadline waited"
+        await step(loop)
+        assert sorted(p["metadata"]["uid"] for p, _ in api.called("release_pod")) == ["a-0", "a-1"]

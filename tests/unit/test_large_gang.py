@@ -9,6 +9,7 @@ import json
 import uuid
 from collections import Counter
 
+from quorum.core.record import Placement
 from quorum.operator.loop import GangLoop
 from quorum.operator.release import PLACEMENT_BYTES, decision
 from tests.unit.fake_api import FakeApi
@@ -38,11 +39,11 @@ def promised(api: FakeApi) -> Counter[str]:
 
 
 def test_a_placement_too_large_for_a_gang_object_is_recorded_by_its_size() -> None:
-    small = [{"pod": f"p{i}", "uid": f"u{i}", "node": "n"} for i in range(10)]
-    assert decision(1, "t", small)["placement"] == small
-    entry = {"pod": "x" * 60, "uid": str(uuid.uuid4()), "node": "gpu-node-0001.example.internal"}
+    small = [Placement(f"p{i}", f"u{i}", "n") for i in range(10)]
+    assert decision(1, "t", small).placement == tuple(small)
+    entry = Placement("x" * 60, str(uuid.uuid4()), "gpu-node-0001.example.internal")
     large = [entry] * (PLACEMENT_BYTES // 100)
-    assert decision(2, "t", large) == {"attempt": 2, "time": "t", "pods": len(large)}
+    assert decision(2, "t", large).to_json() == {"attempt": 2, "time": "t", "pods": len(large)}
 
 
 async def test_a_gang_of_20000_pods_is_recorded_within_etcds_limit_and_released_across_a_failover() -> None:

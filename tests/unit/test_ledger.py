@@ -91,4 +91,4 @@ def test_a_pods_placed_node_is_where_it_is_bound_or_pinned_while_it_lives() -> N
 )
 def test_a_recorded_placement_of_any_shape_reads_without_error(garbage: object) -> None:
     entries = recorded_placement({"status": {"admission": {"placement": garbage}}})
-    assert all(isinstance(e["uid"], str) and isinstance(e["node"], str) for e in entries)
+    assert all(isinstance(e.uid, str) and isinstance(e.node, str) for e in entries)

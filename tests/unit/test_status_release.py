@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from quorum.core.conditions import compose
+from quorum.core.record import Admission
 from quorum.operator import clock
 from quorum.operator.gangs import GangView, Store, assemble
 from quorum.operator.status import GROUP_LAG_INTERVALS, GangRecords
@@ -20,6 +21,12 @@ GANG = {
     "metadata": {"name": "pg-pg1", "namespace": "ns", "ownerReferences": [{"uid": "g1"}]},
     "spec": {"minMember": 2},
 }
+
+
+def decided(raw: dict[str, object]) -> Admission:
+    admission = Admission.of(raw)
+    assert admission is not None
+    return admission
 
 
 def released_store() -> Store:
@@ -54,7 +61,7 @@ async def test_the_decision_and_the_released_status_are_one_write_and_the_group_
     with clock.using(clock.ManualClock()) as now:
         records = GangRecords(api, store)
         admission = {"attempt": 1, "time": "t", "placement": [{"uid": "a"}, {"uid": "b"}]}
-        await records.record_release(view, GANG, admission, 2)
+        await records.record_release(view, GANG, decided(admission), 2)
         assert not await pass_write(records, view, 2), "the pass, with both releases done, writes nothing"
         assert [what for what, _ in writes(api)] == ["gang"]
         now.advance(GROUP_LAG_INTERVALS * records.pacing.interval)
@@ -77,7 +84,7 @@ async def test_the_group_status_of_a_release_goes_with_the_gangs_next_write() ->
     (view,) = assemble(store)
     with clock.using(clock.ManualClock()) as now:
         records = GangRecords(api, store)
-        await records.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
+        await records.record_release(view, GANG, decided({"attempt": 1, "placement": []}), 2)
         for uid in ("a", "b"):
             store.pods[uid]["spec"] = {**store.pods[uid]["spec"], "schedulingGates": [], "nodeName": "n1"}
         (bound,) = assemble(store)
@@ -96,7 +103,7 @@ async def test_a_failed_release_is_corrected_by_the_next_write() -> None:
     api = FakeApi(store)
     (view,) = assemble(store)
     records = GangRecords(api, store, interval=0.0)
-    await records.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
+    await records.record_release(view, GANG, decided({"attempt": 1, "placement": []}), 2)
     assert await pass_write(records, view, 1)  # one pod was gone by its release
 
     gang_writes = [body for what, body in writes(api) if what == "gang"]
@@ -112,7 +119,7 @@ async def test_a_failed_group_write_is_written_again() -> None:
     (view,) = assemble(store)
     with clock.using(clock.ManualClock()) as now:
         records = GangRecords(api, store)
-        await records.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
+        await records.record_release(view, GANG, decided({"attempt": 1, "placement": []}), 2)
         now.advance(GROUP_LAG_INTERVALS * records.pacing.interval)
         write = records.due(view, compose(records.state(view, None, None, 2)), None)
         assert write is not None and write.group_only
@@ -154,7 +161,7 @@ async def test_a_podgroup_whose_crd_is_not_quorums_gets_no_status_from_quorum() 
     (view,) = assemble(store)
     with clock.using(clock.ManualClock()) as now:
         records = GangRecords(api, store)
-        await records.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
+        await records.record_release(view, GANG, decided({"attempt": 1, "placement": []}), 2)
         now.advance(GROUP_LAG_INTERVALS * records.pacing.interval)
         await pass_write(records, view, 2)
     assert [what for what, _ in writes(api)] == ["gang"]
@@ -193,7 +200,7 @@ async def test_a_new_leader_writes_the_group_status_of_a_release_on_record_withi
     (view,) = assemble(store)
     with clock.using(clock.ManualClock()) as now:
         before = GangRecords(api, store)
-        await before.record_release(view, GANG, {"attempt": 1, "placement": []}, 2)
+        await before.record_release(view, GANG, decided({"attempt": 1, "placement": []}), 2)
         store.gangs[view.key] = {**GANG, "status": writes(api)[0][1]}  # what the watch shows
         records = GangRecords(api, store)  # the next leader
         records.resume()
