@@ -211,6 +211,9 @@ class GangView:
     group: JSON | None = None
     min_member: int | None = None
     waiting: str | None = None  # why the gang cannot be planned yet (its group is missing, ...)
+    # Pods of two groups under one gang name (a tenant named a group after another's shortened
+    # name): neither planned nor recovered, so one group's trouble never removes the other's pods.
+    merged: str | None = None
     basic: bool = False  # a Kubernetes PodGroup with the `basic` policy: pods go one by one
     disruption_mode: str | None = None  # Pod | PodGroup (either version's spelling)
     preemption_policy: str | None = None  # 1.37's PodGroup `preemptionPolicy`
@@ -340,6 +343,15 @@ def assemble(store: Store, just_released: frozenset[str] = frozenset()) -> list[
             _attach_group(view, store)
         except Exception as err:  # a shape of input nobody foresaw: this gang's failure only
             view.failure = f"reading its group failed: {type(err).__name__}: {err}"
+        mine = (marker.source, marker.group)
+        others = {
+            m.describe() for p in pods[1:] if (m := _marker(p)) is not None and (m.source, m.group) != mine
+        }
+        if others:
+            view.merged = view.waiting = (
+                f"pods of {marker.describe()} and of {', '.join(sorted(others))} carry the same gang name "
+                f"{name}; quorum neither plans nor recovers either while they do: rename one of the groups"
+            )
         views.append(view)
     return views
 

@@ -164,7 +164,7 @@ class Recoverer:
         record = GangRecord.of(gang)
         if record.disruption is not None:
             return "finish-disruption"  # recorded and not done (a leader died in between, a write failed)
-        if view.min_member is None or view.basic:
+        if view.min_member is None or view.basic or view.merged:
             return None
         admission, recovery = record.admission, record.recovery or Recovery()
         if (

@@ -147,3 +147,27 @@ async def test_a_new_leader_plans_once_its_watches_show_what_it_listed_a_deletio
         assert loop.catch_up.behind(store) == 0, "its deletion delivered: caught up, no deadline waited"
         await step(loop)
         assert sorted(p["metadata"]["uid"] for p, _ in api.called("release_pod")) == ["a-0", "a-1"]
+
+
+async def test_two_groups_under_one_gang_name_are_neither_planned_nor_recovered() -> None:
+    """PodGroup `a.b` is shortened to gang `pg-a-b-<hash>`; a tenant names another PodGroup
+    exactly that (`a-b-<hash>`). Merged into one gang, the recovery of one deleted the other's
+    pods. Such a gang is now held, told why, and never recovered."""
+    from quorum.core.gangs import GangSource, gang_name
+
+    shared = gang_name(GangSource.SIGS_POD_GROUP, "a.b")
+    lookalike = shared.removeprefix("pg-")
+    with clock.using(clock.ManualClock()) as now:
+        store, bound = cluster(2, {"a.b": 1, lookalike: 1}, owner=REPLICA_SET)
+        for p in store.pods.values():
+            p["metadata"]["labels"]["quorum.dev/gang"] = shared
+        api = FakeApi(store)
+        loop = GangLoop(api, store, bound, settings())
+        await step(loop)
+        assert api.called("release_pod") == [], "held"
+        told = {name: m for name, reason, m, _ in api.events if reason == "WaitingForGroup"}
+        assert set(told) == {"a.b-0", f"{lookalike}-0"}, "each pod told why it waits"
+        assert all("carry the same gang name" in m and "rename one" in m for m in told.values())
+        now.advance(3600)
+        await step(loop)
+        assert api.called("delete_pod") == [] and api.called("patch_gang_status_if") == []
