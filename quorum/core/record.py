@@ -202,6 +202,18 @@ class Recovery:
         """Epoch seconds before which the gang is not planned (0: no backoff)."""
         return timestamp(self.next_attempt_time)
 
+    def merge_patch(self) -> JSON:
+        """The record as a JSON merge patch that replaces it whole: unset fields as null."""
+        return {
+            "reason": self.reason,
+            "attempt": self.attempt,
+            "failures": self.failures,
+            "time": self.time,
+            "nextAttemptTime": self.next_attempt_time,
+            "message": self.message,
+            "suspendedJobs": list(self.suspended_jobs),
+        }
+
     def to_json(self) -> JSON:
         return _drop_none(
             {

@@ -492,18 +492,17 @@ class Preempter:
             told = preemption.told(victim.namespace)
             by = preemption.preempted_by(victim.namespace)
             preempted = Preempted(iso(now), told, by, current.attempt, token)
-            status: JSON = {"preempted": preempted.to_json()}
             jobs = sorted(n for (ns, n), (g, _) in suspend.items() if (ns, g) == vkey)
+            recovery: Recovery | None = None
             if jobs and victim.kind == "gang":
                 message = f"{told}; suspending Job {', '.join(jobs)} until its pods are gone"
                 # The Jobs are added to those recorded (`patch_recovery`).
                 recovery = replace(
                     current.recovery or Recovery(), message=message, suspended_jobs=tuple(jobs)
                 )
-                status["recovery"] = recovery.to_json()
                 self.statuses.memory[vkey].suspending.update(jobs)
             recorded[vkey] = current.preempted.to_json() if current.preempted else None
-            if not await self.statuses.patch_recovery(vkey, status):
+            if not await self.statuses.patch_recovery(vkey, {"preempted": preempted.to_json()}, recovery):
                 raise RuntimeError("the Gang of a victim went before it recorded the preemption")
 
     async def unrecord_victims(self, recorded: Mapping[GangKey, JSON | None]) -> None:

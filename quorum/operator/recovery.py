@@ -429,13 +429,11 @@ class Recoverer:
         point leaves its reason behind and the next one finishes it; then `finish` acts on a
         fresh read of the gang's pods."""
         fields: JSON = {"disruption": decision.to_json()}
-        if recovery is not None:
-            fields["recovery"] = recovery.to_json()
         # Recorded only if the Gang still holds the decision this one follows and no other
         # disruption: a later release, or a leader's disruption, that the watch has not shown
         # refuses it (a read-then-write would not: the old leader's writes may land in between).
         expect = {"admission/attempt": decision.attempt, "disruption": None}
-        if not await self.records.patch_recovery(view.key, fields, expect=expect):
+        if not await self.records.patch_recovery(view.key, fields, recovery, expect=expect):
             return  # gone, or superseded: nothing is done without its record
         if decision.reason != STUCK_POD:
             self.memory[view.key].recovered = decision.attempt
@@ -542,14 +540,13 @@ class Recoverer:
         message = f"recovery withdrawn: {why} at the last look; nothing was deleted"
         if resumed:
             message += f"; Job {', '.join(resumed)}, suspended for it already, resumed"
-        fields: JSON = {"disruption": None}
+        written: Recovery | None = None
         if recovery.attempt == decision.attempt:
-            withdrawn = replace(recovery, failures=0, next_attempt_time=None, message=message)
-            fields["recovery"] = {**withdrawn.to_json(), "nextAttemptTime": None}  # null: removed
+            written = replace(recovery, failures=0, next_attempt_time=None, message=message)
         elif resumed:
-            fields["recovery"] = recovery.to_json()
+            written = recovery
         self.memory[key].backoff_until = 0.0
-        await self.records.patch_recovery(key, fields, resumed)
+        await self.records.patch_recovery(key, {"disruption": None}, written, resumed)
         log.info("%s/%s: %s", *key, message)
         await self.records.events.post_all([gang, group], "RecoveryWithdrawn", message)
 
@@ -664,7 +661,7 @@ class Recoverer:
             await self.record((namespace, name), replace(recovery, suspended_jobs=tuple(left)), dropped)
 
     async def record(self, key: tuple[str, str], recovery: Recovery, dropped: Iterable[str] = ()) -> None:
-        await self.records.patch_recovery(key, {"recovery": recovery.to_json()}, dropped)
+        await self.records.patch_recovery(key, {}, recovery, dropped)
 
 
 def members_of(view: GangView, bound: dict[str, tuple[str, str]]) -> list[Member]:

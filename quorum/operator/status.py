@@ -21,7 +21,7 @@ import asyncio
 import copy
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from quorum.core.conditions import (
@@ -153,7 +153,7 @@ class GangRecords:
             admitted = next((c for c in conditions if c["type"] == "Admitted"), None)
             if admitted is not None and admitted.get("status") == "False" and admitted.get("reason"):
                 entry.reason = str(admitted["reason"])
-            if status.get("admission"):
+            if GangRecord.of(gang).admission is not None:
                 # A release the last leader recorded may not have reached the group's status yet
                 # (it goes with the gang's next write): write it within the lag, once.
                 entry.group_behind = clock.monotonic()
@@ -208,22 +208,28 @@ class GangRecords:
                 entry.unseen_version = version
 
     async def patch_recovery(
-        self, key: GangKey, fields: JSON, dropped: Iterable[str] = (), expect: JSON | None = None
+        self,
+        key: GangKey,
+        fields: JSON,
+        recovery: Recovery | None,
+        dropped: Iterable[str] = (),
+        expect: JSON | None = None,
     ) -> bool:
-        """`patch` of fields that hold `recovery` (recovery's and a preemption's writes): one at a
-        time per gang, each keeping the Jobs the Gang records as suspended (`suspendedJobs`, as
-        this process last wrote or saw them) but those in `dropped` (resumed, or gone): a write
-        composed from an older copy of the Gang never drops a Job recorded meanwhile. With
-        `expect`, the write is conditional (`record_if`)."""
+        """`patch` of `fields` with the gang's `recovery` record (recovery's and a preemption's
+        writes): one at a time per gang, each keeping the Jobs the Gang records as suspended
+        (`suspendedJobs`, as this process last wrote or saw them) but those in `dropped`
+        (resumed, or gone): a write composed from an older copy of the Gang never drops a Job
+        recorded meanwhile. The record is written whole (a field it leaves unset is removed).
+        With `expect`, the write is conditional (`record_if`)."""
         entry = self.memory[key]
         async with entry.recording:
-            recovery = fields.get("recovery")
-            if isinstance(recovery, dict):
-                current = ((self.gang(key) or {}).get("status") or {}).get("recovery") or {}
-                recorded = current.get("suspendedJobs") if isinstance(current, dict) else None
-                jobs = {*(recovery.get("suspendedJobs") or []), *(recorded or [])} - set(dropped)
-                if jobs or "suspendedJobs" in recovery:
-                    fields = {**fields, "recovery": {**recovery, "suspendedJobs": sorted(jobs)}}
+            if recovery is not None:
+                current = self.record(key).recovery
+                recorded = current.suspended_jobs if current is not None else ()
+                jobs = tuple(sorted({*recovery.suspended_jobs, *recorded} - set(dropped)))
+                recovery = replace(recovery, suspended_jobs=jobs)
+                whole = recovery.to_json() if expect is not None else recovery.merge_patch()
+                fields = {**fields, "recovery": whole}
             if expect is not None:
                 return await self.record_if(key, expect, fields)
             return await self.patch(key, fields)

@@ -57,7 +57,7 @@ def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
 
 
 OPERATOR = QUORUM / "operator"
-STATUS_WRITES = {"patch_gang_status", "patch_group_status", "apply_group_status"}
+STATUS_WRITES = {"patch_gang_status", "patch_gang_status_if", "patch_group_status", "apply_group_status"}
 # A preemption's victims (delete_victim, a victim Job's suspension): preemption.py, by the
 # preemption it recorded first; every other delete or suspension: recovery.py.
 DESTRUCTIVE = {"delete_pod", "delete_victim", "set_job_suspend"}
@@ -97,3 +97,63 @@ def test_only_the_recorder_posts_events(module: Path) -> None:
     # manual.py is `quorum release`, a person's command, outside the operator's process.
     if module.name not in ("events.py", "manual.py"):
         assert not calls_of(module, {"post_event"}), "Events go through events.EventRecorder"
+
+
+DECISION_FIELDS = {
+    "admission",
+    "recovery",
+    "disruption",
+    "preemption",
+    "preempted",
+    "resized",
+    "manualRelease",
+}
+
+
+def decision_reads(path: Path) -> list[str]:
+    """Where a module reads a decision field of a Gang's status by its JSON name: `x.get("admission")`
+    or `x["admission"]` (a dict literal that writes one is not a read)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        key: ast.expr | None = None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            key = node.args[0] if node.args else None
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            key = node.slice
+        if isinstance(key, ast.Constant) and key.value in DECISION_FIELDS:
+            found.append(f"{path.name}:{getattr(node, 'lineno', 0)} reads {key.value!r}")
+    return found
+
+
+@pytest.mark.parametrize(
+    "module", sorted([*OPERATOR.glob("*.py"), QUORUM / "commands" / "uninstall.py"]), ids=lambda p: p.name
+)
+def test_decisions_are_read_through_the_typed_record(module: Path) -> None:
+    """What quorum decided about a gang is read as `quorum.core.record` types (`GangRecords.record`,
+    `GangRecord.of`), parsed in one place, never as a dict by the field's name."""
+    assert not decision_reads(module), "read the Gang's decisions through quorum.core.record"
+
+
+def test_the_decision_read_check_sees_one(tmp_path: Path) -> None:
+    stray = tmp_path / "stray.py"
+    stray.write_text(
+        "def f(gang):\n    return (gang.get('status') or {}).get('admission'), gang['recovery']\n"
+    )
+    assert len(decision_reads(stray)) == 2
+
+
+@pytest.mark.parametrize("module", sorted(OPERATOR.glob("*.py")), ids=lambda p: p.name)
+def test_a_module_that_removes_pods_records_its_decision_conditionally(module: Path) -> None:
+    """Deleting, evicting or suspending follows a record that succeeds only if the Gang still holds
+    the decision it acts on (`GangRecords.record_if`, or `patch_recovery(..., expect=...)`): a
+    module that makes such calls makes conditional records too."""
+    if not calls_of(module, DESTRUCTIVE):
+        return
+    conditional = calls_of(module, {"record_if"}) or any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "patch_recovery"
+        and any(k.arg == "expect" for k in node.keywords)
+        for node in ast.walk(ast.parse(module.read_text()))
+    )
+    assert conditional, f"{module.name} removes pods without a conditional record"
