@@ -24,8 +24,11 @@ from quorum.core.record import GangRecord, ManualRelease
 from quorum.core.times import timestamp
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s import objects, reads, writes
+from quorum.k8s.api import LiveApi
 from quorum.k8s.client import KubeconfigError, command_client
-from quorum.operator.gangs import GANG_LABEL, is_gated
+from quorum.operator.events import pod_object
+from quorum.operator.gangs import GANG_LABEL, Store, is_gated
+from quorum.operator.status import GangRecords
 
 
 def add_parser(subparsers: Any) -> None:
@@ -119,30 +122,32 @@ async def release_gangs(
             by_gang[(meta["namespace"], meta["labels"][GANG_LABEL])].append(pod)
     if target is not None and target not in by_gang:
         return [f"{target[0]}/{target[1]}: no gated pods (nothing to release)"]
+    # Through the operator's own writer of Gang records and its Event recorder, as its identity.
+    live = LiveApi(api)
+    records = GangRecords(live, Store())
     lines = []
     for (namespace, name), members in sorted(by_gang.items()):
         # Recorded first, naming the decision of quorum's it overrides (recovery compares
         # attempts, never this machine's clock with the operator's): a later decision of
         # quorum's is quorum's again.
-        gang = await writes.get_gang(api, namespace, name)
+        gang = await live.read_gang(namespace, name)
         record = ManualRelease(writes.now(), by, reason, len(members), GangRecord.of(gang).attempt)
-        body = {"manualRelease": record.to_json()}
-        if gang is not None and await writes.patch_gang_status(api, namespace, name, body) is None:
+        if gang is not None and not await records.patch(
+            (namespace, name), {"manualRelease": record.to_json()}
+        ):
             gang = None
-        released = [p for p in members if await writes.release_pod(api, p, None)]
+        released = [p for p in members if await live.release_pod(p, None)]
         message = (
             f"{len(released)} of {len(members)} gated pods released by hand by {by}, without a plan: {reason}"
         )
         if gang is not None:
             if len(released) != len(members):
                 record = replace(record, pods=len(released))
-                await writes.patch_gang_status(api, namespace, name, {"manualRelease": record.to_json()})
-            await writes.post_event(api, gang, "ReleasedByHand", message, warning=True)
+                await records.patch((namespace, name), {"manualRelease": record.to_json()})
+            await records.events.post(gang, "ReleasedByHand", message, warning=True)
         else:
             for pod in released:
-                await writes.post_event(
-                    api, {"apiVersion": "v1", "kind": "Pod", **pod}, "ReleasedByHand", message, True
-                )
+                await records.events.post(pod_object(pod), "ReleasedByHand", message, warning=True)
         lines.append(f"{namespace}/{name}: {message}")
     return lines or ["no gated gang pods anywhere (nothing to release)"]
 
