@@ -234,7 +234,7 @@ class GangRecords:
                 return await self.record_if(key, expect, fields)
             return await self.patch(key, fields)
 
-    async def record_if(self, key: GangKey, expect: JSON, fields: JSON) -> bool:
+    async def record_if(self, key: GangKey, expect: JSON, fields: JSON, made: bool = False) -> bool:
         """A decision recorded only if the Gang still holds `expect` (paths under its status ->
         values; a JSON Patch `test`, so a write of another leader that landed first refuses it).
         False if it was not recorded: the Gang is gone, or holds something else — then the Gang
