@@ -244,15 +244,12 @@ class GangRecords:
             version = await self.api.patch_gang_status_if(key[0], key[1], expect, fields)
         except Superseded:
             fresh = await self.api.read_gang(*key)
-            if (
-                fresh is not None
-                and "status" not in fresh
-                and not any(v is not None for v in expect.values())
-            ):
+            tests_null = not any(v is not None for v in expect.values())
+            if fresh is not None and "status" not in fresh and tests_null and not made:
                 # A Gang just made has no status, and a JSON Patch cannot test or add under a
                 # path that is missing: made (an empty merge patch), then tried once more.
                 await self.api.patch_gang_status(key[0], key[1], {})
-                return await self.record_if(key, expect, fields)
+                return await self.record_if(key, expect, fields, made=True)
             log.info("%s/%s: not recorded: the Gang holds a later decision than the watch showed", *key)
             if fresh is not None:
                 self.saw(key, fresh)
