@@ -304,15 +304,18 @@ class Superseded(Exception):
 
 def conditional_status_patch(expect: dict[str, Any], fields: dict[str, Any]) -> list[dict[str, Any]]:
     """A JSON Patch of a Gang's status: `test` each of `expect` (a path under status -> its
-    value), then set each of `fields` (a value, never null: RFC 6902 cannot remove a field that
-    may be absent; clearing is a merge patch, which is safe to repeat)."""
+    value), then set each of `fields`; a field set to null is removed, which RFC 6902 allows
+    only where it exists, so `expect` must test a value under it."""
     ops: list[dict[str, Any]] = [
         {"op": "test", "path": f"/status/{path}", "value": value} for path, value in expect.items()
     ]
     for name, value in fields.items():
         if value is None:
-            raise ValueError(f"a conditional write sets fields; {name} is null")
-        ops.append({"op": "add", "path": f"/status/{name}", "value": value})
+            if not any(path.startswith(f"{name}/") and v is not None for path, v in expect.items()):
+                raise ValueError(f"{name} is removed only where a test says it is there")
+            ops.append({"op": "remove", "path": f"/status/{name}"})
+        else:
+            ops.append({"op": "add", "path": f"/status/{name}", "value": value})
     return ops
 
 

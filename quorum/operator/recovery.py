@@ -449,7 +449,7 @@ class Recoverer:
         if decision.attempt != self.records.record(key).attempt:
             # Made for a decision the gang has moved past: obsolete, nothing is done by it.
             log.info("%s/%s: a disruption recorded for an earlier decision cleared unused", *key)
-            await self.records.patch(key, {"disruption": None})
+            await self.records.record_if(key, {"disruption/attempt": decision.attempt}, {"disruption": None})
             return
         # Still the Gang's decision and still recorded, as the apiserver has it now (a test-only
         # JSON Patch): the watch's copy may show one that another leader finished and cleared.
@@ -494,7 +494,7 @@ class Recoverer:
         event, warning = EVENTS.get(reason, ("PartiallyPlaced", True))
         # Required: the record is cleared only once the act is told (a new leader tells it else).
         await self.records.events.post_all([gang, group], event, message, warning=warning, required=True)
-        await self.records.patch(key, {"disruption": None})
+        await self.records.record_if(key, decision.still_recorded(), {"disruption": None})
 
     async def composite_whole(self, key: GangKey, name: str) -> tuple[int, int]:
         """How many gangs of the CompositePodGroup run whole, by a fresh read of their pods, and
@@ -546,7 +546,8 @@ class Recoverer:
         elif resumed:
             written = recovery
         self.memory[key].backoff_until = 0.0
-        await self.records.patch_recovery(key, {"disruption": None}, written, resumed)
+        cleared = {"disruption": None}  # only while it is still the record (a test of it)
+        await self.records.patch_recovery(key, cleared, written, resumed, expect=decision.still_recorded())
         log.info("%s/%s: %s", *key, message)
         await self.records.events.post_all([gang, group], "RecoveryWithdrawn", message)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -87,3 +88,17 @@ def test_attempts_not_clocks_say_what_came_after() -> None:
     assert ManualRelease("2026-11-28T11:00:00Z").overrides(admission), (
         "a record of an earlier version: by time"
     )
+
+
+def test_a_conditional_write_tests_first_and_removes_only_what_a_test_says_is_there() -> None:
+    from quorum.k8s.writes import conditional_status_patch
+
+    expect = {"admission/attempt": 3, "disruption/reason": "PartiallyPlaced"}
+    assert conditional_status_patch(expect, {"disruption": None, "recovery": {"failures": 0}}) == [
+        {"op": "test", "path": "/status/admission/attempt", "value": 3},
+        {"op": "test", "path": "/status/disruption/reason", "value": "PartiallyPlaced"},
+        {"op": "remove", "path": "/status/disruption"},
+        {"op": "add", "path": "/status/recovery", "value": {"failures": 0}},
+    ]
+    with pytest.raises(ValueError, match="removed only where a test says it is there"):
+        conditional_status_patch({"admission/attempt": 3}, {"disruption": None})
