@@ -28,7 +28,7 @@ async def test_a_record_is_written_only_while_the_gang_holds_its_decision(
     operator = await api_client(cluster.kubeconfig("quorum-operator"))
     async with operator:
         await writes.create_gang(
-            operator, namespace, "pg-a", {"minMember": 1, "source": {"kind": "Labels"}}, None
+            operator, namespace, "pg-a", {"minMember": 1, "source": {"kind": "Labels", "name": "a"}}, None
         )
         assert await writes.patch_gang_status(operator, namespace, "pg-a", {"admission": {"attempt": 1}})
         expect = {"admission/attempt": 1, "disruption": None}
@@ -52,7 +52,7 @@ async def test_a_record_is_written_only_while_the_gang_holds_its_decision(
         assert gang is not None and gang["status"]["disruption"]["attempt"] == 1
 
         await writes.create_gang(
-            operator, namespace, "pg-b", {"minMember": 1, "source": {"kind": "Labels"}}, None
+            operator, namespace, "pg-b", {"minMember": 1, "source": {"kind": "Labels", "name": "a"}}, None
         )
         records = GangRecords(LiveApi(operator), Store())
         assert await records.record_if(
