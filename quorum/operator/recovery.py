@@ -70,18 +70,23 @@ EVENTS = {  # the Event that tells a disruption done: (reason, warning)
 @dataclass(frozen=True)
 class CompositeState:
     """A CompositePodGroup of gangs, as one pass sees it: its gangs (key -> minMember), how many
-    run whole, and whether one of them was found partially placed (or recovered for that)
-    under its current decision: then the composite is, unless minGroupCount of them run whole."""
+    run whole, and which were found partially placed under their current decision: due for
+    recovery now (None), or recovered by this process at a time (monotonic)."""
 
     name: str
     min_group_count: int
     gangs: Mapping[GangKey, int]
     whole: int
-    partial: tuple[str, ...]  # the gangs partially placed
+    partial: tuple[tuple[str, float | None], ...]
 
-    @property
-    def partially_placed(self) -> bool:
-        return bool(self.partial) and self.whole < self.min_group_count
+    def recovers(self, decided_at: float) -> tuple[str, ...]:
+        """The partially placed gangs that take a sibling whose decision this process first saw
+        at `decided_at` (monotonic) with them, while fewer than minGroupCount run whole: one due
+        now, or one recovered after that decision. A sibling admitted after the recovery (the
+        composite planned again) is a new try, never taken for the old one."""
+        if self.whole >= self.min_group_count:
+            return ()
+        return tuple(name for name, at in self.partial if at is None or decided_at <= at)
 
 
 def disruption(
@@ -191,7 +196,8 @@ class Recoverer:
             if policy is MemberLossPolicy.RESTART_GANG:
                 self.memory[view.key].whole = (attempt, self.bound_members(view))
             composite = self.composites.get(self.composite_of.get(view.key, ("", "")))
-            if composite is not None and composite.partially_placed and not recovered:
+            decided_at = clock.monotonic() - self.records.since_decision(view.key, attempt)
+            if composite is not None and composite.recovers(decided_at) and not recovered:
                 return "recover-composite"
             if recovery.failures:
                 return "clean-slate"
@@ -276,17 +282,20 @@ class Recoverer:
                 facts = None
             if facts is None:
                 continue
-            whole, partial = 0, []
+            whole, partial = 0, list[tuple[str, float | None]]()
             for view in children:
                 gang = self.records.gang(view.key)
                 record = GangRecord.of(gang)
                 if gang is None or record.admission is None:
                     continue
                 assert view.min_member is not None
+                entry = self.memory[view.key]
                 if view.bound_and_unbound[0] >= view.min_member:
                     whole += 1
-                elif self.recovered_already(view.key, record) or self.due(view, gang, now) == "recover":
-                    partial.append(view.name)
+                elif entry.recovered == record.attempt and entry.recovered_at is not None:
+                    partial.append((view.name, entry.recovered_at))
+                elif self.due(view, gang, now) == "recover":
+                    partial.append((view.name, None))
             gangs = {v.key: v.min_member or 1 for v in children}
             self.composites[key] = CompositeState(key[1], facts.min_group_count, gangs, whole, tuple(partial))
             for view in children:
@@ -351,7 +360,9 @@ class Recoverer:
             await self.recover(view, gang, recovery, record.attempt, bound, unbound, now)
         elif what == "recover-composite":
             composite = self.composites[self.composite_of[view.key]]
-            await self.recover(view, gang, recovery, record.attempt, 0, [], now, composite)
+            decided_at = clock.monotonic() - self.records.since_decision(view.key, record.attempt)
+            taken_with = composite.recovers(decided_at)
+            await self.recover(view, gang, recovery, record.attempt, 0, [], now, (composite, taken_with))
         elif what == "restart-gang" and (loss := self.loss(view, gang)) is not None:
             await self.restart(view, gang, recovery, record.attempt, loss, now)
         elif what == "warn-policy" and (problem := self.policy_of(view)[1]):
@@ -370,7 +381,7 @@ class Recoverer:
         bound: int,
         unbound: list[JSON],
         now: float,
-        composite: CompositeState | None = None,
+        composite: tuple[CompositeState, tuple[str, ...]] | None = None,
     ) -> None:
         """A partially placed gang (or, `composite`, a gang whose CompositePodGroup is): all its
         pods recovered by owner kind, then a backoff."""
@@ -385,9 +396,10 @@ class Recoverer:
                 f"({len(unbound)} released pods never bound: {names})"
             )
         else:
+            state, partial = composite
             what = (
-                f"CompositePodGroup {composite.name} has {composite.whole} of minGroupCount "
-                f"{composite.min_group_count} gangs bound whole ({', '.join(composite.partial)} partially "
+                f"CompositePodGroup {state.name} has {state.whole} of minGroupCount "
+                f"{state.min_group_count} gangs bound whole ({', '.join(partial)} partially "
                 f"placed): recovered with it, although this gang runs"
             )
         message = f"{what}; {plan.summary()}; next try after {delay:.0f}s backoff ({failures} in a row)"
@@ -403,7 +415,7 @@ class Recoverer:
         self.memory[view.key].backoff_until = float(math.ceil(now + delay))  # as written (whole s)
         reason = PARTIALLY_PLACED if composite is None else COMPOSITE
         decision = disruption(
-            reason, attempt, now, message, pods, jobs, composite.name if composite else None
+            reason, attempt, now, message, pods, jobs, composite[0].name if composite else None
         )
         await self.disrupt(view, decision, record)
 
@@ -437,6 +449,7 @@ class Recoverer:
             return  # gone, or superseded: nothing is done without its record
         if decision.reason != STUCK_POD:
             self.memory[view.key].recovered = decision.attempt
+            self.memory[view.key].recovered_at = clock.monotonic()
         await self.finish(view.key, view.min_member or 1, decision, view.group)
 
     async def finish(

@@ -77,3 +77,18 @@ async def test_a_composite_with_min_group_count_gangs_whole_keeps_them() -> None
         assert "launcher-0" in loop.store.pods and not loop.store.pods["launcher-0"]["metadata"].get(
             "deletionTimestamp"
         )
+
+
+def test_a_gang_admitted_after_its_siblings_recovery_is_a_new_try_not_taken_for_the_old_one() -> None:
+    """Found by review: with spare gangs, one recovered gang (`a`) stayed "partially placed" until
+    its next decision, so each sibling the composite admitted again afterwards was recovered
+    with it as soon as it ran whole, before the others bound."""
+    from quorum.operator.recovery import CompositeState
+
+    state = CompositeState("job", 3, {}, whole=1, partial=(("a", 100.0),))
+    assert state.recovers(decided_at=90.0) == ("a",), "decided before a's recovery: it goes with it"
+    assert state.recovers(decided_at=110.0) == (), "admitted again after it: a new try"
+    due = CompositeState("job", 3, {}, whole=1, partial=(("a", None),))
+    assert due.recovers(decided_at=110.0) == ("a",), "a partially placed now takes every sibling"
+    whole = CompositeState("job", 1, {}, whole=1, partial=(("a", None),))
+    assert whole.recovers(decided_at=0.0) == (), "minGroupCount run whole: nothing"
