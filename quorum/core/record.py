@@ -95,6 +95,13 @@ class Admission:
         count from when this process saw the decision)."""
         return timestamp(self.time)
 
+    def merge_patch(self) -> JSON:
+        """The record as a JSON merge patch that replaces it whole: a compact decision removes
+        the placement of the one before it, and the other way round."""
+        if self.pods is not None:
+            return {"attempt": self.attempt, "time": self.time, "pods": self.pods, "placement": None}
+        return {**self.to_json(), "pods": None}
+
     def to_json(self) -> JSON:
         if self.pods is not None:
             return _drop_none({"attempt": self.attempt, "time": self.time, "pods": self.pods})
@@ -297,15 +304,17 @@ class Preempted:
         return timestamp(self.time) >= since > 0
 
     def to_json(self) -> JSON:
-        return _drop_none(
-            {
-                "by": self.by,
-                "time": self.time,
-                "message": self.message,
-                "attempt": self.attempt,
-                "token": self.token,
-            }
-        )
+        return _drop_none(self.merge_patch())
+
+    def merge_patch(self) -> JSON:
+        """The record as a JSON merge patch that replaces it whole (unset fields as null)."""
+        return {
+            "by": self.by,
+            "time": self.time,
+            "message": self.message,
+            "attempt": self.attempt,
+            "token": self.token,
+        }
 
 
 @dataclass(frozen=True, slots=True)

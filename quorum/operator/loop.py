@@ -60,8 +60,8 @@ class CatchUp:
     """The gang pods and Gangs the apiserver listed when this replica took the lead (uid or
     key -> resourceVersion). The watches have caught up once the store holds each at that
     version or later, or its watch has delivered past that version without it (deleted since);
-    one whose absence cannot be told so (resourceVersions that do not compare) is waited for
-    only until `deadline` (monotonic)."""
+    one the store does not hold is waited for at most until `deadline` (monotonic): a watch
+    that relisted after the object went delivers nothing past it."""
 
     pods: Mapping[str, str]
     gangs: Mapping[GangKey, str]
@@ -83,9 +83,8 @@ class CatchUp:
         waiting_for_absent = clock.monotonic() < self.deadline
 
         def lags(kind: str, seen: JSON | None, version: str) -> bool:
-            if seen is None:
-                past = newer_or_same(store.progress.get(kind, ""), version)
-                return not past if past is not None else waiting_for_absent
+            if seen is None:  # made since, or deleted since: a relist may never say which
+                return waiting_for_absent and newer_or_same(store.progress.get(kind, ""), version) is not True
             return newer_or_same(str(seen["metadata"].get("resourceVersion") or ""), version) is False
 
         return sum(lags("pods", store.pods.get(uid), v) for uid, v in self.pods.items()) + sum(

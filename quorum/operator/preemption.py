@@ -212,7 +212,12 @@ class Preempter:
         """The preemptions recorded on the Gangs, as this process knows them (`GangRecords.record`:
         what it wrote or read afresh that the watch has not shown yet included)."""
         out: dict[GangKey, PreemptionRecord] = {}
-        for key in self.store.gangs:
+        memory = self.statuses.memory
+        for key, gang in self.store.gangs.items():
+            entry = memory.get(key)
+            shown = GangRecord.of(gang).preemption  # parses this one field only
+            if shown is None and not (entry is not None and "preemption" in entry.unseen):
+                continue  # the cheap test first: a pass asks this of every gang, several times
             if (record := self.statuses.record(key).preemption) is not None:
                 out[key] = record
         return out
@@ -376,7 +381,7 @@ class Preempter:
         suspensions and the deletions. A failure before the marks ends the preemption with
         nothing taken; a Job recorded but never suspended is dropped by recovery."""
         key, token = view.key, record.token
-        recorded: dict[GangKey, JSON | None] = {}
+        recorded: dict[GangKey, Preempted | None] = {}
         try:
             await self.record_victims(preemption, suspend, now, recorded, token)
             warn = bool(preemption.past_budgets)
@@ -475,7 +480,7 @@ class Preempter:
         preemption: Preemption,
         suspend: Mapping[tuple[str, str], tuple[str, str]],
         now: float,
-        recorded: dict[GangKey, JSON | None],
+        recorded: dict[GangKey, Preempted | None],
         token: str,
     ) -> None:
         """`status.preempted` on each victim gang's Gang, as its namespace may read it, and the
@@ -501,18 +506,18 @@ class Preempter:
                     current.recovery or Recovery(), message=message, suspended_jobs=tuple(jobs)
                 )
                 self.statuses.memory[vkey].suspending.update(jobs)
-            recorded[vkey] = current.preempted.to_json() if current.preempted else None
+            recorded[vkey] = current.preempted
             if not await self.statuses.patch_recovery(vkey, {"preempted": preempted.to_json()}, recovery):
                 raise RuntimeError("the Gang of a victim went before it recorded the preemption")
 
-    async def unrecord_victims(self, recorded: Mapping[GangKey, JSON | None]) -> None:
+    async def unrecord_victims(self, recorded: Mapping[GangKey, Preempted | None]) -> None:
         """A preemption that took nothing: each victim's `status.preempted` as it was (else a
         member it loses later would be taken for preempted, and not recovered), and an Event
         saying so. Best effort: a write that fails leaves the gang marked preempted until its next
         decision, which deletes nothing."""
         for vkey, before in recorded.items():
             try:
-                if await self.statuses.patch(vkey, {"preempted": before}):
+                if await self.statuses.patch(vkey, {"preempted": before.merge_patch() if before else None}):
                     gang = self.statuses.gang(vkey)
                     if gang is not None:
                         await self.statuses.events.post(gang, "PreemptionWithdrawn", WITHDRAWN)
@@ -592,8 +597,8 @@ class Preempter:
                 await self.api.taint_node(node, token, add=False)
         self.tainted.pop(token, None)
         await self.settle_victims(token, why)
-        if key in self.store.gangs:
-            await self.statuses.patch(key, {"preemption": None})
+        if key in self.store.gangs:  # only its own record: not one another leader made since
+            await self.statuses.record_if(key, {"preemption/token": token}, {"preemption": None})
         self.first_seen.pop(token, None)
         metrics.PREEMPTIONS.labels(result="Ended" if not warn else "Expired").inc()
         log.info("%s/%s: preemption ended: %s", *key, why)

@@ -136,6 +136,9 @@ class GangRecords:
         for _, entry in self.memory.items():
             entry.written, entry.written_at, entry.reason, entry.transitions = None, None, None, {}
             entry.group_behind = None
+            # A term counts each decision's time from its own first sight: an attempt seen in an
+            # earlier term may be another decision by now (a group made again under its name).
+            entry.decision_seen = None
         for key, gang in self.store.gangs.items():
             status = gang.get("status") or {}
             if not isinstance(status, dict):
@@ -554,7 +557,7 @@ class GangRecords:
         stamp = now_rfc3339()
         timed = self.timed(view.key, status.conditions, stamp)
         self.pacing.mark_written(view.key, clock.monotonic())
-        body = {**status.body, "conditions": timed, "admission": admission.to_json()}
+        body = {**status.body, "conditions": timed, "admission": admission.merge_patch()}
         if not await self.patch(view.key, body):
             raise GangGone(f"the Gang {view.namespace}/{view.name} went before its release was recorded")
         entry = self.memory[view.key]

@@ -70,7 +70,7 @@ async def test_the_decision_and_the_released_status_are_one_write_and_the_group_
 
     assert [what for what, _ in writes(api)] == ["gang", "podgroups"]
     gang, group = writes(api)[0][1], writes(api)[1][1]
-    assert gang["admission"] == admission
+    assert gang["admission"] == {**admission, "pods": None}, "written whole: a compact one before it goes"
     assert (gang["phase"], gang["released"], gang["gated"]) == ("Scheduling", 2, 0)
     admitted = next(c for c in gang["conditions"] if c["type"] == "Admitted")
     assert admitted["status"] == "True" and admitted["lastTransitionTime"]
