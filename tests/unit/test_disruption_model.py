@@ -41,7 +41,7 @@ import os
 import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, event, settings
@@ -49,6 +49,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from quorum.core.lifecycle import BackoffPolicy
+from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import timestamp
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT
@@ -100,6 +101,26 @@ class InlineExecutor(concurrent.futures.ThreadPoolExecutor):
         except BaseException as err:
             future.set_exception(err)
         return future
+
+
+class LeaderApi:
+    """One leader's way to the apiserver. Once it is deposed, a call it starts fails, as the
+    calls of a process that lost its Lease stop (its loop is cancelled within the renew
+    deadline, before another may lead); calls already in flight land, late."""
+
+    def __init__(self, api: FakeApi) -> None:
+        self.api = api
+        self.deposed = False
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.api, name)
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self.deposed:
+                raise asyncio.CancelledError
+            return await method(*args, **kwargs)
+
+        return call
 
 
 @dataclass
@@ -436,7 +457,8 @@ class DisruptionMachine(RuleBasedStateMachine):
         self.api = AuditedApi(server, BoundPods(), self.clock)
         self.api.server = server
         store, bound = self.api.relist()
-        self.loop = GangLoop(self.api, store, bound, loop_settings())
+        self.session = LeaderApi(self.api)
+        self.loop = GangLoop(cast(KubeApi, self.session), store, bound, loop_settings())
         self.loop.resume()
         self.deposed: list[GangLoop] = []  # leaders that lost the Lease and have not noticed yet
         self.model = Model()
@@ -712,12 +734,14 @@ class DisruptionMachine(RuleBasedStateMachine):
         died at once, wherever its tasks were, or `lingers`: it has not noticed yet, and its
         tasks' writes in flight go on landing after the handover until it stops."""
         old = self.loop
+        self.session.deposed = True  # a call it starts from now on fails; those in flight land
         if lingers:
             self.deposed.append(old)
         else:
             self.stop(old)
         store, bound = self.api.standby(relisted)
-        self.loop = GangLoop(self.api, store, bound, loop_settings())
+        self.session = LeaderApi(self.api)
+        self.loop = GangLoop(cast(KubeApi, self.session), store, bound, loop_settings())
         for _ in range(100):  # as its run() does: it lists afresh until a list gets through
             try:
                 self.run(self.loop.take_over())
