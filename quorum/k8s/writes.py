@@ -279,10 +279,18 @@ async def patch_gang_status(
         _content_type=MERGE,  # type: ignore[call-arg]
         _preload_content=False,
     )
+    return await status_written(response)
+
+
+async def status_written(response: Any, refused: type[Exception] | None = None) -> str | None:
+    """The answer of a Gang status patch: the resourceVersion written at ("0" if the answer has
+    none), None if the Gang is gone; a 422 raises `refused` where the caller gives one."""
     body = await response.read()
     response.release()
     if response.status == 404:
         return None
+    if refused is not None and response.status == 422:
+        raise refused(body.decode(errors="replace"))
     if not 200 <= response.status <= 299:
         error = ApiException(status=response.status, reason=response.reason)
         error.body = body.decode(errors="replace")
@@ -337,18 +345,7 @@ async def patch_gang_status_if(
         _content_type=JSON_PATCH,  # type: ignore[call-arg]
         _preload_content=False,
     )
-    body = await response.read()
-    response.release()
-    if response.status == 404:
-        return None
-    if response.status == 422:
-        raise Superseded(body.decode(errors="replace"))
-    if not 200 <= response.status <= 299:
-        error = ApiException(status=response.status, reason=response.reason)
-        error.body = body.decode(errors="replace")
-        raise error
-    found = RESOURCE_VERSION.search(body)
-    return found.group(1).decode() if found else "0"
+    return await status_written(response, refused=Superseded)
 
 
 async def patch_gang(api: client.ApiClient, namespace: str, name: str, patch: dict[str, Any]) -> bool:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from quorum.core.record import DECISIONS
+
 QUORUM = Path(__file__).resolve().parents[2] / "quorum"
 CORE = QUORUM / "core"
 PURE = [*sorted(CORE.rglob("*.py")), QUORUM / "sunk" / "model.py"]
@@ -98,15 +100,7 @@ def test_only_the_recorder_posts_events(module: Path) -> None:
         assert not calls_of(module, {"post_event"}), "Events go through events.EventRecorder"
 
 
-DECISION_FIELDS = {
-    "admission",
-    "recovery",
-    "disruption",
-    "preemption",
-    "preempted",
-    "resized",
-    "manualRelease",
-}
+DECISION_FIELDS = set(DECISIONS)  # the Gang status fields that record decisions
 
 
 def decision_reads(path: Path) -> list[str]:
