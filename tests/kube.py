@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -13,8 +15,9 @@ from typing import Any, TypeVar
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from devcluster.cluster import node_is_ready
+from devcluster.cluster import Instance, node_is_ready
 from devcluster.nodes import TestPool
+from devcluster.process import is_alive
 from quorum.core.quantity import parse_quantity
 from quorum.k8s.client import without_per_request_env_lookups
 
@@ -44,6 +47,44 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last: {last!r}")
         await asyncio.sleep(interval)
+
+
+async def kill_after(
+    instance: Instance,
+    component: str,
+    released: Callable[[], Awaitable[int]],
+    k: int,
+    *,
+    timeout: float,
+    slice_seconds: float = 0.005,
+) -> int:
+    """SIGKILL one of the instance's processes (by its recorded PID) once `released()` counts at
+    least `k`, and return the count then. The process runs in short slices (SIGCONT, a few ms,
+    SIGSTOP) and is counted while stopped, once its requests in flight have landed: killed
+    after the k-th release, or a request or two after it, never long after. No code of the
+    process knows (no test hook in what ships)."""
+    state = instance.state()
+    assert state is not None
+    record = next(p for p in state.processes if p.name == component)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            os.kill(record.pid, signal.SIGCONT)
+            await asyncio.sleep(slice_seconds)
+            os.kill(record.pid, signal.SIGSTOP)
+            await asyncio.sleep(0.05)  # its requests sent before the stop land
+            count = await released()
+            if count >= k:
+                os.kill(record.pid, signal.SIGKILL)
+                await eventually(lambda: asyncio.sleep(0, not is_alive(record)), timeout=10, what="its death")
+                return count
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"timed out after {timeout:.0f}s waiting for {k} releases by {component}"
+                )
+    finally:
+        if is_alive(record):
+            os.kill(record.pid, signal.SIGCONT)
 
 
 def _resources(containers: list[dict[str, Any]] | None) -> list[dict[str, Fraction]]:

@@ -157,19 +157,45 @@ def gang_marker(
 
 
 _INVALID = re.compile(r"[^a-z0-9-]+")
+_HASHED_TAIL = re.compile(rf"-[0-9a-f]{{{_HASH_LEN}}}$")  # how a name that was changed ends
 
 
 def gang_name(source: GangSource, group: str) -> str:
     """`<prefix>-<group>`, made a valid label value and DNS-1123 label: lower-cased, runs of
     other characters replaced by '-', at most 63 characters. Where anything was changed or cut,
-    a short hash of the original is appended, so different groups never share a name."""
+    a short hash of the original is appended. A name that already ends like that (`-` and 8 hex
+    digits) gets a hash of its own too: `pg-a.b` becomes `pg-a-b-9b17870e`, and PodGroup
+    `a-b-9b17870e` becomes `pg-a-b-9b17870e-<hash>`, never the same name. Two groups share a
+    name only if the first 32 bits of their SHA-256 do (the operator holds such a gang and says
+    why: quorum.operator.gangs)."""
     wanted = f"{source.value}-{group}"
     clean = _INVALID.sub("-", wanted.lower()).strip("-")
-    if clean == wanted and len(clean) <= _MAX_NAME:
+    if clean == wanted and len(clean) <= _MAX_NAME and not _HASHED_TAIL.search(clean):
         return clean
+    return _hashed(wanted, clean)
+
+
+def legacy_gang_name(source: GangSource, group: str) -> str | None:
+    """The name earlier releases of quorum gave the group where it differs from `gang_name`'s
+    (a group whose own name ends like a hashed one was kept as it was), else None. A gang made
+    then keeps that name for as long as its Gang object lives (quorum.operator.gangs.GangAliases),
+    so an upgrade splits no running gang (docs/operations.md, "Upgrading")."""
+    wanted = f"{source.value}-{group}"
+    clean = _INVALID.sub("-", wanted.lower()).strip("-")
+    if clean == wanted and len(clean) <= _MAX_NAME and _HASHED_TAIL.search(clean):
+        return clean
+    return None
+
+
+def _hashed(wanted: str, clean: str) -> str:
     digest = hashlib.sha256(wanted.encode()).hexdigest()[:_HASH_LEN]
     stem = clean[: _MAX_NAME - _HASH_LEN - 1].rstrip("-")
     return f"{stem}-{digest}"
+
+
+def may_be_legacy(name: str) -> bool:
+    """Cheap first test: only a name ending like a hashed one can be a legacy name."""
+    return _HASHED_TAIL.search(name) is not None
 
 
 def queued_since(group_created: float | None, pods_created: Collection[float], min_member: int) -> float:

@@ -6,9 +6,6 @@ pass a stateful fake that can fail or hang any call.
 
 from __future__ import annotations
 
-import logging
-import os
-import signal
 from typing import Any, Protocol
 
 from kubernetes_asyncio import client
@@ -75,8 +72,9 @@ class KubeApi(Protocol):
 
     async def read_job(self, namespace: str, name: str) -> JSON | None: ...
 
-    async def read_gang_pods(self, namespace: str, gang: str) -> list[JSON]:
-        """The gang's pods as the apiserver has them now (not as the watch last showed them)."""
+    async def read_gang_pods(self, namespace: str, gang: str, *also: str) -> list[JSON]:
+        """The gang's pods as the apiserver has them now (not as the watch last showed them):
+        those labelled `gang`, or any of `also` (the names its pods carry: `Store.labels_of`)."""
         ...
 
     async def statefulset_pod_management(self, namespace: str, name: str) -> str | None: ...
@@ -153,8 +151,8 @@ class LiveApi:
     async def read_job(self, namespace: str, name: str) -> JSON | None:
         return await reads.job(self.api, namespace, name)
 
-    async def read_gang_pods(self, namespace: str, gang: str) -> list[JSON]:
-        return await reads.gang_pods(self.api, namespace, gang)
+    async def read_gang_pods(self, namespace: str, gang: str, *also: str) -> list[JSON]:
+        return await reads.gang_pods(self.api, namespace, gang, *also)
 
     async def statefulset_pod_management(self, namespace: str, name: str) -> str | None:
         return await reads.statefulset_pod_management(self.api, namespace, name)
@@ -171,25 +169,3 @@ class LiveApi:
 
     async def delete_victim(self, pod: JSON) -> bool:
         return await writes.delete_pod(self.api, pod)
-
-
-class CrashingApi(LiveApi):
-    """Tests only (QUORUM_OPERATOR_TEST_CRASH_AFTER=k): a `LiveApi` whose process dies by SIGKILL
-    right after its k-th pod release, to show what the next leader does with a release cut off.
-    Installed instead of `LiveApi` by the operator's start-up; no code path of the loop knows."""
-
-    def __init__(self, api: client.ApiClient, crash_after: int) -> None:
-        super().__init__(api)
-        self.crash_after = crash_after
-        self.releases = 0
-
-    async def release_pod(self, pod: JSON, node: str | None, tolerate: str | None = None) -> bool:
-        released = await super().release_pod(pod, node, tolerate)
-        if released:
-            self.releases += 1
-            if self.releases >= self.crash_after:
-                logging.getLogger("quorum.operator").warning(
-                    "test hook: SIGKILL after %d releases", self.releases
-                )
-                os.kill(os.getpid(), signal.SIGKILL)
-        return released

@@ -40,10 +40,16 @@ async def job(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any
     )
 
 
-async def gang_pods(api: client.ApiClient, namespace: str | None, gang: str | None) -> list[dict[str, Any]]:
-    """Pods carrying quorum's gang label: of one gang in one namespace, or all (plain JSON)."""
+async def gang_pods(
+    api: client.ApiClient, namespace: str | None, gang: str | None, *also: str
+) -> list[dict[str, Any]]:
+    """Pods carrying quorum's gang label: of one gang in one namespace (its label `gang`, or any
+    of `also`), or all (plain JSON)."""
     core = client.CoreV1Api(api)
-    selector = "quorum.dev/gang" if gang is None else f"quorum.dev/gang={gang}"
+    if gang is None:
+        selector = "quorum.dev/gang"
+    else:
+        selector = f"quorum.dev/gang in ({','.join((gang, *also))})" if also else f"quorum.dev/gang={gang}"
     if namespace is None:
         response: Any = await core.list_pod_for_all_namespaces(
             label_selector=selector, _preload_content=False

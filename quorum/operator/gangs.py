@@ -20,6 +20,9 @@ from quorum.core.gangs import (
     GangMarker,
     GangSource,
     gang_marker,
+    gang_name,
+    legacy_gang_name,
+    may_be_legacy,
     parse_min_available,
     queued_since,
 )
@@ -70,6 +73,41 @@ class Store:
     # Watched kind -> the latest resourceVersion its watch delivered (pods, gangs): an object
     # listed at an older version and not in the store is known deleted (`loop.CatchUp`).
     progress: dict[str, str] = field(default_factory=dict)
+
+    # Gangs made under their group's legacy name (quorum.core.gangs.legacy_gang_name), by
+    # (namespace, the name the webhook gives the group's new pods now) -> the legacy name: the
+    # group's pods of either label are one gang, under the name its Gang object has.
+    aliases: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def gang_of(self, pod: JSON) -> str | None:
+        """The name of the gang the pod belongs to: its quorum.dev/gang label, or the legacy
+        name its group's Gang object still has."""
+        meta = pod["metadata"]
+        name: str | None = (meta.get("labels") or {}).get(GANG_LABEL)
+        if not name or not self.aliases:
+            return name or None
+        return self.aliases.get((meta.get("namespace", ""), name), name)
+
+    def labels_of(self, key: tuple[str, str]) -> tuple[str, ...]:
+        """The quorum.dev/gang labels the gang's pods carry: its name, and the name its group's
+        new pods get where that is a legacy name."""
+        if not self.aliases:
+            return (key[1],)
+        return (key[1], *sorted(now for (ns, now), legacy in self.aliases.items() if (ns, legacy) == key))
+
+    def saw_gang(self, gang: JSON, present: bool) -> None:
+        """Keep `aliases` current with one Gang object as its watch delivered it."""
+        meta = gang["metadata"]
+        if not may_be_legacy(meta["name"]):
+            return  # nearly every Gang: no legacy name ends otherwise
+        marker = gang_source(gang)
+        if marker is None or legacy_gang_name(marker.source, marker.group) != meta["name"]:
+            return
+        key = (meta.get("namespace", ""), gang_name(marker.source, marker.group))
+        if present:
+            self.aliases[key] = meta["name"]
+        else:
+            self.aliases.pop(key, None)
 
     def advance(self, kind: str, obj: JSON) -> None:
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
@@ -158,9 +196,47 @@ def store_nodes(store: Store) -> StoreTable:
     return StoreTable(store.nodes, lambda node: node["metadata"]["name"])
 
 
+@dataclass
+class GangTable(StoreTable):
+    """The Store's Gang objects, which also keep its legacy gang names (`Store.aliases`)."""
+
+    store: Store | None = None
+
+    def upsert(self, obj: JSON) -> None:
+        super().upsert(obj)
+        if self.store is not None:
+            self.store.saw_gang(obj, present=True)
+
+    def delete(self, obj: JSON) -> None:
+        super().delete(obj)
+        if self.store is not None:
+            self.store.saw_gang(obj, present=False)
+
+    def replace_all(self, objs: list[JSON]) -> None:
+        if self.store is not None:
+            self.store.aliases.clear()
+        super().replace_all(objs)
+
+
 def store_gangs(store: Store) -> StoreTable:
     """The Store's Gang objects, by (namespace, name)."""
-    return StoreTable(store.gangs, namespaced, seen=lambda gang: store.advance("gangs", gang))
+    return GangTable(store.gangs, namespaced, seen=lambda gang: store.advance("gangs", gang), store=store)
+
+
+_SOURCES = {api: source for source, (api, _) in GROUP_APIS.items()}
+
+
+def gang_source(gang: JSON) -> GangMarker | None:
+    """The group a Gang object stands for, as a marker (its spec.source), None if unreadable."""
+    source = (gang.get("spec") or {}).get("source") or {}
+    name = source.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    if source.get("kind") == "Labels":
+        return GangMarker(GangSource.LABELS, name)
+    api = str(source.get("apiVersion") or "").partition("/")[0]
+    kind = _SOURCES.get(api)
+    return GangMarker(kind, name) if kind is not None and source.get("kind") == "PodGroup" else None
 
 
 def store_pdbs(store: Store) -> StoreTable:
@@ -329,7 +405,7 @@ def assemble(store: Store, just_released: frozenset[str] = frozenset()) -> list[
     by_gang: dict[tuple[str, str], list[JSON]] = defaultdict(list)
     for pod in store.pods.values():
         meta = pod["metadata"]
-        name = (meta.get("labels") or {}).get(GANG_LABEL)
+        name = store.gang_of(pod)
         if name:
             by_gang[(meta["namespace"], name)].append(pod)
     views = []

@@ -26,7 +26,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM
 from quorum.core.workloads import COMPOSITE_VERSIONS, POD_GROUP_VERSIONS, WAS_GROUP
 from quorum.k8s import reads
-from quorum.k8s.api import CrashingApi, LiveApi
+from quorum.k8s.api import LiveApi
 from quorum.k8s.client import api_client
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.watch import Index, watch_objects
@@ -132,7 +132,7 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     api = await api_client(trace_configs=(metrics.api_trace_config(),))
     store = Store(owned_group_apis=await owned_group_apis(api))
     bound = BoundPods()
-    live = CrashingApi(api, config.test_crash_after) if config.test_crash_after else LiveApi(api)
+    live = LiveApi(api)
     loop = GangLoop(
         live,
         store,

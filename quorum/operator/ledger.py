@@ -13,7 +13,7 @@ decisions recorded on the Gang objects and from the released pods' own pins.
 
 from __future__ import annotations
 
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from quorum.core.model import add
 from quorum.core.record import GangRecord, Placement
 from quorum.k8s.convert import pod_requests
 from quorum.k8s.writes import pinned_node
-from quorum.operator.gangs import GANG_LABEL, is_gated
+from quorum.operator.gangs import is_gated
 
 GangKey = tuple[str, str]
 JSON = dict[str, Any]
@@ -85,7 +85,13 @@ class Ledger:
         changed, self.changed = self.changed, set()
         return changed
 
-    def resume(self, gangs: Mapping[GangKey, JSON], pods: Mapping[str, JSON], bound: Container[str]) -> None:
+    def resume(
+        self,
+        gangs: Mapping[GangKey, JSON],
+        pods: Mapping[str, JSON],
+        bound: Container[str],
+        gang_of: Callable[[JSON], str | None],
+    ) -> None:
         """Start afresh from what the API shows: every pod of a recorded decision that is
         released (not gated) but not bound yet keeps its planned node reserved; so does every
         other gang pod released and pinned to a node but not bound (one of an earlier decision
@@ -99,7 +105,7 @@ class Ledger:
                     # Where it is pinned, if the record is older than its last release.
                     self.reserve_pod(key, pod, pinned_node(pod.get("spec") or {}) or entry.node)
         for uid, pod in pods.items():
-            gang_name = ((pod.get("metadata") or {}).get("labels") or {}).get(GANG_LABEL)
+            gang_name = gang_of(pod)
             if uid in self.entries or not gang_name or not released_unbound(pod, bound):
                 continue
             if (node := pinned_node(pod.get("spec") or {})) is not None:

@@ -233,7 +233,7 @@ class GangLoop:
         written afresh, and pods released (by any leader) but not bound yet keep their nodes
         reserved — read from the decisions recorded on the Gang objects."""
         self.records.resume()
-        self.ledger.resume(self.store.gangs, self.store.pods, self.bound.pods)
+        self.ledger.resume(self.store.gangs, self.store.pods, self.bound.pods, self.store.gang_of)
         self.releaser.resume()
         self.planner = Planner(self.settings.planner)  # a full first pass
         self.pod_models = PodModels()  # a plan of the last term may still be using the old ones

@@ -27,7 +27,7 @@ from quorum.k8s import objects, reads, writes
 from quorum.k8s.api import LiveApi
 from quorum.k8s.client import KubeconfigError, command_client
 from quorum.operator.events import pod_object
-from quorum.operator.gangs import GANG_LABEL, Store, is_gated
+from quorum.operator.gangs import Store, is_gated, store_gangs
 from quorum.operator.status import GangRecords
 
 
@@ -112,19 +112,27 @@ async def release_gangs(
     """Release the gated pods of one gang (or of all gangs); one summary line per gang.
     `created_before` (epoch seconds): only pods created no later than that (`quorum uninstall`:
     those quorum's webhook gated, not those their creator gated after it was gone)."""
+    # Through the operator's own writer of Gang records and its Event recorder, as its identity.
+    live = LiveApi(api)
+    store = Store()  # the Gangs only: which of them keep a legacy name (Store.aliases)
+    gangs = store_gangs(store)
     pods = await reads.gang_pods(api, *(target or (None, None)))
+    if target is None:
+        gangs.replace_all(await live.list_gangs())
+    elif (gang := await live.read_gang(*target)) is not None:
+        gangs.upsert(gang)
+        # Its group's pods made since the upgrade carry the name the group has now.
+        now = next((n for (ns, n), legacy in store.aliases.items() if (ns, legacy) == target), None)
+        pods += await reads.gang_pods(api, target[0], now) if now else []
     by_gang: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for pod in pods:
         if created_before is not None and created(pod) > created_before:
             continue
-        if is_gated(pod):
-            meta = pod["metadata"]
-            by_gang[(meta["namespace"], meta["labels"][GANG_LABEL])].append(pod)
+        if is_gated(pod) and (name := store.gang_of(pod)):
+            by_gang[(pod["metadata"]["namespace"], name)].append(pod)
     if target is not None and target not in by_gang:
         return [f"{target[0]}/{target[1]}: no gated pods (nothing to release)"]
-    # Through the operator's own writer of Gang records and its Event recorder, as its identity.
-    live = LiveApi(api)
-    records = GangRecords(live, Store())
+    records = GangRecords(live, store)
     lines = []
     for (namespace, name), members in sorted(by_gang.items()):
         # Recorded first, naming the decision of quorum's it overrides (recovery compares

@@ -63,7 +63,7 @@ from quorum.k8s.api import KubeApi
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT
 from quorum.operator import clock, metrics
-from quorum.operator.gangs import GANG_LABEL, JSON, GangView, phase_of
+from quorum.operator.gangs import JSON, GangView, phase_of
 from quorum.operator.leader import LeaseSettings
 from quorum.operator.ledger import Ledger
 from quorum.operator.settings import PreemptionLoopSettings
@@ -259,11 +259,16 @@ class Preempter:
                 continue
             groups = {k: group_facts(v) for k, v in views.items()}
             exclude = busy | {key}  # gangs being released: their room is reserved, not bound
-            running = [f.running for f in self.bound.facts.values()]
+            running = [self.aliased(f.running) for f in self.bound.facts.values()]
             work = [w for w in units(running, groups) if not excluded(w, exclude)]
             budgets = budgets_of(self.store.pdbs, self.bound)
             return Candidate(key, gang, is_interruptable(view), dict(nodes), dict(room(key)), work, budgets)
         return None
+
+    def aliased(self, pod: RunningPod) -> RunningPod:
+        """The pod under the name of its gang: its label's, or its Gang's legacy one."""
+        alias = self.store.aliases.get((pod.namespace, pod.gang)) if pod.gang and self.store.aliases else None
+        return replace(pod, gang=alias) if alias else pod
 
     def decide(self, candidate: Candidate) -> Preemption | NoPreemption:
         """In a worker thread: the pure decision."""
@@ -620,7 +625,7 @@ class Preempter:
                 p
                 for p in self.store.pods.values()
                 if p["metadata"].get("namespace") == vkey[0]
-                and (p["metadata"].get("labels") or {}).get(GANG_LABEL) == vkey[1]
+                and self.store.gang_of(p) == vkey[1]
                 and (p.get("spec") or {}).get("nodeName")
                 and not p["metadata"].get("deletionTimestamp")
                 and phase_of(p) not in ("Succeeded", "Failed")

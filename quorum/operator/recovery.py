@@ -480,7 +480,8 @@ class Recoverer:
         if not await self.records.record_if(key, decision.still_recorded(), {}):
             return
         gang = self.records.gang(key)
-        fresh = [p for p in await self.api.read_gang_pods(*key) if is_active(p)]
+        names = self.records.store.labels_of(key)
+        fresh = [p for p in await self.api.read_gang_pods(key[0], *names) if is_active(p)]
         by_uid = {p["metadata"]["uid"]: p for p in fresh}
         bound = sum(1 for p in fresh if (p.get("spec") or {}).get("nodeName"))
         reason = decision.reason
@@ -529,7 +530,8 @@ class Recoverer:
             return 0, 0
         whole = 0
         for gang_key, min_member in composite.gangs.items():
-            pods = [p for p in await self.api.read_gang_pods(*gang_key) if is_active(p)]
+            names = self.records.store.labels_of(gang_key)
+            pods = [p for p in await self.api.read_gang_pods(gang_key[0], *names) if is_active(p)]
             whole += sum(1 for p in pods if (p.get("spec") or {}).get("nodeName")) >= min_member
         return whole, composite.min_group_count
 

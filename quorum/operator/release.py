@@ -212,7 +212,8 @@ class Releaser:
         or a patch whose answer was lost) keeps the room of the node it is bound or pinned to
         until the bound-pod index shows it there; one gone, finished or still gated (planned
         anew) holds none."""
-        now = {p["metadata"]["uid"]: p for p in await self.api.read_gang_pods(*key)}
+        pods = await self.api.read_gang_pods(key[0], *self.store.labels_of(key))
+        now = {p["metadata"]["uid"]: p for p in pods}
         for uid in uids:
             pod = now.get(uid)
             node = placed_node(pod) if pod is not None else None

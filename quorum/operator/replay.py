@@ -119,7 +119,7 @@ def replay(objects: ClusterObjects, key: GangKey, settings: LoopSettings, now: f
     records = GangRecords(api, store, settings.status_interval_seconds, GangMemories())
     records.resume()
     ledger = Ledger()
-    ledger.resume(store.gangs, store.pods, bound.pods)
+    ledger.resume(store.gangs, store.pods, bound.pods, store.gang_of)
     work = GangWork(
         settings.gang_concurrency, settings.gang_timeout_seconds, settings.failure_backoff, lambda: None
     )

@@ -72,8 +72,6 @@ class OperatorSettings(BaseSettings):
     """What a running gang that drops below minMember gets, unless its annotation
     quorum.dev/member-loss-policy says otherwise: Replace (its replacements are released alone)
     or RestartGang (the rest is evicted and the gang admitted again whole); docs/lifecycle.md."""
-    test_crash_after: int = Field(default=0, ge=0)
-    """Tests only: SIGKILL the process after this many pod releases (0: never)."""
 
     @field_validator("org")
     @classmethod

@@ -11,9 +11,15 @@ import pytest
 from kubernetes_asyncio import client
 
 from devcluster.cluster import Instance
-from devcluster.process import is_alive
 from tests.integration.test_operator_crash import gated
-from tests.kube import api_client, assert_no_overcommit, create_namespace, create_podgroup, eventually
+from tests.kube import (
+    api_client,
+    assert_no_overcommit,
+    create_namespace,
+    create_podgroup,
+    eventually,
+    kill_after,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -24,13 +30,9 @@ MIN_MEMBER = 2
 async def test_a_new_leader_keeps_the_running_pods_and_plans_the_cut_off_rest_anew(
     start_instance: Callable[..., Instance], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("QUORUM_OPERATOR_RELEASE_CONCURRENCY", "1")  # one by one: the kill is exact
+    monkeypatch.setenv("QUORUM_OPERATOR_RELEASE_CONCURRENCY", "1")  # one by one
     monkeypatch.setenv("QUORUM_OPERATOR_LEASE_SECONDS", "3")
-    monkeypatch.setenv("QUORUM_OPERATOR_TEST_CRASH_AFTER", str(MIN_MEMBER))  # SIGKILL after 2 releases
     instance = start_instance("t-failover")
-    state = instance.state()
-    assert state is not None
-    operator = next(p for p in state.processes if p.name == "quorum-operator")
     api = await api_client(instance.kubeconfig("admin"))
     async with api:
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
@@ -65,17 +67,19 @@ async def test_a_new_leader_keeps_the_running_pods_and_plans_the_cut_off_rest_an
         await eventually(all_there, timeout=60, what="the four pods, waiting for their PodGroup")
         await create_podgroup(api, "failover", "train", MIN_MEMBER)
 
-        async def died() -> bool:
-            return not is_alive(operator)
+        async def released() -> int:
+            found = (await core.list_namespaced_pod("failover", label_selector="app=train")).items
+            return sum(1 for p in found if not gated(p))
 
-        await eventually(died, timeout=90, what="the operator killed after 2 releases")
+        at_kill = await kill_after(instance, "quorum-operator", released, MIN_MEMBER, timeout=90)
+        assert at_kill < PODS, "killed in the middle of the release"
 
-        async def two_running() -> list[Any] | None:
+        async def released_running() -> list[Any] | None:
             found = (await core.list_namespaced_pod("failover", label_selector="app=train")).items
             running = [p for p in found if p.status.phase == "Running"]
-            return running if len(running) == MIN_MEMBER else None
+            return running if len(running) == at_kill else None
 
-        running = await eventually(two_running, timeout=60, what="minMember pods running")
+        running = await eventually(released_running, timeout=60, what="the released pods running")
         gang = await custom.get_namespaced_custom_object(
             "quorum.dev", "v1alpha1", "failover", "gangs", "pg-train"
         )
@@ -86,7 +90,6 @@ async def test_a_new_leader_keeps_the_running_pods_and_plans_the_cut_off_rest_an
         cordoned = recorded[cut_off[0].metadata.uid]
         await core.patch_node(cordoned, {"spec": {"unschedulable": True}})
         try:
-            monkeypatch.delenv("QUORUM_OPERATOR_TEST_CRASH_AFTER")
             instance.start_component("quorum-operator")
 
             async def all_running() -> list[Any] | None:

@@ -11,8 +11,14 @@ import pytest
 from kubernetes_asyncio import client
 
 from devcluster.cluster import Instance
-from devcluster.process import is_alive
-from tests.kube import api_client, assert_no_overcommit, create_namespace, create_podgroup, eventually
+from tests.kube import (
+    api_client,
+    assert_no_overcommit,
+    create_namespace,
+    create_podgroup,
+    eventually,
+    kill_after,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -53,7 +59,7 @@ def gated(pod: Any) -> bool:
 async def test_a_killed_operator_finishes_the_gang_on_its_recorded_plan(
     start_instance: Callable[..., Instance], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("QUORUM_OPERATOR_RELEASE_CONCURRENCY", "1")  # releases one by one: k is exact
+    monkeypatch.setenv("QUORUM_OPERATOR_RELEASE_CONCURRENCY", "1")  # releases one by one
     monkeypatch.setenv("QUORUM_OPERATOR_LEASE_SECONDS", "3")  # a restart waits out the dead one's Lease
     instance = start_instance("t-crash")
     rng = random.Random(20261122)
@@ -62,24 +68,19 @@ async def test_a_killed_operator_finishes_the_gang_on_its_recorded_plan(
         core = client.CoreV1Api(api)
         await create_namespace(api, "crash")
         for round_ in range(ROUNDS):
-            k = rng.randint(1, PODS - 1)
-            monkeypatch.setenv("QUORUM_OPERATOR_TEST_CRASH_AFTER", str(k))
-            instance.stop_component("quorum-operator", grace_seconds=0)  # idle: no need to wait
-            instance.start_component("quorum-operator")
-            state = instance.state()
-            assert state is not None
-            operator = next(p for p in state.processes if p.name == "quorum-operator")
+            k = rng.randint(1, PODS - 3)
             name = f"g{round_}"
             await make_gang(api, "crash", name)
 
-            async def died(record: Any = operator) -> bool:
-                return not is_alive(record)
+            async def released(name: str = name) -> int:
+                found = (await core.list_namespaced_pod("crash", label_selector=f"app={name}")).items
+                return sum(1 for p in found if not gated(p))
 
-            await eventually(died, timeout=60, what=f"the operator killed after {k} releases")
+            at_kill = await kill_after(instance, "quorum-operator", released, k, timeout=90)
             pods = (await core.list_namespaced_pod("crash", label_selector=f"app={name}")).items
-            assert sum(1 for p in pods if gated(p)) == PODS - k, "a pod was still gated at the kill"
+            assert sum(1 for p in pods if not gated(p)) == at_kill, "nothing released after the kill"
+            assert 0 < at_kill < PODS, f"killed after {at_kill} of {PODS} releases, not in the middle"
 
-            monkeypatch.delenv("QUORUM_OPERATOR_TEST_CRASH_AFTER")
             instance.start_component("quorum-operator")
 
             async def all_running(name: str = name) -> list[Any] | None:

@@ -345,13 +345,13 @@ class FakeApi:
         await self._call("read_job", namespace, name)
         return copy.deepcopy(self.jobs.get((namespace, name)))
 
-    async def read_gang_pods(self, namespace: str, gang: str) -> list[JSON]:
+    async def read_gang_pods(self, namespace: str, gang: str, *also: str) -> list[JSON]:
         await self._call("read_gang_pods", namespace, gang)
         return [
             copy.deepcopy(p)
             for p in self.server.pods.values()
             if p["metadata"].get("namespace") == namespace
-            and (p["metadata"].get("labels") or {}).get(GANG_LABEL) == gang
+            and (p["metadata"].get("labels") or {}).get(GANG_LABEL) in (gang, *also)
         ]
 
     async def statefulset_pod_management(self, namespace: str, name: str) -> str | None:

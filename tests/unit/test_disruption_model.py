@@ -392,8 +392,8 @@ class AuditedApi(FakeApi):
             }
         return job
 
-    async def read_gang_pods(self, namespace: str, gang: str) -> list[JSON]:
-        pods = await super().read_gang_pods(namespace, gang)
+    async def read_gang_pods(self, namespace: str, gang: str, *also: str) -> list[JSON]:
+        pods = await super().read_gang_pods(namespace, gang, *also)
         self.fresh_read[gang] = self.tick()
         return pods
 

@@ -7,7 +7,15 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from quorum.core.gangs import GangSource, gang_marker, gang_markers, gang_name, queued_since
+from quorum.core.gangs import (
+    GangSource,
+    gang_marker,
+    gang_markers,
+    gang_name,
+    legacy_gang_name,
+    queued_since,
+)
+from quorum.operator.gangs import Store, store_gangs
 
 VALID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
@@ -55,8 +63,66 @@ def test_gang_names_are_valid_label_values_and_dns_labels(source: GangSource, gr
 
 
 @given(st.sampled_from(GangSource), st.from_regex(r"[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?", fullmatch=True))
-def test_clean_names_are_kept(source: GangSource, group: str) -> None:
-    assert gang_name(source, group) == f"{source.value}-{group}"
+def test_clean_names_are_kept_unless_they_end_like_a_hashed_one(source: GangSource, group: str) -> None:
+    name = gang_name(source, group)
+    if re.search(r"-[0-9a-f]{8}$", group):
+        assert name != f"{source.value}-{group}" and name.startswith(f"{source.value}-{group}"[:50])
+        assert legacy_gang_name(source, group) == f"{source.value}-{group}", "what earlier releases named it"
+    else:
+        assert name == f"{source.value}-{group}"
+        assert legacy_gang_name(source, group) is None, "its name did not change"
+
+
+@given(st.sampled_from(GangSource), st.text(min_size=1, max_size=80))
+def test_no_group_is_named_like_another_groups_shortened_name(source: GangSource, group: str) -> None:
+    """`pg-a.b` is shortened to `pg-a-b-9b17870e`; a PodGroup named `a-b-9b17870e` once got
+    that very name, and the two groups' pods were one gang."""
+    shortened = gang_name(source, group)
+    lookalike = shortened.removeprefix(f"{source.value}-")
+    if lookalike != group:
+        assert gang_name(source, lookalike) != shortened
+
+
+def test_the_example_of_the_issue() -> None:
+    assert gang_name(GangSource.SIGS_POD_GROUP, "a.b") == "pg-a-b-9b17870e"
+    renamed = gang_name(GangSource.SIGS_POD_GROUP, "a-b-9b17870e")
+    assert renamed.startswith("pg-a-b-9b17870e-") and len(renamed) == len("pg-a-b-9b17870e-") + 8
+
+
+def gang_object(name: str, group: str) -> dict[str, object]:
+    source = {"apiVersion": "scheduling.sigs.k8s.io/v1alpha1", "kind": "PodGroup", "name": group, "uid": "u"}
+    return {"metadata": {"namespace": "ns", "name": name}, "spec": {"source": source, "minMember": 2}}
+
+
+def labelled(gang: str) -> dict[str, object]:
+    return {"metadata": {"namespace": "ns", "labels": {"quorum.dev/gang": gang}}}
+
+
+def test_a_gang_made_under_its_legacy_name_keeps_it_for_its_new_pods() -> None:
+    """An upgrade splits no gang: the group's Gang object was made under the name earlier
+    releases gave it, so its pods made since (labelled with today's name) join it."""
+    legacy, now = "pg-train-0badcafe", gang_name(GangSource.SIGS_POD_GROUP, "train-0badcafe")
+    store = Store()
+    gangs = store_gangs(store)
+    assert store.gang_of(labelled(now)) == now, "no Gang yet: the label's name"
+    gangs.upsert(gang_object(legacy, "train-0badcafe"))
+    assert store.gang_of(labelled(now)) == legacy and store.gang_of(labelled(legacy)) == legacy
+    assert store.labels_of(("ns", legacy)) == (legacy, now)
+    assert store.gang_of({"metadata": {"namespace": "other", "labels": {"quorum.dev/gang": now}}}) == now
+    gangs.delete(gang_object(legacy, "train-0badcafe"))
+    assert store.gang_of(labelled(now)) == now, "its Gang gone: the name it has now"
+    gangs.replace_all([gang_object(legacy, "train-0badcafe")])
+    assert store.gang_of(labelled(now)) == legacy
+    gangs.replace_all([])
+    assert store.aliases == {}
+
+
+def test_a_gang_under_todays_name_has_no_alias() -> None:
+    """`pg-a-b-9b17870e` is today's name of PodGroup `a.b` (and legacy of none): no alias."""
+    store = Store()
+    store_gangs(store).upsert(gang_object("pg-a-b-9b17870e", "a.b"))
+    store_gangs(store).upsert(gang_object("pg-x", "x"))
+    assert store.aliases == {}
 
 
 @given(st.sampled_from(GangSource), st.text(min_size=1, max_size=80), st.text(min_size=1, max_size=80))

@@ -7,6 +7,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quorum.operator.gangs import Store
 from quorum.operator.ledger import Ledger, placed_node, recorded_placement
 from tests.unit.test_loop import pod
 
@@ -52,7 +53,9 @@ def test_resume_reserves_released_unbound_pods_of_recorded_decisions_only() -> N
     }
     ledger = Ledger()
     ledger.reserve(B, "stale", "n9", {"cpu": 1})
-    ledger.resume({A: gang}, {"a-0": released, "a-1": gated, "a-2": bound}, bound={"a-2"})
+    ledger.resume(
+        {A: gang}, {"a-0": released, "a-1": gated, "a-2": bound}, bound={"a-2"}, gang_of=Store().gang_of
+    )
     assert {uid: r.node for uid, r in ledger.entries.items()} == {"a-0": "n1"}
 
 
@@ -70,7 +73,7 @@ def test_resume_reserves_a_pod_on_the_node_it_is_pinned_to_not_an_older_record()
     released["spec"] = pinned(released["spec"], "n2")
     gang = {"status": {"admission": {"placement": [{"uid": "a-0", "node": "n1"}]}}}
     ledger = Ledger()
-    ledger.resume({A: gang}, {"a-0": released}, bound=set())
+    ledger.resume({A: gang}, {"a-0": released}, bound=set(), gang_of=Store().gang_of)
     assert {uid: r.node for uid, r in ledger.entries.items()} == {"a-0": "n2"}
 
 
