@@ -150,3 +150,65 @@ def test_a_module_that_removes_pods_records_its_decision_conditionally(module: P
         for node in ast.walk(ast.parse(module.read_text()))
     )
     assert conditional, f"{module.name} removes pods without a conditional record"
+
+
+def signals_of(path: Path) -> set[str]:
+    """Calls that signal a process by its PID, or end this one: `os.kill(...)`, `os.abort()`,
+    `signal.raise_signal(...)` (a child's `proc.kill()` on a timeout is not one)."""
+    return {
+        f"{node.func.value.id}.{node.func.attr}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and isinstance(node.func.value, ast.Name)
+        and (node.func.value.id, node.func.attr)
+        in {("os", "kill"), ("os", "killpg"), ("os", "abort"), ("signal", "raise_signal")}
+    }
+
+
+@pytest.mark.parametrize("module", sorted(QUORUM.rglob("*.py")), ids=lambda p: str(p.relative_to(QUORUM)))
+def test_nothing_that_ships_kills_a_process(module: Path) -> None:
+    """No test hook in what ships: the crash tests kill the operator by its PID from outside
+    (tests.kube.kill_after)."""
+    assert not signals_of(module), f"{module.relative_to(QUORUM)} signals a process"
+
+
+def test_the_signal_check_sees_one(tmp_path: Path) -> None:
+    stray = tmp_path / "stray.py"
+    stray.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\nproc.kill()\n")
+    assert signals_of(stray) == {"os.kill"}
+
+
+def test_no_setting_is_a_test_hook() -> None:
+    from quorum.operator.settings import OperatorSettings
+    from quorum.sunk.settings import SunkSettings
+    from quorum.webhooks.settings import WebhookSettings
+
+    for settings in (OperatorSettings, WebhookSettings, SunkSettings):
+        hooks = [name for name in settings.model_fields if name.startswith("test")]
+        assert not hooks, f"{settings.__name__} has test hooks {hooks}"
+
+
+def reads_of_the_gang_label(path: Path) -> int:
+    """Lookups keyed by GANG_LABEL: `labels.get(GANG_LABEL)`, `labels[GANG_LABEL]`."""
+    found = 0
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            found += any(isinstance(a, ast.Name) and a.id == "GANG_LABEL" for a in node.args[:1])
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load):
+            found += isinstance(node.slice, ast.Name) and node.slice.id == "GANG_LABEL"
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(OPERATOR.glob("*.py")), ids=lambda p: p.name)
+def test_the_operator_reads_a_pods_gang_through_the_store(module: Path) -> None:
+    """A pod's gang is `Store.gang_of(pod)`: its label, or its Gang's legacy name (an upgrade
+    splits no gang); gangs.py alone reads the label."""
+    if module.name != "gangs.py":
+        assert reads_of_the_gang_label(module) == 0, "read the pod's gang with Store.gang_of"
+
+
+def test_the_gang_label_check_sees_a_read(tmp_path: Path) -> None:
+    stray = tmp_path / "stray.py"
+    stray.write_text("def f(pod, labels):\n    return pod['labels'][GANG_LABEL], labels.get(GANG_LABEL)\n")
+    assert reads_of_the_gang_label(stray) == 2
