@@ -51,7 +51,10 @@ JSON = dict[str, Any]
 
 @dataclass
 class Store:
-    """The latest version of every object quorum watches, by key."""
+    """The latest version of every object quorum watches, by key: its watches write it (the
+    tables below), and this process's own writes of objects are assumed in it (`assume_*`)
+    until the watch shows them; nothing else writes it. Decisions this process recorded and the
+    watch has not shown are not here but in `GangRecords` (quorum.operator.status)."""
 
     pods: dict[str, JSON] = field(default_factory=dict)  # uid -> gang pod
     nodes: dict[str, JSON] = field(default_factory=dict)  # name -> node
@@ -87,6 +90,22 @@ class Store:
         if not name or not self.aliases:
             return name or None
         return self.aliases.get((meta.get("namespace", ""), name), name)
+
+    def assume_gang(self, key: tuple[str, str], gang: JSON | None) -> None:
+        """A Gang this process made, changed (`gang`, as the apiserver answered) or deleted
+        (None): what the next pass reads until the watch delivers it (or something newer)."""
+        if gang is None:
+            self.gangs.pop(key, None)
+        else:
+            self.gangs[key] = gang
+
+    def assume_deleting(self, uid: str, at: str) -> None:
+        """A pod this process deleted (or whose Job it suspended): shown terminating until the
+        watch does, so that the next pass neither counts it as a member nor releases a
+        replacement beside it."""
+        pod = self.pods.get(uid)
+        if pod is not None:
+            pod["metadata"]["deletionTimestamp"] = at
 
     def labels_of(self, key: tuple[str, str]) -> tuple[str, ...]:
         """The quorum.dev/gang labels the gang's pods carry: its name, and the name its group's

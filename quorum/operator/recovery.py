@@ -536,16 +536,13 @@ class Recoverer:
         return whole, composite.min_group_count
 
     def going(self, uid: str, keeps_room: bool = False) -> None:
-        """A pod quorum deleted (or whose Job it suspended): the store's copy shows it
-        terminating until the watch does, so that the next pass neither counts it as a member
-        nor releases a replacement beside it. A deleted pod's room is no longer promised; a
-        suspended Job's released pod `keeps_room` until it is gone, since kube-scheduler may
-        still bind it until the Job controller deletes it."""
+        """A pod quorum deleted (or whose Job it suspended): assumed terminating in the store
+        (`Store.assume_deleting`). A deleted pod's room is no longer promised; a suspended
+        Job's released pod `keeps_room` until it is gone, since kube-scheduler may still bind
+        it until the Job controller deletes it."""
         if not keeps_room:
             self.ledger.drop(uid)
-        pod = self.records.store.pods.get(uid)
-        if pod is not None:
-            pod["metadata"]["deletionTimestamp"] = iso(clock.time())
+        self.records.store.assume_deleting(uid, iso(clock.time()))
 
     async def withdraw(
         self, key: tuple[str, str], gang: JSON | None, group: JSON | None, why: str, decision: Disruption

@@ -470,7 +470,7 @@ class GangRecords:
             spec["topologyKey"] = view.topology_key
         gang = await self.api.create_gang(view.namespace, view.name, spec, owner)
         self.forget(view.key)  # a new object: its status is still to be written
-        self.store.gangs[view.key] = gang
+        self.store.assume_gang(view.key, gang)
         return gang
 
     def record_changes(self, view: GangView) -> bool:
@@ -528,7 +528,7 @@ class GangRecords:
         updated = {**current, "spec": {**(current.get("spec") or {}), **patch["spec"]}}
         if adopt is not None:
             updated["metadata"] = {**current["metadata"], "ownerReferences": [adopt]}
-        self.store.gangs[view.key] = updated
+        self.store.assume_gang(view.key, updated)
         for reason, message in told:
             await self.events.post_all([updated, view.group], reason, message)
         return updated
@@ -649,7 +649,7 @@ class GangRecords:
 
     async def delete_label_gang(self, key: GangKey) -> None:
         await self.api.delete_gang(*key)
-        self.store.gangs.pop(key, None)
+        self.store.assume_gang(key, None)
         self.forget(key)
 
     def forget(self, key: GangKey) -> None:

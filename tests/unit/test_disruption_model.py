@@ -64,6 +64,9 @@ JSON = dict[str, Any]
 NODES = 4
 GPUS = 8
 TIMEOUT = 10  # every gang's scheduleTimeoutSeconds
+WAS_TIMEOUT = 60  # a Kubernetes PodGroup's (a composite's gangs): it has no such field
+WAS = "scheduling.k8s.io"
+SIGS = "scheduling.sigs.k8s.io"
 SOAK = os.environ.get("QUORUM_SOAK") == "1"
 WRITES = (
     "release_pod",
@@ -131,6 +134,8 @@ class Act:
     gang: str  # the gang's name (its label)
     what: str  # delete | victim | suspension
     pod: str
+    reason: str = ""  # a delete's: the recorded disruption's
+    at: float = 0.0  # when (the model's clock)
 
 
 class AuditedApi(FakeApi):
@@ -170,14 +175,68 @@ class AuditedApi(FakeApi):
     def gang_object(self, gang: str) -> JSON:
         return (self.server.gangs.get((NS, gang)) or {}).get("status") or {}
 
+    def group(self, gang: str) -> JSON:
+        """The group of gang `pg-<name>` (a PodGroup of the seeds) or `wpg-<name>` (Kubernetes')."""
+        if gang.startswith("wpg-"):
+            return self.server.groups.get((WAS, NS, gang.removeprefix("wpg-"))) or {}
+        return self.server.groups.get((SIGS, NS, gang.removeprefix("pg-"))) or {}
+
     def min_member(self, gang: str) -> int:
-        group = self.server.groups.get(("scheduling.sigs.k8s.io", NS, gang.removeprefix("pg-")))
-        return int(((group or {}).get("spec") or {}).get("minMember") or 1)
+        spec = self.group(gang).get("spec") or {}
+        if gang.startswith("wpg-"):
+            return int(spec.get("schedulingPolicy", {}).get("gang", {}).get("minCount") or 1)
+        return int(spec.get("minMember") or 1)
+
+    def timeout(self, gang: str) -> int:
+        return WAS_TIMEOUT if gang.startswith("wpg-") else TIMEOUT
 
     def restarts(self, gang: str) -> bool:
-        group = self.server.groups.get(("scheduling.sigs.k8s.io", NS, gang.removeprefix("pg-"))) or {}
-        annotations = group.get("metadata", {}).get("annotations") or {}
+        annotations = self.group(gang).get("metadata", {}).get("annotations") or {}
         return annotations.get("quorum.dev/member-loss-policy") == "RestartGang"
+
+    def siblings(self, gang: str) -> tuple[int, list[str]]:
+        """The minGroupCount of the gang's CompositePodGroup and its gangs (0 and none if it has none)."""
+        parent = (self.group(gang).get("spec") or {}).get("parentCompositePodGroupName")
+        composite = self.server.composites.get((NS, parent or ""))
+        if composite is None:
+            return 0, []
+        return int(composite["spec"]["schedulingPolicy"]["gang"]["minGroupCount"]), [
+            f"wpg-{name}"
+            for (api, ns, name), group in self.server.groups.items()
+            if api == WAS
+            and ns == NS
+            and (group.get("spec") or {}).get("parentCompositePodGroupName") == parent
+        ]
+
+    def composite_short(self, gang: str) -> bool:
+        """Whether the gang's CompositePodGroup had fewer than minGroupCount gangs bound whole
+        in quorum's last fresh reads of their pods (counting those it deleted since), one of
+        them partially placed: past its timeout, or recorded so."""
+        need, siblings = self.siblings(gang)
+        short = [s for s in siblings if self.bound_when_read(s) < self.min_member(s)]
+        timed_out = any(
+            (self.gang_object(s).get("disruption") or {}).get("reason") == "PartiallyPlaced"
+            or (
+                (decided := (self.gang_object(s).get("admission") or {}).get("time")) is not None
+                and self.clock.time() - timestamp(decided) >= self.timeout(s)
+            )
+            for s in short
+        )
+        return len(siblings) - len(short) < need and timed_out
+
+    def bound_when_read(self, gang: str) -> int:
+        """The gang's pods bound when quorum last read them afresh, those it deleted since too."""
+        read = self.fresh_read.get(gang, self.seq)
+        attempt = int((self.gang_object(gang).get("admission") or {}).get("attempt") or 0)
+        taken = self.deleted_bound.get((gang, attempt), set())
+        return len(
+            taken
+            | {
+                p["metadata"]["uid"]
+                for p in self.gang_pods(gang)
+                if p["spec"].get("nodeName") and self.bound_at.get(p["metadata"]["uid"], 0) <= read
+            }
+        )
 
     # -- the rule, checked as quorum acts ----------------------------------------------------------
 
@@ -198,29 +257,26 @@ class AuditedApi(FakeApi):
         name = meta["name"]
         bound_pod = bool(current["spec"].get("nodeName"))
         need = self.min_member(gang)
+        composite = disruption.get("reason") == "CompositePartiallyPlaced"
         if bound_pod:
             read = self.fresh_read.get(gang, self.seq)
             taken = self.deleted_bound.setdefault((gang, attempt), set())
             if self.bound_at.get(meta["uid"], 0) <= read:
                 taken.add(meta["uid"])
-            bound = len(
-                taken
-                | {
-                    p["metadata"]["uid"]
-                    for p in self.gang_pods(gang)
-                    if p["spec"].get("nodeName") and self.bound_at.get(p["metadata"]["uid"], 0) <= read
-                }
-            )
-            if bound >= need:
+            bound = self.bound_when_read(gang)
+            if bound >= need and not (composite and self.composite_short(gang)):
                 self.violate(
-                    f"deleted bound pod {name} of {gang}: {bound} of minMember {need} bound", "bound"
+                    f"deleted bound pod {name} of {gang}: {bound} of minMember {need} bound"
+                    + (", and its composite had minGroupCount gangs whole" if composite else ""),
+                    "bound",
                 )
         released_at = timestamp(admission.get("time"))
         restart = self.restarts(gang) and disruption.get("reason") != "PartiallyPlaced"
-        if not restart and self.clock.time() - released_at < TIMEOUT:
+        # A composite's gang goes with a sibling whose own timeout ended (checked at its recovery).
+        if not restart and not composite and self.clock.time() - released_at < self.timeout(gang):
             self.violate(
                 f"deleted pod {name} of {gang} {self.clock.time() - released_at:.0f}s after its decision "
-                f"(attempt {attempt}), before its timeout of {TIMEOUT}s ended",
+                f"(attempt {attempt}), before its timeout of {self.timeout(gang)}s ended",
                 "timeout",
             )
         if disruption.get("reason") == "MemberLost" and gang not in self.lost:
@@ -234,8 +290,11 @@ class AuditedApi(FakeApi):
         )
         if not recorded:
             self.violate(f"deleted pod {name} of {gang} with no recorded decision naming it", "recorded")
-        self.acts.append(Act(self.tick(), gang, "delete", name))
-        event(f"delete ({disruption.get('reason')})")
+        self.acts.append(
+            Act(self.tick(), gang, "delete", name, str(disruption.get("reason")), self.clock.time())
+        )
+        of_composite = ", of a composite" if gang.startswith("wpg-") else ""
+        event(f"delete ({disruption.get('reason')}{of_composite})")
 
     def check_victim(self, target: JSON) -> None:
         meta = target["metadata"]
@@ -375,6 +434,8 @@ class AuditedApi(FakeApi):
     async def release_pod(self, pod: JSON, node: str | None, tolerate: str | None = None) -> bool:
         if not self.will_fail("release_pod", pod, node):
             self.check_release(pod, node)
+            if pod["metadata"]["labels"].get(GANG_LABEL, "").startswith("wpg-"):
+                event("a composite's gang released")
         return await super().release_pod(pod, node, tolerate)
 
     async def set_job_suspend(self, namespace: str, name: str, uid: str, suspend: bool) -> bool:
@@ -426,7 +487,7 @@ def loop_settings() -> LoopSettings:
 
 @dataclass
 class GangSpec:
-    name: str  # the group's name; the gang is "pg-<name>"
+    name: str  # the group's name; the gang is "pg-<name>" ("wpg-<name>" in a composite)
     size: int
     min_member: int
     gpus: int
@@ -434,6 +495,11 @@ class GangSpec:
     job: bool = False  # its pods are a Job's (recovered by suspending it), else a ReplicaSet's
     made: int = 0  # pods made so far (names)
     finished: bool = False
+    composite: str | None = None  # its Kubernetes PodGroup's CompositePodGroup (1.37)
+
+    @property
+    def gang(self) -> str:
+        return f"wpg-{self.name}" if self.composite else f"pg-{self.name}"
 
 
 @dataclass
@@ -452,6 +518,7 @@ class DisruptionMachine(RuleBasedStateMachine):
         self.clock_use = clock.using(self.clock)
         self.clock_use.__enter__()
         server = Store()
+        server.composite_version = "v1alpha3"
         for i in range(NODES):
             server.nodes[f"n{i}"] = node(f"n{i}", GPUS)
         self.api = AuditedApi(server, BoundPods(), self.clock)
@@ -461,6 +528,7 @@ class DisruptionMachine(RuleBasedStateMachine):
         self.loop = GangLoop(cast(KubeApi, self.session), store, bound, loop_settings())
         self.loop.resume()
         self.deposed: list[GangLoop] = []  # leaders that lost the Lease and have not noticed yet
+        self.led_since = self.clock.time()  # when the current leader took over
         self.model = Model()
 
     def run(self, work: Coroutine[Any, Any, Any]) -> Any:
@@ -520,6 +588,50 @@ class DisruptionMachine(RuleBasedStateMachine):
         for _ in range(spec.size):
             self.make_pod(spec)
 
+    @rule(
+        sizes=st.tuples(st.integers(1, 2), st.integers(1, 3)),
+        gpu=st.sampled_from([4, 8, 8]),
+        min_groups=st.integers(1, 2),
+    )
+    def a_composite_arrives(self, sizes: tuple[int, int], gpu: int, min_groups: int) -> None:
+        """A 1.37 CompositePodGroup of two gangs (a launcher and its workers, each a ReplicaSet
+        of Kubernetes PodGroup pods), admitted whole and recovered whole."""
+        live = [g for g in self.model.gangs.values() if not g.finished]
+        if len(live) >= 3 or self.model.created >= 6:
+            return
+        composite = f"c{self.model.created}"
+        self.model.created += 1
+        body = {
+            "apiVersion": f"{WAS}/v1alpha3",
+            "kind": "CompositePodGroup",
+            "metadata": {"name": composite, "namespace": NS, "uid": f"uid-{composite}"},
+            "spec": {"schedulingPolicy": {"gang": {"minGroupCount": min_groups}}},
+        }
+        for composites in (self.api.server.composites, self.loop.store.composites):  # not modelled lagging
+            composites[(NS, composite)] = copy.deepcopy(body)
+        for part, size in zip(("launcher", "workers"), sizes, strict=True):
+            name = f"{composite}-{part}"
+            spec = GangSpec(name, size, size, gpu, 0, composite=composite)
+            self.model.gangs[name] = spec
+            group = {
+                "apiVersion": f"{WAS}/v1beta1",
+                "kind": "PodGroup",
+                "metadata": {
+                    "name": name,
+                    "namespace": NS,
+                    "uid": f"uid-{name}",
+                    "creationTimestamp": "2026-11-22T00:00:00Z",
+                },
+                "spec": {
+                    "schedulingPolicy": {"gang": {"minCount": size}},
+                    "parentCompositePodGroupName": composite,
+                },
+            }
+            for table in (self.api.server.groups, self.loop.store.groups):
+                table[(WAS, NS, name)] = copy.deepcopy(group)
+            for _ in range(size):
+                self.make_pod(spec)
+
     def make_pod(self, spec: GangSpec) -> None:
         kind, prefix = ("Job", "job") if spec.job else ("ReplicaSet", "rs")
         owner = {
@@ -533,6 +645,9 @@ class DisruptionMachine(RuleBasedStateMachine):
         p["metadata"]["uid"] = f"{spec.name}-{spec.made}"
         p["metadata"]["name"] = f"{spec.name}-{spec.made}"
         p["spec"]["priority"] = spec.priority
+        if spec.composite:
+            p["metadata"]["labels"] = {GANG_LABEL: spec.gang}
+            p["spec"]["schedulingGroup"] = {"podGroupName": spec.name}
         spec.made += 1
         self.api.server.pods[p["metadata"]["uid"]] = p
         self.api.changed("pods", p["metadata"]["uid"], p)
@@ -543,11 +658,16 @@ class DisruptionMachine(RuleBasedStateMachine):
         if not live:
             return
         spec = data.draw(st.sampled_from(live))
-        spec.finished = True
-        for p in self.api.gang_pods(f"pg-{spec.name}"):
-            self.remove_pod(p)
-        for table in (self.api.server.groups, self.loop.store.groups):
-            table.pop(("scheduling.sigs.k8s.io", NS, spec.name), None)
+        # A composite's gangs finish together, as its job does.
+        for each in [g for g in live if g.composite and g.composite == spec.composite] or [spec]:
+            each.finished = True
+            for p in self.api.gang_pods(each.gang):
+                self.remove_pod(p)
+            for table in (self.api.server.groups, self.loop.store.groups):
+                table.pop((WAS if each.composite else SIGS, NS, each.name), None)
+        if spec.composite:
+            for composites in (self.api.server.composites, self.loop.store.composites):
+                composites.pop((NS, spec.composite), None)
 
     def remove_pod(self, p: JSON) -> None:
         uid = p["metadata"]["uid"]
@@ -559,7 +679,7 @@ class DisruptionMachine(RuleBasedStateMachine):
         """Each ReplicaSet, and each Job not suspended, makes its missing pods again (gated by
         the webhook), a bounded number; a suspended Job's controller deletes its pods."""
         for spec in self.model.gangs.values():
-            pods = self.api.gang_pods(f"pg-{spec.name}")
+            pods = self.api.gang_pods(spec.gang)
             if spec.job and self.api.jobs[(NS, f"job-{spec.name}")]["spec"].get("suspend"):
                 for p in pods:
                     self.remove_pod(p)
@@ -585,7 +705,7 @@ class DisruptionMachine(RuleBasedStateMachine):
     def its_group_is_resized(self, data: st.DataObject, change: int) -> None:
         """A tenant changes a running gang's minMember (Kubernetes 1.37's mutable gang.minCount):
         growing is not a member loss, shrinking makes the members beyond it elastic."""
-        live = [g for g in self.model.gangs.values() if not g.finished]
+        live = [g for g in self.model.gangs.values() if not g.finished and not g.composite]
         if not live:
             return
         spec = data.draw(st.sampled_from(live))
@@ -623,6 +743,29 @@ class DisruptionMachine(RuleBasedStateMachine):
         self.the_leader_fails_over()
         self.run(self.loop.step())
         self.run(settle(self.loop))
+
+    @rule(data=st.data())
+    def a_composites_pod_misses_its_node(self, data: st.DataObject) -> None:
+        """A released pod of a composite's gang finds its node cordoned before it binds; the
+        others bind, the gang's timeout passes, and quorum makes a few passes."""
+        waiting = [
+            p
+            for uid, p in sorted(self.api.server.pods.items())
+            if p["metadata"]["labels"].get(GANG_LABEL, "").startswith("wpg-")
+            and not _gated(p)
+            and not p["spec"].get("nodeName")
+            and self.api.pinned.get(uid)
+        ]
+        if not waiting:
+            return
+        missing = data.draw(st.sampled_from(waiting))
+        self.a_node_is_cordoned(int(str(self.api.pinned[missing["metadata"]["uid"]])[1:]))
+        self.kube_scheduler_binds()
+        self.time_passes(WAS_TIMEOUT + 1)
+        for _ in range(3):
+            self.api.deliver("pods")
+            self.run(self.loop.step())
+            self.run(settle(self.loop))
 
     # -- nodes and kube-scheduler --------------------------------------------------------------
 
@@ -718,7 +861,7 @@ class DisruptionMachine(RuleBasedStateMachine):
     def writes_fail(self, method: str, times: int) -> None:
         self.api.fail(method, times=times)
 
-    @rule(seconds=st.sampled_from([1, 5, 15, TIMEOUT + 1, 2 * TIMEOUT]))
+    @rule(seconds=st.sampled_from([1, 5, 15, TIMEOUT + 1, 2 * TIMEOUT, WAS_TIMEOUT + 1]))
     def time_passes(self, seconds: int) -> None:
         self.clock.advance(seconds)
 
@@ -740,6 +883,7 @@ class DisruptionMachine(RuleBasedStateMachine):
         else:
             self.stop(old)
         store, bound = self.api.standby(relisted)
+        self.led_since = self.clock.time()
         self.session = LeaderApi(self.api)
         self.loop = GangLoop(cast(KubeApi, self.session), store, bound, loop_settings())
         for _ in range(100):  # as its run() does: it lists afresh until a list gets through
@@ -777,7 +921,7 @@ class DisruptionMachine(RuleBasedStateMachine):
             job = self.api.jobs.get((NS, f"job-{spec.name}"))
             if spec.finished or job is None or not job["spec"].get("suspend"):
                 continue
-            recorded = self.api.suspended_jobs_recorded(f"pg-{spec.name}")
+            recorded = self.api.suspended_jobs_recorded(spec.gang)
             assert job["metadata"]["name"] in recorded, (
                 f"Job {job['metadata']['name']} is suspended and recorded nowhere (recorded: {recorded})"
             )
@@ -788,13 +932,16 @@ class DisruptionMachine(RuleBasedStateMachine):
         few passes: every act has been told, and no gang is left half-released past its timeout."""
         self.api.heal()
         self.the_deposed_leader_stops()
-        for _ in range(4):
+        quiet_since = self.clock.time()
+        # A composite's gangs time out after 60 s: the spell lasts past that when one is here.
+        composites = any(g.composite and not g.finished for g in self.model.gangs.values())
+        for i in range(8 if composites else 4):
             self.api.deliver_all()
             self.run(self.loop.step())
             self.run(settle(self.loop))
             self.kube_scheduler_binds()
             self.controllers_act()
-            self.clock.advance(5)
+            self.clock.advance(WAS_TIMEOUT if composites and i == 3 else 5)
         self.api.deliver_all()
         self.run(self.loop.step())
         self.run(settle(self.loop))
@@ -819,25 +966,61 @@ class DisruptionMachine(RuleBasedStateMachine):
         assert in_flight or not marked, f"pods {marked} run on marked DisruptionTarget by no preemption"
         for act in self.api.acts:
             told, after = TOLD[act.what]
-            names = {act.gang, act.gang.removeprefix("pg-"), act.pod}
+            names = {act.gang, act.gang.removeprefix("pg-").removeprefix("wpg-"), act.pod}
             assert any(
                 (seq > act.seq or not after) and name in names and reason in told
                 for seq, name, reason in self.api.event_log
             ), f"the {act.what} of pod {act.pod} ({act.gang}) was never told by an Event"
         now = self.clock.time()
         for spec in self.model.gangs.values():
-            gang = f"pg-{spec.name}"
+            gang = spec.gang
             pods = self.api.gang_pods(gang)
             bound = sum(1 for p in pods if p["spec"].get("nodeName"))
             stuck = [p for p in pods if not _gated(p) and not p["spec"].get("nodeName")]
             admission = self.api.gang_object(gang).get("admission") or {}
-            late = now - timestamp(admission.get("time")) > TIMEOUT + 12
+            decided = timestamp(admission.get("time"))
+            # A leader that took over since counts the timeout from its own first sight of the
+            # decision (by the spell's start at the latest, when its watches catch up).
+            seen = quiet_since if self.led_since > decided else decided
+            timeout = self.api.timeout(gang)
+            late = now - decided > timeout + 12 and now - seen > timeout + 5
             # A released pod quorum may not delete (a Job's: it would count as failed) is reported
             # for a person to act on (a grown gang's spare, released before it grew).
             reported = any(name == gang and reason == "StuckPod" for _, name, reason in self.api.event_log)
             assert not (stuck and bound < spec.min_member and late and not reported), (
                 f"{gang}: {bound} of {spec.min_member} bound, {len(stuck)} released pods unbound, "
                 f"{now - timestamp(admission.get('time')):.0f}s after its decision"
+            )
+        self.composites_recover_whole(now)
+
+    def composites_recover_whole(self, now: float) -> None:
+        """Once a gang of a CompositePodGroup was recovered for its partial placement (a pass or
+        more ago), a sibling admitted before that keeps no pod bound, unless minGroupCount of
+        the composite's gangs run whole: it is recovered with it, not left holding its nodes."""
+        for spec in self.model.gangs.values():
+            if not spec.composite or spec.finished:
+                continue
+            need, siblings = self.api.siblings(spec.gang)
+            whole = sum(
+                sum(1 for p in self.api.gang_pods(s) if p["spec"].get("nodeName")) >= self.api.min_member(s)
+                for s in siblings
+            )
+            recovered = [
+                a.at
+                for a in self.api.acts
+                if a.reason == "PartiallyPlaced"
+                and a.gang in siblings
+                and a.gang != spec.gang
+                and a.at <= now - 10
+            ]
+            bound = [
+                p["metadata"]["name"] for p in self.api.gang_pods(spec.gang) if p["spec"].get("nodeName")
+            ]
+            decided = timestamp((self.api.gang_object(spec.gang).get("admission") or {}).get("time"))
+            before = [at for at in recovered if decided < at - 1]
+            assert not (before and bound and whole < need), (
+                f"{spec.gang} keeps {bound} bound beside a sibling recovered {now - max(before):.0f}s ago: "
+                f"{whole} of minGroupCount {need} gangs of {spec.composite} whole"
             )
 
 
@@ -858,6 +1041,62 @@ DisruptionMachine.TestCase.settings = settings(
     suppress_health_check=list(HealthCheck),
 )
 test_quorum_never_deletes_work_that_was_fine = DisruptionMachine.TestCase
+
+
+def composite_left_partially_placed(machine: DisruptionMachine) -> None:
+    """A composite of a launcher and two workers, released whole; one worker's node is cordoned
+    before it binds, and its timeout passes."""
+    machine.a_composite_arrives(sizes=(1, 2), gpu=8, min_groups=2)
+    machine.api.deliver_all()
+    machine.a_pass()
+    machine.tasks_run_to_the_end()
+    target = machine.api.pinned["c0-workers-1"]
+    machine.a_node_is_cordoned(i=int(str(target)[1:]))
+    machine.kube_scheduler_binds()
+    machine.time_passes(seconds=WAS_TIMEOUT + 1)
+
+
+def test_a_composite_is_recovered_whole_and_admitted_again_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "event", lambda *_: None)  # outside hypothesis's run
+    machine = DisruptionMachine()
+    try:
+        composite_left_partially_placed(machine)
+        machine.a_quiet_spell()
+        machine.a_quiet_spell()
+        acts = {(a.pod, a.reason) for a in machine.api.acts}
+        assert acts == {
+            ("c0-workers-0", "PartiallyPlaced"),
+            ("c0-workers-1", "PartiallyPlaced"),
+            ("c0-launcher-0", "CompositePartiallyPlaced"),
+        }
+        bound = sorted(
+            p["metadata"]["name"] for p in machine.api.server.pods.values() if p["spec"].get("nodeName")
+        )
+        assert bound == ["c0-launcher-1", "c0-workers-2", "c0-workers-3"], "admitted again, whole"
+    finally:
+        machine.teardown()
+
+
+def test_the_model_sees_a_composite_recovered_gang_by_gang(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The invariant can fail: with a composite's siblings never taken along (issue 38's third
+    scene), the quiet spell finds the launcher holding its node beside recovered workers."""
+    from quorum.operator.recovery import CompositeState
+
+    monkeypatch.setattr(sys.modules[__name__], "event", lambda *_: None)
+    monkeypatch.setattr(CompositeState, "recovers", lambda self, decided_at: ())
+    machine = DisruptionMachine()
+    try:
+        composite_left_partially_placed(machine)
+        machine.a_pass()  # the workers are recovered
+        machine.tasks_run_to_the_end()
+        for i in range(NODES):  # and find no room to come back to
+            machine.a_node_is_cordoned(i)
+        with pytest.raises(
+            AssertionError, match=r"keeps \['c0-launcher-0'\] bound beside a sibling recovered"
+        ):
+            machine.a_quiet_spell()
+    finally:
+        machine.teardown()
 
 
 def test_a_suspended_jobs_released_pod_keeps_its_room(monkeypatch: pytest.MonkeyPatch) -> None:

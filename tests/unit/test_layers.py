@@ -212,3 +212,49 @@ def test_the_gang_label_check_sees_a_read(tmp_path: Path) -> None:
     stray = tmp_path / "stray.py"
     stray.write_text("def f(pod, labels):\n    return pod['labels'][GANG_LABEL], labels.get(GANG_LABEL)\n")
     assert reads_of_the_gang_label(stray) == 2
+
+
+STORE_TABLES = {"pods", "nodes", "groups", "gangs", "pdbs", "composites"}
+
+
+def store_writes(path: Path) -> list[int]:
+    """Lines that write a Store table directly (`store.gangs[k] = ...`, `store.pods.pop(...)`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            targets = [t.value for t in targets if isinstance(t, ast.Subscript)]
+        elif isinstance(node, ast.Delete):
+            targets = [t.value for t in node.targets if isinstance(t, ast.Subscript)]
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in {"pop", "clear", "update", "setdefault", "popitem"}
+        ):
+            targets = [node.func.value]
+        found += [
+            t.lineno
+            for t in targets
+            if isinstance(t, ast.Attribute)
+            and t.attr in STORE_TABLES
+            and isinstance(t.value, ast.Attribute | ast.Name)
+            and (t.value.attr if isinstance(t.value, ast.Attribute) else t.value.id) == "store"
+        ]
+    return found
+
+
+@pytest.mark.parametrize("module", sorted(OPERATOR.glob("*.py")), ids=lambda p: p.name)
+def test_the_store_is_written_by_its_watches_and_its_assumptions_alone(module: Path) -> None:
+    """Kueue's cache: what the watches show, and this process's own writes assumed through
+    `Store.assume_*` (gangs.py) until they show them; no other module writes it."""
+    if module.name != "gangs.py":
+        assert not store_writes(module), f"{module.name} writes the Store at lines {store_writes(module)}"
+
+
+def test_the_store_write_check_sees_one(tmp_path: Path) -> None:
+    stray = tmp_path / "stray.py"
+    stray.write_text(
+        "def f(self, k, g):\n    self.store.gangs[k] = g\n    self.store.pods.pop(k)\n    x.gangs[k] = g\n"
+    )
+    assert store_writes(stray) == [2, 3]
