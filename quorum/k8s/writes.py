@@ -290,7 +290,7 @@ async def status_written(response: Any, refused: type[Exception] | None = None) 
     response.release()
     if response.status == 404:
         return None
-    if refused is not None and response.status == 422 and test_failed(body):
+    if refused is not None and response.status == 422 and did_not_apply(body):
         raise refused(body.decode(errors="replace"))
     if not 200 <= response.status <= 299:
         error = ApiException(status=response.status, reason=response.reason)
@@ -302,15 +302,16 @@ async def status_written(response: Any, refused: type[Exception] | None = None) 
     return found.group(1).decode() if found else "0"
 
 
-def test_failed(body: bytes) -> bool:
+def did_not_apply(body: bytes) -> bool:
     """Whether a 422 is a JSON Patch that did not apply to the Gang as it is (a `test` that
-    failed, or a path it lacks: the apiserver's one cause is the patch library's error, reason
-    `UnexpectedServerResponse`), not a value its schema refuses (a cause per field)."""
+    failed, or a path it lacks), not a value its schema refuses. The apiserver says neither
+    which test nor why for the first ("the server rejected our request due to an error in our
+    request", no details); the second names the Gang and each field (`details.causes`)."""
     try:
-        causes = (json.loads(body).get("details") or {}).get("causes") or []
+        details = json.loads(body).get("details") or {}
     except (ValueError, AttributeError):
         return False
-    return any(isinstance(c, dict) and c.get("reason") == "UnexpectedServerResponse" for c in causes)
+    return isinstance(details, dict) and not details.get("causes")
 
 
 RESOURCE_VERSION = re.compile(rb'"resourceVersion"\s*:\s*"([0-9]+)"')
@@ -344,7 +345,7 @@ async def patch_gang_status_if(
 ) -> str | None:
     """Write `fields` of a Gang's status only if it holds `expect` (paths under status, e.g.
     `admission/attempt`), in one request: the resourceVersion written at, None if the Gang is
-    gone; raises `Superseded` if a test failed (`test_failed`). A write the Gang's schema
+    gone; raises `Superseded` if a test failed (`did_not_apply`). A write the Gang's schema
     refuses is a 422 too, raised as the ApiException it is: a bug of ours, logged and counted as
     the gang's failure, never taken for another leader's decision."""
     response = await client.CustomObjectsApi(api).patch_namespaced_custom_object_status(

@@ -102,3 +102,27 @@ def test_a_conditional_write_tests_first_and_removes_only_what_a_test_says_is_th
     ]
     with pytest.raises(ValueError, match="removed only where a test says it is there"):
         conditional_status_patch({"admission/attempt": 3}, {"disruption": None})
+
+
+# The apiserver's answers (Kubernetes 1.37) to a JSON Patch of a Gang's status whose `test`
+# failed (a later decision), and to one whose value the Gang's schema refuses (a bug of ours).
+TEST_FAILED = (
+    b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"the server '
+    b'rejected our request due to an error in our request","reason":"Invalid","details":{},"code":422}'
+)
+SCHEMA_REFUSED = (
+    b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"Gang.quorum.dev '
+    b'\\"pg-c\\" is invalid: [status.disruption.attempt: Invalid value: \\"string\\": disruption.attempt '
+    b'in body must be of type integer: \\"string\\"]","reason":"Invalid","details":{"name":"pg-c",'
+    b'"group":"quorum.dev","kind":"Gang","causes":[{"reason":"FieldValueTypeInvalid","message":"Invalid '
+    b'value: \\"string\\": disruption.attempt in body must be of type integer: \\"string\\"",'
+    b'"field":"status.disruption.attempt"}]},"code":422}'
+)
+
+
+def test_a_failed_test_is_a_later_decision_and_a_schema_refusal_is_not() -> None:
+    from quorum.k8s.writes import did_not_apply
+
+    assert did_not_apply(TEST_FAILED)
+    assert not did_not_apply(SCHEMA_REFUSED)
+    assert not did_not_apply(b"<html>bad gateway</html>"), "not the apiserver's answer: an error"
