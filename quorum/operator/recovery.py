@@ -17,6 +17,7 @@ with reason `MemberLost` (no failure counted, no backoff), a `Restarted` conditi
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
@@ -100,6 +101,25 @@ def disruption(
 ) -> Disruption:
     """The record of a decision to delete pods or suspend Jobs (`status.disruption`)."""
     return Disruption(reason, attempt, iso(now), message, tuple(pods), tuple(jobs), composite)
+
+
+# A disruption's record names each pod (name and uid) up to this size; beyond it, by uid only
+# (`Disruption.compact`): etcd takes at most 1.5 MiB per object, the Gang's other records included.
+NAMED_BYTES = 256 * 1024
+RECORD_BYTES = 1024 * 1024
+
+
+def recordable(decision: Disruption) -> Disruption | None:
+    """The decision as it fits in its Gang: whole, compact, or None if not even its pods' uids
+    fit (a gang of some 20,000 pods or more to delete at once)."""
+    if record_size(decision) <= NAMED_BYTES:
+        return decision
+    compact = decision.compact()
+    return compact if record_size(compact) <= RECORD_BYTES else None
+
+
+def record_size(decision: Disruption) -> int:
+    return len(json.dumps(decision.to_json(), separators=(",", ":")))
 
 
 def is_active(pod: JSON) -> bool:
@@ -449,6 +469,21 @@ class Recoverer:
         (`status.disruption`, with the `recovery` it belongs to), so that a leader killed at any
         point leaves its reason behind and the next one finishes it; then `finish` acts on a
         fresh read of the gang's pods."""
+        fitting = recordable(decision)
+        if fitting is None:
+            # Nothing is deleted that cannot be recorded first: the gang is left as it is, and a
+            # person is told what to do.
+            message = (
+                f"{decision.reason}: quorum would delete {len(decision.pods)} pods of gang {view.name}, "
+                f"too many to record on its Gang first (etcd's limit per object); it deletes none. "
+                f"Delete the gang's pods by hand (their controllers make them again) or make the gang smaller"
+            )
+            log.warning("%s/%s: %s", view.namespace, view.name, message)
+            self.memory[view.key].recovered = decision.attempt  # given up on, and told, once per decision
+            holders = [self.records.gang(view.key), view.group]
+            await self.records.events.post_all(holders, "RecoveryTooLarge", message, warning=True)
+            return
+        decision = fitting
         fields: JSON = {"disruption": decision.to_json()}
         # Recorded only if the Gang still holds the decision this one follows and no other
         # disruption: a later release, or a leader's disruption, that the watch has not shown

@@ -9,6 +9,8 @@ import json
 import uuid
 from collections import Counter
 
+import pytest
+
 from quorum.core.record import Placement
 from quorum.operator.loop import GangLoop
 from quorum.operator.release import PLACEMENT_BYTES, decision
@@ -67,3 +69,76 @@ async def test_a_gang_of_20000_pods_is_recorded_within_etcds_limit_and_released_
     assert gang["status"]["admission"]["attempt"] == 2, "planned anew: no placement was recorded"
     assert max(promised(api).values()) <= 8, "no node promised beyond its 8 GPUs"
     assert api.called("delete_pod") == []
+
+
+async def test_a_gang_of_20000_pods_partially_placed_is_recovered_with_its_record_within_etcds_limit() -> (
+    None
+):
+    """Its disruption names each pod by uid alone (a record of 20,000 names and uids took 1.9 MB,
+    more than etcd takes, and the gang could never be recovered)."""
+    from quorum.operator import clock
+    from tests.unit.test_loop import REPLICA_SET
+
+    with clock.using(clock.ManualClock()) as now:
+        api, loop = large_cluster()
+        for p in loop.store.pods.values():
+            p["metadata"]["ownerReferences"] = [REPLICA_SET]
+        await step(loop)
+        assert len(api.pinned) == PODS
+        for uid in list(api.pinned)[:100]:  # kube-scheduler binds a few; the rest never bind
+            p = loop.store.pods[uid]
+            p["spec"]["nodeName"], p["status"] = api.pinned[uid], {"phase": "Running"}
+            loop.bound.upsert(p)
+        now.advance(61)
+        await step(loop)
+        records = [s for (_, _, _, s) in api.called("patch_gang_status_if") if s.get("disruption")]
+        assert records, "the recovery was recorded"
+        size = len(json.dumps({"status": records[0]}, separators=(",", ":")))
+        assert size < ETCD_LIMIT * 2 // 3, f"the disruption's write is {size} bytes"
+        assert all(set(t) == {"uid"} for t in records[0]["disruption"]["pods"]), "by uid alone"
+        assert len(api.called("delete_pod")) == PODS, "every pod recovered"
+
+
+def test_a_disruption_too_large_even_by_uid_is_not_recorded_and_so_not_acted_on() -> None:
+    from quorum.core.record import Disruption, Target
+    from quorum.operator.recovery import RECORD_BYTES, recordable
+
+    def pods(n: int) -> tuple[Target, ...]:
+        return tuple(
+            Target(f"llm-pretrain-worker-5b688d98c7-{i:05d}", str(uuid.UUID(int=i + 1))) for i in range(n)
+        )
+
+    small = Disruption("PartiallyPlaced", 1, "t", "m", pods(10))
+    assert recordable(small) == small, "names kept"
+    large = Disruption("PartiallyPlaced", 1, "t", "m", pods(20_000))
+    compact = recordable(large)
+    assert compact is not None and {t.uid for t in compact.pods} == {t.uid for t in large.pods}
+    assert all(t.name == "" for t in compact.pods)
+    too_large = Disruption("PartiallyPlaced", 1, "t", "m", pods(RECORD_BYTES // 40))
+    assert recordable(too_large) is None
+
+
+async def test_a_recovery_it_cannot_record_deletes_nothing_and_is_told_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nothing is deleted that is not recorded first: a gang whose pods' uids alone would not fit
+    in its Gang is left as it is, with one Warning Event saying what to do."""
+    from quorum.operator import clock, recovery
+    from tests.unit.test_loop import REPLICA_SET, cluster
+
+    monkeypatch.setattr(recovery, "NAMED_BYTES", 10)  # as if the gang had 40,000 pods
+    monkeypatch.setattr(recovery, "RECORD_BYTES", 10)
+    with clock.using(clock.ManualClock()) as now:
+        store, bound = cluster(2, {"g": 2}, owner=REPLICA_SET)
+        api = FakeApi(store, bound)
+        loop = GangLoop(api, store, bound, settings())
+        await step(loop)
+        assert len(api.pinned) == 2
+        now.advance(61)
+        for _ in range(3):
+            await step(loop)
+        assert api.called("delete_pod") == [] and not any(
+            s.get("disruption") for (_, _, _, s) in api.called("patch_gang_status_if")
+        )
+        told = [m for name, reason, m, _ in api.events if reason == "RecoveryTooLarge" and name == "pg-g"]
+        assert len(told) == 1 and "deletes none" in told[0], told
