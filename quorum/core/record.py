@@ -194,6 +194,9 @@ class Recovery:
     next_attempt_time: str | None = None
     message: str = ""
     suspended_jobs: tuple[str, ...] = ()
+    # Found running at the last look: nothing was deleted, and the attempt may be recovered
+    # again if it is still partially placed a timeout later.
+    withdrawn: bool = False
 
     @classmethod
     def of(cls, raw: object) -> Recovery | None:
@@ -207,7 +210,12 @@ class Recovery:
             _str(raw.get("nextAttemptTime")),
             _str(raw.get("message")) or "",
             _strs(raw.get("suspendedJobs")),
+            raw.get("withdrawn") is True,
         )
+
+    def recovered(self, attempt: int | None) -> bool:
+        """Whether the admission `attempt` was recovered (not withdrawn)."""
+        return attempt is not None and attempt == self.attempt and not self.withdrawn
 
     @property
     def backoff_until(self) -> float:
@@ -224,6 +232,7 @@ class Recovery:
             "nextAttemptTime": self.next_attempt_time,
             "message": self.message,
             "suspendedJobs": list(self.suspended_jobs),
+            "withdrawn": self.withdrawn or None,
         }
 
     def to_json(self) -> JSON:
@@ -236,6 +245,7 @@ class Recovery:
                 "nextAttemptTime": self.next_attempt_time,
                 "message": self.message,
                 "suspendedJobs": list(self.suspended_jobs),
+                "withdrawn": self.withdrawn or None,
             }
         )
 

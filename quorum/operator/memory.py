@@ -38,6 +38,9 @@ class GangMemory:
     # recovery.py
     recovered: int | None = None  # the admission attempt this process recovered
     recovered_at: float | None = None  # monotonic: when (a composite's other gangs go with it)
+    # A withdrawn recovery of this attempt, and since when this process knows it (monotonic):
+    # the gang may be recovered again a timeout after that, never at once.
+    withdrawal_seen: tuple[int, float] | None = None
     backoff_until: float = 0.0  # epoch seconds: a recovery's backoff as written
     polled: float | None = None  # monotonic: a suspended Job last looked at
     whole: tuple[int, dict[str, tuple[str, str]]] | None = None  # seen whole: attempt, bound pods

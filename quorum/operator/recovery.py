@@ -168,8 +168,8 @@ class Recoverer:
 
     def recovered_already(self, key: tuple[str, str], record: GangRecord) -> bool:
         """The gang's recorded decision has been recovered (by this process or on record)."""
-        recovered = record.recovery.attempt if record.recovery else None
-        return record.attempt in (recovered, self.memory[key].recovered)
+        on_record = record.recovery is not None and record.recovery.recovered(record.attempt)
+        return on_record or record.attempt == self.memory[key].recovered
 
     def backoff_until(self, key: tuple[str, str], record: GangRecord) -> float:
         """Epoch seconds before which the gang is not planned (0: no backoff)."""
@@ -211,7 +211,7 @@ class Recoverer:
             return "warn-policy"
         bound, unbound = self.bound_and_unbound(view)
         attempt = admission.attempt
-        recovered = attempt in (recovery.attempt, self.memory[view.key].recovered)
+        recovered = recovery.recovered(attempt) or attempt == self.memory[view.key].recovered
         if bound >= view.min_member:
             if policy is MemberLossPolicy.RESTART_GANG:
                 self.memory[view.key].whole = (attempt, self.bound_members(view))
@@ -226,8 +226,11 @@ class Recoverer:
             return None
         if policy is MemberLossPolicy.RESTART_GANG and self.loss(view, gang) is not None:
             return "restart-gang"
+        elapsed = self.records.since_decision(view.key, attempt)
+        if recovery.withdrawn and recovery.attempt == attempt:
+            elapsed = min(elapsed, self.since_withdrawal(view.key, attempt))
         if is_partially_placed(
-            elapsed=self.records.since_decision(view.key, attempt),
+            elapsed=elapsed,
             timeout_seconds=view.schedule_timeout,
             min_member=view.min_member,
             bound=bound,
@@ -235,6 +238,14 @@ class Recoverer:
         ):
             return "recover"
         return None
+
+    def since_withdrawal(self, key: GangKey, attempt: int) -> float:
+        """Seconds since this process first knew the recovery of `attempt` withdrawn (monotonic):
+        it is not recovered again sooner than a timeout after that."""
+        entry = self.memory[key]
+        if entry.withdrawal_seen is None or entry.withdrawal_seen[0] != attempt:
+            entry.withdrawal_seen = (attempt, clock.monotonic())
+        return clock.monotonic() - entry.withdrawal_seen[1]
 
     def stuck_since_decision(self, view: GangView, record: GangRecord) -> bool:
         """A released pod not yet replaced or reported is still unbound a timeout after the
@@ -515,6 +526,10 @@ class Recoverer:
         if not await self.records.record_if(key, decision.still_recorded(), {}):
             return
         gang = self.records.gang(key)
+        # A group shrunk since the decision (1.37's mutable minCount) counts at the last look.
+        resized = ((gang or {}).get("spec") or {}).get("minMember")
+        if isinstance(resized, int) and 0 < resized < min_member:
+            min_member = resized
         names = self.records.store.labels_of(key)
         fresh = [p for p in await self.api.read_gang_pods(key[0], *names) if is_active(p)]
         by_uid = {p["metadata"]["uid"]: p for p in fresh}
@@ -600,10 +615,14 @@ class Recoverer:
             message += f"; Job {', '.join(resumed)}, suspended for it already, resumed"
         written: Recovery | None = None
         if recovery.attempt == decision.attempt:
-            written = replace(recovery, failures=0, next_attempt_time=None, message=message)
+            written = replace(recovery, failures=0, next_attempt_time=None, message=message, withdrawn=True)
         elif resumed:
             written = recovery
-        self.memory[key].backoff_until = 0.0
+        entry = self.memory[key]
+        entry.backoff_until = 0.0
+        if entry.recovered == decision.attempt:  # not recovered after all: a timeout from now, again
+            entry.recovered = entry.recovered_at = None
+            entry.withdrawal_seen = (decision.attempt, clock.monotonic())
         cleared = {"disruption": None}  # only while it is still the record (a test of it)
         await self.records.patch_recovery(key, cleared, written, resumed, expect=decision.still_recorded())
         log.info("%s/%s: %s", *key, message)

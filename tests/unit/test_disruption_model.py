@@ -150,6 +150,10 @@ class AuditedApi(FakeApi):
         self.event_log: list[tuple[int, str, str]] = []  # (seq, object name, reason)
         self.bound_at: dict[str, int] = {}  # pod uid -> seq of its binding
         self.fresh_read: dict[str, int] = {}  # gang -> seq of quorum's last read of its pods
+        # gang -> its minMember then: a tenant may resize the group between quorum's read and its
+        # act; quorum decides by the group's size as its Gang records it (`spec.minMember`,
+        # written a pass after the group changed) or the group's, the larger
+        self.min_at_read: dict[str, int] = {}
         self.deleted_bound: dict[tuple[str, int], set[str]] = {}  # (gang, attempt) -> bound pods deleted
         self.lost: set[str] = set()  # gangs a running member of which someone else took
         self.skip = set(os.environ.get("QUORUM_MODEL_SKIP", "").split(","))  # checks left out, to explore
@@ -256,7 +260,7 @@ class AuditedApi(FakeApi):
         disruption = status.get("disruption") or {}
         name = meta["name"]
         bound_pod = bool(current["spec"].get("nodeName"))
-        need = self.min_member(gang)
+        need = self.min_at_read.get(gang, self.min_member(gang))
         composite = disruption.get("reason") == "CompositePartiallyPlaced"
         if bound_pod:
             read = self.fresh_read.get(gang, self.seq)
@@ -345,7 +349,7 @@ class AuditedApi(FakeApi):
                 for p in self.gang_pods(gang)
                 if p["spec"].get("nodeName") and self.bound_at.get(p["metadata"]["uid"], 0) <= read
             )
-            need = self.min_member(gang)
+            need = self.min_at_read.get(gang, self.min_member(gang))
             restart = self.restarts(gang) and disruption.get("reason") != "PartiallyPlaced"
             if bound >= need and not restart:
                 self.violate(f"suspended Job {name} of {gang}: {bound} of minMember {need} bound", "bound")
@@ -456,6 +460,8 @@ class AuditedApi(FakeApi):
     async def read_gang_pods(self, namespace: str, gang: str, *also: str) -> list[JSON]:
         pods = await super().read_gang_pods(namespace, gang, *also)
         self.fresh_read[gang] = self.tick()
+        recorded = ((self.server.gangs.get((NS, gang)) or {}).get("spec") or {}).get("minMember")
+        self.min_at_read[gang] = max(self.min_member(gang), recorded if isinstance(recorded, int) else 0)
         return pods
 
     async def post_event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
@@ -1351,5 +1357,73 @@ def test_a_new_leader_whose_pod_watch_lags_does_not_promise_a_node_twice(
         machine.a_member_is_replaced_while_the_gang_watch_lags(Picks("g0-0"))
         machine.quorum_disrupts_only_by_the_rule()
         machine.a_quiet_spell()
+    finally:
+        machine.teardown()
+
+
+class Chosen:
+    """Stands in for hypothesis's `data` in a replayed case: draws the first element for which
+    `pick` holds."""
+
+    def __init__(self, pick: Callable[[Any], bool] = lambda _: True) -> None:
+        self.pick = pick
+
+    def draw(self, strategy: Any) -> Any:
+        return next(e for e in strategy.elements if self.pick(e))
+
+
+def test_a_withdrawn_recovery_leaves_the_gang_recoverable_a_timeout_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by `make soak`: a recovery withdrawn (minMember bound at the last look) counted its
+    attempt as recovered, so when the gang later fell below minMember with a released pod that
+    never bound (a foreign pod took its node), nothing recovered it, ever, and nothing said so."""
+    monkeypatch.setattr(sys.modules[__name__], "event", lambda *_: None)
+    machine = DisruptionMachine()
+    try:
+        machine.a_first_gang(size=2, extra=1, gpu=8, restart=False, job=False)
+        machine.a_release_is_cut_off_by_a_failover(failing=2, i=3)
+        machine.a_pass()
+        machine.a_pass()
+        machine.a_foreign_pod_lands(i=0)
+        machine.kube_scheduler_binds()
+        machine.time_passes(seconds=15)
+        machine.a_pass()
+        machine.a_pass()
+        machine.a_node_fails(i=1)
+        machine.a_quiet_spell()
+        told = [reason for _, name, reason in machine.api.event_log if name == "pg-g0"]
+        assert "RecoveryWithdrawn" in told and told.index("RecoveryWithdrawn") < told.index("PartiallyPlaced")
+    finally:
+        machine.teardown()
+
+
+def test_a_group_shrunk_while_its_recovery_is_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by `make soak`: the tenant shrinks minMember from 2 to 1 between quorum's fresh read
+    (1 of 2 bound) and its suspension of the Job; quorum decides by the size its Gang records."""
+    monkeypatch.setattr(sys.modules[__name__], "event", lambda *_: None)
+    machine = DisruptionMachine()
+    try:
+        machine.a_first_gang(size=2, job=True, gpu=8, extra=0, restart=False)
+        machine.a_release_is_cut_off_by_a_failover(failing=2, i=3)
+        machine.the_deposed_leader_stops()
+        machine.a_foreign_pod_lands(i=1)
+        machine.a_node_is_cordoned(i=3)
+        machine.a_member_is_replaced_while_the_gang_watch_lags(cast(st.DataObject, Chosen()))
+        machine.someone_evicts_a_member(cast(st.DataObject, Chosen()))
+        machine.a_gang_arrives(extra=1, gpu=4, job=True, priority=0, restart=False, size=2)
+        machine.a_pass()
+        machine.kube_scheduler_binds()
+        machine.a_gang_arrives(extra=0, gpu=8, job=False, priority=100, restart=False, size=4)
+        machine.a_gang_finishes(cast(st.DataObject, Chosen(lambda g: g.name == "g2")))
+        machine.time_passes(seconds=11)
+        machine.a_pass()
+        machine.the_deposed_leader_stops()
+        machine.its_group_is_resized(cast(st.DataObject, Chosen(lambda g: g.name == "g0")), change=-1)
+        machine.a_release_is_cut_off_by_a_failover(failing=2, i=0)
+        machine.quorum_disrupts_only_by_the_rule()
+        assert any(a.what == "suspension" for a in machine.api.acts), (
+            "the scenario still reaches the suspension"
+        )
     finally:
         machine.teardown()
