@@ -95,9 +95,11 @@ class Store:
         """A Gang this process made, changed (`gang`, as the apiserver answered) or deleted
         (None): what the next pass reads until the watch delivers it (or something newer)."""
         if gang is None:
-            self.gangs.pop(key, None)
+            if (gone := self.gangs.pop(key, None)) is not None:
+                self.saw_gang(gone, present=False)
         else:
             self.gangs[key] = gang
+            self.saw_gang(gang, present=True)
 
     def assume_deleting(self, uid: str, at: str) -> None:
         """A pod this process deleted (or whose Job it suspended): shown terminating until the

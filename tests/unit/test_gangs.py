@@ -115,6 +115,10 @@ def test_a_gang_made_under_its_legacy_name_keeps_it_for_its_new_pods() -> None:
     assert store.gang_of(labelled(now)) == legacy
     gangs.replace_all([])
     assert store.aliases == {}
+    store.assume_gang(("ns", legacy), gang_object(legacy, "train-0badcafe"))  # made by this process
+    assert store.gang_of(labelled(now)) == legacy, "known before the watch shows it"
+    store.assume_gang(("ns", legacy), None)
+    assert store.aliases == {}
 
 
 def test_a_gang_under_todays_name_has_no_alias() -> None:
