@@ -187,6 +187,19 @@ def legacy_gang_name(source: GangSource, group: str) -> str | None:
     return None
 
 
+def name_now(name: str) -> str:
+    """The gang name a group has today, given the one it may have had in an earlier release:
+    a legacy name (`legacy_gang_name`) spells its group, so today's name follows from it; any
+    other name is returned as it is."""
+    if not may_be_legacy(name):
+        return name
+    for source in GangSource:
+        group = name.removeprefix(f"{source.value}-")
+        if group != name and legacy_gang_name(source, group) == name:
+            return gang_name(source, group)
+    return name
+
+
 def _hashed(wanted: str, clean: str) -> str:
     digest = hashlib.sha256(wanted.encode()).hexdigest()[:_HASH_LEN]
     stem = clean[: _MAX_NAME - _HASH_LEN - 1].rstrip("-")

@@ -121,14 +121,14 @@ class Store:
         meta = gang["metadata"]
         if not may_be_legacy(meta["name"]):
             return  # nearly every Gang: no legacy name ends otherwise
+        namespace = meta.get("namespace", "")
+        for key in [k for k, legacy in self.aliases.items() if (k[0], legacy) == (namespace, meta["name"])]:
+            del self.aliases[key]  # as it stood before: its source may have changed (an adoption)
         marker = gang_source(gang)
         if marker is None or legacy_gang_name(marker.source, marker.group) != meta["name"]:
             return
-        key = (meta.get("namespace", ""), gang_name(marker.source, marker.group))
         if present:
-            self.aliases[key] = meta["name"]
-        else:
-            self.aliases.pop(key, None)
+            self.aliases[(namespace, gang_name(marker.source, marker.group))] = meta["name"]
 
     def advance(self, kind: str, obj: JSON) -> None:
         version = str((obj.get("metadata") or {}).get("resourceVersion") or "")

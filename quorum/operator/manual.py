@@ -116,6 +116,12 @@ async def release_gangs(
     live = LiveApi(api)
     store = Store()  # the Gangs only: which of them keep a legacy name (Store.aliases)
     gangs = store_gangs(store)
+    if target is not None and await live.read_gang(*target) is None:
+        # Named as its pods are labelled today: the gang may keep the name an earlier release
+        # gave it (Store.aliases), and its record is there.
+        gangs.replace_all(await live.list_gangs())
+        target = (target[0], store.aliases.get(target, target[1]))
+        gangs.replace_all([])
     pods = await reads.gang_pods(api, *(target or (None, None)))
     if target is None:
         gangs.replace_all(await live.list_gangs())

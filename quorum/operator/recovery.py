@@ -217,6 +217,9 @@ class Recoverer:
                 self.memory[view.key].whole = (attempt, self.bound_members(view))
             composite = self.composites.get(self.composite_of.get(view.key, ("", "")))
             decided_at = clock.monotonic() - self.records.since_decision(view.key, attempt)
+            withdrawn = recovery.withdrawn and recovery.attempt == attempt
+            if withdrawn and self.since_withdrawal(view.key, attempt) < view.schedule_timeout:
+                recovered = True  # found running at its last look: not taken again at once
             if composite is not None and composite.recovers(decided_at) and not recovered:
                 return "recover-composite"
             if recovery.failures:
@@ -668,6 +671,7 @@ class Recoverer:
             recovery,
             reason=MEMBER_LOST,
             attempt=attempt,
+            withdrawn=False,
             failures=0,  # it ran whole: no partial placement in a row
             time=iso(now),
             message=message,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from quorum.core.conditions import GangState, Waiting, compose, keep_transition_times
+from quorum.core.gangs import name_now
 from quorum.core.requests import pod_requests
 from quorum.core.times import timestamp
 
@@ -533,6 +534,16 @@ def key_of_job(user_name: str | None, comment: str | None, our_user: str) -> str
     if user_name != our_user:
         return None
     return key_of_comment(comment)
+
+
+def key_now(key: str) -> str:
+    """The key a gang's job has today, given one an earlier release may have written: a gang
+    named as it was then (quorum.core.gangs.name_now). A name can be both one group's name today
+    and another's then, so this is only a fallback for a job that no pod claims."""
+    if not key.startswith("gang/"):
+        return key
+    _, namespace, name = key.split("/", 2)
+    return f"gang/{namespace}/{name_now(name)}"
 
 
 # What Slurm shows for a job whose script got SIGTERM because Slurm is ending it: COMPLETING

@@ -212,6 +212,9 @@ class SunkScheduler:
             members_of.setdefault(key, []).append(pod)
             if not finished(pod):
                 pods_of.setdefault(key, []).append(pod)
+        for key in [k for k in by_key if k not in pods_of]:
+            if (now := model.key_now(key)) != key and now in pods_of:  # submitted by an earlier release
+                by_key.setdefault(now, []).extend(by_key.pop(key))
         for key, components in by_key.items():
             live = [j for j in components if j.alive]
             mine = pods_of.get(key, [])

@@ -13,6 +13,7 @@ from quorum.core.gangs import (
     gang_markers,
     gang_name,
     legacy_gang_name,
+    name_now,
     queued_since,
 )
 from quorum.operator.gangs import Store, store_gangs
@@ -150,3 +151,25 @@ def test_a_gang_is_queued_once_it_has_its_group_and_min_member_pods(
         assert age == max(group or 0.0, sorted(pods)[min_member - 1])
     # A pod made at or after that time never makes the gang older.
     assert queued_since(group, [*pods, age + later], min_member) >= age
+
+
+@given(st.sampled_from(GangSource), st.from_regex(r"[a-z0-9]([a-z0-9-]{0,40}[a-z0-9])?", fullmatch=True))
+def test_an_earlier_name_says_todays(source: GangSource, group: str) -> None:
+    now = gang_name(source, group)
+    legacy = legacy_gang_name(source, group)
+    if legacy is not None:
+        assert name_now(legacy) == now
+    else:
+        assert name_now(f"{source.value}-{group}") == now
+
+
+def test_a_legacy_gang_adopted_by_another_group_drops_its_old_alias() -> None:
+    """`keep_gang` may hand a Gang left without an owner to the group made again under its name;
+    the alias follows the Gang's source as it is now."""
+    legacy = "pg-train-0badcafe"
+    store = Store()
+    gangs = store_gangs(store)
+    gangs.upsert(gang_object(legacy, "train-0badcafe"))
+    assert store.aliases
+    gangs.upsert(gang_object(legacy, "other"))
+    assert store.aliases == {}

@@ -437,3 +437,17 @@ def test_slurm_conf_mirrors_the_pool_with_a_high_partition_beside_each(tmp_path:
     prolog = devslurm.hook_script("http://127.0.0.1:8091", "prolog", layout.hook_token)
     assert "http://127.0.0.1:8091/hooks/prolog?job=$SLURM_JOB_ID&node=$SLURMD_NODENAME" in prolog
     assert f'"$(cat {layout.hook_token})" | curl' in prolog and "-H @-" in prolog
+
+
+def test_a_job_key_an_earlier_release_wrote_says_todays() -> None:
+    """A gang whose group name ends like a hashed one had another name before (quorum.core.gangs):
+    its job, submitted then, is still its job after the upgrade, not one to cancel
+    (`SunkScheduler.reconcile` falls back on it for a job no pod claims)."""
+    from quorum.core.gangs import GangSource, gang_name
+
+    now = gang_name(GangSource.SIGS_POD_GROUP, "train-0badcafe")
+    assert model.key_now("gang/ml/pg-train-0badcafe") == f"gang/ml/{now}"
+    # `pg-a-b-9b17870e` is PodGroup a.b's name today and PodGroup a-b-9b17870e's then: read as
+    # the second, which is why the scheduler falls back on it only for a job no pod claims.
+    assert model.key_now("gang/ml/pg-a-b-9b17870e") != "gang/ml/pg-a-b-9b17870e"
+    assert model.key_now("pod/ml/a/uid-a") == "pod/ml/a/uid-a"

@@ -256,3 +256,21 @@ async def test_a_job_another_slurm_user_gave_a_quorum_comment_is_not_taken_for_o
     counts = await cluster.reconcile()
     assert (counts.deleted, counts.bound, counts.submitted) == (0, 0, 0)
     assert cluster.api.pod("train-0") is not None and cluster.slurm.cancelled == []
+
+
+async def test_a_job_an_earlier_release_submitted_under_the_gangs_old_name_is_still_its_job(
+    cluster: Cluster,
+) -> None:
+    """PodGroup `train-0badcafe` was gang `pg-train-0badcafe` in earlier releases (its name ends
+    like a hashed one: quorum.core.gangs.gang_name). Its job, submitted then, is neither cancelled
+    nor submitted again after the upgrade."""
+    cluster.api.add_group("scheduling.sigs.k8s.io", "v1alpha1", podgroup("train-0badcafe", 2))
+    for i in range(2):
+        cluster.api.add_pod(pod(f"train-{i}", "train-0badcafe"))
+    assert (await cluster.reconcile()).submitted == 1
+    (group,) = cluster.slurm.components
+    for job in cluster.slurm.components[group]:
+        job.comment = "quorum-sunk gang/ns/pg-train-0badcafe"  # as the earlier release wrote it
+    counts = await cluster.reconcile()
+    assert (counts.cancelled, counts.submitted) == (0, 0)
+    assert cluster.slurm.cancelled == [] and len(cluster.slurm.components) == 1
