@@ -182,6 +182,10 @@ class FakeApi:
         synced, self.store.synced = self.store.synced, {}
         store = copy.deepcopy(self.store)
         self.store.synced = synced
+        for pod in store.pods.values():
+            # The leader's own assumption (`Store.assume_deleting`), which no watch delivered:
+            # this fake's pods are removed at once and never carry one.
+            pod["metadata"].pop("deletionTimestamp", None)
         bound = copy.deepcopy(self.bound) if self.bound is not None else BoundPods()
         for kind in relisted:
             self.queues[kind].clear()

@@ -1427,3 +1427,25 @@ def test_a_group_shrunk_while_its_recovery_is_in_flight(monkeypatch: pytest.Monk
         )
     finally:
         machine.teardown()
+
+
+def test_a_standby_keeps_the_room_of_a_suspended_jobs_released_pod(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by `make soak`: the model's standby took over the old leader's store with that
+    leader's own assumption in it (a pod of a Job it suspended, marked terminating until the
+    watch shows it), which no watch of the standby delivered; so the new leader did not keep the
+    room of that released pod, which kube-scheduler may still bind, and promised it twice."""
+    monkeypatch.setattr(sys.modules[__name__], "event", lambda *_: None)
+    machine = DisruptionMachine()
+    try:
+        machine.a_first_gang(size=1, extra=0, gpu=2, restart=False, job=True)
+        machine.a_foreign_pod_lands(i=1)
+        machine.a_release_is_cut_off_by_a_failover(failing=1, i=0)
+        machine.a_composite_arrives(gpu=8, min_groups=1, sizes=(1, 1))
+        machine.time_passes(seconds=15)
+        machine.a_member_is_replaced_while_the_gang_watch_lags(cast(st.DataObject, Chosen()))
+        machine.the_leader_fails_over(lingers=False, relisted=frozenset(["gangs"]))
+        machine.a_pass()
+        machine.a_pass()
+        machine.quorum_disrupts_only_by_the_rule()
+    finally:
+        machine.teardown()
