@@ -55,7 +55,7 @@ hadolint: ## lint the Dockerfile
 unit: ## unit tests only (no cluster)
 	@$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-soak: ## the disruption model test, long: 20,000 random examples (~15 min; make test runs 400 with a fixed seed)
+soak: ## the disruption model test, long: 20,000 random examples (~20 min; make test runs 400 with a fixed seed)
 	@QUORUM_SOAK=1 $(PY) -m pytest tests/unit/test_disruption_model.py -p no:cacheprovider --hypothesis-show-statistics --timeout 3600
 
 integration: ## tests on the real local control plane
