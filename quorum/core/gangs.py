@@ -168,8 +168,7 @@ def gang_name(source: GangSource, group: str) -> str:
     `a-b-9b17870e` becomes `pg-a-b-9b17870e-<hash>`, never the same name. Two groups share a
     name only if the first 32 bits of their SHA-256 do (the operator holds such a gang and says
     why: quorum.operator.gangs)."""
-    wanted = f"{source.value}-{group}"
-    clean = _INVALID.sub("-", wanted.lower()).strip("-")
+    wanted, clean = _cleaned(source, group)
     if clean == wanted and len(clean) <= _MAX_NAME and not _HASHED_TAIL.search(clean):
         return clean
     return _hashed(wanted, clean)
@@ -180,8 +179,7 @@ def legacy_gang_name(source: GangSource, group: str) -> str | None:
     (a group whose own name ends like a hashed one was kept as it was), else None. A gang made
     then keeps that name for as long as its Gang object lives (quorum.operator.gangs.GangAliases),
     so an upgrade splits no running gang (docs/operations.md, "Upgrading")."""
-    wanted = f"{source.value}-{group}"
-    clean = _INVALID.sub("-", wanted.lower()).strip("-")
+    wanted, clean = _cleaned(source, group)
     if clean == wanted and len(clean) <= _MAX_NAME and _HASHED_TAIL.search(clean):
         return clean
     return None
@@ -198,6 +196,13 @@ def name_now(name: str) -> str:
         if group != name and legacy_gang_name(source, group) == name:
             return gang_name(source, group)
     return name
+
+
+def _cleaned(source: GangSource, group: str) -> tuple[str, str]:
+    """`<prefix>-<group>` as written, and made a valid label value (lower-cased, runs of other
+    characters replaced by '-')."""
+    wanted = f"{source.value}-{group}"
+    return wanted, _INVALID.sub("-", wanted.lower()).strip("-")
 
 
 def _hashed(wanted: str, clean: str) -> str:

@@ -236,18 +236,7 @@ class Recovery:
         }
 
     def to_json(self) -> JSON:
-        return _drop_none(
-            {
-                "reason": self.reason,
-                "attempt": self.attempt,
-                "failures": self.failures,
-                "time": self.time,
-                "nextAttemptTime": self.next_attempt_time,
-                "message": self.message,
-                "suspendedJobs": list(self.suspended_jobs),
-                "withdrawn": self.withdrawn or None,
-            }
-        )
+        return _drop_none(self.merge_patch())
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,20 +116,20 @@ async def release_gangs(
     live = LiveApi(api)
     store = Store()  # the Gangs only: which of them keep a legacy name (Store.aliases)
     gangs = store_gangs(store)
-    if target is not None and await live.read_gang(*target) is None:
-        # Named as its pods are labelled today: the gang may keep the name an earlier release
-        # gave it (Store.aliases), and its record is there.
-        gangs.replace_all(await live.list_gangs())
-        target = (target[0], store.aliases.get(target, target[1]))
-        gangs.replace_all([])
-    pods = await reads.gang_pods(api, *(target or (None, None)))
     if target is None:
         gangs.replace_all(await live.list_gangs())
-    elif (gang := await live.read_gang(*target)) is not None:
-        gangs.upsert(gang)
+        pods = await reads.gang_pods(api, None, None)
+    else:
+        if (gang := await live.read_gang(*target)) is not None:
+            gangs.upsert(gang)
+        else:
+            # Named as its pods are labelled today: the gang may keep the name an earlier
+            # release gave it (Store.aliases), and its record is there.
+            gangs.replace_all(await live.list_gangs())
+            target = (target[0], store.aliases.get(target, target[1]))
+            gangs.replace_all([g for g in [store.gangs.get(target)] if g is not None])
         # Its group's pods made since the upgrade carry the name the group has now.
-        now = next((n for (ns, n), legacy in store.aliases.items() if (ns, legacy) == target), None)
-        pods += await reads.gang_pods(api, target[0], now) if now else []
+        pods = await reads.gang_pods(api, target[0], *store.labels_of(target))
     by_gang: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for pod in pods:
         if created_before is not None and created(pod) > created_before:

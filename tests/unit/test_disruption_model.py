@@ -59,6 +59,7 @@ from quorum.operator.loop import GangLoop
 from quorum.operator.settings import LoopSettings
 from tests.unit.fake_api import FakeApi
 from tests.unit.test_loop import NS, node, pod, podgroup
+from tests.unit.test_workload_versions import k8s_podgroup
 
 JSON = dict[str, Any]
 NODES = 4
@@ -619,20 +620,8 @@ class DisruptionMachine(RuleBasedStateMachine):
             name = f"{composite}-{part}"
             spec = GangSpec(name, size, size, gpu, 0, composite=composite)
             self.model.gangs[name] = spec
-            group = {
-                "apiVersion": f"{WAS}/v1beta1",
-                "kind": "PodGroup",
-                "metadata": {
-                    "name": name,
-                    "namespace": NS,
-                    "uid": f"uid-{name}",
-                    "creationTimestamp": "2026-11-22T00:00:00Z",
-                },
-                "spec": {
-                    "schedulingPolicy": {"gang": {"minCount": size}},
-                    "parentCompositePodGroupName": composite,
-                },
-            }
+            group = k8s_podgroup("v1beta1", name=name, parentCompositePodGroupName=composite)
+            group["spec"]["schedulingPolicy"] = {"gang": {"minCount": size}}
             for table in (self.api.server.groups, self.loop.store.groups):
                 table[(WAS, NS, name)] = copy.deepcopy(group)
             for _ in range(size):
