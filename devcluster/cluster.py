@@ -46,6 +46,7 @@ from devcluster.kubeconfig import RestClient, probe, write_kubeconfig
 from devcluster.nodes import NodePool, load_pool, node_groups, render_nodes, scale_pool
 from devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
 from devcluster.webhooks import local_webhook_configurations
+from quorum.core.gangs import VOLCANO_SCHEDULER
 from quorum.install import (
     OPERATOR_SERVICE_ACCOUNT,
     PROTECTIVE_MANIFESTS,
@@ -241,7 +242,7 @@ class Instance:
             self._bootstrap(spec)
             if spec.webhooks:
                 start("quorum-webhooks", lambda: probe(f"https://127.0.0.1:{ports.webhooks}/readyz"))
-                self._register_webhooks(ports, spec.namespace, spec.pod_admission)
+                self._register_webhooks(ports, spec)
             start(
                 "kube-controller-manager",
                 lambda: probe(f"https://127.0.0.1:{ports.controller_manager}/healthz"),
@@ -450,6 +451,8 @@ class Instance:
             # What the Deployments set: the operator's namespace, and quorum's identity.
             "QUORUM_OPERATOR_NAMESPACE": state.spec.namespace,
             "QUORUM_WEBHOOKS_OPERATOR_USERS": json.dumps([operator_username(state.spec.namespace)]),
+            "QUORUM_WEBHOOKS_COSCHEDULER_NAMES": json.dumps(list(state.spec.coschedulers)),
+            "QUORUM_OPERATOR_COSCHEDULER_NAMES": ",".join(state.spec.coschedulers),
         }
         if component == "quorum-sunk-scheduler":
             layout = self.slurm_layout
@@ -467,9 +470,10 @@ class Instance:
             )
         return spawn(component, argv, self.layout.log(component), self.layout.root, env)
 
-    def _register_webhooks(self, ports: Ports, namespace: str, pod_admission: str) -> None:
+    def _register_webhooks(self, ports: Ports, spec: ClusterSpec) -> None:
+        text = (MANIFESTS / WEBHOOK_CONFIGURATIONS).read_text()
         manifest = for_pod_admission(
-            render((MANIFESTS / WEBHOOK_CONFIGURATIONS).read_text(), namespace), pod_admission
+            render(text, spec.namespace, coschedulers=spec.coschedulers), spec.pod_admission
         )
         ca_pem = (self.layout.root / "webhooks-pki" / "ca.crt").read_bytes()
         configs = local_webhook_configurations(manifest, f"https://127.0.0.1:{ports.webhooks}", ca_pem)
@@ -503,17 +507,23 @@ class Instance:
         if not (spec.install_manifests and MANIFESTS.is_dir()):
             return
         self.kubectl("apply", "-f", str(CRDS))
-        create_if_absent = self.kubectl("create", "-f", str(CRDS / "scheduler-plugins"), check=False)
-        if create_if_absent.returncode != 0 and "AlreadyExists" not in create_if_absent.stderr:
-            raise ClusterError(f"kubectl create -f crds/scheduler-plugins failed: {create_if_absent.stderr}")
-        for crds in (CRDS, CRDS / "scheduler-plugins"):
+        created = [CRDS / "scheduler-plugins"] + (
+            [CRDS / "volcano"] if VOLCANO_SCHEDULER in spec.coschedulers else []
+        )
+        for crds in created:  # where absent, as the chart does
+            create_if_absent = self.kubectl("create", "-f", str(crds), check=False)
+            if create_if_absent.returncode != 0 and "AlreadyExists" not in create_if_absent.stderr:
+                raise ClusterError(f"kubectl create -f {crds} failed: {create_if_absent.stderr}")
+        for crds in (CRDS, *created):
             self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds))
         applied = [m for m in APPLIED_MANIFESTS if not (spec.static == "all" and m in PROTECTIVE_MANIFESTS)]
         self.kubectl(
             "apply",
             "-f",
             "-",
-            input_text=render_files(applied, spec.namespace, pod_admission=spec.pod_admission),
+            input_text=render_files(
+                applied, spec.namespace, pod_admission=spec.pod_admission, coschedulers=spec.coschedulers
+            ),
         )
         token = self.kubectl(
             "create",

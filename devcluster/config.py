@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from devcluster.versions import DEFAULT_RELEASE, RELEASES, Release
+from quorum.core.gangs import COSCHEDULER_NAMES
 from quorum.install import DEFAULT_NAMESPACE
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
@@ -57,6 +58,9 @@ class ClusterSpec:
     namespace: str = DEFAULT_NAMESPACE  # where quorum is installed (`quorum manifests --namespace`)
     slurm: bool = False  # a real Slurm cluster beside it and quorum-sunk-scheduler (docs/sunk.md)
     pod_admission: str = "policies"  # policies | webhooks (quorum.install.POD_ADMISSION_WAYS)
+    # The scheduler names quorum takes besides the default scheduler's (chart values `schedulers`);
+    # with `volcano`, Volcano's PodGroup CRD is created where absent, as the chart does.
+    coschedulers: tuple[str, ...] = COSCHEDULER_NAMES
 
     @property
     def release(self) -> Release:
@@ -99,6 +103,7 @@ class ClusterSpec:
             "namespace": self.namespace,
             "slurm": self.slurm,
             "pod_admission": self.pod_admission,
+            "coschedulers": list(self.coschedulers),
         }
 
 
@@ -363,6 +368,7 @@ def spec_from_json(data: Mapping[str, Any]) -> ClusterSpec:
         namespace=data.get("namespace", DEFAULT_NAMESPACE),
         slurm=data.get("slurm", False),
         pod_admission=data.get("pod_admission", "policies"),
+        coschedulers=tuple(data.get("coschedulers", COSCHEDULER_NAMES)),
     )
 
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from quorum.core.gangs import COSCHEDULER_NAMES
 from quorum.core.removal import OPERATOR_SERVICE_ACCOUNT as OPERATOR_SERVICE_ACCOUNT  # named once, there
 
 DEFAULT_NAMESPACE = "quorum-system"
@@ -70,6 +71,20 @@ _SHORTEN_CONDITION_TEXT = re.compile(
 STATIC_SUFFIX = ".static.k8s.io"  # the apiserver loads policies from disk only under such names
 STATIC_MODES = ("off", "protect", "all")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# The coscheduler names as every list in the manifests writes them (CEL and YAML both read it):
+# the CEL of the policies, the webhooks' settings and the operator's (one setting, rendered).
+COSCHEDULERS_TEXT = ", ".join(f"'{name}'" for name in COSCHEDULER_NAMES)
+SCHEDULER_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS subdomain, as Kubernetes has it
+
+
+def with_coschedulers(text: str, names: tuple[str, ...]) -> str:
+    """`text` with the install's coscheduler names in place of the defaults."""
+    if not names or not all(SCHEDULER_NAME.fullmatch(n) for n in names):
+        raise ValueError(
+            f"coscheduler names {list(names)!r}: at least one, each a DNS subdomain (lower-case letters, "
+            "digits, '-' and '.'), as a pod's schedulerName is"
+        )
+    return text.replace(COSCHEDULERS_TEXT, ", ".join(f"'{name}'" for name in names))
 
 
 class InvalidNamespace(ValueError):
@@ -91,12 +106,19 @@ def operator_username(namespace: str) -> str:
 
 
 def render(
-    manifest: str, namespace: str, apiserver_cidrs: tuple[str, ...] = (), slurm_cidrs: tuple[str, ...] = ()
+    manifest: str,
+    namespace: str,
+    apiserver_cidrs: tuple[str, ...] = (),
+    slurm_cidrs: tuple[str, ...] = (),
+    coschedulers: tuple[str, ...] = COSCHEDULER_NAMES,
 ) -> str:
     """`manifest` (written for quorum-system) for `namespace`; with `apiserver_cidrs`, the
     webhook NetworkPolicy admits those address blocks instead of any address; with
-    `slurm_cidrs`, quorum-sunk-scheduler's hook port admits those instead of Slurm's namespace."""
+    `slurm_cidrs`, quorum-sunk-scheduler's hook port admits those instead of Slurm's namespace;
+    with `coschedulers`, those scheduler names are quorum's instead of the defaults."""
     text = _NAMESPACE_TOKEN.sub(check_namespace(namespace), manifest)
+    if coschedulers != COSCHEDULER_NAMES:
+        text = with_coschedulers(text, coschedulers)
     for pattern, cidrs in ((_ANY_ADDRESS, apiserver_cidrs), (_SLURM_NODES, slurm_cidrs)):
         if cidrs:
             text = pattern.sub(functools.partial(_address_blocks, cidrs), text)
@@ -144,6 +166,7 @@ def render_files(
     apiserver_cidrs: tuple[str, ...] = (),
     slurm_cidrs: tuple[str, ...] = (),
     pod_admission: str = "policies",
+    coschedulers: tuple[str, ...] = COSCHEDULER_NAMES,
 ) -> str:
     """The manifests `names` (default: every manifests/*.yaml, in order) as one stream, for a way
     of admitting pods (`webhooks` leaves out the MutatingAdmissionPolicy)."""
@@ -153,7 +176,7 @@ def render_files(
     return (
         "\n---\n".join(
             for_pod_admission(
-                render(p.read_text(), namespace, apiserver_cidrs, slurm_cidrs), pod_admission
+                render(p.read_text(), namespace, apiserver_cidrs, slurm_cidrs, coschedulers), pod_admission
             ).strip()
             for p in paths
         )

@@ -41,6 +41,7 @@ from pydantic.alias_generators import to_camel, to_snake
 
 from quorum import __version__, install
 from quorum.core import removal
+from quorum.core.gangs import COSCHEDULER_NAMES, VOLCANO_SCHEDULER
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "crds"
@@ -57,6 +58,8 @@ PLATFORM_USERS_SETTING = 'platform_users: ["quorum:node-lifecycle"]'
 PLATFORM_GROUPS_SETTING = "platform_groups: []"
 QUORUM_CRDS = ("quorum.dev_gangs.yaml", "scheduling.sigs.k8s.io_podgroups.yaml")
 SCHEDULER_PLUGINS_CRD = "scheduler-plugins/scheduling.x-k8s.io_podgroups.yaml"
+VOLCANO_CRD = "volcano/scheduling.volcano.sh_podgroups.yaml"
+SCHEDULER_PLUGINS_NAME = "scheduler-plugins-scheduler"
 MANIFEST_FILES = (
     "00-namespace.yaml",
     "10-rbac.yaml",
@@ -270,6 +273,45 @@ class SunkValues(_Values):
     """Per namespace (or "*"), the partitions, accounts, QOS and reservations its pods may name."""
 
 
+SchedulerName = Annotated[str, StringConstraints(pattern=DNS_SUBDOMAIN)]
+
+
+class SchedulersValues(_Values):
+    """Which pods are quorum's (docs/integrations.md): one list, rendered into the webhooks', the
+    operator's settings and the CEL of the in-apiserver policies."""
+
+    coscheduler_names: Annotated[list[SchedulerName], Field(min_length=1)] = list(COSCHEDULER_NAMES)
+    """Scheduler names quorum takes besides the default scheduler's: a gang pod that asks for one
+    is held at quorum's gate and released to the default scheduler. CoreWeave's, the label-only
+    coscheduler's, and scheduler-plugins' as KubeRay, Kubeflow Trainer and the MPI Operator write it."""
+    scheduler_plugins: bool = False
+    """scheduler-plugins' own scheduler runs in this cluster: quorum leaves pods that ask for
+    scheduler-plugins-scheduler to it (an Event on each says so)."""
+    volcano: bool = False
+    """Take Volcano's dialect where Volcano does not run (LeaderWorkerSet, Kubeflow Trainer and the
+    MPI Operator in their Volcano modes): schedulerName `volcano`, the group annotation
+    scheduling.k8s.io/group-name and scheduling.volcano.sh PodGroups, whose CRD is installed
+    where absent."""
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        names = [
+            n for n in self.coscheduler_names if not (self.scheduler_plugins and n == SCHEDULER_PLUGINS_NAME)
+        ]
+        if self.volcano and VOLCANO_SCHEDULER not in names:
+            names.append(VOLCANO_SCHEDULER)
+        return tuple(names)
+
+    @model_validator(mode="after")
+    def _some_name_left(self) -> SchedulersValues:
+        if not self.names:
+            raise ValueError(
+                "schedulers: no coscheduler name is left once scheduler-plugins' is left to it; name "
+                "at least one in coschedulerNames (cw-coscheduler, say)"
+            )
+        return self
+
+
 class UninstallValues(_Values):
     probe_namespace: Annotated[str, StringConstraints(pattern=DNS_LABEL)] = "default"
     """Where the pre-delete hook dry-runs a probe pod to see the backstop gone (`quorum uninstall`)."""
@@ -289,6 +331,7 @@ class InstallValues(_Values):
     sunk: SunkValues = SunkValues()
     dashboard: DashboardValues = DashboardValues()
     uninstall: UninstallValues = UninstallValues()
+    schedulers: SchedulersValues = SchedulersValues()
 
     @model_validator(mode="after")
     def _probe_where_the_backstop_applies(self) -> InstallValues:
@@ -414,12 +457,14 @@ def platform_identities(text: str, platform: PlatformValues) -> str:
 
 
 def substituted(text: str, values: InstallValues) -> str:
-    """A file's text for these values: its namespace, address blocks and platform identities."""
+    """A file's text for these values: its namespace, address blocks, coscheduler names and
+    platform identities."""
     text = install.render(
         text,
         values.quorum_namespace,
         tuple(values.network_policy.apiserver_cidrs),
         tuple(values.sunk.slurm_cidrs),
+        values.schedulers.names,
     )
     return platform_identities(text, values.platform)
 
@@ -510,6 +555,8 @@ def sources(values: InstallValues, manifests: Path = install.MANIFESTS, crds: Pa
         files += [crds / name for name in QUORUM_CRDS]
         if values.crds.scheduler_plugins:
             files.append(crds / SCHEDULER_PLUGINS_CRD)
+        if values.schedulers.volcano:
+            files.append(crds / VOLCANO_CRD)
     files += [
         manifests / name
         for name in MANIFEST_FILES

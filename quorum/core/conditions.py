@@ -120,6 +120,18 @@ def phase(counts: Mapping[str, int], min_member: int) -> str:
     return "Pending"
 
 
+# A gang's phase as Volcano names it on its PodGroup (scheduling.volcano.sh/v1beta1): released
+# and not yet running is Volcano's Inqueue; Volcano has no Failed phase (its Unknown is a gang
+# short of running members).
+VOLCANO_PHASES = {
+    "Pending": "Pending",
+    "Scheduling": "Inqueue",
+    "Running": "Running",
+    "Finished": "Completed",
+    "Failed": "Unknown",
+}
+
+
 def admitted(state: GangState) -> tuple[str, str, str]:
     """(status, reason, message) of the `Admitted` condition."""
     need = max(1, state.min_member)

@@ -7,9 +7,12 @@
 | label `scheduling.x-k8s.io/pod-group: <n>` (scheduler-plugins) | `xpg-<n>` |
 | labels `pod-group.scheduling.sigs.k8s.io/name` + `/min-available` | `lbl-<n>` |
 | `spec.schedulingGroup.podGroupName: <n>` (Kubernetes WAS)       | `wpg-<n>` |
+| annotation `scheduling.k8s.io/group-name: <n>` (Volcano's dialect) | `vpg-<n>` |
 
 A pod with several markers belongs to the first row's group. A pod whose schedulerName belongs
-to another scheduler is not quorum's, whatever its labels.
+to another scheduler is not quorum's, whatever its labels: quorum's are the default scheduler
+and the coscheduler names of its install (one setting: `coscheduler_names` of the webhooks and
+of the operator, and the CEL of the rendered policies; docs/integrations.md).
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ SIGS_POD_GROUP_LABEL = "pod-group.scheduling.sigs.k8s.io"
 X_POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 LABEL_GANG_NAME = "pod-group.scheduling.sigs.k8s.io/name"
 LABEL_GANG_MIN_AVAILABLE = "pod-group.scheduling.sigs.k8s.io/min-available"
+# Volcano's group marker is an annotation (LeaderWorkerSet, Kubeflow Trainer, the MPI Operator
+# and KubeRay write it in their Volcano modes), and its scheduler is called `volcano`.
+VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+VOLCANO_SCHEDULER = "volcano"
 
 # On a Gang that quorum-sunk-scheduler writes (a gang Slurm places; docs/sunk.md) this label
 # says `slurm`, and quorum-operator leaves the object alone.
@@ -40,8 +47,19 @@ PLACED_BY_LABEL = "quorum.dev/placed-by"
 PLACED_BY_SLURM = "slurm"
 
 DEFAULT_SCHEDULER = "default-scheduler"
-COSCHEDULER_NAMES = ("cw-coscheduler", "coscheduler")
+# The scheduler names quorum takes by default and rewrites to the default scheduler: CoreWeave's
+# (seed 001), the label-only coscheduler's (Determined AI, seed 000), and scheduler-plugins' as
+# KubeRay, Kubeflow Trainer and the MPI Operator write it. `volcano` is added where the platform
+# turns Volcano's dialect on (chart value schedulers.volcano).
+COSCHEDULER_NAMES = ("cw-coscheduler", "coscheduler", "scheduler-plugins-scheduler")
 QUORUM_SCHEDULER_NAMES = ("", DEFAULT_SCHEDULER, *COSCHEDULER_NAMES)
+
+
+def quorum_schedulers(coschedulers: Collection[str], default: str = DEFAULT_SCHEDULER) -> tuple[str, ...]:
+    """Every schedulerName a pod quorum takes may carry: none, the default scheduler's, or one
+    of the coscheduler names."""
+    return ("", default, *coschedulers)
+
 
 _MAX_NAME = 63
 _HASH_LEN = 8
@@ -54,6 +72,7 @@ class GangSource(StrEnum):
     X_POD_GROUP = "xpg"
     LABELS = "lbl"
     WORKLOAD_POD_GROUP = "wpg"
+    VOLCANO_POD_GROUP = "vpg"
 
 
 # The API (group, version) of each PodGroup kind a gang can name; label-only gangs have none.
@@ -63,6 +82,7 @@ GROUP_APIS: dict[GangSource, tuple[str, str]] = {
     GangSource.SIGS_POD_GROUP: ("scheduling.sigs.k8s.io", "v1alpha1"),
     GangSource.X_POD_GROUP: ("scheduling.x-k8s.io", "v1alpha1"),
     GangSource.WORKLOAD_POD_GROUP: ("scheduling.k8s.io", "v1beta1"),
+    GangSource.VOLCANO_POD_GROUP: ("scheduling.volcano.sh", "v1beta1"),
 }
 
 
@@ -83,10 +103,13 @@ class GangMarker:
             GangSource.X_POD_GROUP: f"PodGroup {self.group} (scheduling.x-k8s.io)",
             GangSource.LABELS: f"label group {self.group}",
             GangSource.WORKLOAD_POD_GROUP: f"PodGroup {self.group} (scheduling.k8s.io)",
+            GangSource.VOLCANO_POD_GROUP: f"PodGroup {self.group} (scheduling.volcano.sh)",
         }[self.source]
 
 
-def gang_markers(labels: Mapping[str, str], scheduling_group: str | None) -> list[GangMarker]:
+def gang_markers(
+    labels: Mapping[str, str], scheduling_group: str | None, annotations: Mapping[str, str] | None = None
+) -> list[GangMarker]:
     """Every group marker on a pod (or pod template), in the table's order of precedence."""
     found = []
     if value := labels.get(SIGS_POD_GROUP_LABEL):
@@ -97,6 +120,8 @@ def gang_markers(labels: Mapping[str, str], scheduling_group: str | None) -> lis
         found.append(GangMarker(GangSource.LABELS, value, labels.get(LABEL_GANG_MIN_AVAILABLE)))
     if scheduling_group:
         found.append(GangMarker(GangSource.WORKLOAD_POD_GROUP, scheduling_group))
+    if annotations and (value := annotations.get(VOLCANO_GROUP_ANNOTATION)):
+        found.append(GangMarker(GangSource.VOLCANO_POD_GROUP, value))
     return found
 
 
@@ -148,11 +173,12 @@ def gang_marker(
     scheduling_group: str | None,
     scheduler_name: str | None,
     quorum_schedulers: Collection[str] = QUORUM_SCHEDULER_NAMES,
+    annotations: Mapping[str, str] | None = None,
 ) -> GangMarker | None:
     """The gang a pod belongs to, or None (no marker, or another scheduler's pod)."""
     if not is_quorum_scheduler(scheduler_name, quorum_schedulers):
         return None
-    markers = gang_markers(labels, scheduling_group)
+    markers = gang_markers(labels, scheduling_group, annotations)
     return markers[0] if markers else None
 
 

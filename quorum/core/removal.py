@@ -166,7 +166,12 @@ FENCES = (
     "quorum-operator-eviction-fence",
 )
 RETIRED = ("quorum-operator-eviction-fence",)
-CRDS = ("gangs.quorum.dev", "podgroups.scheduling.sigs.k8s.io", "podgroups.scheduling.x-k8s.io")
+CRDS = (
+    "gangs.quorum.dev",
+    "podgroups.scheduling.sigs.k8s.io",
+    "podgroups.scheduling.x-k8s.io",
+    "podgroups.scheduling.volcano.sh",
+)
 QUORUMS_OWN_CRDS = ("gangs.quorum.dev",)  # its objects are quorum's records; a PodGroup is a tenant's
 # The chart's hook identities (charts/quorum/templates/hook-*.yaml): each a ServiceAccount of
 # quorum's namespace with a ClusterRole, a Role (the uninstall hook's also one in the probe

@@ -17,9 +17,11 @@ from quorum.core.gangs import GATE as GATE
 from quorum.core.gangs import GROUP_APIS as GROUP_APIS  # re-exported: the operator's modules use it
 from quorum.core.gangs import (
     MAX_MIN_AVAILABLE,
+    QUORUM_SCHEDULER_NAMES,
     GangMarker,
     GangSource,
     gang_marker,
+    gang_markers,
     gang_name,
     legacy_gang_name,
     may_be_legacy,
@@ -70,7 +72,13 @@ class Store:
     # API groups of the v1alpha1 PodGroups whose CRD is quorum's (crds/): quorum writes their
     # phase and counters. Another's (scheduler-plugins' own CRD, its controller writing the
     # status) gets no status from quorum: the Gang object tells the story.
-    owned_group_apis: frozenset[str] = frozenset(g for g, v in GROUP_APIS.values() if v == "v1alpha1")
+    owned_group_apis: frozenset[str] = frozenset(g for g, _ in GROUP_APIS.values() if g != WAS_GROUP)
+    # The schedulerNames of the pods quorum takes (settings: the default scheduler's, none, and the
+    # coscheduler names); a pod asking for another is not quorum's, whatever its markers.
+    schedulers: tuple[str, ...] = QUORUM_SCHEDULER_NAMES
+    # Pods with a group marker that ask for a scheduler quorum does not take, not bound yet, by
+    # uid: told once, on the pod and its group, that quorum leaves them to that scheduler.
+    unclaimed: dict[str, JSON] = field(default_factory=dict)
     # Watched kind -> set once its first listing is in: the loop plans only when all are.
     synced: dict[str, asyncio.Event] = field(default_factory=dict)
     # Watched kind -> the latest resourceVersion its watch delivered (pods, gangs): an object
@@ -160,14 +168,20 @@ class GangPods:
             self.store.pods[uid] = pod
         else:
             self.store.pods.pop(uid, None)
+            if unclaimed_marker(pod, self.store.schedulers) is not None:
+                self.store.unclaimed[uid] = pod
+            else:
+                self.store.unclaimed.pop(uid, None)
         self.store.advance("pods", pod)
 
     def delete(self, pod: JSON) -> None:
         self.store.pods.pop(pod["metadata"]["uid"], None)
+        self.store.unclaimed.pop(pod["metadata"]["uid"], None)
         self.store.advance("pods", pod)
 
     def replace_all(self, pods: list[JSON]) -> None:
         self.store.pods.clear()
+        self.store.unclaimed.clear()
         for pod in pods:
             self.upsert(pod)
 
@@ -321,6 +335,9 @@ class GangView:
     # Pods quorum released whose update the watch has not delivered yet: no longer gated.
     just_released: frozenset[str] = frozenset()
     failure: str | None = None  # reading the gang failed unexpectedly (reported, retried)
+    # What its group object asks that quorum keeps and shows but does not enforce (a Volcano
+    # PodGroup's queue, minTaskMember, priorityClassName): told once in an Event.
+    unenforced: tuple[str, ...] = ()
 
     def is_gated(self, pod: JSON) -> bool:
         return is_gated(pod) and pod["metadata"]["uid"] not in self.just_released
@@ -432,7 +449,7 @@ def assemble(store: Store, just_released: frozenset[str] = frozenset()) -> list[
     views = []
     for (namespace, name), pods in sorted(by_gang.items()):
         pods.sort(key=lambda p: p["metadata"]["name"])
-        marker = _marker(pods[0])
+        marker = _marker(pods[0], store.schedulers)
         if marker is None or (marker.source is GangSource.WORKLOAD_POD_GROUP and not store.workload_api):
             continue  # released as orphans
         view = GangView(namespace, name, marker, pods, just_released=just_released)
@@ -442,7 +459,9 @@ def assemble(store: Store, just_released: frozenset[str] = frozenset()) -> list[
             view.failure = f"reading its group failed: {type(err).__name__}: {err}"
         mine = (marker.source, marker.group)
         others = {
-            m.describe() for p in pods[1:] if (m := _marker(p)) is not None and (m.source, m.group) != mine
+            m.describe()
+            for p in pods[1:]
+            if (m := _marker(p, store.schedulers)) is not None and (m.source, m.group) != mine
         }
         if others:
             view.merged = view.waiting = (
@@ -478,7 +497,7 @@ def orphans(store: Store) -> list[tuple[JSON, tuple[str, str]]]:
             continue
         if not is_gated(pod) or not (pod["metadata"].get("labels") or {}).get(GANG_LABEL):
             continue
-        marker = _marker(pod)
+        marker = _marker(pod, store.schedulers)
         if marker is None:
             found.append((pod, GROUP_DROPPED))
         elif marker.source is GangSource.WORKLOAD_POD_GROUP and not store.workload_api:
@@ -486,11 +505,27 @@ def orphans(store: Store) -> list[tuple[JSON, tuple[str, str]]]:
     return found
 
 
-def _marker(pod: JSON) -> GangMarker | None:
+def _marker(pod: JSON, schedulers: Collection[str]) -> GangMarker | None:
     spec = pod.get("spec") or {}
     group = (spec.get("schedulingGroup") or {}).get("podGroupName")
+    meta = pod["metadata"]
     # The webhook rewrote any coscheduler name; the default scheduler's name is quorum's.
-    return gang_marker((pod["metadata"].get("labels") or {}), group, spec.get("schedulerName"))
+    return gang_marker(
+        meta.get("labels") or {}, group, spec.get("schedulerName"), schedulers, meta.get("annotations")
+    )
+
+
+def unclaimed_marker(pod: JSON, schedulers: Collection[str]) -> GangMarker | None:
+    """The group a pod names that asks for a scheduler quorum does not take and is not bound
+    yet (quorum leaves it to that scheduler, and says so once), else None."""
+    spec = pod.get("spec") or {}
+    scheduler = spec.get("schedulerName") or ""
+    if scheduler in schedulers or spec.get("nodeName") or pod["metadata"].get("deletionTimestamp"):
+        return None
+    group = (spec.get("schedulingGroup") or {}).get("podGroupName")
+    meta = pod["metadata"]
+    markers = gang_markers(meta.get("labels") or {}, group, meta.get("annotations"))
+    return markers[0] if markers else None
 
 
 class InvalidGroup(ValueError):
@@ -708,6 +743,29 @@ def _read_group(view: GangView, group: JSON) -> None:
     view.schedule_timeout = whole_number(
         spec.get("scheduleTimeoutSeconds"), "spec.scheduleTimeoutSeconds", 60
     )
+    if view.marker.source is GangSource.VOLCANO_POD_GROUP:
+        view.unenforced = volcano_unenforced(spec, view.min_member)
+
+
+def volcano_unenforced(spec: JSON, min_member: int) -> tuple[str, ...]:
+    """A Volcano PodGroup's fields that quorum shows but does not enforce, each said in words
+    (docs/integrations.md, "Volcano's dialect")."""
+    found = []
+    if queue := spec.get("queue"):
+        found.append(f"queue {str(queue)[:63]!r} (quorum has no Volcano queues; kept as written)")
+    tasks = spec.get("minTaskMember")
+    if isinstance(tasks, dict) and tasks:
+        shown = ", ".join(f"{str(k)[:63]}: {str(v)[:10]}" for k, v in sorted(tasks.items())[:8])
+        found.append(
+            f"minTaskMember {{{shown}}} (quorum releases the group whole at minMember {min_member}, "
+            f"without counting per task)"
+        )
+    if priority := spec.get("priorityClassName"):
+        found.append(
+            f"priorityClassName {str(priority)[:253]!r} (quorum orders the gang by its pods' priority, "
+            f"which their own priorityClassName sets)"
+        )
+    return tuple(found)
 
 
 def topology_key(group: JSON) -> str | None:

@@ -23,7 +23,7 @@ import kopf
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM
+from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM, quorum_schedulers
 from quorum.core.workloads import COMPOSITE_VERSIONS, POD_GROUP_VERSIONS, WAS_GROUP
 from quorum.k8s import reads
 from quorum.k8s.api import LiveApi
@@ -92,10 +92,10 @@ HEALTH_ADDRESS: list[str] = []  # set by main: host:port of /healthz, /readyz, /
 
 
 async def owned_group_apis(api: client.ApiClient) -> frozenset[str]:
-    """The v1alpha1 PodGroup API groups whose CRD is quorum's (labelled part-of: quorum)."""
+    """The CRD-defined PodGroup API groups whose CRD is quorum's (labelled part-of: quorum)."""
     owned = set()
-    for group, version in GROUP_APIS.values():
-        if version != "v1alpha1":
+    for group, _version in GROUP_APIS.values():
+        if group == WAS_GROUP:
             continue
         try:
             labels = await reads.crd_labels(api, f"podgroups.{group}")
@@ -130,7 +130,9 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     COLLECTOR.install()
     TASKS.append(asyncio.create_task(COLLECTOR.run(), name="garbage-collector"))
     api = await api_client(trace_configs=(metrics.api_trace_config(),))
-    store = Store(owned_group_apis=await owned_group_apis(api))
+    store = Store(
+        owned_group_apis=await owned_group_apis(api), schedulers=quorum_schedulers(config.coscheduler_names)
+    )
     bound = BoundPods()
     live = LiveApi(api)
     loop = GangLoop(

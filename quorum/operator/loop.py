@@ -261,6 +261,7 @@ class GangLoop:
         self.lap_started = time.monotonic()
         now = clock.time()
         self.releaser.start_orphans()
+        self.releaser.tell_unclaimed()
         # From here to the plan's snapshot, no await: the usage (`used`) and the nodes it changed
         # must be taken together, or a node that changes in between is synced into the
         # planner's index with stale usage and never again.

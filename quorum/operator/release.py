@@ -26,7 +26,7 @@ from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT
 from quorum.operator import clock, metrics
 from quorum.operator.events import pod_object
-from quorum.operator.gangs import JSON, GangView, Store, is_gated, orphans
+from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store, is_gated, orphans, unclaimed_marker
 from quorum.operator.ledger import Ledger, placed_node, recorded_placement
 from quorum.operator.status import GangRecords, now_rfc3339
 from quorum.operator.work import GangWork, describe
@@ -34,6 +34,8 @@ from quorum.operator.work import GangWork, describe
 log = logging.getLogger("quorum.operator")
 GangKey = tuple[str, str]
 ORPHANS: GangKey = ("", "pods without a group")  # the work key of releasing orphaned pods
+UNCLAIMED: GangKey = ("", "pods of another scheduler")  # the work key of telling about them
+UNCLAIMED_PER_PASS = 64  # pods told about per pass: Events are writes too
 
 
 class FairSlots:
@@ -123,6 +125,9 @@ class Releaser:
         self.memory = records.memory
         self.resumed: set[GangKey] = set()  # gangs whose recorded release a new leader checks
         self.told_dropped: set[str] = set()  # pods released because their group was dropped
+        # Pods (by uid) and groups (namespace, describe()) told they are left to another scheduler.
+        self.told_unclaimed: set[str] = set()
+        self.told_unclaimed_groups: set[tuple[str, str]] = set()
 
     def resume(self) -> None:
         for _, entry in self.memory.items():
@@ -132,6 +137,10 @@ class Releaser:
     def prune(self) -> None:
         if self.told_dropped:
             self.told_dropped = {uid for uid in self.told_dropped if uid in self.store.pods}
+        if self.told_unclaimed:
+            self.told_unclaimed = {uid for uid in self.told_unclaimed if uid in self.store.unclaimed}
+            if not self.told_unclaimed:
+                self.told_unclaimed_groups.clear()
 
     def start(self, view: GangView, release: Release) -> None:
         """Reserve the release's room now (no later pass may plan it), then release in the
@@ -334,6 +343,37 @@ class Releaser:
         ]
         if found and not self.work.busy(ORPHANS) and not self.work.backing_off(ORPHANS):
             self.work.start(ORPHANS, "release", self.release_orphans(found))
+
+    def tell_unclaimed(self) -> None:
+        """One Event on each pod with a group marker that asks for a scheduler quorum does not
+        take, and one on its group object: quorum leaves it to that scheduler (where none runs,
+        it stays Pending; the Event says which setting takes it)."""
+        found = [p for uid, p in self.store.unclaimed.items() if uid not in self.told_unclaimed]
+        if found and not self.work.busy(UNCLAIMED) and not self.work.backing_off(UNCLAIMED):
+            self.work.start(UNCLAIMED, "tell", self.post_unclaimed(found[:UNCLAIMED_PER_PASS]))
+
+    async def post_unclaimed(self, found: list[JSON]) -> None:
+        for pod in found:
+            marker = unclaimed_marker(pod, self.store.schedulers)
+            if marker is None:
+                continue
+            namespace = pod["metadata"]["namespace"]
+            scheduler = str((pod.get("spec") or {}).get("schedulerName"))[:253]
+            message = (
+                f"this pod names {marker.describe()} but asks for scheduler {scheduler!r}, which quorum "
+                f"does not take: quorum leaves its gang to that scheduler. If no such scheduler runs in "
+                f"this cluster, the pod stays Pending: have the platform add {scheduler!r} to quorum's "
+                f"coscheduler names (chart value schedulers.coschedulerNames; schedulers.volcano for "
+                f"Volcano's dialect), or remove schedulerName from the pod's template"
+            )
+            await self.records.events.post(pod_object(pod), "SchedulerNotQuorums", message)
+            self.told_unclaimed.add(pod["metadata"]["uid"])
+            group_key = (namespace, marker.describe())
+            if marker.source in GROUP_APIS and group_key not in self.told_unclaimed_groups:
+                self.told_unclaimed_groups.add(group_key)
+                api_group, _ = GROUP_APIS[marker.source]
+                group = self.store.groups.get((api_group, namespace, marker.group))
+                await self.records.events.post(group, "SchedulerNotQuorums", message)
 
     async def release_orphans(self, found: list[tuple[JSON, tuple[str, str]]]) -> None:
         first_error: BaseException | None = None

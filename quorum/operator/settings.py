@@ -6,12 +6,14 @@ made from them at start (tests make it directly)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
+import yaml
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from quorum.core.fit import FitSettings
+from quorum.core.gangs import COSCHEDULER_NAMES
 from quorum.core.lifecycle import BackoffPolicy, MemberLossPolicy
 from quorum.core.planner import PlannerSettings
 from quorum.core.preemption import PreemptionSettings
@@ -73,10 +75,25 @@ class OperatorSettings(BaseSettings):
     quorum.dev/member-loss-policy says otherwise: Replace (its replacements are released alone)
     or RestartGang (the rest is evicted and the gang admitted again whole); docs/lifecycle.md."""
 
+    coscheduler_names: Annotated[tuple[str, ...], NoDecode] = COSCHEDULER_NAMES
+    """Scheduler names quorum takes besides the default scheduler's (the webhooks rewrite them to
+    it); a gang pod asking for any other is left to that scheduler, with an Event. Written as the
+    manifests write it, `['a', 'b']` (or `a,b`); the install renders the same list into the
+    webhooks' settings and the policies' CEL (chart values `schedulers`)."""
+
     @field_validator("org")
     @classmethod
     def _empty_is_none(cls, value: str | None) -> str | None:
         return value or None
+
+    @field_validator("coscheduler_names", mode="before")
+    @classmethod
+    def _a_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            parsed = yaml.safe_load(value) if value.lstrip().startswith("[") else value.split(",")
+            if isinstance(parsed, list):
+                return tuple(str(v).strip() for v in parsed if str(v).strip())
+        return value
 
     @classmethod
     def from_env(cls) -> OperatorSettings:

@@ -26,6 +26,7 @@ from typing import Any
 
 from quorum.core.conditions import (
     NO_ROOM,
+    VOLCANO_PHASES,
     GangState,
     GangStatus,
     compose,
@@ -535,12 +536,20 @@ class GangRecords:
 
     async def warn_unmodeled(self, view: GangView, gang: JSON) -> None:
         """A gang whose pods use hard constraints the planner does not model gets a warning that
-        quorum cannot guarantee its placement (once per gang)."""
+        quorum cannot guarantee its placement, and one whose group asks for what quorum does not
+        enforce an Event saying what (once per gang)."""
         entry = self.memory[view.key]
         if entry.warned_unmodeled:
             return
         found = sorted({c for p in view.gated for c in unmodeled_constraints(p.get("spec") or {})})
         entry.warned_unmodeled = True
+        if view.unenforced:
+            await self.events.post_all(
+                [gang, view.group],
+                "NotEnforced",
+                f"{view.marker.describe()} asks for what quorum keeps but does not enforce: "
+                + "; ".join(view.unenforced),
+            )
         if not found:
             return
         message = (
@@ -580,10 +589,11 @@ class GangRecords:
         self.memory[key].written = write.status.body
 
     async def write_group(self, view: GangView, status: GangStatus, timed: list[JSON], stamp: str) -> None:
-        """The group object's status. quorum's own PodGroup kinds (v1alpha1): phase, counters and
-        conditions prefixed `Quorum`. A Kubernetes PodGroup is kube-scheduler's too: only quorum's
-        conditions, by server-side apply, so its `PodGroupScheduled` (1.37:
-        `PodGroupInitiallyScheduled`) stays; in the version the cluster serves."""
+        """The group object's status. quorum's own PodGroup kinds (v1alpha1; Volcano's v1beta1 where
+        quorum installed its CRD): phase, counters and conditions prefixed `Quorum`. A Kubernetes
+        PodGroup is kube-scheduler's too: only quorum's conditions, by server-side apply, so its
+        `PodGroupScheduled` (1.37: `PodGroupInitiallyScheduled`) stays; in the version the cluster
+        serves."""
         if view.group is None or view.marker.source not in GROUP_APIS:
             return
         api_group, version = GROUP_APIS[view.marker.source]
@@ -600,11 +610,24 @@ class GangRecords:
                 api_group, version, "PodGroup", "podgroups", view.namespace, name, {"conditions": owned}
             )
             return
-        if not str(view.group.get("apiVersion", "")).endswith("v1alpha1"):
+        if not str(view.group.get("apiVersion", "")).endswith(version):
             return
         if api_group not in self.store.owned_group_apis:
             return  # another's CRD: its controller owns the status
         counts = status.counts
+        if view.marker.source is GangSource.VOLCANO_POD_GROUP:
+            # Volcano's fields and phases, as LeaderWorkerSet, Trainer and `kubectl get podgroup` read them.
+            volcano_status = {
+                "phase": VOLCANO_PHASES[status.phase],
+                "running": counts["running"],
+                "succeeded": counts["succeeded"],
+                "failed": counts["failed"],
+                "conditions": conditions,
+            }
+            await self.api.patch_group_status(
+                api_group, version, "podgroups", view.namespace, name, volcano_status
+            )
+            return
         group_status = {
             "phase": status.phase,
             "scheduled": counts["bound"],

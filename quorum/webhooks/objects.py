@@ -40,6 +40,7 @@ class PodShape:
     labels: dict[str, str]
     spec: JSONObject
     where: str
+    annotations: dict[str, str]  # Volcano's group marker is an annotation
 
 
 def string_map(value: Any) -> dict[str, str]:
@@ -67,7 +68,9 @@ def pod_shape(kind: str, obj: JSONObject | None) -> PodShape | None:
         return None
     if kind == "Pod":
         spec = obj.get("spec")
-        return PodShape(labels_of(obj), spec if isinstance(spec, dict) else {}, "metadata.labels")
+        return PodShape(
+            labels_of(obj), spec if isinstance(spec, dict) else {}, "metadata.labels", annotations_of(obj)
+        )
     path = TEMPLATE_PATHS.get(kind)
     if path is None:
         return None
@@ -76,7 +79,10 @@ def pod_shape(kind: str, obj: JSONObject | None) -> PodShape | None:
         return None
     spec = template.get("spec")
     return PodShape(
-        labels_of(template), spec if isinstance(spec, dict) else {}, ".".join(path) + ".metadata.labels"
+        labels_of(template),
+        spec if isinstance(spec, dict) else {},
+        ".".join(path) + ".metadata.labels",
+        annotations_of(template),
     )
 
 
@@ -93,4 +99,5 @@ def gang_of(shape: PodShape, quorum_schedulers: Collection[str]) -> GangMarker |
         group if isinstance(group, str) else None,
         shape.spec.get("schedulerName"),
         quorum_schedulers,
+        shape.annotations,
     )

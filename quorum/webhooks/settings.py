@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER, QUORUM_SCHEDULER_NAMES
+from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER, quorum_schedulers
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 
 ENV_PREFIX = "QUORUM_WEBHOOKS_"
@@ -74,10 +74,11 @@ class WebhookSettings(BaseModel):
     """The org's value of the `node.coreweave.cloud/reserved` taint; None: any value will do."""
 
     # -- gangs ------------------------------------------------------------------------------
-    quorum_scheduler_names: tuple[str, ...] = QUORUM_SCHEDULER_NAMES
-    """Pods asking for one of these schedulers are quorum's; any other scheduler's are not."""
     coscheduler_names: tuple[str, ...] = COSCHEDULER_NAMES
-    """Rewritten to `default_scheduler` (the original goes to quorum.dev/requested-scheduler)."""
+    """Scheduler names quorum takes: rewritten to `default_scheduler` (the original goes to
+    quorum.dev/requested-scheduler). With the default scheduler's and none, these are quorum's
+    schedulers; a pod asking for any other is not quorum's. The install renders the same list
+    into the operator's settings and the policies' CEL (chart values `schedulers`)."""
     default_scheduler: str = DEFAULT_SCHEDULER
     operator_users: tuple[str, ...] = (operator_username(DEFAULT_NAMESPACE),)
     """quorum's own identity: the only one that may change quorum.dev/* labels on a pod (the
@@ -103,6 +104,11 @@ class WebhookSettings(BaseModel):
     small_body_bytes: int = Field(default=64 * 1024, gt=0)
     """Bodies up to this size (nearly every review the apiserver sends) are never refused for the
     budget above: large ones cannot crowd them out."""
+
+    @property
+    def quorum_scheduler_names(self) -> tuple[str, ...]:
+        """Pods asking for one of these schedulers are quorum's; any other scheduler's are not."""
+        return quorum_schedulers(self.coscheduler_names, self.default_scheduler)
 
     @field_validator("reserved_label_domains")
     @classmethod

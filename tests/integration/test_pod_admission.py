@@ -27,13 +27,21 @@ from hypothesis import strategies as st
 from devcluster.cluster import Instance
 from devcluster.config import ClusterSpec
 from devcluster.kubeconfig import RestClient
+from quorum.core.gangs import COSCHEDULER_NAMES
 
 pytestmark = pytest.mark.kubernetes_1_36  # `make test` runs it again on 1.36 (each way on that release)
 
 NAMESPACE = "pod-admission-ways"
 PLAIN = ("g1", "train-a", "x")
 SHORTENED = ("G1", "a.b", "t" * 60)  # upper case, a dot, a gang name over 63 characters
-SCHEDULERS = (None, "default-scheduler", "cw-coscheduler", "coscheduler", "other-scheduler")
+SCHEDULERS = (
+    None,
+    "default-scheduler",
+    "cw-coscheduler",
+    "coscheduler",
+    "scheduler-plugins-scheduler",
+    "other-scheduler",
+)
 
 
 Created = tuple[int, dict[str, Any], list[str]]  # HTTP status, body, Warning headers
@@ -122,8 +130,10 @@ def pods(draw: st.DrawFn, faults: st.SearchStrategy[list[str]]) -> dict[str, Any
         labels["qos.coreweave.cloud/interruptable"] = draw(st.sampled_from(("true", "false")))
     scheduler = draw(st.sampled_from(SCHEDULERS))
     annotations: dict[str, str] = {}
-    if scheduler in ("cw-coscheduler", "coscheduler") and draw(st.integers(0, 3)) == 0:
+    if scheduler in COSCHEDULER_NAMES and draw(st.integers(0, 3)) == 0:
         annotations["quorum.dev/requested-scheduler"] = scheduler  # what quorum itself would write
+    if draw(st.integers(0, 4)) == 0:
+        annotations["scheduling.k8s.io/group-name"] = draw(names)  # Volcano's group marker
     gpus = draw(st.sampled_from((None, 0, 1, 8)))
     container: dict[str, Any] = {"name": "main", "image": "example.com/train:1"}
     if gpus is not None:

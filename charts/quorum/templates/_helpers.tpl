@@ -55,6 +55,7 @@ blocks, and the platform identities the given ones. Called with (dict "root" $ "
 {{- range . -}}{{- $blocks = printf "%s${1}- ipBlock: {cidr: %s}\n" $blocks (quote .) -}}{{- end -}}
 {{- $text = regexReplaceAll "(?m)^( *)- namespaceSelector: \\{matchLabels: \\{kubernetes\\.io/metadata\\.name: tenant-slurm\\}\\}  # the Slurm nodes\\n" $text $blocks -}}
 {{- end -}}
+{{- $text = replace "'cw-coscheduler', 'coscheduler', 'scheduler-plugins-scheduler'" (include "quorum.coschedulerItems" $root) $text -}}
 {{- $users := include "quorum.celStrings" $root.Values.platform.users -}}
 {{- $groups := include "quorum.celStrings" $root.Values.platform.groups -}}
 {{- $text = replace "['quorum:node-lifecycle']" $users $text -}}
@@ -62,6 +63,45 @@ blocks, and the platform identities the given ones. Called with (dict "root" $ "
 {{- $text = replace "platform_users: [\"quorum:node-lifecycle\"]" (printf "platform_users: %s" $users) $text -}}
 {{- $text = replace "platform_groups: []" (printf "platform_groups: %s" $groups) $text -}}
 {{- $text -}}
+{{- end -}}
+
+{{/*
+The coscheduler names quorum takes, as CEL list items ('a', 'b'): schedulers.coschedulerNames,
+without scheduler-plugins' where scheduler-plugins runs, with `volcano` where its dialect is on
+(install_values.SchedulersValues.names).
+*/}}
+{{- define "quorum.coschedulerItems" -}}
+{{- $names := list -}}
+{{- range .Values.schedulers.coschedulerNames -}}
+{{- if not (and $.Values.schedulers.schedulerPlugins (eq . "scheduler-plugins-scheduler")) -}}
+{{- $names = append $names . -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.schedulers.volcano (not (has "volcano" $names)) -}}
+{{- $names = append $names "volcano" -}}
+{{- end -}}
+{{- if not $names -}}
+{{- fail "schedulers: no coscheduler name is left once scheduler-plugins' is left to it; name at least one in coschedulerNames (cw-coscheduler, say)" -}}
+{{- end -}}
+{{- $quoted := list -}}
+{{- range $names -}}{{- $quoted = append $quoted (printf "'%s'" .) -}}{{- end -}}
+{{- join ", " $quoted -}}
+{{- end -}}
+
+{{/*
+Whether scheduling.volcano.sh's PodGroup CRD is this release's to install: absent, or installed
+by this release (as quorum.schedulerPluginsCrdIsOurs).
+*/}}
+{{- define "quorum.volcanoCrdIsOurs" -}}
+{{- $crd := lookup "apiextensions.k8s.io/v1" "CustomResourceDefinition" "" "podgroups.scheduling.volcano.sh" -}}
+{{- if not $crd -}}
+true
+{{- else -}}
+{{- $annotations := $crd.metadata.annotations | default dict -}}
+{{- if and (eq (index $annotations "meta.helm.sh/release-name" | default "") .Release.Name) (eq (index $annotations "meta.helm.sh/release-namespace" | default "") .Release.Namespace) -}}
+true
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The objects of a file, as a JSON list (templates return text). */}}

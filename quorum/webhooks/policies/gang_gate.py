@@ -2,8 +2,9 @@
 
 On Pod CREATE (the table, scheduler-name rule and precedence of `quorum.core.gangs`; see
 docs/architecture.md, "What a gang pod is"): a gang pod gets the gate
-`quorum.dev/gang` and the label `quorum.dev/gang=<gang name>`; a pod that asks for
-`cw-coscheduler`/`coscheduler` is rewritten to the default scheduler (the original kept in the
+`quorum.dev/gang` and the label `quorum.dev/gang=<gang name>`; a pod that asks for one of the
+coscheduler names (`cw-coscheduler`, `coscheduler`, `scheduler-plugins-scheduler` by default) is
+rewritten to the default scheduler (the original kept in the
 annotation `quorum.dev/requested-scheduler`), with or without a group. A gang pod that sets
 `spec.nodeName` is denied: it would bypass every scheduler, and so the gang. So is a pod of a
 label-only gang whose `min-available` label is missing or not a size from 1 to 100000
@@ -42,7 +43,7 @@ def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
         return Decision()  # another scheduler's pod, whatever its labels
     labels = labels_of(request.object)
     group = dig(spec, "schedulingGroup", "podGroupName")
-    markers = gang_markers(labels, group if isinstance(group, str) else None)
+    markers = gang_markers(labels, group if isinstance(group, str) else None, annotations_of(request.object))
     intents: list[Intent] = []
     warnings: list[str] = []
     requested = annotations_of(request.object).get(REQUESTED_SCHEDULER)

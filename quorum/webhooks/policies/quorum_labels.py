@@ -46,7 +46,9 @@ def _expected_on_create(obj: JSONObject, settings: WebhookSettings) -> dict[tupl
     labels = labels_of(obj)
     group = dig(spec, "schedulingGroup", "podGroupName")
     markers = gang_markers(
-        labels if isinstance(labels, dict) else {}, group if isinstance(group, str) else None
+        labels if isinstance(labels, dict) else {},
+        group if isinstance(group, str) else None,
+        annotations_of(obj),
     )
     expected: dict[tuple[str, str], object] = {}
     if markers:

@@ -138,7 +138,13 @@ def metadata(draw: st.DrawFn, owned: bool) -> dict[str, Any]:
     empty_map = draw(st.booleans())
     if found or empty_map:
         meta["labels"] = found
-    annotations = draw(st.dictionaries(st.sampled_from(("quorum.dev/x", "note")), st.just("v"), max_size=2))
+    annotations = draw(
+        st.dictionaries(
+            st.sampled_from(("quorum.dev/x", "note", "scheduling.k8s.io/group-name")),
+            st.just("v"),
+            max_size=2,
+        )
+    )
     if annotations:
         meta["annotations"] = annotations
     if owned:
