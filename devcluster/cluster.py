@@ -514,8 +514,9 @@ class Instance:
             create_if_absent = self.kubectl("create", "-f", str(crds), check=False)
             if create_if_absent.returncode != 0 and "AlreadyExists" not in create_if_absent.stderr:
                 raise ClusterError(f"kubectl create -f {crds} failed: {create_if_absent.stderr}")
-        for crds in (CRDS, *created):
-            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(crds))
+        for crds in (CRDS, *created):  # each directory's own files (`wait -f DIR` reads below it too)
+            files = [f"--filename={f}" for f in sorted(crds.glob("*.yaml"))]
+            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *files)
         applied = [m for m in APPLIED_MANIFESTS if not (spec.static == "all" and m in PROTECTIVE_MANIFESTS)]
         self.kubectl(
             "apply",

@@ -6,7 +6,8 @@ Pure rules, tested with plain data; the operator's recovery task applies them.
   pods are bound. A gang still short of that when the time runs out, with released pods that
   did not bind (a pod scheduled by someone else took a planned node, say), is *partially
   placed*: it holds capacity and cannot run.
-- **Recovery by owner kind.** Pods of ReplicaSets and StatefulSets are deleted (their
+- **Recovery by owner kind.** Pods of ReplicaSets and StatefulSets (so LeaderWorkerSets'), of
+  KubeRay's RayClusters and of the MPI Operator's MPIJobs (its workers) are deleted (their
   controllers make new ones, which the webhook gates); a Job is suspended (its controller
   deletes its pods without counting them as failures) and resumed once it has no active or
   terminating pods; a Job whose `suspend` belongs to another controller (`spec.managedBy`,
@@ -66,6 +67,16 @@ class Action(StrEnum):
     REPORT = "Report"
 
 
+# Controllers that make a deleted pod again, by kind, with their API group: recovery deletes
+# their pods (docs/lifecycle.md, docs/integrations.md). A kind of another group is not one of them.
+RECREATING_OWNERS = {
+    "ReplicaSet": "apps",
+    "StatefulSet": "apps",  # and so LeaderWorkerSet's leaders and workers
+    "RayCluster": "ray.io",  # KubeRay makes missing head and worker pods again
+    "MPIJob": "kubeflow.org",  # the MPI Operator makes missing worker pods again
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Owner:
     """A pod's controller (ownerReference with controller: true), or None for a bare pod."""
@@ -73,6 +84,13 @@ class Owner:
     kind: str
     name: str
     uid: str = ""
+    group: str | None = None  # the API group of its apiVersion; None: not known (tests)
+
+    @property
+    def recreates_pods(self) -> bool:
+        """Whether its controller makes a deleted pod again (`RECREATING_OWNERS`)."""
+        group = RECREATING_OWNERS.get(self.kind)
+        return group is not None and self.group in (None, group)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +153,7 @@ def plan_recovery(members: Sequence[tuple[str, Owner | None]], jobs: Mapping[str
     for pod, owner in members:
         if owner is None:
             steps.append(Step(Action.REPORT, pod, "bare pods are never deleted by quorum"))
-        elif owner.kind in ("ReplicaSet", "StatefulSet"):
+        elif owner.recreates_pods:
             steps.append(Step(Action.DELETE_POD, pod))
         elif owner.kind == "Job":
             job = jobs.get(owner.name)

@@ -129,7 +129,10 @@ def is_active(pod: JSON) -> bool:
 def controller_of(pod: JSON) -> Owner | None:
     for ref in pod["metadata"].get("ownerReferences") or []:
         if ref.get("controller"):
-            return Owner(ref["kind"], ref["name"], ref.get("uid", ""))
+            # The apiserver requires apiVersion on every ownerReference; the group ("" for v1).
+            version = ref.get("apiVersion")
+            group = str(version).rpartition("/")[0] if version else None
+            return Owner(ref["kind"], ref["name"], ref.get("uid", ""), group)
     return None
 
 
@@ -684,7 +687,8 @@ class Recoverer:
     async def replace_stuck(self, view: GangView, gang: JSON, unbound: list[JSON], now: float) -> None:
         """A running gang's pod beyond minMember (or a replacement) released but never bound —
         its planned node was taken: the gang is whole without it, so only that pod is made again
-        (ReplicaSet, StatefulSet: recorded, then deleted) or reported (anything else), once."""
+        (an owner that makes pods again, `RECREATING_OWNERS`: recorded, then deleted) or reported
+        (anything else), once."""
         replaced: list[JSON] = []
         attempt = GangRecord.of(gang).attempt
         for pod in unbound:
@@ -693,7 +697,7 @@ class Recoverer:
                 continue
             self.stuck.add(uid)
             owner, name = controller_of(pod), pod["metadata"]["name"]
-            if owner is not None and owner.kind in ("ReplicaSet", "StatefulSet"):
+            if owner is not None and owner.recreates_pods:
                 replaced.append(pod)
                 continue
             message = (

@@ -68,7 +68,7 @@ def test_recovery_by_owner_kind() -> None:
         ("h", Owner("Job", "js-0")),
         ("i", None),
         ("j", Owner("Job", "gone")),
-        ("k", Owner("MPIJob", "x")),
+        ("k", Owner("TFJob", "x")),
     ]
     plan = plan_recovery(members, jobs)
     assert [s.target for s in plan.of(Action.DELETE_POD)] == ["a", "b"]
@@ -173,3 +173,18 @@ def test_a_loss_is_found_exactly_when_a_whole_gang_keeps_some_but_too_few(
         assert loss.left == len(kept) and loss.min_member == min_member
         assert all(m.state in (MemberState.DELETED, MemberState.FAILED) and m.node for m in loss.lost)
         assert f"{loss.left} left, minMember {min_member}" in loss.describe()
+
+
+def test_pods_of_controllers_that_make_them_again_are_deleted_by_kind_and_group() -> None:
+    """KubeRay's RayCluster and the MPI Operator's MPIJob make a deleted pod again, as a
+    ReplicaSet does; a kind of the same name in another API group is not theirs: reported."""
+    members = [
+        ("head", Owner("RayCluster", "rc", "u1", "ray.io")),
+        ("worker", Owner("MPIJob", "pi", "u2", "kubeflow.org")),
+        ("lws-0-1", Owner("StatefulSet", "lws-0", "u3", "apps")),
+        ("fake", Owner("RayCluster", "rc", "u4", "example.com")),
+    ]
+    plan = plan_recovery(members, {})
+    assert [s.target for s in plan.of(Action.DELETE_POD)] == ["head", "worker", "lws-0-1"]
+    (report,) = plan.of(Action.REPORT)
+    assert report.target == "fake" and "RayCluster" in report.why

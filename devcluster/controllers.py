@@ -1,0 +1,233 @@
+"""The ML controllers whose gang dialects quorum reads (docs/integrations.md), built from their Go
+modules and run on a local instance: `make test-integrations` and `make integrations-demo`.
+
+Each is built as the Kueue benchmark builds Kueue: the released module is copied out of the
+module cache and `go build` runs in the copy with the module's own go.mod and go.sum (a module
+required from a build module of ours would lose its `replace` lines). The binary is cached
+under ~/.cache/quorum/controllers/<name>-<version>/. Each runs out of cluster as the admin,
+with the instance's kubeconfig, no leader election, its probes and metrics on 127.0.0.1, and,
+where it has admission webhooks, a serving certificate from a CA made here and its webhook
+configurations registered by URL (its kustomize patches applied: the pod webhooks' selectors).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from devcluster.build import BinaryCache, BuildError, check_go, exclusive_lock
+from devcluster.cluster import ClusterError, Instance, free_ports
+from devcluster.kubeconfig import probe
+from devcluster.process import ProcessRecord, spawn, stop
+from devcluster.webhooks import local_webhook_configurations
+from quorum.pki import CertificateAuthority
+
+
+@dataclass(frozen=True)
+class Ports:
+    health: int
+    metrics: int
+    webhook: int
+
+
+@dataclass(frozen=True)
+class Controller:
+    """One controller: where its module is, what to build, which CRDs to install, how to run it."""
+
+    name: str
+    module: str
+    version: str
+    package: str  # the main package, relative to the module's root
+    crds: tuple[str, ...]  # CRD files or directories, relative to the module's root
+    # argv after the binary, given the ports and the directory it runs in (a config file, certs)
+    args: Callable[[Ports, Path], list[str]]
+    webhooks: str | None = None  # the module's webhook manifest, if it serves admission webhooks
+    webhook_patches: tuple[str, ...] = ()  # kustomize JSON patches of it (`replace /webhooks/N`)
+    readiness: str = "/readyz"
+    needs: tuple[str, ...] = field(default=())  # controllers that must run first (their CRDs)
+
+    def binary(self, cache: BinaryCache) -> Path:
+        return cache.root / "controllers" / f"{self.name}-{self.version}" / self.name
+
+    def source(self, cache: BinaryCache) -> Path:
+        return cache.root / "build" / f"{self.name}-{self.version}"
+
+
+def _controller_runtime_config(kind_api: str, provider: str | None) -> Callable[[Ports, Path], list[str]]:
+    """A controller-runtime Configuration file (JobSet's, LeaderWorkerSet's) for these ports."""
+
+    def args(ports: Ports, root: Path) -> list[str]:
+        config: dict[str, Any] = {
+            "apiVersion": kind_api,
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"port": ports.webhook, "host": "127.0.0.1", "certDir": str(root / "certs")},
+            "metrics": {"bindAddress": f"127.0.0.1:{ports.metrics}"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{ports.health}"},
+        }
+        if provider is not None:
+            config["gangSchedulingManagement"] = {"schedulerProvider": provider}
+        (root / "config.yaml").write_text(yaml.safe_dump(config))
+        return [f"--config={root / 'config.yaml'}"]
+
+    return args
+
+
+KUBERAY = Controller(
+    name="ray-operator",
+    module="github.com/ray-project/kuberay/ray-operator",
+    # v1.7.0 is listed by the Go proxy but its zip is refused (403); v1.6.0 is the newest served.
+    version="v1.6.0",
+    package=".",
+    crds=("config/crd/bases",),
+    # KubeRay's scheduler-plugins integration, as its Helm chart's batchScheduler.name sets it.
+    args=lambda ports, _root: [
+        "--batch-scheduler=scheduler-plugins",
+        "--enable-leader-election=false",
+        f"--metrics-addr=127.0.0.1:{ports.metrics}",
+        f"--health-probe-bind-address=127.0.0.1:{ports.health}",
+    ],
+)
+LWS = Controller(
+    name="lws",
+    module="sigs.k8s.io/lws",
+    version="v0.9.0",  # v0.10.0 is listed but refused (403); v0.9.0 has the Volcano provider
+    package="./cmd",
+    crds=("config/crd/bases",),
+    args=_controller_runtime_config("config.lws.x-k8s.io/v1alpha1", "volcano"),
+    webhooks="config/webhook/manifests.yaml",
+    webhook_patches=("config/webhook/mutating-patch.yaml", "config/webhook/validating-patch.yaml"),
+)
+CONTROLLERS = {c.name: c for c in (KUBERAY, LWS)}
+
+
+def ensure_built(controller: Controller, cache: BinaryCache, quiet: bool = False) -> Path:
+    """Build (once, cached) and return the controller's binary."""
+    out = controller.binary(cache)
+    if out.exists():
+        return out
+    go = check_go()
+    work = controller.source(cache)
+    log = out.parent.with_suffix(".log")
+    with exclusive_lock(cache.root / "controllers" / f"{controller.name}.lock"):
+        if out.exists():
+            return out
+        if not quiet:
+            print(
+                f"building {controller.name} {controller.version} (first time: about a minute; log: {log}) ...",
+                file=sys.stderr,
+                flush=True,
+            )
+        env = {**os.environ, "GOFLAGS": "-buildvcs=false"}
+        probe_dir = cache.root / "build" / "probe"
+        probe_dir.mkdir(parents=True, exist_ok=True)
+        (probe_dir / "go.mod").write_text("module quorum.dev/build/probe\n\ngo 1.26\n")
+        listed = subprocess.run(
+            [go, "mod", "download", "-json", f"{controller.module}@{controller.version}"],
+            cwd=probe_dir,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if listed.returncode != 0:
+            raise BuildError(f"go mod download {controller.module}@{controller.version}: {listed.stdout}{listed.stderr}")
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.copytree(Path(json.loads(listed.stdout)["Dir"]), work)
+        for path in [work, *work.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_suffix(".partial")
+        with log.open("w") as handle:
+            built = subprocess.run(
+                [go, "build", "-ldflags", "-s -w", "-o", str(partial), controller.package],
+                cwd=work,
+                env=env,
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+            )
+        if built.returncode != 0:
+            raise BuildError(f"building {controller.name} failed; last lines of {log}:\n{log.read_text()[-2000:]}")
+        partial.rename(out)
+    return out
+
+
+def patched_webhooks(manifest: str, patches: list[str]) -> str:
+    """The webhook manifest with kustomize's JSON patches applied (each `replace /webhooks/N` of
+    the configuration of its kind: the mutating patch to the mutating configuration, ...)."""
+    docs = [d for d in yaml.safe_load_all(manifest) if d]
+    for patch_text in patches:
+        ops = yaml.safe_load(patch_text)
+        for op in ops:
+            index = int(op["path"].split("/")[-1])
+            if op["op"] != "replace" or not op["path"].startswith("/webhooks/"):
+                raise BuildError(f"a webhook patch quorum does not apply: {op['op']} {op['path']}")
+            kind = "Mutating" if op["value"]["name"].startswith("m") else "Validating"
+            (doc,) = [d for d in docs if d["kind"] == f"{kind}WebhookConfiguration"]
+            doc["webhooks"][index] = op["value"]
+    return yaml.safe_dump_all(docs)
+
+
+@dataclass
+class Running:
+    controller: Controller
+    record: ProcessRecord
+    webhooks: list[str]  # kind/name of its webhook configurations, removed with it
+
+
+def start(instance: Instance, controller: Controller, binary: Path) -> Running:
+    """Install the controller's CRDs, run it and register its webhooks."""
+    root = instance.layout.root / controller.name
+    certs = root / "certs"
+    certs.mkdir(parents=True, exist_ok=True)
+    source = controller.source(instance.binaries)
+    for crd in controller.crds:
+        instance.kubectl("apply", "--server-side", "-f", str(source / crd))
+        instance.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(source / crd))
+    ports = Ports(*free_ports(3))
+    ca = CertificateAuthority.create(f"{controller.name}-dev-ca")
+    serving = ca.issue(f"{controller.name}-webhook", server_names=("127.0.0.1",), client=False)
+    (certs / "tls.crt").write_bytes(serving.cert_pem)
+    (certs / "tls.key").write_bytes(serving.key_pem)
+    env = {**os.environ, "KUBECONFIG": str(instance.kubeconfig("admin"))}
+    argv = [str(binary), *controller.args(ports, root)]
+    record = spawn(controller.name, argv, root / f"{controller.name}.log", root, env)
+    deadline = time.monotonic() + 90
+    while not probe(f"http://127.0.0.1:{ports.health}{controller.readiness}"):
+        if time.monotonic() > deadline:
+            stop([record])
+            raise ClusterError(f"{controller.name} did not get ready; see {root / controller.name}.log")
+        time.sleep(0.5)
+    names: list[str] = []
+    if controller.webhooks is not None:
+        manifest = patched_webhooks(
+            (source / controller.webhooks).read_text(),
+            [(source / p).read_text() for p in controller.webhook_patches],
+        )
+        configs = local_webhook_configurations(manifest, f"https://127.0.0.1:{ports.webhook}", ca.pair.cert_pem)
+        for doc in configs:
+            doc["metadata"]["name"] = f"{controller.name}-{doc['metadata']['name']}"
+        instance.kubectl(
+            "apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": configs})
+        )
+        names = [f"{d['kind'].lower()}/{d['metadata']['name']}" for d in configs]
+    return Running(controller, record, names)
+
+
+def stop_all(instance: Instance, running: list[Running]) -> None:
+    """Remove the webhook configurations first (a pod webhook that fails closed must never stay
+    registered without its server), then stop the processes."""
+    names = [n for r in running for n in r.webhooks]
+    if names:
+        instance.kubectl("delete", "--ignore-not-found", *names, check=False)
+    stop([r.record for r in running])
