@@ -17,7 +17,7 @@ endif
 PY = PYTHONPATH="$(CURDIR)" "$$(hack/ensure-venv)/bin/python"
 VENV_BIN = "$$(hack/ensure-venv)/bin"
 
-.PHONY: help venv build up down status demo jobset-demo test lint typecheck hadolint unit integration soak bench bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk bench-scale release-manifests clean
+.PHONY: help venv build up down status demo jobset-demo integrations-demo test test-integrations lint typecheck hadolint unit integration soak bench bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk bench-scale release-manifests clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ demo: ## bring up the control plane and show what quorum sees
 jobset-demo: ## seed 004's JobSet example: build JobSet, run it on instance `jobset` (not in `make test`)
 	@$(PY) -m devcluster jobset-demo
 
+integrations-demo: ## KubeRay and LeaderWorkerSet, built from their Go modules, admitted whole by quorum on instance `integrations`
+	@$(PY) -m devcluster integrations-demo
+
 lint: ## ruff
 	@$(VENV_BIN)/ruff check . && $(VENV_BIN)/ruff format --check .
 
@@ -65,6 +68,9 @@ test: lint typecheck hadolint ## everything: lint, types, Dockerfile, unit, pack
 	@$(PY) -m devcluster build --all
 	@$(PY) -m pytest --durations=10 $(PYTEST_ARGS)
 	@QUORUM_K8S=1.36 QUORUM_TEST_INSTANCE=k8s-1-36 $(PY) -m pytest -m kubernetes_1_36 --durations=5 $(PYTEST_ARGS)
+
+test-integrations: ## the ML controllers (KubeRay, LeaderWorkerSet, ...) built from their Go modules and run with quorum (docs/integrations.md; .ci/run runs it after `make test`)
+	@QUORUM_INTEGRATIONS=1 $(PY) -m pytest tests/integrations -p no:cacheprovider --durations=5 $(PYTEST_ARGS)
 
 bench: bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk ## all benchmarks (results in bench/results/)
 
@@ -107,7 +113,8 @@ release-manifests: ## dist/quorum.yaml, dist/quorum-sunk.yaml (kubectl apply --s
 	@$(PY) -m quorum manifests --values hack/release/quorum-values.yaml > $(DIST)/quorum.yaml
 	@$(PY) -m quorum manifests --values hack/release/quorum-values.yaml --values hack/release/sunk-values.yaml > $(DIST)/quorum-sunk.yaml
 	@cp crds/scheduler-plugins/scheduling.x-k8s.io_podgroups.yaml $(DIST)/podgroups.scheduling.x-k8s.io.yaml
-	@echo "$(DIST)/quorum.yaml $(DIST)/quorum-sunk.yaml $(DIST)/podgroups.scheduling.x-k8s.io.yaml"
+	@cp crds/volcano/scheduling.volcano.sh_podgroups.yaml $(DIST)/podgroups.scheduling.volcano.sh.yaml
+	@echo "$(DIST)/quorum.yaml $(DIST)/quorum-sunk.yaml $(DIST)/podgroups.scheduling.x-k8s.io.yaml $(DIST)/podgroups.scheduling.volcano.sh.yaml"
 
 clean: ## stop every instance and remove .quorum/ (the binary cache stays)
 	-@$(PY) -m devcluster down --all

@@ -125,7 +125,7 @@ def ensure_built(controller: Controller, cache: BinaryCache, quiet: bool = False
             return out
         if not quiet:
             print(
-                f"building {controller.name} {controller.version} (first time: about a minute; log: {log}) ...",
+                f"building {controller.name} {controller.version} (first time: a minute or two; log: {log})",
                 file=sys.stderr,
                 flush=True,
             )
@@ -141,7 +141,9 @@ def ensure_built(controller: Controller, cache: BinaryCache, quiet: bool = False
             text=True,
         )
         if listed.returncode != 0:
-            raise BuildError(f"go mod download {controller.module}@{controller.version}: {listed.stdout}{listed.stderr}")
+            raise BuildError(
+                f"go mod download {controller.module}@{controller.version}: {listed.stdout}{listed.stderr}"
+            )
         shutil.rmtree(work, ignore_errors=True)
         shutil.copytree(Path(json.loads(listed.stdout)["Dir"]), work)
         for path in [work, *work.rglob("*")]:
@@ -157,7 +159,9 @@ def ensure_built(controller: Controller, cache: BinaryCache, quiet: bool = False
                 stderr=subprocess.STDOUT,
             )
         if built.returncode != 0:
-            raise BuildError(f"building {controller.name} failed; last lines of {log}:\n{log.read_text()[-2000:]}")
+            raise BuildError(
+                f"building {controller.name} failed; last lines of {log}:\n{log.read_text()[-2000:]}"
+            )
         partial.rename(out)
     return out
 
@@ -214,7 +218,9 @@ def start(instance: Instance, controller: Controller, binary: Path) -> Running:
             (source / controller.webhooks).read_text(),
             [(source / p).read_text() for p in controller.webhook_patches],
         )
-        configs = local_webhook_configurations(manifest, f"https://127.0.0.1:{ports.webhook}", ca.pair.cert_pem)
+        configs = local_webhook_configurations(
+            manifest, f"https://127.0.0.1:{ports.webhook}", ca.pair.cert_pem
+        )
         for doc in configs:
             doc["metadata"]["name"] = f"{controller.name}-{doc['metadata']['name']}"
         instance.kubectl(

@@ -27,6 +27,9 @@ from devcluster.nodes import TestPool
 from devcluster.versions import DEFAULT_RELEASE
 from tests.kube import api_client, create_namespace, create_pool_nodes
 
+# The ML controllers' tests build and run other systems: `make test-integrations` only.
+collect_ignore = [] if os.environ.get("QUORUM_INTEGRATIONS") else ["integrations"]
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked `late` wait for wall-clock time to pass; run them last so that the rest of
