@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,10 +34,14 @@ from quorum.pki import CertificateAuthority
 
 
 @dataclass(frozen=True)
-class Ports:
+class Where:
+    """Where one run of a controller listens and keeps its files."""
+
     health: int
     metrics: int
     webhook: int
+    root: Path  # its directory: config file, certificates, log
+    kubeconfig: Path  # the instance's admin kubeconfig
 
 
 @dataclass(frozen=True)
@@ -49,12 +53,16 @@ class Controller:
     version: str
     package: str  # the main package, relative to the module's root
     crds: tuple[str, ...]  # CRD files or directories, relative to the module's root
-    # argv after the binary, given the ports and the directory it runs in (a config file, certs)
-    args: Callable[[Ports, Path], list[str]]
+    args: Callable[[Where], list[str]]  # argv after the binary
     webhooks: str | None = None  # the module's webhook manifest, if it serves admission webhooks
     webhook_patches: tuple[str, ...] = ()  # kustomize JSON patches of it (`replace /webhooks/N`)
     readiness: str = "/readyz"
-    needs: tuple[str, ...] = field(default=())  # controllers that must run first (their CRDs)
+    cert_dir: str = "certs"  # where it reads its serving certificate, under its directory
+    env: Callable[[Where], dict[str, str]] = lambda _where: {}
+    # One-line changes to the copied source, each (file, text, replacement), the text found once:
+    # what an out-of-cluster run on 127.0.0.1 needs and the module cannot be told by a flag.
+    source_edits: tuple[tuple[str, str, str], ...] = ()
+    namespaces: tuple[str, ...] = ()  # made before it starts (a lock namespace, say)
 
     def binary(self, cache: BinaryCache) -> Path:
         return cache.root / "controllers" / f"{self.name}-{self.version}" / self.name
@@ -63,25 +71,46 @@ class Controller:
         return cache.root / "build" / f"{self.name}-{self.version}"
 
 
-def _controller_runtime_config(kind_api: str, provider: str | None) -> Callable[[Ports, Path], list[str]]:
-    """A controller-runtime Configuration file (JobSet's, LeaderWorkerSet's) for these ports."""
+def _config_file(make: Callable[[Where], dict[str, Any]]) -> Callable[[Where], list[str]]:
+    """`--config=FILE`, the file a controller-runtime Configuration made for this run."""
 
-    def args(ports: Ports, root: Path) -> list[str]:
-        config: dict[str, Any] = {
-            "apiVersion": kind_api,
+    def args(where: Where) -> list[str]:
+        (where.root / "config.yaml").write_text(yaml.safe_dump(make(where)))
+        return [f"--config={where.root / 'config.yaml'}"]
+
+    return args
+
+
+def _sigs_config(api_version: str, **extra: Any) -> Callable[[Where], list[str]]:
+    """JobSet's and LeaderWorkerSet's Configuration (the same shape)."""
+    return _config_file(
+        lambda where: {
+            "apiVersion": api_version,
             "kind": "Configuration",
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": False},
-            "webhook": {"port": ports.webhook, "host": "127.0.0.1", "certDir": str(root / "certs")},
-            "metrics": {"bindAddress": f"127.0.0.1:{ports.metrics}"},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{ports.health}"},
+            "webhook": {"port": where.webhook, "host": "127.0.0.1", "certDir": str(where.root / "certs")},
+            "metrics": {"bindAddress": f"127.0.0.1:{where.metrics}"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{where.health}"},
+            **extra,
         }
-        if provider is not None:
-            config["gangSchedulingManagement"] = {"schedulerProvider": provider}
-        (root / "config.yaml").write_text(yaml.safe_dump(config))
-        return [f"--config={root / 'config.yaml'}"]
+    )
 
-    return args
+
+def _trainer_config(where: Where) -> dict[str, Any]:
+    return {
+        "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
+        "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "certManagement": {"enable": False},
+        "webhook": {"port": where.webhook, "host": "127.0.0.1"},
+        "metrics": {"bindAddress": f"127.0.0.1:{where.metrics}", "secureServing": False},
+        "health": {
+            "healthProbeBindAddress": f"127.0.0.1:{where.health}",
+            "readinessEndpointName": "readyz",
+            "livenessEndpointName": "healthz",
+        },
+    }
 
 
 KUBERAY = Controller(
@@ -92,11 +121,11 @@ KUBERAY = Controller(
     package=".",
     crds=("config/crd/bases",),
     # KubeRay's scheduler-plugins integration, as its Helm chart's batchScheduler.name sets it.
-    args=lambda ports, _root: [
+    args=lambda where: [
         "--batch-scheduler=scheduler-plugins",
         "--enable-leader-election=false",
-        f"--metrics-addr=127.0.0.1:{ports.metrics}",
-        f"--health-probe-bind-address=127.0.0.1:{ports.health}",
+        f"--metrics-addr=127.0.0.1:{where.metrics}",
+        f"--health-probe-bind-address=127.0.0.1:{where.health}",
     ],
 )
 LWS = Controller(
@@ -105,11 +134,64 @@ LWS = Controller(
     version="v0.9.0",  # v0.10.0 is listed but refused (403); v0.9.0 has the Volcano provider
     package="./cmd",
     crds=("config/crd/bases",),
-    args=_controller_runtime_config("config.lws.x-k8s.io/v1alpha1", "volcano"),
+    args=_sigs_config(
+        "config.lws.x-k8s.io/v1alpha1", gangSchedulingManagement={"schedulerProvider": "volcano"}
+    ),
     webhooks="config/webhook/manifests.yaml",
     webhook_patches=("config/webhook/mutating-patch.yaml", "config/webhook/validating-patch.yaml"),
 )
-CONTROLLERS = {c.name: c for c in (KUBERAY, LWS)}
+JOBSET = Controller(
+    name="jobset",
+    module="sigs.k8s.io/jobset",
+    version="v0.12.0",  # the first JobSet built on k8s.io/api v0.36 (knows spec.schedulingGroup)
+    package=".",
+    crds=("config/components/crd/bases",),
+    args=_sigs_config("config.jobset.x-k8s.io/v1alpha1"),
+    webhooks="config/components/webhook/manifests.yaml",
+    webhook_patches=(
+        "config/components/webhook/patches/mutating-patch.yaml",
+        "config/components/webhook/patches/validating-patch.yaml",
+    ),
+)
+TRAINER = Controller(
+    name="trainer",
+    module="github.com/kubeflow/trainer/v2",
+    version="v2.3.0",
+    package="./cmd/trainer-controller-manager",
+    crds=("manifests/base/crds",),
+    args=_config_file(_trainer_config),
+    # Its webhooks are on its own kinds only; their kustomize patches rename and add selectors.
+    webhooks="manifests/base/webhook/manifests.yaml",
+    # Its Configuration has no certificate directory: controller-runtime's default, under $TMPDIR.
+    cert_dir="k8s-webhook-server/serving-certs",
+    env=lambda where: {"TMPDIR": str(where.root)},
+)
+MPI_OPERATOR = Controller(
+    name="mpi-operator",
+    module="github.com/kubeflow/mpi-operator",
+    version="v0.6.0",
+    package="./cmd/mpi-operator",
+    crds=("manifests/base/kubeflow.org_mpijobs.yaml",),
+    # Its flag for scheduler-plugins, with the name its docs use.
+    args=lambda where: [
+        "--gang-scheduling=scheduler-plugins-scheduler",
+        "--lock-namespace=mpi-operator",
+        f"--kubeConfig={where.kubeconfig}",
+    ],
+    readiness="/healthz",
+    # Its health server listens on :8080 of every address, fixed in the source; here it listens
+    # where $MPI_OPERATOR_HEALTH_ADDRESS says (127.0.0.1 and a free port).
+    source_edits=(
+        (
+            "cmd/mpi-operator/app/server.go",
+            'Addr:    fmt.Sprintf(":%d", healthCheckPort),',
+            'Addr:    os.Getenv("MPI_OPERATOR_HEALTH_ADDRESS"),',
+        ),
+    ),
+    env=lambda where: {"MPI_OPERATOR_HEALTH_ADDRESS": f"127.0.0.1:{where.health}"},
+    namespaces=("mpi-operator",),  # its leader-election lock
+)
+CONTROLLERS = {c.name: c for c in (KUBERAY, LWS, JOBSET, TRAINER, MPI_OPERATOR)}
 
 
 def ensure_built(controller: Controller, cache: BinaryCache, quiet: bool = False) -> Path:
@@ -148,6 +230,14 @@ def ensure_built(controller: Controller, cache: BinaryCache, quiet: bool = False
         shutil.copytree(Path(json.loads(listed.stdout)["Dir"]), work)
         for path in [work, *work.rglob("*")]:
             path.chmod(0o755 if path.is_dir() else 0o644)
+        for relative, text, replacement in controller.source_edits:
+            edited = work / relative
+            found = edited.read_text()
+            if found.count(text) != 1:
+                raise BuildError(
+                    f"{relative} of {controller.module}@{controller.version}: expected one `{text}`"
+                )
+            edited.write_text(found.replace(text, replacement))
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_suffix(".partial")
         with log.open("w") as handle:
@@ -192,22 +282,25 @@ class Running:
 def start(instance: Instance, controller: Controller, binary: Path) -> Running:
     """Install the controller's CRDs, run it and register its webhooks."""
     root = instance.layout.root / controller.name
-    certs = root / "certs"
+    certs = root / controller.cert_dir
     certs.mkdir(parents=True, exist_ok=True)
+    for namespace in controller.namespaces:
+        instance.kubectl("create", "namespace", namespace, check=False)
     source = controller.source(instance.binaries)
     for crd in controller.crds:
         instance.kubectl("apply", "--server-side", "-f", str(source / crd))
         instance.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(source / crd))
-    ports = Ports(*free_ports(3))
+    health, metrics, webhook = free_ports(3)
+    where = Where(health, metrics, webhook, root, instance.kubeconfig("admin"))
     ca = CertificateAuthority.create(f"{controller.name}-dev-ca")
     serving = ca.issue(f"{controller.name}-webhook", server_names=("127.0.0.1",), client=False)
     (certs / "tls.crt").write_bytes(serving.cert_pem)
     (certs / "tls.key").write_bytes(serving.key_pem)
-    env = {**os.environ, "KUBECONFIG": str(instance.kubeconfig("admin"))}
-    argv = [str(binary), *controller.args(ports, root)]
+    argv = [str(binary), *controller.args(where)]
+    env = {**os.environ, "KUBECONFIG": str(where.kubeconfig), **controller.env(where)}
     record = spawn(controller.name, argv, root / f"{controller.name}.log", root, env)
     deadline = time.monotonic() + 90
-    while not probe(f"http://127.0.0.1:{ports.health}{controller.readiness}"):
+    while not probe(f"http://127.0.0.1:{where.health}{controller.readiness}"):
         if time.monotonic() > deadline:
             stop([record])
             raise ClusterError(f"{controller.name} did not get ready; see {root / controller.name}.log")
@@ -219,7 +312,7 @@ def start(instance: Instance, controller: Controller, binary: Path) -> Running:
             [(source / p).read_text() for p in controller.webhook_patches],
         )
         configs = local_webhook_configurations(
-            manifest, f"https://127.0.0.1:{ports.webhook}", ca.pair.cert_pem
+            manifest, f"https://127.0.0.1:{where.webhook}", ca.pair.cert_pem
         )
         for doc in configs:
             doc["metadata"]["name"] = f"{controller.name}-{doc['metadata']['name']}"

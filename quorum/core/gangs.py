@@ -55,6 +55,13 @@ COSCHEDULER_NAMES = ("cw-coscheduler", "coscheduler", "scheduler-plugins-schedul
 QUORUM_SCHEDULER_NAMES = ("", DEFAULT_SCHEDULER, *COSCHEDULER_NAMES)
 
 
+def volcano_dialect(schedulers: Collection[str]) -> bool:
+    """Whether the install takes Volcano's dialect: `volcano` is one of its scheduler names. Only
+    then does the group annotation mark a gang pod (a cluster that never turned it on gates no
+    pod for a Volcano PodGroup it may not even serve)."""
+    return VOLCANO_SCHEDULER in schedulers
+
+
 def quorum_schedulers(coschedulers: Collection[str], default: str = DEFAULT_SCHEDULER) -> tuple[str, ...]:
     """Every schedulerName a pod quorum takes may carry: none, the default scheduler's, or one
     of the coscheduler names."""
@@ -175,9 +182,12 @@ def gang_marker(
     quorum_schedulers: Collection[str] = QUORUM_SCHEDULER_NAMES,
     annotations: Mapping[str, str] | None = None,
 ) -> GangMarker | None:
-    """The gang a pod belongs to, or None (no marker, or another scheduler's pod)."""
+    """The gang a pod belongs to, or None (no marker, or another scheduler's pod). `annotations`
+    count only where the install takes Volcano's dialect (`volcano_dialect`)."""
     if not is_quorum_scheduler(scheduler_name, quorum_schedulers):
         return None
+    if not volcano_dialect(quorum_schedulers):
+        annotations = None
     markers = gang_markers(labels, scheduling_group, annotations)
     return markers[0] if markers else None
 

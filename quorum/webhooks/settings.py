@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER, quorum_schedulers
+from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER, quorum_schedulers, volcano_dialect
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 
 ENV_PREFIX = "QUORUM_WEBHOOKS_"
@@ -109,6 +109,11 @@ class WebhookSettings(BaseModel):
     def quorum_scheduler_names(self) -> tuple[str, ...]:
         """Pods asking for one of these schedulers are quorum's; any other scheduler's are not."""
         return quorum_schedulers(self.coscheduler_names, self.default_scheduler)
+
+    @property
+    def volcano_dialect(self) -> bool:
+        """The group annotation scheduling.k8s.io/group-name marks gang pods (`volcano` is taken)."""
+        return volcano_dialect(self.coscheduler_names)
 
     @field_validator("reserved_label_domains")
     @classmethod

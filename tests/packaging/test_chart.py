@@ -62,6 +62,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "pullSecrets": ["regcred"],
         },
         "dashboard": {"enabled": True},
+        "schedulers": {
+            "coschedulerNames": ["cw-coscheduler", "gang-scheduler", "scheduler-plugins-scheduler"],
+            "schedulerPlugins": True,
+            "volcano": True,
+        },
     },
     "cert-manager-sunk": {
         "certificates": {"mode": "certManager"},
@@ -236,6 +241,22 @@ def test_the_value_sets_change_what_they_say(helm: Path, values_files: dict[str,
         elsewhere[("ConfigMap", "gpu-admission", "quorum-webhooks")]["data"]["settings.yaml"]
     )
     assert settings["platform_groups"] == ["cks:platform", "system:nodes"]
+    # One list of scheduler names in the webhooks', the operator's settings and every policy's CEL:
+    # scheduler-plugins' left to it, volcano added.
+    names = ["cw-coscheduler", "gang-scheduler", "volcano"]
+    assert settings["coscheduler_names"] == names
+    moved = elsewhere[("Deployment", "gpu-admission", "quorum-operator")]["spec"]["template"]["spec"]
+    env_names = {e["name"]: e.get("value") for e in moved["containers"][0]["env"]}
+    assert OperatorSettings(
+        coscheduler_names=env_names["QUORUM_OPERATOR_COSCHEDULER_NAMES"]
+    ).coscheduler_names == tuple(names)
+    policies = json.dumps([v for k, v in elsewhere.items() if "Policy" in k[0] or "Webhook" in k[0]])
+    assert (
+        "scheduler-plugins-scheduler" not in policies
+        and "'cw-coscheduler', 'gang-scheduler', 'volcano'" in policies
+    )
+    assert ("CustomResourceDefinition", "", "podgroups.scheduling.volcano.sh") in elsewhere
+    assert ("CustomResourceDefinition", "", "podgroups.scheduling.volcano.sh") not in defaults
     fence = json.dumps(elsewhere[("ValidatingAdmissionPolicy", "", "quorum-reserved-status")])
     assert "'admin@coreweave.com'" in fence and "g in ['cks:platform', 'system:nodes']" in fence
     policy = elsewhere[("NetworkPolicy", "gpu-admission", "quorum-webhooks")]

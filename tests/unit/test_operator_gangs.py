@@ -5,14 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from quorum.core.conditions import GangState, admitted, phase
+from quorum.core.gangs import COSCHEDULER_NAMES, quorum_schedulers
 from quorum.core.times import timestamp
 from quorum.operator.gangs import (
     GROUP_DROPPED,
     GROUP_NOT_SERVED,
+    GangPods,
     Store,
     assemble,
     orphans,
     topology_key,
+    unclaimed_marker,
 )
 
 
@@ -245,3 +248,27 @@ def test_a_gangs_age_in_the_queue_is_when_it_had_its_group_and_min_member_pods()
     store.groups[("scheduling.sigs.k8s.io", "ns", "pg1")] = late_group
     (view,) = assemble(store)
     assert view.to_core().created == timestamp("2026-11-25T12:00:00Z"), "not before its group"
+
+
+def test_gang_pods_of_a_scheduler_quorum_does_not_take_are_kept_to_be_told_about() -> None:
+    """A pod with a group marker asking for another scheduler, not bound: quorum leaves it to that
+    scheduler and tells once (`Releaser.tell_unclaimed`); bound or quorum's, it is not kept."""
+    store = Store()
+    index = GangPods(store)
+    volcano = {
+        "metadata": {
+            "name": "lws-0",
+            "namespace": "ns",
+            "uid": "v",
+            "annotations": {"scheduling.k8s.io/group-name": "lws-0-abc"},
+        },
+        "spec": {"schedulerName": "volcano", "containers": [{"name": "c"}]},
+    }
+    index.upsert(volcano)
+    marker = unclaimed_marker(volcano, store.schedulers)
+    assert set(store.unclaimed) == {"v"} and marker is not None and marker.gang_name == "vpg-lws-0-abc"
+    index.upsert({**volcano, "spec": {**volcano["spec"], "nodeName": "n1"}})
+    assert store.unclaimed == {}, "bound: its scheduler took it"
+    ours = Store(schedulers=quorum_schedulers((*COSCHEDULER_NAMES, "volcano")))
+    GangPods(ours).upsert(volcano)
+    assert ours.unclaimed == {}, "volcano is quorum's there (the webhook gated it)"

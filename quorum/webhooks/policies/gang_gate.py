@@ -43,7 +43,8 @@ def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
         return Decision()  # another scheduler's pod, whatever its labels
     labels = labels_of(request.object)
     group = dig(spec, "schedulingGroup", "podGroupName")
-    markers = gang_markers(labels, group if isinstance(group, str) else None, annotations_of(request.object))
+    annotations = annotations_of(request.object) if settings.volcano_dialect else None
+    markers = gang_markers(labels, group if isinstance(group, str) else None, annotations)
     intents: list[Intent] = []
     warnings: list[str] = []
     requested = annotations_of(request.object).get(REQUESTED_SCHEDULER)

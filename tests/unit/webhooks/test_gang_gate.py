@@ -220,3 +220,44 @@ def test_the_member_loss_policy_is_the_tenants_to_set_on_pods_and_templates(kind
     assert quorum_labels.validate(request(kind, obj), SETTINGS).allowed
     decision = quorum_labels.validate(request(kind, forged), SETTINGS)
     assert not decision.allowed and "quorum.dev/preemptible" in (decision.denied or "")
+
+
+VOLCANO = WebhookSettings(
+    coscheduler_names=("cw-coscheduler", "coscheduler", "scheduler-plugins-scheduler", "volcano")
+)
+
+
+def volcano_pod(scheduler: str = "volcano") -> dict[str, Any]:
+    """A pod as LeaderWorkerSet's Volcano provider makes it: the group annotation, schedulerName
+    volcano from the LeaderWorkerSet's template."""
+    made = pod({"leaderworkerset.sigs.k8s.io/name": "lws"}, schedulerName=scheduler)
+    made["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "lws-0-5d8f7"}
+    return made
+
+
+def test_volcano_pods_are_gangs_only_where_the_install_takes_volcanos_dialect() -> None:
+    taken = gang_gate.mutate(request("Pod", volcano_pod()), VOLCANO)
+    assert taken.intents == [
+        SetSchedulerName("default-scheduler"),
+        SetAnnotation("quorum.dev/requested-scheduler", "volcano"),
+        AddSchedulingGate("quorum.dev/gang"),
+        SetLabel("quorum.dev/gang", "vpg-lws-0-5d8f7"),
+    ]
+    # By default `volcano` is another scheduler's, and the annotation marks nothing: a pod that
+    # asks for the default scheduler with it is not held for a PodGroup the cluster may not serve.
+    assert gang_gate.mutate(request("Pod", volcano_pod()), SETTINGS).intents == []
+    assert gang_gate.mutate(request("Pod", volcano_pod("default-scheduler")), SETTINGS).intents == []
+    assert (
+        AddSchedulingGate("quorum.dev/gang")
+        in gang_gate.mutate(request("Pod", volcano_pod("default-scheduler")), VOLCANO).intents
+    )
+
+
+def test_a_non_default_coscheduler_name_is_taken_and_the_defaults_are_not() -> None:
+    """The one list: with coscheduler_names ["gang-scheduler"], only that name is rewritten."""
+    own = WebhookSettings(coscheduler_names=("gang-scheduler",))
+    renamed = pod({"pod-group.scheduling.sigs.k8s.io": "pg1"}, schedulerName="gang-scheduler")
+    taken = gang_gate.mutate(request("Pod", renamed), own)
+    assert SetSchedulerName("default-scheduler") in taken.intents
+    assert AddSchedulingGate("quorum.dev/gang") in taken.intents
+    assert gang_gate.mutate(request("Pod", seed_pod()), own).intents == []  # cw-coscheduler: another's
