@@ -255,7 +255,7 @@ def test_gang_pods_of_a_scheduler_quorum_does_not_take_are_kept_to_be_told_about
     scheduler and tells once (`Releaser.tell_unclaimed`); bound or quorum's, it is not kept."""
     store = Store()
     index = GangPods(store)
-    volcano = {
+    volcano: dict[str, Any] = {
         "metadata": {
             "name": "lws-0",
             "namespace": "ns",

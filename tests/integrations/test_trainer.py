@@ -1,0 +1,116 @@
+"""Kubeflow Trainer v2 (with JobSet) on the local control plane with quorum. Its runtime
+`torch-distributed` (manifests/base/runtimes/torch_distributed.yaml of its module) with a gang
+policy, as Trainer's job-scheduling guides write it: `podGroupPolicy.coscheduling` and the pods'
+schedulerName scheduler-plugins-scheduler (a scheduling.x-k8s.io PodGroup), or
+`podGroupPolicy.volcano` and schedulerName volcano (a Volcano PodGroup and the group annotation).
+A TrainJob of 2 nodes, as the CKS customer applies it, is released whole and its Jobs get ready."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from devcluster.cluster import Instance
+from devcluster.controllers import TRAINER
+from quorum.core.gangs import GangSource, gang_name
+from tests.integration.test_gangs import GANGS, admitted, get, pods
+from tests.kube import assert_no_overcommit, eventually
+
+pytestmark = pytest.mark.cluster
+JSON = dict[str, Any]
+TRAIN_JOBS = ("trainer.kubeflow.org", "v1alpha1", "trainjobs")
+RUNTIMES = ("trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes")
+POLICIES = {
+    "coscheduling": ({"coscheduling": {"scheduleTimeoutSeconds": 30}}, "scheduler-plugins-scheduler"),
+    "volcano": ({"volcano": {}}, "volcano"),
+}
+
+
+def runtime(instance: Instance, way: str) -> JSON:
+    """Trainer's torch-distributed runtime with the gang policy of `way` (a runtime of its own name)."""
+    path = TRAINER.source(instance.binaries) / "manifests/base/runtimes/torch_distributed.yaml"
+    doc: JSON = yaml.safe_load(path.read_text())
+    policy, scheduler = POLICIES[way]
+    doc["metadata"]["name"] = f"torch-distributed-{way}"
+    doc["spec"]["podGroupPolicy"] = policy
+    for job in doc["spec"]["template"]["spec"]["replicatedJobs"]:
+        job["template"]["spec"]["template"]["spec"]["schedulerName"] = scheduler
+    return doc
+
+
+def train_job(name: str, runtime_name: str, nodes: int, gpus: int) -> JSON:
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeRef": {"name": runtime_name},
+            "trainer": {"numNodes": nodes, "resourcesPerNode": {"limits": {"nvidia.com/gpu": gpus}}},
+        },
+    }
+
+
+def apply(instance: Instance, obj: JSON, namespace: str | None = None) -> None:
+    where = ("-n", namespace) if namespace else ()
+    instance.kubectl(*where, "apply", "-f", "-", input_text=json.dumps(obj), who="customer")
+
+
+@pytest.mark.parametrize("way", list(POLICIES))
+async def test_a_trainjob_is_released_whole(
+    cluster: Instance, api: client.ApiClient, namespace: str, way: str
+) -> None:
+    made = runtime(cluster, way)
+    apply(cluster, made)
+    name = f"gang-{way}"
+    apply(cluster, train_job(name, made["metadata"]["name"], 2, 1), namespace)
+    source = GangSource.X_POD_GROUP if way == "coscheduling" else GangSource.VOLCANO_POD_GROUP
+
+    async def released() -> JSON | None:
+        gang = await get(api, GANGS, namespace, gang_name(source, name))
+        return gang if admitted(gang).get("status") == "True" else None
+
+    gang = await eventually(released, timeout=150, what=f"the TrainJob's gang ({way}) released")
+    assert len(gang["status"]["admission"]["placement"]) == 2, "both nodes in one decision"
+    members = await pods(api, namespace, "")
+    assert {p["metadata"]["annotations"]["quorum.dev/requested-scheduler"] for p in members} == {
+        POLICIES[way][1]
+    }
+
+    async def ready() -> bool:
+        job = await get(api, TRAIN_JOBS, namespace, name)
+        statuses = ((job or {}).get("status") or {}).get("jobsStatus") or []
+        return sum(int(s.get("ready") or 0) for s in statuses) >= 1
+
+    await eventually(ready, timeout=120, what="the TrainJob's Job ready")
+    await assert_no_overcommit(api)
+    await client.CustomObjectsApi(api).delete_namespaced_custom_object(
+        *TRAIN_JOBS[:2], namespace, TRAIN_JOBS[2], name
+    )
+
+    async def gone() -> bool:
+        left = await client.CustomObjectsApi(api).list_namespaced_custom_object(
+            *GANGS[:2], namespace, GANGS[2]
+        )
+        return not left["items"] and not await pods(api, namespace, "")
+
+    await eventually(gone, timeout=120, what="the TrainJob's pods and Gang gone")
+
+
+async def test_a_trainjob_too_big_for_the_cluster_is_held(
+    cluster: Instance, api: client.ApiClient, namespace: str
+) -> None:
+    made = runtime(cluster, "coscheduling")
+    apply(cluster, made)
+    apply(cluster, train_job("too-big", made["metadata"]["name"], 64, 8), namespace)
+
+    async def held() -> JSON | None:
+        gang = await get(api, GANGS, namespace, "xpg-too-big")
+        return gang if admitted(gang).get("reason") == "Unschedulable" else None
+
+    gang = await eventually(held, timeout=150, what="the TrainJob's gang held for lack of room")
+    assert "nvidia.com/gpu" in admitted(gang)["message"]
+    assert not [p for p in await pods(api, namespace, "") if p["spec"].get("nodeName")], "nothing bound"
