@@ -201,7 +201,7 @@ def ensure_built(controller: Controller, cache: BinaryCache, quiet: bool = False
         return out
     go = check_go()
     work = controller.source(cache)
-    log = out.parent.with_suffix(".log")
+    log = out.parent.parent / f"{out.parent.name}.log"
     with exclusive_lock(cache.root / "controllers" / f"{controller.name}.lock"):
         if out.exists():
             return out
@@ -256,6 +256,17 @@ def ensure_built(controller: Controller, cache: BinaryCache, quiet: bool = False
     return out
 
 
+def crd_files(source: Path, crds: tuple[str, ...]) -> list[Path]:
+    """The CRD files named (a directory: its CRDs, not its kustomization.yaml)."""
+    found: list[Path] = []
+    for crd in crds:
+        path = source / crd
+        for file in sorted(path.glob("*.yaml")) if path.is_dir() else [path]:
+            if (yaml.safe_load(file.read_text()) or {}).get("kind") == "CustomResourceDefinition":
+                found.append(file)
+    return found
+
+
 def patched_webhooks(manifest: str, patches: list[str]) -> str:
     """The webhook manifest with kustomize's JSON patches applied (each `replace /webhooks/N` of
     the configuration of its kind: the mutating patch to the mutating configuration, ...)."""
@@ -287,9 +298,9 @@ def start(instance: Instance, controller: Controller, binary: Path) -> Running:
     for namespace in controller.namespaces:
         instance.kubectl("create", "namespace", namespace, check=False)
     source = controller.source(instance.binaries)
-    for crd in controller.crds:
-        instance.kubectl("apply", "--server-side", "-f", str(source / crd))
-        instance.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(source / crd))
+    files = [f"--filename={f}" for f in crd_files(source, controller.crds)]
+    instance.kubectl("apply", "--server-side", *files)
+    instance.kubectl("wait", "--for=condition=Established", "--timeout=60s", *files)
     health, metrics, webhook = free_ports(3)
     where = Where(health, metrics, webhook, root, instance.kubeconfig("admin"))
     ca = CertificateAuthority.create(f"{controller.name}-dev-ca")

@@ -740,8 +740,9 @@ def _read_group(view: GangView, group: JSON) -> None:
         view.min_resources = resources(min_resources)
     except QuantityError as err:
         raise InvalidGroup(f"spec.minResources: {err}") from None
-    view.schedule_timeout = whole_number(
-        spec.get("scheduleTimeoutSeconds"), "spec.scheduleTimeoutSeconds", 60
+    # 0 is the default, as scheduler-plugins reads it (the MPI Operator writes 0).
+    view.schedule_timeout = (
+        whole_number(spec.get("scheduleTimeoutSeconds"), "spec.scheduleTimeoutSeconds", 60, least=0) or 60
     )
     if view.marker.source is GangSource.VOLCANO_POD_GROUP:
         view.unenforced = volcano_unenforced(spec, view.min_member)

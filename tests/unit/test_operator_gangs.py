@@ -272,3 +272,20 @@ def test_gang_pods_of_a_scheduler_quorum_does_not_take_are_kept_to_be_told_about
     ours = Store(schedulers=quorum_schedulers((*COSCHEDULER_NAMES, "volcano")))
     GangPods(ours).upsert(volcano)
     assert ours.unclaimed == {}, "volcano is quorum's there (the webhook gated it)"
+
+
+def test_a_schedule_timeout_of_0_is_the_default_as_scheduler_plugins_reads_it() -> None:
+    """The MPI Operator writes scheduleTimeoutSeconds: 0 on its PodGroups; scheduler-plugins takes
+    0 as its default, and so does quorum (60 s), rather than hold the gang as invalid."""
+    store = Store()
+    pod = gang_pod("a", "a")
+    pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "pi", "quorum.dev/gang": "xpg-pi"}
+    store.pods["a"] = pod
+    store.groups[("scheduling.x-k8s.io", "ns", "pi")] = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "pi", "namespace": "ns", "uid": "g"},
+        "spec": {"minMember": 1, "scheduleTimeoutSeconds": 0},
+    }
+    (view,) = assemble(store)
+    assert view.waiting is None and view.schedule_timeout == 60
