@@ -10,7 +10,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from devcluster import demo, jobset
+from devcluster import controllers, demo, jobset
 from devcluster.build import BinaryCache, BuildError, ensure_binaries, ensure_helm
 from devcluster.cluster import ClusterError, Instance, state_root
 from devcluster.config import ClusterSpec
@@ -24,6 +24,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _add_instance_commands(cmds)
     demo.add_parser(cmds)
     jobset.add_parser(cmds)
+    controllers.add_parser(cmds)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result

@@ -12,6 +12,7 @@ configurations registered by URL (its kustomize patches applied: the pod webhook
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -27,9 +28,12 @@ import yaml
 
 from devcluster.build import BinaryCache, BuildError, check_go, exclusive_lock
 from devcluster.cluster import ClusterError, Instance, free_ports
+from devcluster.config import ClusterSpec
+from devcluster.demo import fresh_namespace
 from devcluster.kubeconfig import probe
 from devcluster.process import ProcessRecord, spawn, stop
 from devcluster.webhooks import local_webhook_configurations
+from quorum.core.gangs import COSCHEDULER_NAMES, VOLCANO_SCHEDULER
 from quorum.pki import CertificateAuthority
 
 
@@ -341,3 +345,72 @@ def stop_all(instance: Instance, running: list[Running]) -> None:
     if names:
         instance.kubectl("delete", "--ignore-not-found", *names, check=False)
     stop([r.record for r in running])
+
+
+# -- make integrations-demo ---------------------------------------------------------------------
+
+DEMO_INSTANCE = "integrations"
+DEMO_NAMESPACE = "ml"
+KUBERAY_SAMPLE = "config/samples/ray-cluster.scheduler-plugins.yaml"
+LWS_SAMPLE = "docs/examples/sample/gang-scheduling/lws-sample-volcano.yaml"
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    demo = subparsers.add_parser(
+        "integrations-demo", help="build KubeRay and LeaderWorkerSet and run their own gang samples"
+    )
+    demo.set_defaults(func=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    """KubeRay's and LeaderWorkerSet's own samples, as the customer applies them, on an instance
+    where quorum takes scheduler-plugins' name and Volcano's dialect."""
+    instance = Instance(DEMO_INSTANCE)
+    running: list[Running] = []
+    try:
+        binaries = {c.name: ensure_built(c, instance.binaries) for c in (KUBERAY, LWS)}
+        instance.up(ClusterSpec(name=DEMO_INSTANCE, coschedulers=(*COSCHEDULER_NAMES, VOLCANO_SCHEDULER)))
+        for controller in (KUBERAY, LWS):
+            running.append(start(instance, controller, binaries[controller.name]))
+        fresh_namespace(instance, DEMO_NAMESPACE)
+        for controller, sample in ((KUBERAY, KUBERAY_SAMPLE), (LWS, LWS_SAMPLE)):
+            path = controller.source(instance.binaries) / sample
+            print(f"\n$ kubectl -n {DEMO_NAMESPACE} apply -f {controller.module}/{sample}", flush=True)
+            applied = instance.kubectl("-n", DEMO_NAMESPACE, "apply", "-f", str(path), who="customer")
+            print(applied.stdout.rstrip())
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            got = json.loads(
+                instance.kubectl(
+                    "-n", DEMO_NAMESPACE, "get", "rayclusters,leaderworkersets", "-o", "json"
+                ).stdout
+            )["items"]
+            states = [(o.get("status") or {}) for o in got]
+            if len(got) == 2 and states[0].get("state") == "ready" and states[1].get("readyReplicas") == 2:
+                break
+            time.sleep(1)
+        else:
+            print("error: the RayCluster and the LeaderWorkerSet were not ready after 120 s", file=sys.stderr)
+            return 1
+        for what in (
+            ("get", "rayclusters,leaderworkersets"),
+            ("get", "podgroups.scheduling.x-k8s.io,podgroups.scheduling.volcano.sh"),
+            ("get", "gangs", "-o", "wide"),
+            ("get", "pods", "-o", "wide"),
+        ):
+            print(f"\n$ kubectl -n {DEMO_NAMESPACE} {' '.join(what)}")
+            print(instance.kubectl("-n", DEMO_NAMESPACE, *what).stdout.rstrip())
+        print(
+            "\nquorum released the RayCluster (head + 2 workers) and each LeaderWorkerSet group (leader + 3 "
+            "workers) in one decision each; the pods asked for scheduler-plugins-scheduler and volcano."
+        )
+    except (BuildError, ClusterError, subprocess.CalledProcessError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    finally:
+        stop_all(instance, running)
+    print(
+        f"\nThe instance `{DEMO_INSTANCE}` keeps running (without the controllers): "
+        f"make down NAME={DEMO_INSTANCE}"
+    )
+    return 0

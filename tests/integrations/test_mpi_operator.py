@@ -24,13 +24,18 @@ pytestmark = pytest.mark.cluster
 JSON = dict[str, Any]
 MPI_JOBS = ("kubeflow.org", "v2beta1", "mpijobs")
 X_POD_GROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+KWOK_RUNS_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
 
 
 def sample(instance: Instance) -> JSON:
-    """The MPIJob of the MPI Operator's pi example, exactly as its repository writes it."""
+    """The MPIJob of the MPI Operator's pi example, exactly as its repository writes it, but for
+    kwok's annotation that keeps the launcher running (kwok ends a Job's pod at once, and the
+    MPIJob with it)."""
     doc: JSON = yaml.safe_load(
         (MPI_OPERATOR.source(instance.binaries) / "examples/v2beta1/pi/pi.yaml").read_text()
     )
+    launcher = doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
+    launcher.setdefault("metadata", {}).setdefault("annotations", {})[KWOK_RUNS_FOR] = "600s"
     return doc
 
 
