@@ -79,6 +79,10 @@ class KubeApi(Protocol):
 
     async def statefulset_pod_management(self, namespace: str, name: str) -> str | None: ...
 
+    async def leases_named(self, name: str) -> list[JSON]:
+        """Every Lease of that name in any namespace (another scheduler's leader election)."""
+        ...
+
     async def taint_node(self, node: JSON, token: str, add: bool) -> bool:
         """Add (or remove) the reservation taint quorum.dev/reserved=<token>; False if the node
         is gone or its taints changed meanwhile. Removing with token "" removes any token."""
@@ -156,6 +160,9 @@ class LiveApi:
 
     async def statefulset_pod_management(self, namespace: str, name: str) -> str | None:
         return await reads.statefulset_pod_management(self.api, namespace, name)
+
+    async def leases_named(self, name: str) -> list[JSON]:
+        return await reads.leases_named(self.api, name)
 
     async def taint_node(self, node: JSON, token: str, add: bool) -> bool:
         ops = writes.taint_patch(node, token) if add else writes.untaint_patch(node, token or None)

@@ -20,6 +20,19 @@ async def statefulset_pod_management(api: client.ApiClient, namespace: str, name
     return str(sts.spec.pod_management_policy or "OrderedReady")
 
 
+async def leases_named(api: client.ApiClient, name: str) -> list[dict[str, Any]]:
+    """Every Lease of that name, in any namespace (a scheduler's leader election, say)."""
+    response: Any = await client.CoordinationV1Api(api).list_lease_for_all_namespaces(
+        field_selector=f"metadata.name={name}", _preload_content=False
+    )
+    if not 200 <= getattr(response, "status", 200) <= 299:  # unparsed answers are not checked by the client
+        error = ApiException(status=response.status, reason=response.reason)
+        error.body = await response.read()
+        raise error
+    items: list[dict[str, Any]] = (await response.json())["items"]
+    return items
+
+
 async def json_unless_gone(call: Awaitable[Any]) -> dict[str, Any] | None:
     """The answer of a read made with `_preload_content=False`, as plain JSON; None if the object
     is gone (404)."""

@@ -44,6 +44,7 @@ from quorum.operator.memory import GangMemories
 from quorum.operator.preemption import Preempter
 from quorum.operator.recovery import Recoverer
 from quorum.operator.release import Releaser, ReleaseSettings
+from quorum.operator.schedulers import OTHER_SCHEDULERS, OtherSchedulers
 from quorum.operator.settings import LoopSettings
 from quorum.operator.snapshot import NodeModels, PodModels, Snapshot, plan
 from quorum.operator.status import GangRecords
@@ -136,6 +137,7 @@ class GangLoop:
             ),
         )
         self.holds = Holds(api, self.records, self.work, self.recoverer, settings.forming_grace_seconds)
+        self.other_schedulers = OtherSchedulers(api, self.events, settings.coscheduler_names)
         self.planner = Planner(settings.planner)  # keeps its node index between passes
         self.pod_models = PodModels()
         self.node_models = NodeModels()
@@ -262,6 +264,8 @@ class GangLoop:
         now = clock.time()
         self.releaser.start_orphans()
         self.releaser.tell_unclaimed()
+        if self.other_schedulers.due(clock.monotonic()) and not self.work.busy(OTHER_SCHEDULERS):
+            self.work.start(OTHER_SCHEDULERS, "check", self.other_schedulers.check(now))
         # From here to the plan's snapshot, no await: the usage (`used`) and the nodes it changed
         # must be taken together, or a node that changes in between is synced into the
         # planner's index with stale usage and never again.

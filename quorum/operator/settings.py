@@ -153,6 +153,9 @@ class LoopSettings:
     # takeover that they do not show at all (made since, or deleted since the list); one they
     # show older is always waited for.
     catch_up_seconds: float = 30.0
+    # The scheduler names quorum takes besides the default scheduler's (OperatorSettings): another
+    # scheduler found running under one of them is told about (quorum.operator.schedulers).
+    coscheduler_names: tuple[str, ...] = COSCHEDULER_NAMES
 
 
 def planner_settings(config: OperatorSettings) -> PlannerSettings:
@@ -185,4 +188,5 @@ def loop_settings(config: OperatorSettings) -> LoopSettings:
             namespace=config.namespace,
         ),
         member_loss_policy=config.member_loss_policy,
+        coscheduler_names=config.coscheduler_names,
     )

@@ -89,6 +89,7 @@ class FakeApi:
         self.faults: dict[str, list[Fault]] = {}
         self.uids = itertools.count(1)
         self.pinned: dict[str, str | None] = {}  # pod uid -> the node its release pinned it to
+        self.leases: list[JSON] = []  # other processes' Leases (`leases_named`)
         self.disruption_targets: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message)
         self.victims_deleted: list[str] = []  # uids of preemption's victims, in order
         self.tolerated: dict[str, str | None] = {}  # pod uid -> the reservation its release tolerates
@@ -357,6 +358,10 @@ class FakeApi:
             if p["metadata"].get("namespace") == namespace
             and (p["metadata"].get("labels") or {}).get(GANG_LABEL) in (gang, *also)
         ]
+
+    async def leases_named(self, name: str) -> list[JSON]:
+        await self._call("leases_named", name)
+        return [copy.deepcopy(lease) for lease in self.leases if lease["metadata"]["name"] == name]
 
     async def statefulset_pod_management(self, namespace: str, name: str) -> str | None:
         await self._call("statefulset_pod_management", namespace, name)

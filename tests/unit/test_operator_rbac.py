@@ -249,6 +249,7 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
         "read_job": [lambda: live.read_job("ml", "train")],
         "read_gang_pods": [lambda: live.read_gang_pods("ml", "g")],
         "statefulset_pod_management": [lambda: live.statefulset_pod_management("ml", "db")],
+        "leases_named": [lambda: live.leases_named("scheduler-plugins-scheduler")],
         "delete_pod": [lambda: live.delete_pod(pod)],
         "taint_node": [
             lambda: live.taint_node(node, "t0k3n", add=True),
