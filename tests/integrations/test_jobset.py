@@ -79,3 +79,35 @@ async def test_seed_004s_jobset_is_released_whole_and_restarted_whole(
         return not await pods(api, namespace, "")
 
     await eventually(no_pods, timeout=120, what="the JobSet's pods gone")
+
+
+async def test_a_jobset_whose_pods_name_a_scheduler_plugins_podgroup_is_released_whole(
+    cluster: Instance, api: client.ApiClient, namespace: str
+) -> None:
+    """The other way a JobSet asks for a gang: a scheduler-plugins PodGroup beside it, its pod
+    template labelled with it and asking for scheduler-plugins' scheduler (as scheduler-plugins'
+    docs write a coscheduled workload)."""
+    podgroup = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "pretrain"},
+        "spec": {"minMember": 4},
+    }
+    jobset = next(d for d in yaml.safe_load_all(SEED_004.read_text()) if d and d["kind"] == "JobSet")
+    template = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    del template["spec"]["schedulingGroup"]
+    template["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "pretrain"}
+    template["spec"]["schedulerName"] = "scheduler-plugins-scheduler"
+    apply(cluster, namespace, [podgroup, jobset])
+
+    async def released() -> JSON | None:
+        gang = await get(api, GANGS, namespace, "xpg-pretrain")
+        admission = ((gang or {}).get("status") or {}).get("admission") or {}
+        return gang if len(admission.get("placement") or []) == 4 else None
+
+    await eventually(released, timeout=120, what="the 4 workers released in one decision")
+
+    async def ready() -> bool:
+        return await ready_jobs(api, namespace, "pretrain") == 1
+
+    await eventually(ready, timeout=120, what="the JobSet's Job ready")
