@@ -20,17 +20,23 @@ async def statefulset_pod_management(api: client.ApiClient, namespace: str, name
     return str(sts.spec.pod_management_policy or "OrderedReady")
 
 
-async def leases_named(api: client.ApiClient, name: str) -> list[dict[str, Any]]:
-    """Every Lease of that name, in any namespace (a scheduler's leader election, say)."""
-    response: Any = await client.CoordinationV1Api(api).list_lease_for_all_namespaces(
-        field_selector=f"metadata.name={name}", _preload_content=False
-    )
-    if not 200 <= getattr(response, "status", 200) <= 299:  # unparsed answers are not checked by the client
+async def items_of(response: Any) -> list[dict[str, Any]]:
+    """The items of a list made with `_preload_content=False`, as plain JSON (the client does not
+    check an unparsed answer's status: an error is raised here)."""
+    if not 200 <= getattr(response, "status", 200) <= 299:
         error = ApiException(status=response.status, reason=response.reason)
         error.body = await response.read()
         raise error
     items: list[dict[str, Any]] = (await response.json())["items"]
     return items
+
+
+async def leases_named(api: client.ApiClient, name: str) -> list[dict[str, Any]]:
+    """Every Lease of that name, in any namespace (a scheduler's leader election, say)."""
+    response: Any = await client.CoordinationV1Api(api).list_lease_for_all_namespaces(
+        field_selector=f"metadata.name={name}", _preload_content=False
+    )
+    return await items_of(response)
 
 
 async def json_unless_gone(call: Awaitable[Any]) -> dict[str, Any] | None:
@@ -69,12 +75,7 @@ async def gang_pods(
         )
     else:
         response = await core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
-    if not 200 <= getattr(response, "status", 200) <= 299:  # unparsed answers are not checked by the client
-        error = ApiException(status=response.status, reason=response.reason)
-        error.body = await response.read()
-        raise error
-    items: list[dict[str, Any]] = (await response.json())["items"]
-    return items
+    return await items_of(response)
 
 
 async def gangs(api: client.ApiClient) -> list[dict[str, Any]]:
@@ -82,12 +83,7 @@ async def gangs(api: client.ApiClient) -> list[dict[str, Any]]:
     response: Any = await client.CustomObjectsApi(api).list_cluster_custom_object(
         "quorum.dev", "v1alpha1", "gangs", _preload_content=False
     )
-    if not 200 <= getattr(response, "status", 200) <= 299:
-        error = ApiException(status=response.status, reason=response.reason)
-        error.body = await response.read()
-        raise error
-    items: list[dict[str, Any]] = (await response.json())["items"]
-    return items
+    return await items_of(response)
 
 
 async def crd_labels(api: client.ApiClient, name: str) -> dict[str, str] | None:

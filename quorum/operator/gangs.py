@@ -486,11 +486,19 @@ GROUP_NOT_SERVED = (
 )
 
 
+VOLCANO_OFF = (
+    "VolcanoDialectOff",
+    "this pod was held as a member of a Volcano PodGroup, but quorum no longer takes Volcano's dialect "
+    "(chart value schedulers.volcano is off): quorum released it without gang admission",
+)
+
+
 def orphans(store: Store) -> list[tuple[JSON, tuple[str, str]]]:
     """Gated gang pods whose group can never exist, with why (an Event's reason and message):
     the apiserver dropped spec.schedulingGroup after the webhook gated the pod (the
-    GenericWorkload feature gate is off), or the cluster does not serve the PodGroup API it
-    names. quorum releases them rather than leave them gated with no way forward."""
+    GenericWorkload feature gate is off), the cluster does not serve the PodGroup API it
+    names, or the install no longer takes Volcano's dialect. quorum releases them rather than
+    leave them gated with no way forward."""
     found = []
     for pod in store.pods.values():
         if not (pod.get("spec") or {}).get("schedulingGates"):  # most pods, quickly: no gate at all
@@ -498,7 +506,9 @@ def orphans(store: Store) -> list[tuple[JSON, tuple[str, str]]]:
         if not is_gated(pod) or not (pod["metadata"].get("labels") or {}).get(GANG_LABEL):
             continue
         marker = _marker(pod, store.schedulers)
-        if marker is None:
+        if marker is None and str(pod["metadata"]["labels"][GANG_LABEL]).startswith("vpg-"):
+            found.append((pod, VOLCANO_OFF))
+        elif marker is None:
             found.append((pod, GROUP_DROPPED))
         elif marker.source is GangSource.WORKLOAD_POD_GROUP and not store.workload_api:
             found.append((pod, GROUP_NOT_SERVED))

@@ -6,7 +6,6 @@ Jobs (`failurePolicy.maxRestarts`), and quorum admits the new pods whole again."
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 import pytest
@@ -15,17 +14,13 @@ from kubernetes_asyncio import client
 
 from devcluster.cluster import REPO_ROOT, Instance
 from tests.integration.test_gangs import GANGS, admitted, get, pods
+from tests.integrations.helpers import apply
 from tests.kube import assert_no_overcommit, eventually
 
 pytestmark = pytest.mark.cluster
 JSON = dict[str, Any]
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
 SEED_004 = REPO_ROOT / "examples/seed-004-workload-aware/jobset.yaml"
-
-
-def apply(instance: Instance, namespace: str, objs: list[JSON]) -> None:
-    listed = {"apiVersion": "v1", "kind": "List", "items": objs}
-    instance.kubectl("-n", namespace, "apply", "-f", "-", input_text=json.dumps(listed), who="customer")
 
 
 async def ready_jobs(api: client.ApiClient, namespace: str, name: str) -> int:
@@ -40,7 +35,7 @@ async def test_seed_004s_jobset_is_released_whole_and_restarted_whole(
     objs = [d for d in yaml.safe_load_all(SEED_004.read_text()) if d]
     jobset = next(d for d in objs if d["kind"] == "JobSet")
     jobset["spec"]["failurePolicy"] = {"maxRestarts": 1}  # JobSet's own way to survive a lost pod
-    apply(cluster, namespace, copy.deepcopy(objs))
+    apply(cluster, namespace, *copy.deepcopy(objs))
 
     async def released(attempt: int) -> JSON | None:
         gang = await get(api, GANGS, namespace, "wpg-pretrain-workers")
@@ -98,7 +93,7 @@ async def test_a_jobset_whose_pods_name_a_scheduler_plugins_podgroup_is_released
     del template["spec"]["schedulingGroup"]
     template["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "pretrain"}
     template["spec"]["schedulerName"] = "scheduler-plugins-scheduler"
-    apply(cluster, namespace, [podgroup, jobset])
+    apply(cluster, namespace, podgroup, jobset)
 
     async def released() -> JSON | None:
         gang = await get(api, GANGS, namespace, "xpg-pretrain")

@@ -7,7 +7,6 @@ scheduler-plugins-scheduler; quorum takes that name, holds the pods and releases
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 import pytest
@@ -17,7 +16,8 @@ from kubernetes_asyncio import client
 from devcluster.cluster import Instance
 from devcluster.controllers import KUBERAY
 from tests.integration.test_explain import quorum
-from tests.integration.test_gangs import GANGS, admitted, get, pods
+from tests.integration.test_gangs import admitted, get, pods
+from tests.integrations.helpers import apply, held_for_room, nothing_left, released
 from tests.kube import assert_no_overcommit, eventually
 
 pytestmark = pytest.mark.cluster
@@ -33,13 +33,9 @@ def sample(instance: Instance) -> JSON:
     return doc
 
 
-def apply(instance: Instance, namespace: str, obj: JSON) -> None:
-    instance.kubectl("-n", namespace, "apply", "-f", "-", input_text=json.dumps(obj), who="customer")
-
-
-async def ray_state(api: client.ApiClient, namespace: str, name: str) -> str | None:
+async def ready(api: client.ApiClient, namespace: str, name: str) -> bool:
     cluster = await get(api, RAY, namespace, name)
-    return str(((cluster or {}).get("status") or {}).get("state") or "") or None
+    return bool(((cluster or {}).get("status") or {}).get("state") == "ready")
 
 
 async def test_a_raycluster_is_released_whole_and_gets_ready(
@@ -49,14 +45,9 @@ async def test_a_raycluster_is_released_whole_and_gets_ready(
     name = raycluster["metadata"]["name"]
     apply(cluster, namespace, raycluster)
 
-    async def released() -> JSON | None:
-        gang = await get(api, GANGS, namespace, f"xpg-{name}")
-        return gang if admitted(gang).get("status") == "True" else None
-
-    gang = await eventually(released, timeout=90, what=f"gang xpg-{name} released")
-    admission = gang["status"]["admission"]
-    assert len(admission["placement"]) == 3, "head and both workers in one decision"
-    await eventually(lambda: _ready(api, namespace, name), timeout=120, what="the RayCluster's state ready")
+    gang = await released(api, namespace, f"xpg-{name}")
+    assert len(gang["status"]["admission"]["placement"]) == 3, "head and both workers in one decision"
+    await eventually(lambda: ready(api, namespace, name), timeout=120, what="the RayCluster's state ready")
     members = await pods(api, namespace, "")
     assert len(members) == 3
     for pod in members:
@@ -78,37 +69,16 @@ async def test_a_raycluster_is_released_whole_and_gets_ready(
     worker = next(p for p in members if p["metadata"]["labels"].get("ray.io/node-type") == "worker")
     await client.CoreV1Api(api).delete_namespaced_pod(worker["metadata"]["name"], namespace)
 
-    async def replaced() -> list[JSON] | None:
-        now = await pods(api, namespace, "")
-        names = {p["metadata"]["name"] for p in now}
-        running = [
-            p
-            for p in now
-            if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
-        ]
-        return running if worker["metadata"]["name"] not in names and len(running) == 3 else None
+    async def replaced() -> bool:
+        now = [p for p in await pods(api, namespace, "") if not p["metadata"].get("deletionTimestamp")]
+        running = [p for p in now if p["status"].get("phase") == "Running"]
+        return worker["metadata"]["uid"] not in {p["metadata"]["uid"] for p in now} and len(running) == 3
 
     await eventually(replaced, timeout=120, what="KubeRay's new worker released and running")
-    await eventually(lambda: _ready(api, namespace, name), timeout=120, what="the RayCluster ready again")
+    await eventually(lambda: ready(api, namespace, name), timeout=120, what="the RayCluster ready again")
 
-    # Deleting the RayCluster leaves nothing of quorum's behind.
     await client.CustomObjectsApi(api).delete_namespaced_custom_object(*RAY[:2], namespace, RAY[2], name)
-
-    async def gone() -> bool:
-        left = await client.CustomObjectsApi(api).list_namespaced_custom_object(
-            *GANGS[:2], namespace, GANGS[2]
-        )
-        return (
-            not left["items"]
-            and not await pods(api, namespace, "")
-            and await get(api, X_POD_GROUPS, namespace, name) is None
-        )
-
-    await eventually(gone, timeout=120, what="the RayCluster's pods, PodGroup and Gang gone")
-
-
-async def _ready(api: client.ApiClient, namespace: str, name: str) -> bool:
-    return await ray_state(api, namespace, name) == "ready"
+    await nothing_left(api, namespace, (*X_POD_GROUPS, name))
 
 
 async def test_a_raycluster_too_big_for_the_cluster_is_held_with_the_reason(
@@ -123,14 +93,8 @@ async def test_a_raycluster_too_big_for_the_cluster_is_held_with_the_reason(
     workers["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
     apply(cluster, namespace, raycluster)
 
-    async def held() -> JSON | None:
-        gang = await get(api, GANGS, namespace, "xpg-too-big")
-        condition = admitted(gang)
-        return gang if condition.get("reason") == "Unschedulable" else None
-
-    gang = await eventually(held, timeout=120, what="gang xpg-too-big held for lack of room")
+    gang = await held_for_room(api, namespace, "xpg-too-big")
     # KubeRay writes the PodGroup's minResources: 200 workers x 8 GPUs (the head asks for none).
     assert "minResources not free: needs 1600 nvidia.com/gpu" in admitted(gang)["message"]
-    assert not [p for p in await pods(api, namespace, "") if p["spec"].get("nodeName")], "nothing bound"
     explained = quorum("explain", "-n", namespace, "xpg-too-big", kubeconfig=cluster.kubeconfig("customer"))
     assert "1600 nvidia.com/gpu" in explained.stdout, explained.stdout + explained.stderr

@@ -8,7 +8,6 @@ group's size) and puts the annotation scheduling.k8s.io/group-name on its pods, 
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 import pytest
@@ -20,6 +19,7 @@ from devcluster.controllers import LWS
 from quorum.core.gangs import GangSource, gang_name
 from tests.integration.test_explain import quorum
 from tests.integration.test_gangs import GANGS, admitted, get, pods
+from tests.integrations.helpers import apply, held_for_room, nothing_left
 from tests.kube import assert_no_overcommit, eventually
 
 pytestmark = pytest.mark.cluster
@@ -38,10 +38,6 @@ def sample(instance: Instance) -> JSON:
     path = LWS.source(instance.binaries) / "docs/examples/sample/gang-scheduling/lws-sample-volcano.yaml"
     doc: JSON = yaml.safe_load(path.read_text())
     return doc
-
-
-def apply(instance: Instance, namespace: str, obj: JSON) -> None:
-    instance.kubectl("-n", namespace, "apply", "-f", "-", input_text=json.dumps(obj), who="customer")
 
 
 async def list_objects(api: client.ApiClient, kind: tuple[str, str, str], namespace: str) -> list[JSON]:
@@ -108,15 +104,12 @@ async def test_each_group_of_a_leaderworkerset_is_released_whole(
     await client.CustomObjectsApi(api).delete_namespaced_custom_object(
         *LEADER_WORKER_SETS[:2], namespace, LEADER_WORKER_SETS[2], name
     )
+    await nothing_left(api, namespace)
 
-    async def gone() -> bool:
-        return not bool(
-            await list_objects(api, GANGS, namespace)
-            or await pods(api, namespace, "")
-            or await list_objects(api, VOLCANO_POD_GROUPS, namespace)
-        )
+    async def no_groups() -> bool:  # each is owned by its group's leader pod
+        return not await list_objects(api, VOLCANO_POD_GROUPS, namespace)
 
-    await eventually(gone, timeout=120, what="the LeaderWorkerSet's pods, PodGroups and Gangs gone")
+    await eventually(no_groups, timeout=60, what="LWS's PodGroups gone with their leaders")
 
 
 async def test_a_group_too_big_for_the_cluster_is_held_with_the_reason(
@@ -130,18 +123,13 @@ async def test_a_group_too_big_for_the_cluster_is_held_with_the_reason(
     template["workerTemplate"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "8"
     apply(cluster, namespace, lws)
 
-    async def held() -> JSON | None:
-        for group in await list_objects(api, VOLCANO_POD_GROUPS, namespace):
-            gang = await get(api, GANGS, namespace, vpg(group["metadata"]["name"]))
-            condition = admitted(gang)
-            if condition.get("reason") == "Unschedulable":
-                return gang
-        return None
+    async def one_group() -> list[JSON]:
+        return await list_objects(api, VOLCANO_POD_GROUPS, namespace)
 
-    gang = await eventually(held, timeout=150, what="the group's gang held for lack of room")
-    assert not [p for p in await pods(api, namespace, "") if p["spec"].get("nodeName")], "nothing bound"
-    group = await get(api, VOLCANO_POD_GROUPS, namespace, gang["spec"]["source"]["name"])
-    assert group is not None and group["status"]["phase"] == "Pending"
+    (group,) = await eventually(one_group, timeout=120, what="LWS's Volcano PodGroup")
+    gang = await held_for_room(api, namespace, vpg(group["metadata"]["name"]))
+    written = await get(api, VOLCANO_POD_GROUPS, namespace, group["metadata"]["name"])
+    assert written is not None and written["status"]["phase"] == "Pending"
     explained = quorum(
         "explain", "-n", namespace, gang["metadata"]["name"], kubeconfig=cluster.kubeconfig("customer")
     )

@@ -7,7 +7,6 @@ launcher's and workers' pods; quorum takes that name and releases the three whol
 from __future__ import annotations
 
 import copy
-import json
 from typing import Any
 
 import pytest
@@ -17,7 +16,8 @@ from kubernetes_asyncio import client
 from devcluster.cluster import Instance
 from devcluster.controllers import MPI_OPERATOR
 from tests.integration.test_explain import quorum
-from tests.integration.test_gangs import GANGS, admitted, get, pods
+from tests.integration.test_gangs import admitted, get, pods
+from tests.integrations.helpers import apply, condition_true, held_for_room, nothing_left, released
 from tests.kube import assert_no_overcommit, eventually
 
 pytestmark = pytest.mark.cluster
@@ -31,22 +31,11 @@ def sample(instance: Instance) -> JSON:
     """The MPIJob of the MPI Operator's pi example, exactly as its repository writes it, but for
     kwok's annotation that keeps the launcher running (kwok ends a Job's pod at once, and the
     MPIJob with it)."""
-    doc: JSON = yaml.safe_load(
-        (MPI_OPERATOR.source(instance.binaries) / "examples/v2beta1/pi/pi.yaml").read_text()
-    )
+    path = MPI_OPERATOR.source(instance.binaries) / "examples/v2beta1/pi/pi.yaml"
+    doc: JSON = yaml.safe_load(path.read_text())
     launcher = doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]
     launcher.setdefault("metadata", {}).setdefault("annotations", {})[KWOK_RUNS_FOR] = "600s"
     return doc
-
-
-def apply(instance: Instance, namespace: str, obj: JSON) -> None:
-    instance.kubectl("-n", namespace, "apply", "-f", "-", input_text=json.dumps(obj), who="customer")
-
-
-async def running_condition(api: client.ApiClient, namespace: str, name: str) -> bool:
-    job = await get(api, MPI_JOBS, namespace, name)
-    conditions = ((job or {}).get("status") or {}).get("conditions") or []
-    return any(c["type"] == "Running" and c["status"] == "True" for c in conditions)
 
 
 async def test_an_mpijob_is_released_whole_and_runs(
@@ -56,15 +45,15 @@ async def test_an_mpijob_is_released_whole_and_runs(
     name = mpijob["metadata"]["name"]
     apply(cluster, namespace, mpijob)
 
-    async def released() -> JSON | None:
-        gang = await get(api, GANGS, namespace, f"xpg-{name}")
-        return gang if admitted(gang).get("status") == "True" else None
-
-    gang = await eventually(released, timeout=120, what=f"gang xpg-{name} released")
+    gang = await released(api, namespace, f"xpg-{name}")
     assert len(gang["status"]["admission"]["placement"]) == 3, "the launcher and both workers in one decision"
     group = await get(api, X_POD_GROUPS, namespace, name)
     assert group is not None and group["spec"]["minMember"] == 3
-    await eventually(lambda: running_condition(api, namespace, name), timeout=120, what="the MPIJob Running")
+
+    async def running() -> bool:
+        return condition_true(await get(api, MPI_JOBS, namespace, name), "Running")
+
+    await eventually(running, timeout=120, what="the MPIJob Running")
     members = await pods(api, namespace, "")
     assert len(members) == 3
     for pod in members:
@@ -87,18 +76,7 @@ async def test_an_mpijob_is_released_whole_and_runs(
     await client.CustomObjectsApi(api).delete_namespaced_custom_object(
         *MPI_JOBS[:2], namespace, MPI_JOBS[2], name
     )
-
-    async def gone() -> bool:
-        left = await client.CustomObjectsApi(api).list_namespaced_custom_object(
-            *GANGS[:2], namespace, GANGS[2]
-        )
-        return (
-            not left["items"]
-            and not await pods(api, namespace, "")
-            and await get(api, X_POD_GROUPS, namespace, name) is None
-        )
-
-    await eventually(gone, timeout=120, what="the MPIJob's pods, PodGroup and Gang gone")
+    await nothing_left(api, namespace, (*X_POD_GROUPS, name))
 
 
 async def test_an_mpijob_too_big_for_the_cluster_is_held_with_the_reason(
@@ -111,12 +89,7 @@ async def test_an_mpijob_too_big_for_the_cluster_is_held_with_the_reason(
     workers["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 8
     apply(cluster, namespace, mpijob)
 
-    async def held() -> JSON | None:
-        gang = await get(api, GANGS, namespace, "xpg-too-big")
-        return gang if admitted(gang).get("reason") == "Unschedulable" else None
-
-    gang = await eventually(held, timeout=120, what="gang xpg-too-big held for lack of room")
+    gang = await held_for_room(api, namespace, "xpg-too-big")
     assert "nvidia.com/gpu" in admitted(gang)["message"]
-    assert not [p for p in await pods(api, namespace, "") if p["spec"].get("nodeName")], "nothing bound"
     explained = quorum("explain", "-n", namespace, "xpg-too-big", kubeconfig=cluster.kubeconfig("customer"))
     assert "nvidia.com/gpu" in explained.stdout, explained.stdout + explained.stderr

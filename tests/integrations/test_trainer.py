@@ -7,7 +7,6 @@ A TrainJob of 2 nodes, as the CKS customer applies it, is released whole and run
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -17,7 +16,8 @@ from kubernetes_asyncio import client
 from devcluster.cluster import Instance
 from devcluster.controllers import TRAINER
 from quorum.core.gangs import GangSource, gang_name
-from tests.integration.test_gangs import GANGS, admitted, get, pods
+from tests.integration.test_gangs import admitted, get, pods
+from tests.integrations.helpers import apply, condition_true, held_for_room, nothing_left, released
 from tests.kube import assert_no_overcommit, eventually
 
 pytestmark = pytest.mark.cluster
@@ -54,26 +54,17 @@ def train_job(name: str, runtime_name: str, nodes: int, gpus: int) -> JSON:
     }
 
 
-def apply(instance: Instance, obj: JSON, namespace: str | None = None) -> None:
-    where = ("-n", namespace) if namespace else ()
-    instance.kubectl(*where, "apply", "-f", "-", input_text=json.dumps(obj), who="customer")
-
-
 @pytest.mark.parametrize("way", list(POLICIES))
 async def test_a_trainjob_is_released_whole(
     cluster: Instance, api: client.ApiClient, namespace: str, way: str
 ) -> None:
     made = runtime(cluster, way)
-    apply(cluster, made)
+    apply(cluster, None, made)
     name = f"gang-{way}"
-    apply(cluster, train_job(name, made["metadata"]["name"], 2, 1), namespace)
+    apply(cluster, namespace, train_job(name, made["metadata"]["name"], 2, 1))
     source = GangSource.X_POD_GROUP if way == "coscheduling" else GangSource.VOLCANO_POD_GROUP
 
-    async def released() -> JSON | None:
-        gang = await get(api, GANGS, namespace, gang_name(source, name))
-        return gang if admitted(gang).get("status") == "True" else None
-
-    gang = await eventually(released, timeout=150, what=f"the TrainJob's gang ({way}) released")
+    gang = await released(api, namespace, gang_name(source, name), timeout=150)
     assert len(gang["status"]["admission"]["placement"]) == 2, "both nodes in one decision"
     members = await pods(api, namespace, "")
     assert {p["metadata"]["annotations"]["quorum.dev/requested-scheduler"] for p in members} == {
@@ -83,9 +74,7 @@ async def test_a_trainjob_is_released_whole(
     # kwok runs a Job's pods to completion at once (the runtime's CRD keeps no pod annotations to
     # say otherwise): the TrainJob completes only if its pods were bound and ran.
     async def complete() -> bool:
-        job = await get(api, TRAIN_JOBS, namespace, name)
-        conditions = ((job or {}).get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Complete" and c["status"] == "True" for c in conditions)
+        return condition_true(await get(api, TRAIN_JOBS, namespace, name), "Complete")
 
     await eventually(complete, timeout=120, what="the TrainJob Complete")
     await assert_no_overcommit(api)
@@ -93,26 +82,15 @@ async def test_a_trainjob_is_released_whole(
         *TRAIN_JOBS[:2], namespace, TRAIN_JOBS[2], name
     )
 
-    async def gone() -> bool:
-        left = await client.CustomObjectsApi(api).list_namespaced_custom_object(
-            *GANGS[:2], namespace, GANGS[2]
-        )
-        return not left["items"] and not await pods(api, namespace, "")
-
-    await eventually(gone, timeout=120, what="the TrainJob's pods and Gang gone")
+    await nothing_left(api, namespace)
 
 
 async def test_a_trainjob_too_big_for_the_cluster_is_held(
     cluster: Instance, api: client.ApiClient, namespace: str
 ) -> None:
     made = runtime(cluster, "coscheduling")
-    apply(cluster, made)
-    apply(cluster, train_job("too-big", made["metadata"]["name"], 64, 8), namespace)
+    apply(cluster, None, made)
+    apply(cluster, namespace, train_job("too-big", made["metadata"]["name"], 64, 8))
 
-    async def held() -> JSON | None:
-        gang = await get(api, GANGS, namespace, "xpg-too-big")
-        return gang if admitted(gang).get("reason") == "Unschedulable" else None
-
-    gang = await eventually(held, timeout=150, what="the TrainJob's gang held for lack of room")
+    gang = await held_for_room(api, namespace, "xpg-too-big", timeout=150)
     assert "nvidia.com/gpu" in admitted(gang)["message"]
-    assert not [p for p in await pods(api, namespace, "") if p["spec"].get("nodeName")], "nothing bound"

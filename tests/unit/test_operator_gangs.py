@@ -10,6 +10,7 @@ from quorum.core.times import timestamp
 from quorum.operator.gangs import (
     GROUP_DROPPED,
     GROUP_NOT_SERVED,
+    VOLCANO_OFF,
     GangPods,
     Store,
     assemble,
@@ -289,3 +290,33 @@ def test_a_schedule_timeout_of_0_is_the_default_as_scheduler_plugins_reads_it() 
     }
     (view,) = assemble(store)
     assert view.waiting is None and view.schedule_timeout == 60
+
+
+def test_a_volcano_podgroup_is_read_and_what_quorum_does_not_enforce_is_said() -> None:
+    """minMember and minResources are enforced; queue, minTaskMember and priorityClassName are
+    kept, and said (docs/integrations.md, "Volcano's dialect")."""
+    store = Store()
+    pod = gang_pod("a", "a")
+    pod["metadata"]["labels"] = {"quorum.dev/gang": "vpg-lws-0"}
+    pod["metadata"]["annotations"] = {"scheduling.k8s.io/group-name": "lws-0"}
+    store.schedulers = quorum_schedulers((*COSCHEDULER_NAMES, "volcano"))
+    store.pods["a"] = pod
+    store.groups[("scheduling.volcano.sh", "ns", "lws-0")] = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "lws-0", "namespace": "ns", "uid": "g"},
+        "spec": {
+            "minMember": 4,
+            "minResources": {"nvidia.com/gpu": "32"},
+            "queue": "research",
+            "minTaskMember": {"leader": 1, "worker": 3},
+            "priorityClassName": "high",
+        },
+    }
+    (view,) = assemble(store)
+    assert view.waiting is None and view.min_member == 4 and view.min_resources == {"nvidia.com/gpu": 32000}
+    said = " / ".join(view.unenforced)
+    assert "queue 'research'" in said and "minTaskMember {leader: 1, worker: 3}" in said and "'high'" in said
+    store.schedulers = quorum_schedulers(COSCHEDULER_NAMES)
+    assert assemble(store) == [], "without Volcano's dialect the annotation marks no gang"
+    assert orphans(store) == [(pod, VOLCANO_OFF)], "a pod gated while it was on is released, told why"
