@@ -69,8 +69,8 @@ class Store:
     # current by discovery (`quorum.operator.workloads`).
     pod_group_version: str | None = POD_GROUP_VERSIONS[0]
     composite_version: str | None = None
-    # API groups of the v1alpha1 PodGroups whose CRD is quorum's (crds/): quorum writes their
-    # phase and counters. Another's (scheduler-plugins' own CRD, its controller writing the
+    # API groups of the CRD-defined PodGroups whose CRD is quorum's (crds/; Volcano's where quorum
+    # installed it): quorum writes their phase and counters. Another's (scheduler-plugins' own CRD, its controller writing the
     # status) gets no status from quorum: the Gang object tells the story.
     owned_group_apis: frozenset[str] = frozenset(g for g, _ in GROUP_APIS.values() if g != WAS_GROUP)
     # The schedulerNames of the pods quorum takes (settings: the default scheduler's, none, and the

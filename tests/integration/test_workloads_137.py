@@ -12,6 +12,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from devcluster.nodes import TestPool
+from quorum.core.gangs import GangSource, gang_name
 from tests.integration.test_gangs import GANGS, admitted, assert_as_planned, gated, get, pods
 from tests.integration.test_workloads import member
 from tests.kube import WorkloadApi, assert_no_overcommit, eventually
@@ -319,8 +320,10 @@ async def test_a_job_with_spec_scheduling_is_a_gang_of_the_podgroup_its_controll
 
     found = await eventually(all_running, timeout=90, what="the Job's 3 pods running")
     (group,) = {p["spec"]["schedulingGroup"]["podGroupName"] for p in found}
-    gang = await get(api, GANGS, namespace, f"wpg-{group}")
-    assert gang is not None and gang["spec"]["minMember"] == 3
+    (name,) = {p["metadata"]["labels"]["quorum.dev/gang"] for p in found}
+    assert name == gang_name(GangSource.WORKLOAD_POD_GROUP, group)
+    gang = await get(api, GANGS, namespace, name)
+    assert gang is not None and gang["spec"]["minMember"] == 3, (name, gang)
     assert len(gang["status"]["admission"]["placement"]) == 3, "one decision for the whole Job"
     assert gang["spec"]["source"]["apiVersion"] == f"scheduling.k8s.io/{was.version}"
-    await assert_as_planned(api, namespace, f"wpg-{group}")
+    await assert_as_planned(api, namespace, name)
