@@ -23,7 +23,6 @@ from tests.kube import assert_no_overcommit, eventually
 pytestmark = pytest.mark.cluster
 JSON = dict[str, Any]
 RAY = ("ray.io", "v1", "rayclusters")
-RAY_JOBS = ("ray.io", "v1", "rayjobs")
 X_POD_GROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
 
 
@@ -99,31 +98,3 @@ async def test_a_raycluster_too_big_for_the_cluster_is_held_with_the_reason(
     assert "minResources not free: needs 1600 nvidia.com/gpu" in admitted(gang)["message"]
     explained = quorum("explain", "-n", namespace, "xpg-too-big", kubeconfig=cluster.kubeconfig("customer"))
     assert "1600 nvidia.com/gpu" in explained.stdout, explained.stdout + explained.stderr
-
-
-async def test_a_rayjobs_cluster_is_released_whole_and_the_job_submitted(
-    cluster: Instance, api: client.ApiClient, namespace: str
-) -> None:
-    """KubeRay's RayJob sample (`config/samples/ray-job.sample.yaml`, its ConfigMap with it) with
-    the gang label on the RayJob, which KubeRay copies to the RayCluster it makes: that cluster is
-    a gang, released whole, and the RayJob goes on to submit its job (as far as kwok goes: the
-    job's own run needs a Ray dashboard kwok does not have)."""
-    path = KUBERAY.source(cluster.binaries) / "config/samples/ray-job.sample.yaml"
-    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
-    rayjob = next(d for d in docs if d["kind"] == "RayJob")
-    rayjob["metadata"].setdefault("labels", {})["ray.io/gang-scheduling-enabled"] = "true"
-    apply(cluster, namespace, *docs)
-
-    async def made() -> str | None:
-        job = await get(api, RAY_JOBS, namespace, rayjob["metadata"]["name"])
-        return str(((job or {}).get("status") or {}).get("rayClusterName") or "") or None
-
-    raycluster = await eventually(made, timeout=60, what="the RayJob's RayCluster")
-    gang = await released(api, namespace, f"xpg-{raycluster}")
-    assert len(gang["status"]["admission"]["placement"]) == 2, "head and worker in one decision"
-
-    async def submitted() -> bool:
-        job = await get(api, RAY_JOBS, namespace, rayjob["metadata"]["name"])
-        return ((job or {}).get("status") or {}).get("jobDeploymentStatus") == "Running"
-
-    await eventually(submitted, timeout=120, what="the RayJob's job submitted (jobDeploymentStatus Running)")
