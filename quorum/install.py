@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from quorum.core.gangs import COSCHEDULER_NAMES
+from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER
 from quorum.core.removal import OPERATOR_SERVICE_ACCOUNT as OPERATOR_SERVICE_ACCOUNT  # named once, there
 
 DEFAULT_NAMESPACE = "quorum-system"
@@ -79,10 +79,10 @@ SCHEDULER_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS su
 
 def with_coschedulers(text: str, names: tuple[str, ...]) -> str:
     """`text` with the install's coscheduler names in place of the defaults."""
-    if not names or not all(SCHEDULER_NAME.fullmatch(n) for n in names):
+    if not names or not all(SCHEDULER_NAME.fullmatch(n) and n != DEFAULT_SCHEDULER for n in names):
         raise ValueError(
             f"coscheduler names {list(names)!r}: at least one, each a DNS subdomain (lower-case letters, "
-            "digits, '-' and '.'), as a pod's schedulerName is"
+            f"digits, '-' and '.'), as a pod's schedulerName is, and not {DEFAULT_SCHEDULER}"
         )
     return text.replace(COSCHEDULERS_TEXT, ", ".join(f"'{name}'" for name in names))
 

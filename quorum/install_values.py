@@ -41,7 +41,7 @@ from pydantic.alias_generators import to_camel, to_snake
 
 from quorum import __version__, install
 from quorum.core import removal
-from quorum.core.gangs import COSCHEDULER_NAMES, VOLCANO_SCHEDULER
+from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER, VOLCANO_SCHEDULER
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "crds"
@@ -304,6 +304,11 @@ class SchedulersValues(_Values):
 
     @model_validator(mode="after")
     def _some_name_left(self) -> SchedulersValues:
+        if DEFAULT_SCHEDULER in self.coscheduler_names:
+            raise ValueError(
+                f"schedulers.coschedulerNames: {DEFAULT_SCHEDULER} is not a coscheduler name (every pod "
+                "has it; quorum takes its gang pods anyway): remove it"
+            )
         if not self.names:
             raise ValueError(
                 "schedulers: no coscheduler name is left once scheduler-plugins' is left to it; name "
@@ -555,7 +560,7 @@ def sources(values: InstallValues, manifests: Path = install.MANIFESTS, crds: Pa
         files += [crds / name for name in QUORUM_CRDS]
         if values.crds.scheduler_plugins:
             files.append(crds / SCHEDULER_PLUGINS_CRD)
-        if values.schedulers.volcano:
+        if VOLCANO_SCHEDULER in values.schedulers.names:  # `volcano` taken: its PodGroups must exist
             files.append(crds / VOLCANO_CRD)
     files += [
         manifests / name

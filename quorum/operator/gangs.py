@@ -51,6 +51,33 @@ TOPOLOGY_ANNOTATION = "quorum.dev/topology-key"
 JSON = dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Unclaimed:
+    """A pod of a group that asks for a scheduler quorum does not take: what its Event needs."""
+
+    namespace: str
+    name: str
+    uid: str
+    scheduler: str
+    marker: GangMarker
+
+    @classmethod
+    def of(cls, pod: JSON, marker: GangMarker) -> Unclaimed:
+        meta = pod["metadata"]
+        scheduler = str((pod.get("spec") or {}).get("schedulerName"))[:253]
+        group = GangMarker(marker.source, marker.group[:253])  # an annotation may be long
+        return cls(meta.get("namespace", ""), meta["name"], meta["uid"], scheduler, group)
+
+    @property
+    def pod(self) -> JSON:
+        """The pod as an Event's object."""
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": self.name, "namespace": self.namespace, "uid": self.uid},
+        }
+
+
 @dataclass
 class Store:
     """The latest version of every object quorum watches, by key: its watches write it (the
@@ -70,15 +97,16 @@ class Store:
     pod_group_version: str | None = POD_GROUP_VERSIONS[0]
     composite_version: str | None = None
     # API groups of the CRD-defined PodGroups whose CRD is quorum's (crds/; Volcano's where quorum
-    # installed it): quorum writes their phase and counters. Another's (scheduler-plugins' own CRD, its controller writing the
-    # status) gets no status from quorum: the Gang object tells the story.
+    # installed it): quorum writes their phase and counters. Another's (scheduler-plugins' own
+    # CRD, its controller writing the status) gets no status from quorum: the Gang tells the story.
     owned_group_apis: frozenset[str] = frozenset(g for g, _ in GROUP_APIS.values() if g != WAS_GROUP)
     # The schedulerNames of the pods quorum takes (settings: the default scheduler's, none, and the
     # coscheduler names); a pod asking for another is not quorum's, whatever its markers.
     schedulers: tuple[str, ...] = QUORUM_SCHEDULER_NAMES
     # Pods with a group marker that ask for a scheduler quorum does not take, not bound yet, by
-    # uid: told once, on the pod and its group, that quorum leaves them to that scheduler.
-    unclaimed: dict[str, JSON] = field(default_factory=dict)
+    # uid: told once, on the pod and its group, that quorum leaves them to that scheduler. Only
+    # what the Event needs is kept, not the pod.
+    unclaimed: dict[str, Unclaimed] = field(default_factory=dict)
     # Watched kind -> set once its first listing is in: the loop plans only when all are.
     synced: dict[str, asyncio.Event] = field(default_factory=dict)
     # Watched kind -> the latest resourceVersion its watch delivered (pods, gangs): an object
@@ -168,8 +196,8 @@ class GangPods:
             self.store.pods[uid] = pod
         else:
             self.store.pods.pop(uid, None)
-            if unclaimed_marker(pod, self.store.schedulers) is not None:
-                self.store.unclaimed[uid] = pod
+            if (marker := unclaimed_marker(pod, self.store.schedulers)) is not None:
+                self.store.unclaimed[uid] = Unclaimed.of(pod, marker)
             else:
                 self.store.unclaimed.pop(uid, None)
         self.store.advance("pods", pod)

@@ -26,7 +26,7 @@ from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT
 from quorum.operator import clock, metrics
 from quorum.operator.events import pod_object
-from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store, is_gated, orphans, unclaimed_marker
+from quorum.operator.gangs import GROUP_APIS, JSON, GangView, Store, Unclaimed, is_gated, orphans
 from quorum.operator.ledger import Ledger, placed_node, recorded_placement
 from quorum.operator.status import GangRecords, now_rfc3339
 from quorum.operator.work import GangWork, describe
@@ -139,8 +139,8 @@ class Releaser:
             self.told_dropped = {uid for uid in self.told_dropped if uid in self.store.pods}
         if self.told_unclaimed:
             self.told_unclaimed = {uid for uid in self.told_unclaimed if uid in self.store.unclaimed}
-            if not self.told_unclaimed:
-                self.told_unclaimed_groups.clear()
+            groups = {(u.namespace, u.marker.describe()) for u in self.store.unclaimed.values()}
+            self.told_unclaimed_groups &= groups
 
     def start(self, view: GangView, release: Release) -> None:
         """Reserve the release's room now (no later pass may plan it), then release in the
@@ -352,27 +352,23 @@ class Releaser:
         if found and not self.work.busy(UNCLAIMED) and not self.work.backing_off(UNCLAIMED):
             self.work.start(UNCLAIMED, "tell", self.post_unclaimed(found[:UNCLAIMED_PER_PASS]))
 
-    async def post_unclaimed(self, found: list[JSON]) -> None:
+    async def post_unclaimed(self, found: list[Unclaimed]) -> None:
         for pod in found:
-            marker = unclaimed_marker(pod, self.store.schedulers)
-            if marker is None:
-                continue
-            namespace = pod["metadata"]["namespace"]
-            scheduler = str((pod.get("spec") or {}).get("schedulerName"))[:253]
+            marker = pod.marker
             message = (
-                f"this pod names {marker.describe()} but asks for scheduler {scheduler!r}, which quorum "
+                f"this pod names {marker.describe()} but asks for scheduler {pod.scheduler!r}, which quorum "
                 f"does not take: quorum leaves its gang to that scheduler. If no such scheduler runs in "
-                f"this cluster, the pod stays Pending: have the platform add {scheduler!r} to quorum's "
+                f"this cluster, the pod stays Pending: have the platform add {pod.scheduler!r} to quorum's "
                 f"coscheduler names (chart value schedulers.coschedulerNames; schedulers.volcano for "
                 f"Volcano's dialect), or remove schedulerName from the pod's template"
             )
-            await self.records.events.post(pod_object(pod), "SchedulerNotQuorums", message)
-            self.told_unclaimed.add(pod["metadata"]["uid"])
-            group_key = (namespace, marker.describe())
+            await self.records.events.post(pod.pod, "SchedulerNotQuorums", message)
+            self.told_unclaimed.add(pod.uid)
+            group_key = (pod.namespace, marker.describe())
             if marker.source in GROUP_APIS and group_key not in self.told_unclaimed_groups:
                 self.told_unclaimed_groups.add(group_key)
                 api_group, _ = GROUP_APIS[marker.source]
-                group = self.store.groups.get((api_group, namespace, marker.group))
+                group = self.store.groups.get((api_group, pod.namespace, marker.group))
                 await self.records.events.post(group, "SchedulerNotQuorums", message)
 
     async def release_orphans(self, found: list[tuple[JSON, tuple[str, str]]]) -> None:

@@ -16,6 +16,7 @@ log = logging.getLogger("quorum.operator")
 
 OTHER_SCHEDULERS = ("", "another scheduler's Lease")  # the work key of the check
 CHECK_SECONDS = 60.0  # how often the leader looks
+SCHEDULER_PLUGINS_NAME = "scheduler-plugins-scheduler"
 FRESH_SECONDS = 60.0  # a Lease renewed this recently is held by a running process
 
 
@@ -28,13 +29,15 @@ def held_now(lease: JSON, now: float) -> bool:
 
 
 class OtherSchedulers:
-    """Looks, at most every CHECK_SECONDS, for a held Lease named after one of the coscheduler
-    names, and tells each once per process."""
+    """Looks, at most every CHECK_SECONDS, for a held Lease named after scheduler-plugins'
+    scheduler while quorum takes that name, and tells each once per process (a Lease a tenant
+    makes so gets the same Warning, in its own namespace: nothing else follows from it)."""
 
     def __init__(self, api: KubeApi, events: EventRecorder, names: tuple[str, ...]) -> None:
         self.api = api
         self.events = events
-        self.names = names
+        # Only scheduler-plugins' name: its Lease is named after it, and the advice is its value.
+        self.names = tuple(n for n in names if n == SCHEDULER_PLUGINS_NAME)
         self.next_check = 0.0
         self.told: set[str] = set()  # Lease uids
 
@@ -45,9 +48,11 @@ class OtherSchedulers:
         return True
 
     async def check(self, now: float) -> None:
+        seen: set[str] = set()
         for name in self.names:
             for lease in await self.api.leases_named(name):
                 meta = lease["metadata"]
+                seen.add(str(meta.get("uid")))
                 if meta.get("uid") in self.told or not held_now(lease, now):
                     continue
                 self.told.add(str(meta.get("uid")))
@@ -56,8 +61,7 @@ class OtherSchedulers:
                     f"a scheduler named {name} runs in this cluster (this Lease is held by {holder}), "
                     f"and quorum also takes pods that ask for {name}: it holds them at its gate and "
                     f"releases them to the default scheduler. To leave them to {name}, set the chart "
-                    f"value schedulers.schedulerPlugins: true (or take {name} out of "
-                    f"schedulers.coschedulerNames)"
+                    f"value schedulers.schedulerPlugins: true"
                 )
                 log.warning("Lease %s/%s: %s", meta.get("namespace"), meta.get("name"), message)
                 await self.events.post(
@@ -66,3 +70,4 @@ class OtherSchedulers:
                     message,
                     warning=True,
                 )
+        self.told &= seen  # a Lease gone is forgotten

@@ -13,7 +13,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from quorum.core.fit import FitSettings
-from quorum.core.gangs import COSCHEDULER_NAMES
+from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER
 from quorum.core.lifecycle import BackoffPolicy, MemberLossPolicy
 from quorum.core.planner import PlannerSettings
 from quorum.core.preemption import PreemptionSettings
@@ -93,6 +93,13 @@ class OperatorSettings(BaseSettings):
             parsed = yaml.safe_load(value) if value.lstrip().startswith("[") else value.split(",")
             if isinstance(parsed, list):
                 return tuple(str(v).strip() for v in parsed if str(v).strip())
+        return value
+
+    @field_validator("coscheduler_names")
+    @classmethod
+    def _not_the_default_scheduler(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if DEFAULT_SCHEDULER in value:
+            raise ValueError(f"{DEFAULT_SCHEDULER!r} is not a coscheduler name (every pod has it)")
         return value
 
     @classmethod

@@ -115,6 +115,15 @@ class WebhookSettings(BaseModel):
         """The group annotation scheduling.k8s.io/group-name marks gang pods (`volcano` is taken)."""
         return volcano_dialect(self.coscheduler_names)
 
+    @field_validator("coscheduler_names")
+    @classmethod
+    def _not_the_default_scheduler(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if "" in value or DEFAULT_SCHEDULER in value:
+            raise ValueError(
+                f"coscheduler_names may not hold {DEFAULT_SCHEDULER!r} or '' (every pod has one)"
+            )
+        return value
+
     @field_validator("reserved_label_domains")
     @classmethod
     def _domains_are_lower_case(cls, value: tuple[str, ...]) -> tuple[str, ...]:

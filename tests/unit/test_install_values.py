@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
+from quorum import install_values
 from quorum.cli import main
 from quorum.install_values import (
     InstallValues,
@@ -18,6 +20,8 @@ from quorum.install_values import (
     merged,
     render_values,
 )
+from quorum.operator.settings import OperatorSettings
+from quorum.webhooks.settings import WebhookSettings
 
 
 def test_a_values_file_is_merged_onto_the_defaults_as_helm_merges_it() -> None:
@@ -100,3 +104,28 @@ def test_static_admission_with_values_writes_the_fences_with_the_platform_identi
     assert left == {"quorum-gang-pods-warnings"}  # a warning, no fence
     fences = (tmp_path / "static" / "quorum-fences.yaml").read_text()
     assert "'cks-node-lifecycle'" in fences and "quorum:node-lifecycle" not in fences
+
+
+def test_the_scheduler_names_refuse_the_default_scheduler_and_an_empty_list() -> None:
+    """Every pod has the default scheduler's name: as a coscheduler name it would make the backstop
+    refuse every pod while the webhooks are down. And at least one name must be left."""
+    with pytest.raises(install_values.InvalidValues, match="default-scheduler is not a coscheduler name"):
+        install_values.load_values({"schedulers": {"coschedulerNames": ["default-scheduler"]}})
+    with pytest.raises(install_values.InvalidValues, match="no coscheduler name is left"):
+        install_values.load_values(
+            {"schedulers": {"coschedulerNames": ["scheduler-plugins-scheduler"], "schedulerPlugins": True}}
+        )
+    with pytest.raises(ValidationError):
+        WebhookSettings(coscheduler_names=("default-scheduler",))
+    with pytest.raises(ValidationError):
+        OperatorSettings(coscheduler_names=("default-scheduler",))
+
+
+def test_volcanos_crd_comes_with_the_name_however_it_is_taken() -> None:
+    """`volcano` among the names needs Volcano's PodGroups served, whether schedulers.volcano or
+    coschedulerNames put it there."""
+    crd = install_values.CRDS / install_values.VOLCANO_CRD
+    assert crd not in install_values.sources(install_values.load_values())
+    by_flag = install_values.load_values({"schedulers": {"volcano": True}})
+    by_name = install_values.load_values({"schedulers": {"coschedulerNames": ["cw-coscheduler", "volcano"]}})
+    assert crd in install_values.sources(by_flag) and crd in install_values.sources(by_name)

@@ -72,6 +72,9 @@ without scheduler-plugins' where scheduler-plugins runs, with `volcano` where it
 */}}
 {{- define "quorum.coschedulerItems" -}}
 {{- $names := list -}}
+{{- if has "default-scheduler" .Values.schedulers.coschedulerNames -}}
+{{- fail "schedulers.coschedulerNames: default-scheduler is not a coscheduler name (every pod has it; quorum takes its gang pods anyway): remove it" -}}
+{{- end -}}
 {{- range .Values.schedulers.coschedulerNames -}}
 {{- if not (and $.Values.schedulers.schedulerPlugins (eq . "scheduler-plugins-scheduler")) -}}
 {{- $names = append $names . -}}
