@@ -386,7 +386,17 @@ def run_demo(args: argparse.Namespace) -> int:
                 ).stdout
             )["items"]
             states = [(o.get("status") or {}) for o in got]
-            if len(got) == 2 and states[0].get("state") == "ready" and states[1].get("readyReplicas") == 2:
+            gangs = json.loads(instance.kubectl("-n", DEMO_NAMESPACE, "get", "gangs", "-o", "json").stdout)[
+                "items"
+            ]
+            gangs_running = len(gangs) == 3 and all(
+                (g.get("status") or {}).get("phase") == "Running" for g in gangs
+            )
+            ready = (
+                len(got) == 2 and states[0].get("state") == "ready" and states[1].get("readyReplicas") == 2
+            )
+            if ready and gangs_running:  # and quorum's status written: the PodGroups' phases shown
+                time.sleep(1)
                 break
             time.sleep(1)
         else:
