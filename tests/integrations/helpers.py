@@ -13,6 +13,8 @@ from tests.integration.test_gangs import GANGS, admitted, get, pods
 from tests.kube import eventually
 
 JSON = dict[str, Any]
+X_POD_GROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+VOLCANO_POD_GROUPS = ("scheduling.volcano.sh", "v1beta1", "podgroups")
 
 
 def apply(instance: Instance, namespace: str | None, *objs: JSON) -> None:
@@ -25,6 +27,14 @@ def apply(instance: Instance, namespace: str | None, *objs: JSON) -> None:
 def condition_true(obj: JSON | None, kind: str) -> bool:
     conditions = ((obj or {}).get("status") or {}).get("conditions") or []
     return any(c.get("type") == kind and c.get("status") == "True" for c in conditions)
+
+
+async def list_objects(api: client.ApiClient, kind: tuple[str, str, str], namespace: str) -> list[JSON]:
+    listed = await client.CustomObjectsApi(api).list_namespaced_custom_object(
+        kind[0], kind[1], namespace, kind[2]
+    )
+    items: list[JSON] = listed["items"]
+    return items
 
 
 async def released(api: client.ApiClient, namespace: str, gang: str, timeout: float = 120) -> JSON:
@@ -52,11 +62,9 @@ async def held_for_room(api: client.ApiClient, namespace: str, gang: str, timeou
 
 async def nothing_left(api: client.ApiClient, namespace: str, *groups: tuple[str, str, str, str]) -> None:
     """No pod, no Gang and none of `groups` ((group, version, plural, name)) left in the namespace."""
-    custom = client.CustomObjectsApi(api)
 
     async def probe() -> bool:
-        gangs = await custom.list_namespaced_custom_object(*GANGS[:2], namespace, GANGS[2])
-        if gangs["items"] or await pods(api, namespace, ""):
+        if await list_objects(api, GANGS, namespace) or await pods(api, namespace, ""):
             return False
         return all([await get(api, (g, v, p), namespace, name) is None for g, v, p, name in groups])
 

@@ -17,13 +17,12 @@ from devcluster.cluster import Instance
 from devcluster.controllers import KUBERAY
 from tests.integration.test_explain import quorum
 from tests.integration.test_gangs import admitted, get, pods
-from tests.integrations.helpers import apply, held_for_room, nothing_left, released
+from tests.integrations.helpers import X_POD_GROUPS, apply, held_for_room, nothing_left, released
 from tests.kube import assert_no_overcommit, eventually
 
 pytestmark = pytest.mark.cluster
 JSON = dict[str, Any]
 RAY = ("ray.io", "v1", "rayclusters")
-X_POD_GROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
 
 
 def sample(instance: Instance) -> JSON:

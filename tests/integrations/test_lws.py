@@ -19,13 +19,12 @@ from devcluster.controllers import LWS
 from quorum.core.gangs import GangSource, gang_name
 from tests.integration.test_explain import quorum
 from tests.integration.test_gangs import GANGS, admitted, get, pods
-from tests.integrations.helpers import apply, held_for_room, nothing_left
+from tests.integrations.helpers import VOLCANO_POD_GROUPS, apply, held_for_room, list_objects, nothing_left
 from tests.kube import assert_no_overcommit, eventually
 
 pytestmark = pytest.mark.cluster
 JSON = dict[str, Any]
 LEADER_WORKER_SETS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
-VOLCANO_POD_GROUPS = ("scheduling.volcano.sh", "v1beta1", "podgroups")
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 
 
@@ -38,14 +37,6 @@ def sample(instance: Instance) -> JSON:
     path = LWS.source(instance.binaries) / "docs/examples/sample/gang-scheduling/lws-sample-volcano.yaml"
     doc: JSON = yaml.safe_load(path.read_text())
     return doc
-
-
-async def list_objects(api: client.ApiClient, kind: tuple[str, str, str], namespace: str) -> list[JSON]:
-    listed = await client.CustomObjectsApi(api).list_namespaced_custom_object(
-        kind[0], kind[1], namespace, kind[2]
-    )
-    items: list[JSON] = listed["items"]
-    return items
 
 
 async def ready_replicas(api: client.ApiClient, namespace: str, name: str) -> int:

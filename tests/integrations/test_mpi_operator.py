@@ -17,13 +17,19 @@ from devcluster.cluster import Instance
 from devcluster.controllers import MPI_OPERATOR
 from tests.integration.test_explain import quorum
 from tests.integration.test_gangs import admitted, get, pods
-from tests.integrations.helpers import apply, condition_true, held_for_room, nothing_left, released
+from tests.integrations.helpers import (
+    X_POD_GROUPS,
+    apply,
+    condition_true,
+    held_for_room,
+    nothing_left,
+    released,
+)
 from tests.kube import assert_no_overcommit, eventually
 
 pytestmark = pytest.mark.cluster
 JSON = dict[str, Any]
 MPI_JOBS = ("kubeflow.org", "v2beta1", "mpijobs")
-X_POD_GROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
 KWOK_RUNS_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
 
 
