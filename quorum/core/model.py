@@ -125,6 +125,16 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
+class PodClaim:
+    """One entry of a pod's `spec.resourceClaims`: its name, and the claim or template named."""
+
+    name: str
+    claim: str | None = None  # resourceClaimName
+    template: str | None = None  # resourceClaimTemplateName
+    made: str | None = None  # the claim made from the template (pod status resourceClaimStatuses)
+
+
+@dataclass(frozen=True, slots=True)
 class Pod:
     """A gated gang pod as the planner needs it."""
 
@@ -136,6 +146,8 @@ class Pod:
     # Required node affinity: a node must match every requirement of at least one term.
     affinity: tuple[tuple[Requirement, ...], ...] = ()
     unmodeled: tuple[str, ...] = ()  # hard constraints quorum does not model (for a warning)
+    # Its DRA claims (`quorum.core.devices` counts them into `requests` before a plan).
+    claims: tuple[PodClaim, ...] = ()
     # Pods of one shape fit the same nodes the same way; computed once (the planner asks often).
     shape: tuple[object, ...] = field(init=False, repr=False, compare=False)
 

@@ -99,6 +99,12 @@ class KubeApi(Protocol):
         its DisruptionTarget condition changed its resourceVersion); False if it is gone."""
         ...
 
+    async def allocate_claim(self, claim: JSON, status: JSON) -> bool:
+        """Allocate a DRA claim as kube-scheduler would (`quorum.k8s.devices.allocation_status`):
+        its deletion protection first, then the status, on the version the watch showed; False
+        if the claim is gone, changed or allocated already."""
+        ...
+
 
 class LiveApi:
     """`KubeApi` on a kubernetes-asyncio client."""
@@ -176,3 +182,6 @@ class LiveApi:
 
     async def delete_victim(self, pod: JSON) -> bool:
         return await writes.delete_pod(self.api, pod)
+
+    async def allocate_claim(self, claim: JSON, status: JSON) -> bool:
+        return await writes.allocate_claim(self.api, claim, status)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from quorum.core.model import Node, Pod, Requirement, Taint, Toleration, resources
+from quorum.core.model import Node, Pod, PodClaim, Requirement, Taint, Toleration, resources
 from quorum.core.preemption import INTERRUPTABLE_LABEL, PREEMPTIBLE_ANNOTATION, RunningPod
 from quorum.core.requests import pod_requests as pod_requests  # re-exported: the operator reads it here
 from quorum.core.times import timestamp as timestamp  # re-exported: API code reads it here
@@ -51,9 +51,27 @@ def unmodeled_constraints(spec: JSON) -> tuple[str, ...]:
         found.append("host ports")
     if any("persistentVolumeClaim" in v or "ephemeral" in v for v in spec.get("volumes") or []):
         found.append("volumes (volume node affinity)")
-    if spec.get("resourceClaims"):
-        found.append("DRA resource claims")
     return tuple(found)
+
+
+def pod_claims(pod: JSON) -> tuple[PodClaim, ...]:
+    """The pod's DRA claims: each entry of `spec.resourceClaims`, with the claim made from its
+    template once kube-controller-manager has made it (`status.resourceClaimStatuses`)."""
+    made = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+        if isinstance(s, dict)
+    }
+    return tuple(
+        PodClaim(
+            str(c.get("name", "")),
+            c.get("resourceClaimName") or None,
+            c.get("resourceClaimTemplateName") or None,
+            made.get(c.get("name")) or None,
+        )
+        for c in (pod.get("spec") or {}).get("resourceClaims") or []
+        if isinstance(c, dict)
+    )
 
 
 def pod_from_api(pod: JSON) -> Pod:
@@ -72,6 +90,7 @@ def pod_from_api(pod: JSON) -> Pod:
         node_selector=dict(spec.get("nodeSelector") or {}),
         affinity=_affinity(spec),
         unmodeled=unmodeled_constraints(spec),
+        claims=pod_claims(pod),
     )
 
 

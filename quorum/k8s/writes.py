@@ -15,6 +15,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.gangs import GATE as GATE  # re-exported, as is RESERVED_TAINT
 from quorum.core.gangs import RESERVED_TAINT as RESERVED_TAINT
+from quorum.k8s.devices import DELETE_PROTECTION
 
 log = logging.getLogger("quorum.k8s.writes")
 
@@ -154,6 +155,53 @@ async def release_pod(
     except ApiException as err:
         if err.status in (404, 409, 422):  # gone, or a `test` failed: someone else acted first
             log.info("pod %s/%s not released: %s %s", meta["namespace"], meta["name"], err.reason, err.body)
+            return False
+        raise
+    return True
+
+
+async def allocate_claim(api: client.ApiClient, claim: dict[str, Any], status: dict[str, Any]) -> bool:
+    """Allocate a DRA claim of a pod quorum releases: the finalizer kube-scheduler adds to the
+    claims it allocates (the resourceclaim controller removes it once the claim is neither used
+    nor allocated), then the status, on the claim's version (a claim allocated or changed
+    meanwhile is left alone: False)."""
+    meta = claim["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    resource = client.ResourceV1Api(api)
+    if (claim.get("status") or {}).get("allocation") is not None:
+        return False
+    version = meta.get("resourceVersion", "")
+    try:
+        if DELETE_PROTECTION not in (meta.get("finalizers") or []):
+            ops: list[dict[str, Any]] = [
+                {"op": "test", "path": "/metadata/uid", "value": meta["uid"]},
+                {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+            ]
+            if meta.get("finalizers"):
+                ops.append({"op": "add", "path": "/metadata/finalizers/-", "value": DELETE_PROTECTION})
+            else:
+                ops.append({"op": "add", "path": "/metadata/finalizers", "value": [DELETE_PROTECTION]})
+            patched: Any = await resource.patch_namespaced_resource_claim(
+                name,
+                namespace,
+                ops,
+                _content_type=JSON_PATCH,  # type: ignore[call-arg]
+                _preload_content=False,
+            )
+            version = json.loads(await patched.read())["metadata"]["resourceVersion"]
+        body = {"metadata": {"uid": meta["uid"], "resourceVersion": version}, "status": status}
+        await discard(
+            resource.patch_namespaced_resource_claim_status(
+                name,
+                namespace,
+                body,
+                _content_type=MERGE,  # type: ignore[call-arg]
+                _preload_content=False,
+            )
+        )
+    except ApiException as err:
+        if err.status in (404, 409, 422):
+            log.info("claim %s/%s not allocated: %s %s", namespace, name, err.reason, err.body)
             return False
         raise
     return True

@@ -163,6 +163,14 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
             client.PolicyV1Api(api).list_pod_disruption_budget_for_all_namespaces,
             [store_pdbs(store)],
         ),
+        # DRA (resource.k8s.io/v1, docs/dra.md): devices, their classes, and claims.
+        ("resourceslices", client.ResourceV1Api(api).list_resource_slice, [loop.devices.slices]),
+        ("deviceclasses", client.ResourceV1Api(api).list_device_class, [loop.devices.classes]),
+        (
+            "resourceclaims",
+            client.ResourceV1Api(api).list_resource_claim_for_all_namespaces,
+            [loop.devices.claims],
+        ),
     ]
     for group, version in GROUP_APIS.values():
         if group == WAS_GROUP:

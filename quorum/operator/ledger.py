@@ -17,6 +17,7 @@ from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from quorum.core.devices import DeviceKey, is_device_resource
 from quorum.core.model import add
 from quorum.core.record import GangRecord, Placement
 from quorum.k8s.convert import pod_requests
@@ -32,6 +33,9 @@ class Reservation:
     gang: GangKey
     node: str
     requests: Mapping[str, int]
+    # DRA devices chosen for its claims: taken from the plan's free devices until it binds, also
+    # before the claims' allocation (written at release) reaches the watch.
+    devices: tuple[DeviceKey, ...] = ()
 
 
 class Ledger:
@@ -49,11 +53,20 @@ class Ledger:
     def uids(self) -> frozenset[str]:
         return frozenset(self.entries)
 
-    def reserve(self, gang: GangKey, uid: str, node: str, requests: Mapping[str, int]) -> None:
+    def reserve(
+        self,
+        gang: GangKey,
+        uid: str,
+        node: str,
+        requests: Mapping[str, int],
+        devices: tuple[DeviceKey, ...] = (),
+    ) -> None:
         old = self.entries.get(uid)
         if old is not None:
             self.changed.add(old.node)
-        self.entries[uid] = Reservation(gang, node, dict(requests))
+        # Device counts are of one pass's kinds: the devices themselves are what is kept.
+        kept = {k: v for k, v in requests.items() if not is_device_resource(k)}
+        self.entries[uid] = Reservation(gang, node, kept, devices)
         self.changed.add(node)
 
     def drop(self, uid: str) -> None:
@@ -80,6 +93,9 @@ class Ledger:
         for reservation in self.entries.values():
             used[reservation.node] = add(used.get(reservation.node, {}), reservation.requests)
         return used
+
+    def devices(self) -> set[DeviceKey]:
+        return {key for r in self.entries.values() for key in r.devices}
 
     def take_changed(self) -> set[str]:
         changed, self.changed = self.changed, set()

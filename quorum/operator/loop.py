@@ -34,6 +34,7 @@ from quorum.core.model import Gang
 from quorum.core.planner import Hold, Planner
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import newer_or_same
+from quorum.k8s.devices import DeviceObjects
 from quorum.k8s.usage import BoundPods
 from quorum.operator import clock, metrics
 from quorum.operator.gangs import GangView, Store, assemble, composites
@@ -46,7 +47,7 @@ from quorum.operator.recovery import Recoverer
 from quorum.operator.release import Releaser, ReleaseSettings
 from quorum.operator.schedulers import OTHER_SCHEDULERS, OtherSchedulers
 from quorum.operator.settings import LoopSettings
-from quorum.operator.snapshot import NodeModels, PodModels, Snapshot, plan
+from quorum.operator.snapshot import DeviceNodes, NodeModels, PodModels, Snapshot, plan
 from quorum.operator.status import GangRecords
 from quorum.operator.work import GangWork
 
@@ -123,6 +124,7 @@ class GangLoop:
             self.wake,
             self.records.report_failure,
         )
+        self.devices = DeviceObjects()  # DRA objects, fed by the watches
         self.releaser = Releaser(
             api,
             self.records,
@@ -135,12 +137,14 @@ class GangLoop:
             ReleaseSettings(
                 settings.planner.fit, settings.release_concurrency, settings.gang_timeout_seconds
             ),
+            self.devices,
         )
         self.holds = Holds(api, self.records, self.work, self.recoverer, settings.forming_grace_seconds)
         self.other_schedulers = OtherSchedulers(api, self.events, settings.coscheduler_names)
         self.planner = Planner(settings.planner)  # keeps its node index between passes
         self.pod_models = PodModels()
         self.node_models = NodeModels()
+        self.device_nodes = DeviceNodes()
         self.timings: dict[str, float] = {}  # where the last pass's time went
         self.lap_started = 0.0
         self.worst_pass = 0.0
@@ -299,16 +303,17 @@ class GangLoop:
             changed=self.changed(),
             now=now,
             composites=composites(self.store, views.values()),
+            devices=self.devices.world(self.ledger.devices()),
         )
         self.lap("snapshot")
-        planned = await asyncio.to_thread(plan, snapshot, self.planner, self.pod_models)
+        planned = await asyncio.to_thread(plan, snapshot, self.planner, self.pod_models, self.device_nodes)
         metrics.PLAN_DURATION.observe(time.monotonic() - self.lap_started)
         self.lap("plan")
         for key, message in planned.failed.items():
             holds[key] = Hold(Gang(*key, 1, ()), "PlanningFailed", message)
             self.fail(key, "plan", message)
         for release in planned.plan.releases:
-            self.releaser.start(plannable[release.gang.key], release)
+            self.releaser.start(plannable[release.gang.key], release, planned.devices.get(release.gang.key))
         for hold in planned.plan.holds:
             key = hold.gang.key
             if hold.reason == "PlanningFailed":

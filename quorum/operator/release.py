@@ -16,12 +16,14 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 
+from quorum.core.devices import Assignment, DeviceKey
 from quorum.core.fit import FitSettings, why_not
 from quorum.core.model import Gang, Node, Toleration, fits, subtract
 from quorum.core.planner import Release
 from quorum.core.record import Admission, GangRecord, Placement
 from quorum.k8s.api import KubeApi
-from quorum.k8s.convert import pod_from_api, pod_requests, timestamp
+from quorum.k8s.convert import pod_claims, pod_from_api, pod_requests, timestamp
+from quorum.k8s.devices import DeviceObjects, allocation_status
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT
 from quorum.operator import clock, metrics
@@ -108,8 +110,10 @@ class Releaser:
         recovered_already: Callable[[GangKey, GangRecord], bool],
         fail: Callable[[GangKey, str, str], None],
         settings: ReleaseSettings,
+        devices: DeviceObjects | None = None,
     ) -> None:
         self.api = api
+        self.devices = devices or DeviceObjects()  # DRA objects as the watches show them
         self.records = records
         self.store: Store = records.store
         self.bound = bound
@@ -142,18 +146,21 @@ class Releaser:
             groups = {(u.namespace, u.marker.describe()) for u in self.store.unclaimed.values()}
             self.told_unclaimed_groups &= groups
 
-    def start(self, view: GangView, release: Release) -> None:
-        """Reserve the release's room now (no later pass may plan it), then release in the
-        gang's task (its time limit grows with the pods it patches)."""
+    def start(self, view: GangView, release: Release, devices: Assignment | None = None) -> None:
+        """Reserve the release's room now (no later pass may plan it), with the DRA devices
+        chosen for its pods' claims, then release in the gang's task (its time limit grows with
+        the pods it patches)."""
+        devices = devices or {}
         for pod, node in release.placement:
-            self.ledger.reserve(view.key, pod.uid, node.name, pod.requests)
+            chosen = tuple(key for keys in devices.get(pod.uid, {}).values() for key in keys)
+            self.ledger.reserve(view.key, pod.uid, node.name, pod.requests, chosen)
         pods = len(release.placement)
         timeout = self.settings.gang_timeout_seconds * (1 + pods / self.settings.release_concurrency)
-        if not self.work.start(view.key, "release", self.release(view, release), timeout):
+        if not self.work.start(view.key, "release", self.release(view, release, devices), timeout):
             for pod, _ in release.placement:  # cannot happen (busy gangs are not planned): undo
                 self.ledger.drop(pod.uid)
 
-    async def release(self, view: GangView, release: Release) -> None:
+    async def release(self, view: GangView, release: Release, devices: Assignment | None = None) -> None:
         placement = [(pod.uid, node.name) for pod, node in release.placement]
         try:
             gang = await self.records.ensure_gang(view)
@@ -170,16 +177,18 @@ class Releaser:
         metrics.RELEASE_LATENCY.observe(max(0.0, clock.time() - complete_at))
         pods = {p["metadata"]["uid"]: p for p in view.gated}
         results, error = await self.release_pods(
-            view.key, [(pods[uid], node) for uid, node in placement if uid in pods]
+            view.key, [(pods[uid], node) for uid, node in placement if uid in pods], devices
         )
         await self.tell_released(view, gang, results)
         if error is not None:
             raise error
 
     async def release_pods(
-        self, key: GangKey, pods: list[tuple[JSON, str]]
+        self, key: GangKey, pods: list[tuple[JSON, str]], devices: Assignment | None = None
     ) -> tuple[list[tuple[str, bool]], BaseException | None]:
-        """One conditional patch per pod; (node, released?) per pod, and the first error, for
+        """One conditional patch per pod, after its DRA claims are allocated to the devices the
+        plan chose (a pod whose claim could not be allocated is not released: it is planned
+        anew); (node, released?) per pod, and the first error, for
         the gang's task to raise once it has told what was done. A failing patch does not stop
         the others. A pod whose patch raised stays reserved and is kept as unfinished (the
         release is finished on its recorded node after the gang's backoff); one the apiserver
@@ -190,6 +199,9 @@ class Releaser:
 
         async def one(pod: JSON, node: str) -> bool:
             async with self.pod_patches.slot(key):
+                chosen = (devices or {}).get(pod["metadata"]["uid"])
+                if chosen and not await self.allocate_claims(pod, node, chosen):
+                    return False
                 return await self.api.release_pod(pod, node, tolerate)
 
         results = await asyncio.gather(*(one(pod, node) for pod, node in pods), return_exceptions=True)
@@ -214,6 +226,42 @@ class Releaser:
         done = [(node, r is True) for (_, node), r in zip(pods, results, strict=True)]
         metrics.PODS_RELEASED.inc(sum(1 for _, ok in done if ok))
         return done, error
+
+    async def allocate_claims(
+        self, pod: JSON, node: str, chosen: dict[tuple[str, str], tuple[DeviceKey, ...]]
+    ) -> bool:
+        """Allocate each claim of the pod to the devices chosen for it (by its entry in the
+        pod's `spec.resourceClaims`), as the watch shows the claim; False if one is not there
+        or the apiserver refused it (the pod then stays gated and is planned anew: a claim
+        allocated already pins it to that claim's node)."""
+        namespace = pod["metadata"]["namespace"]
+        entries = {c.name: c for c in pod_claims(pod)}
+        per_claim: dict[str, dict[str, tuple[DeviceKey, ...]]] = {}
+        for (entry, request), keys in chosen.items():
+            per_claim.setdefault(entry, {})[request] = keys
+        stamp = now_rfc3339()
+        for entry, requests in sorted(per_claim.items()):
+            found = entries.get(entry)
+            name = found and (found.claim or found.made)
+            claim = self.devices.claims.get(namespace, name) if name else None
+            if claim is None:
+                return False
+            if (claim.get("status") or {}).get("allocation") is not None:
+                continue  # allocated already (an earlier attempt of this release)
+            classes = {c["metadata"]["name"]: c for _, _, c in self.devices.classes.items.values()}
+            status = allocation_status(claim, classes, requests, node, pod, stamp)
+            if not await self.api.allocate_claim(claim, status):
+                return False
+        return True
+
+    def claims_allocated(self, pod: JSON) -> bool:
+        namespace = pod["metadata"]["namespace"]
+        for entry in pod_claims(pod):
+            name = entry.claim or entry.made
+            claim = self.devices.claims.get(namespace, name) if name else None
+            if claim is None or (claim.get("status") or {}).get("allocation") is None:
+                return False
+        return True
 
     async def keep_room_of_refused(self, key: GangKey, uids: list[str]) -> None:
         """The reservations of pods whose release the apiserver refused, from the pods as it has
@@ -314,6 +362,8 @@ class Releaser:
             node = nodes.get(entry.node)
             if node is None:
                 continue
+            if not self.claims_allocated(pod):
+                continue  # its devices are chosen by a new plan, not by kube-scheduler alone
             model = pod_from_api(pod)
             if token is not None:
                 model = replace(model, tolerations=(*model.tolerations, reservation_toleration(token)))

@@ -10,8 +10,10 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from quorum.core.device_cel import SelectorCache
+from quorum.core.devices import Assignment, DeviceWorld, count_devices
 from quorum.core.model import Composite, Gang, Node, Pod, Resources
-from quorum.core.planner import Plan, Planner
+from quorum.core.planner import Hold, Plan, Planner, Release
 from quorum.k8s.convert import node_from_api, pod_from_api
 from quorum.operator.gangs import JSON, GangView
 from quorum.operator.release import tolerating
@@ -30,6 +32,7 @@ class Snapshot:
     changed: set[str] | None  # nodes whose usage or object changed since the last pass (None: all)
     now: float
     composites: Mapping[GangKey, Composite] = field(default_factory=dict)  # 1.37 CompositePodGroups
+    devices: DeviceWorld = field(default_factory=DeviceWorld)  # DRA: devices, classes, claims
 
 
 class NodeModels:
@@ -87,15 +90,47 @@ class PodModels:
         self.seen = set()
 
 
+class DeviceNodes:
+    """DRA for the planner across passes (worker thread only): the selector results, and each
+    node with its devices counted in, the same object while its counts are the same (the
+    planner's index refreshes a node that changed; `changed` tells it which)."""
+
+    def __init__(self) -> None:
+        self.cache = SelectorCache()
+        self.models: dict[str, tuple[Node, Node]] = {}  # name -> (node, node with its devices)
+
+    def keep_same(
+        self, nodes: Mapping[str, Node], counted: Mapping[str, Node], changed: set[str] | None
+    ) -> tuple[dict[str, Node], set[str] | None]:
+        out: dict[str, Node] = {}
+        models: dict[str, tuple[Node, Node]] = {}
+        for name, node in counted.items():
+            base = nodes[name]
+            before = self.models.get(name)
+            if before is not None and before[0] is base and before[1].allocatable == node.allocatable:
+                node = before[1]
+            elif (node is not base or before is not None) and changed is not None:
+                changed = changed | {name}
+            if node is not base:
+                models[name] = (base, node)
+            out[name] = node
+        self.models = models
+        return out, changed
+
+
 @dataclass(frozen=True)
 class Planned:
-    """What the worker thread hands back: the plan, and the gangs whose conversion failed."""
+    """What the worker thread hands back: the plan, the gangs whose conversion failed, and the
+    devices each released pod's claims get (DRA)."""
 
     plan: Plan
     failed: dict[GangKey, str]
+    devices: dict[GangKey, Assignment] = field(default_factory=dict)
 
 
-def plan(snapshot: Snapshot, planner: Planner, pod_models: PodModels) -> Planned:
+def plan(
+    snapshot: Snapshot, planner: Planner, pod_models: PodModels, device_nodes: DeviceNodes | None = None
+) -> Planned:
     """In the worker thread: the gangs as the planner's models, then the plan. A gang whose
     pods cannot be read is left out, with the error (the others are planned). The planner is
     passed in, not read from the loop: a new term replaces it while an old plan may still run."""
@@ -110,12 +145,32 @@ def plan(snapshot: Snapshot, planner: Planner, pod_models: PodModels) -> Planned
         except Exception as err:
             failed[key] = f"reading its pods failed: {type(err).__name__}: {err}"
     pod_models.keep_seen()
+    device_nodes = device_nodes or DeviceNodes()
+    counted = count_devices(snapshot.nodes, queue, snapshot.devices, device_nodes.cache)
+    nodes, changed = device_nodes.keep_same(snapshot.nodes, counted.nodes, snapshot.changed)
     plan = planner.plan(
-        snapshot.nodes,
+        nodes,
         snapshot.used,
-        queue,
+        counted.queue,
         snapshot.now,
-        changed=snapshot.changed,
+        changed=changed,
         composites=snapshot.composites,
     )
-    return Planned(plan, failed)
+    held = [
+        Hold(gang, "DevicesNotModelled", counted.held[gang.key]) for gang in queue if gang.key in counted.held
+    ]
+    if counted.counts is None:
+        return Planned(Plan(plan.releases, (*plan.holds, *held), plan.visits), failed)
+    releases: list[Release] = []
+    devices: dict[GangKey, Assignment] = {}
+    taken: set[tuple[str, str, str]] = set()
+    for release in plan.releases:
+        assignment = counted.counts.assign_release(release.placement, counted.asks, taken)
+        if assignment is None:  # the counts said it fits: never expected; held, not half-placed
+            message = "its pods' devices could not be chosen on the planned nodes"
+            held.append(Hold(release.gang, "PlanningFailed", message))
+            continue
+        taken.update(key for per_pod in assignment.values() for keys in per_pod.values() for key in keys)
+        releases.append(release)
+        devices[release.gang.key] = assignment
+    return Planned(Plan(tuple(releases), (*plan.holds, *held), plan.visits), failed, devices)

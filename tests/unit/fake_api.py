@@ -93,6 +93,8 @@ class FakeApi:
         self.disruption_targets: dict[str, tuple[str, str]] = {}  # pod uid -> (reason, message)
         self.victims_deleted: list[str] = []  # uids of preemption's victims, in order
         self.tolerated: dict[str, str | None] = {}  # pod uid -> the reservation its release tolerates
+        self.claims: dict[tuple[str, str], JSON] = {}  # DRA claims allocated: (ns, name) -> claim
+        self.claim_watch: Any = None  # an index the claims' writes are delivered to at once
 
     # -- faults ---------------------------------------------------------------------------------
 
@@ -427,6 +429,24 @@ class FakeApi:
             return False
         self.victims_deleted.append(uid)
         self.changed("pods", uid, None)
+        return True
+
+    async def allocate_claim(self, claim: JSON, status: JSON) -> bool:
+        await self._call("allocate_claim", claim, status)
+        meta = claim["metadata"]
+        key = (meta["namespace"], meta["name"])
+        held = self.claims.get(key, claim)
+        if held["metadata"].get("resourceVersion") != meta.get("resourceVersion"):
+            return False  # changed since: a conflict
+        if (held.get("status") or {}).get("allocation") is not None:
+            return False
+        updated = copy.deepcopy(held)
+        updated["status"] = copy.deepcopy(status)
+        updated["metadata"]["finalizers"] = ["resource.kubernetes.io/delete-protection"]
+        updated["metadata"]["resourceVersion"] = self.latest = str(next(self.versions))
+        self.claims[key] = updated
+        if self.claim_watch is not None:
+            self.claim_watch.upsert(copy.deepcopy(updated))
         return True
 
     def reasons(self, name: str) -> list[str]:

@@ -35,6 +35,11 @@ RESOURCES: dict[tuple[str, str], list[tuple[str, str, bool, tuple[str, ...]]]] =
     ("events.k8s.io", "v1"): [("events", "Event", True, ())],
     ("apps", "v1"): [("statefulsets", "StatefulSet", True, ("status",))],
     ("batch", "v1"): [("jobs", "Job", True, ("status",))],
+    ("resource.k8s.io", "v1"): [
+        ("resourceslices", "ResourceSlice", False, ()),
+        ("deviceclasses", "DeviceClass", False, ()),
+        ("resourceclaims", "ResourceClaim", True, ("status", "binding")),
+    ],
     ("policy", "v1"): [("poddisruptionbudgets", "PodDisruptionBudget", True, ("status",))],
     ("quorum.dev", "v1alpha1"): [("gangs", "Gang", True, ("status",))],
     ("scheduling.sigs.k8s.io", "v1alpha1"): [("podgroups", "PodGroup", True, ("status",))],

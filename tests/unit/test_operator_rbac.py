@@ -198,6 +198,7 @@ def seed(fake: RecordingApiserver) -> None:
     )
     fake.put("", "pods", gang_pod("ml", "p-0", "g"))
     fake.put("", "pods", gang_pod("ml", "victim", "v"))  # a preemption deletes it
+    fake.put("resource.k8s.io", "resourceclaims", {"metadata": {"name": "p-0-gpus", "namespace": "ml"}})
     fake.put("", "nodes", {"metadata": {"name": "node-1"}, "spec": {}})
     fake.put("", "pods", gang_pod("team", "q-0", "h"))  # a gang without a Gang object
     gang = {
@@ -218,6 +219,7 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
         ("scheduling.k8s.io", v) for v in ("v1alpha2", "v1alpha3")
     ]
     victim = fake.objects[("", "pods", "ml", "victim")]
+    claim = fake.objects[("resource.k8s.io", "resourceclaims", "ml", "p-0-gpus")]
     node = fake.objects[("", "nodes", None, "node-1")]
     reserved = {"key": "quorum.dev/reserved", "value": "t0k3n", "effect": "NoSchedule"}
     tainted = {**node, "spec": {"taints": [reserved]}}
@@ -258,6 +260,7 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
         "mark_disruption_target": [lambda: live.mark_disruption_target(victim, "PreemptionByQuorum", "m")],
         "clear_disruption_target": [lambda: live.clear_disruption_target(victim, "PreemptionWithdrawn", "m")],
         "delete_victim": [lambda: live.delete_victim(victim)],
+        "allocate_claim": [lambda: live.allocate_claim(claim, {"allocation": {"devices": {"results": []}}})],
     }
 
 
@@ -464,8 +467,16 @@ def test_kopf_runs_as_main_runs_it_with_no_resource_handlers() -> None:
 WHOAMI = Access("create", "authentication.k8s.io", "selfsubjectreviews", None, None)
 
 
+# Changing a ResourceClaim's status.allocation, the apiserver asks the authorizer itself about
+# resourceclaims/binding (cluster-wide), as no request names it (docs/dra.md).
+CLAIM_STATUS = Access("patch", "resource.k8s.io", "resourceclaims/status", "ml", "p-0-gpus")
+CLAIM_BINDING = Access("patch", "resource.k8s.io", "resourceclaims/binding", None, None)
+
+
 def test_the_operator_makes_only_granted_calls_and_every_grant_is_used(recording: Recording) -> None:
     used = {r.access for r in recording.requests if r.access is not None and r.access != WHOAMI}
+    assert CLAIM_STATUS in used, "a claim's allocation was written"
+    used.add(CLAIM_BINDING)
     granted = operator_grants()
     not_granted = sorted(str(a) for a in used if not any(g.allows(a) for g in granted))
     assert not not_granted, f"calls manifests/10-rbac.yaml does not grant: {not_granted}"

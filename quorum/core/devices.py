@@ -1,0 +1,487 @@
+"""Devices of Dynamic Resource Allocation (DRA) as the planner counts them: pure, plain data in.
+
+A DRA cluster publishes its devices in ResourceSlices and pods ask for them through
+ResourceClaims (or through an extended resource that a DeviceClass maps to DRA). The planner
+counts resources per node and adds them up pod by pod, so devices are turned into such
+resources here, exactly:
+
+- A *kind* is what one request asks for: a DeviceClass and the request's own selectors. A node's
+  free devices each match some kinds (CEL, `quorum.core.device_cel`, cached per device).
+- Kinds that some device matches together overlap; overlapping kinds form a component. For each
+  non-empty set T of kinds of one component, the node's capacity of the resource "T" is the
+  number of its free devices that match a kind of T, and a pod asks of "T" the devices its
+  requests of kinds in T ask. By Hall's theorem, pods fit a node's devices (each request its own
+  devices, no device twice) exactly when every such resource fits: the planner's additive check
+  is exact, without knowing devices. `assign` then picks the devices themselves.
+- A request of mode All takes every device it matches on the node: a token of one per node
+  whose matching devices are all free, where no other kind matches them.
+
+What is not modelled (a request of `firstAvailable` alternatives, claim constraints, devices of
+pools that span nodes, a shared claim that several pods wait on before it is allocated, ...)
+holds the gang with what it is (`DeviceHold`), never releases it as if it fitted.
+docs/dra.md is the user's page.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from itertools import combinations
+
+from quorum.core.device_cel import DeviceView, SelectorCache, SelectorError, Version
+from quorum.core.model import Gang, Node, Pod, PodClaim, Requirement
+
+AttributeValue = bool | int | str | Version
+DeviceKey = tuple[str, str, str]  # (driver, pool, device)
+# Node selector terms (ORed) of requirements (key, operator, values, is a matchField), ANDed.
+NodeTerms = tuple[tuple[tuple[str, str, tuple[str, ...], bool], ...], ...]
+# The devices chosen for a release: pod uid -> (claim entry, request) -> devices.
+Assignment = dict[str, dict[tuple[str, str], tuple[DeviceKey, ...]]]
+
+# Resources that are never an extended resource served by DRA.
+NATIVE_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
+IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
+MAX_KINDS_PER_COMPONENT = 6  # 2^6 - 1 = 63 resources per node at most for one component
+TOKEN = 1000  # devices are counted like other resources, in milli-units
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    driver: str
+    pool: str
+    name: str
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)  # qualified names
+    capacity: Mapping[str, str] = field(default_factory=dict)  # qualified names -> quantities
+
+    @property
+    def key(self) -> DeviceKey:
+        return (self.driver, self.pool, self.name)
+
+    def view(self) -> DeviceView:
+        return DeviceView(self.driver, self.attributes, self.capacity)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    name: str
+    selectors: tuple[str, ...] = ()
+    extended_resource_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """One request of a claim, as modelled: `count` devices (ExactCount) or every device it
+    matches on the node (`all_devices`), of a class, that pass the selectors."""
+
+    name: str
+    device_class: str
+    selectors: tuple[str, ...] = ()
+    count: int = 1
+    all_devices: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A ResourceClaim as the planner needs it (or a template's claim not made yet)."""
+
+    namespace: str
+    name: str  # the ResourceClaim's name ("" for a template's claim not made yet)
+    requests: tuple[DeviceRequest, ...] = ()
+    unmodeled: tuple[str, ...] = ()  # what of its spec quorum does not model
+    allocated: bool = False
+    # Where an allocated claim's devices are: nodes matching one of these terms.
+    allocated_nodes: NodeTerms = ()
+    shared: bool = False  # a ResourceClaim named by pods, not made from a template for one pod
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """What a request asks, whatever its count: a class and the request's own selectors."""
+
+    device_class: str
+    selectors: tuple[str, ...] = ()
+    extended: str | None = None  # asked as this extended resource, which kube-scheduler allocates
+
+    def label(self) -> str:
+        text = f"devices of class {self.device_class}"
+        if self.extended is not None:
+            text += f" for {self.extended}"
+        if self.selectors:
+            selector = " && ".join(self.selectors)
+            text += f" matching {selector[:60]}{'...' if len(selector) > 60 else ''}"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """What one pod's request asks on the node it goes to: `count` devices of `kind`, or all."""
+
+    kind: Kind
+    count: int
+    all_devices: bool = False
+    claim: str = ""  # the pod's claim entry name ("" for an extended resource)
+    request: str = ""  # the claim's request name (or the extended resource)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceWorld:
+    """What DRA objects say, per node: the devices (of pools local to one node) with the ones
+    allocated taken out, the classes, the claims; read by `quorum.k8s.devices`."""
+
+    devices: Mapping[str, tuple[Device, ...]] = field(default_factory=dict)  # node -> free devices
+    # node -> every device of local pools (free or not): All needs all free, the mapping counts all
+    all_devices: Mapping[str, tuple[Device, ...]] = field(default_factory=dict)
+    classes: Mapping[str, DeviceClass] = field(default_factory=dict)
+    claims: Mapping[tuple[str, str], Claim] = field(default_factory=dict)  # (ns, name)
+    drivers_beyond_nodes: frozenset[str] = frozenset()  # drivers with pools that span nodes
+
+    def extended_class(self, resource: str) -> DeviceClass | None:
+        """The DeviceClass that serves an extended resource on nodes without it in allocatable."""
+        if resource.startswith(IMPLICIT_EXTENDED_PREFIX):
+            return self.classes.get(resource.removeprefix(IMPLICIT_EXTENDED_PREFIX))
+        named = sorted(c.name for c in self.classes.values() if c.extended_resource_name == resource)
+        return self.classes[named[0]] if named else None
+
+    @property
+    def empty(self) -> bool:
+        return not self.devices and not self.classes
+
+
+def is_device_resource(name: str) -> bool:
+    """A resource `DeviceCounts` made (its devices are kept by their claims' allocation)."""
+    return name.startswith(("devices of ", "all devices of "))
+
+
+class DevicesNotModelled(Exception):
+    """A pod's device demand quorum cannot count: the gang is held with this message."""
+
+
+def asks_of(
+    claims: Sequence[PodClaim],
+    extended: Mapping[str, int],
+    namespace: str,
+    world: DeviceWorld,
+    sharers: Mapping[tuple[str, str], int],
+) -> tuple[tuple[Ask, ...], tuple[NodeTerms, ...]]:
+    """What a pod asks of devices, and the node terms its allocated shared claims pin it to.
+    `extended`: its requests of extended resources (milli-units), served by DRA on nodes without
+    them; `sharers`: how many pods waiting to be planned name each shared claim. Raises
+    DevicesNotModelled with what it cannot count."""
+    asks: list[Ask] = []
+    pins: list[NodeTerms] = []
+    for entry in claims:
+        if entry.claim is not None:
+            claim = world.claims.get((namespace, entry.claim))
+            if claim is None:
+                raise DevicesNotModelled(f"ResourceClaim {entry.claim} does not exist yet")
+        elif entry.template is not None:
+            if entry.made is None:
+                raise DevicesNotModelled(f"the ResourceClaim of {entry.name} is not made yet")
+            claim = world.claims.get((namespace, entry.made))
+            if claim is None:
+                raise DevicesNotModelled(f"ResourceClaim {entry.made} is not seen yet")
+        else:
+            continue  # neither: the apiserver refuses such a pod; nothing to count
+        if claim.allocated:
+            pins.append(claim.allocated_nodes)
+            continue
+        if claim.unmodeled:
+            raise DevicesNotModelled(f"ResourceClaim {claim.name}: " + "; ".join(claim.unmodeled))
+        if claim.shared and sharers.get((namespace, claim.name), 0) > 1:
+            raise DevicesNotModelled(
+                f"ResourceClaim {claim.name} is shared by pods and not allocated yet: "
+                "where its first pod goes, the others must follow, which quorum does not plan"
+            )
+        for request in claim.requests:
+            device_class = world.classes.get(request.device_class)
+            if device_class is None:
+                raise DevicesNotModelled(f"DeviceClass {request.device_class} does not exist")
+            kind = Kind(device_class.name, request.selectors)
+            asks.append(Ask(kind, request.count, request.all_devices, entry.name, request.name))
+    for resource, milli_units in sorted(extended.items()):
+        if resource in NATIVE_RESOURCES or resource.startswith("hugepages-") or milli_units <= 0:
+            continue
+        device_class = world.extended_class(resource)
+        if device_class is None:
+            continue  # a device plugin's resource, counted in allocatable as ever
+        count = -(-milli_units // 1000)
+        asks.append(Ask(Kind(device_class.name, extended=resource), count, request=resource))
+    return tuple(asks), tuple(pins)
+
+
+class DeviceCounts:
+    """The kinds a pass's pods ask, what each free device matches, and the resources that count
+    them (see the module's docstring). Built once per pass from the world and the asks."""
+
+    def __init__(self, world: DeviceWorld, asks: Iterable[Ask], cache: SelectorCache) -> None:
+        self.world = world
+        self.cache = cache
+        self.errors: dict[Kind, str] = {}  # a selector that failed on some device, per kind
+        asks = list(asks)
+        kinds = sorted({a.kind for a in asks}, key=lambda k: (k.device_class, k.selectors, k.extended or ""))
+        self.kinds = kinds
+        self.all_kinds = frozenset(a.kind for a in asks if a.all_devices)
+        # Kinds asked both as a count and as all devices: not counted (`not_modelled`).
+        self.mixed = self.all_kinds & {a.kind for a in asks if not a.all_devices}
+        self.matches: dict[str, dict[DeviceKey, frozenset[Kind]]] = {}
+        for node in set(world.all_devices) | set(world.devices):
+            self.matches[node] = {
+                d.key: self._kinds_of(d, kinds)
+                for d in world.all_devices.get(node, world.devices.get(node, ()))
+            }
+        self.components = self._components()
+        self.component_of = {k: i for i, comp in enumerate(self.components) for k in comp}
+        # Per node, the kinds of extended resources its device plugin serves (`capacity` notes it).
+        self.native: dict[str, frozenset[Kind]] = {}
+
+    def _kinds_of(self, device: Device, kinds: Sequence[Kind]) -> frozenset[Kind]:
+        found = []
+        view: DeviceView | None = None
+        for kind in kinds:
+            device_class = self.world.classes.get(kind.device_class)
+            if device_class is None:
+                continue
+            view = view or device.view()
+            try:
+                if all(
+                    self.cache.matches(expression, device.key, view)
+                    for expression in (*device_class.selectors, *kind.selectors)
+                ):
+                    found.append(kind)
+            except SelectorError as err:  # the device is not one quorum would plan on
+                self.errors.setdefault(kind, f"{device.driver}/{device.pool}/{device.name}: {err}")
+        return frozenset(found)
+
+    def _components(self) -> list[tuple[Kind, ...]]:
+        parent = {k: k for k in self.kinds}
+
+        def root(k: Kind) -> Kind:
+            while parent[k] != k:
+                parent[k] = parent[parent[k]]
+                k = parent[k]
+            return k
+
+        for per_device in self.matches.values():
+            for matched in per_device.values():
+                ordered = sorted(matched, key=self.kinds.index)
+                for other in ordered[1:]:
+                    parent[root(other)] = root(ordered[0])
+        groups: dict[Kind, list[Kind]] = {}
+        for k in self.kinds:
+            groups.setdefault(root(k), []).append(k)
+        return [tuple(g) for g in groups.values()]
+
+    # -- what cannot be counted -------------------------------------------------------------------
+
+    def not_modelled(self, asks: Sequence[Ask]) -> str | None:
+        """Why these asks cannot be counted exactly, or None."""
+        for ask in asks:
+            component = self.components[self.component_of[ask.kind]]
+            if len(component) > MAX_KINDS_PER_COMPONENT:
+                return (
+                    f"{len(component)} different device requests match the same devices "
+                    f"(at most {MAX_KINDS_PER_COMPONENT} are counted together)"
+                )
+            if ask.all_devices and (len(component) > 1 or ask.kind in self.mixed):
+                return f"a request of all {ask.kind.label()} whose devices other requests also ask"
+        return None
+
+    # -- resources --------------------------------------------------------------------------------
+
+    def resource(self, kinds: Iterable[Kind]) -> str:
+        ordered = sorted(kinds, key=self.kinds.index)
+        if len(ordered) == 1:
+            return ordered[0].label()
+        digest = hashlib.sha256(repr(ordered).encode()).hexdigest()[:8]
+        return f"devices of any of {len(ordered)} requests ({digest})"
+
+    def all_token(self, kind: Kind) -> str:
+        return f"all {kind.label()}"
+
+    def subsets(self, component: Sequence[Kind]) -> list[tuple[Kind, ...]]:
+        return [s for n in range(1, len(component) + 1) for s in combinations(component, n)]
+
+    def capacity(self, node: str, allocatable: Mapping[str, int]) -> dict[str, int]:
+        """The node's devices as resources: per set of kinds, its free devices matching one of
+        them; per kind asked as All, a token if all its matching devices are free. An extended
+        resource the node has in allocatable is its device plugin's: the sets with that kind
+        do not count there (the other sets still do)."""
+        free = {d.key for d in self.world.devices.get(node, ())}
+        matches = self.matches.get(node, {})
+        out: dict[str, int] = {}
+        native = {k for k in self.kinds if k.extended is not None and allocatable.get(k.extended, 0) > 0}
+        self.native[node] = frozenset(native)
+        for component in self.components:
+            if len(component) > MAX_KINDS_PER_COMPONENT:
+                continue
+            for subset in self.subsets(component):
+                wanted = set(subset)
+                if wanted & native:
+                    out[self.resource(subset)] = 1 << 60  # served by the device plugin there
+                    continue
+                count = sum(1 for key, kinds in matches.items() if key in free and kinds & wanted)
+                if count:
+                    out[self.resource(subset)] = count * TOKEN
+        for kind in self.all_kinds:
+            matching = [key for key, kinds in matches.items() if kind in kinds]
+            if matching and all(key in free for key in matching):
+                out[self.all_token(kind)] = TOKEN
+        return out
+
+    def demand(self, asks: Sequence[Ask]) -> dict[str, int]:
+        """What a pod asks of the resources `capacity` gives."""
+        out: dict[str, int] = {}
+        for ask in asks:
+            if ask.all_devices:
+                name = self.all_token(ask.kind)
+                out[name] = out.get(name, 0) + TOKEN
+                continue
+            component = self.components[self.component_of[ask.kind]]
+            for subset in self.subsets(component):
+                if ask.kind in subset:
+                    name = self.resource(subset)
+                    out[name] = out.get(name, 0) + ask.count * TOKEN
+        return out
+
+    # -- the devices themselves -------------------------------------------------------------------
+
+    def assign_release(
+        self,
+        placement: Sequence[tuple[Pod, Node]],
+        asks: Mapping[str, Sequence[Ask]],
+        taken: Iterable[DeviceKey] = (),
+    ) -> Assignment | None:
+        """Devices for a release's pods, node by node, none of `taken`; None if some node's
+        pods do not fit its devices."""
+        by_node: dict[str, list[tuple[str, Sequence[Ask]]]] = {}
+        for pod, node in placement:
+            if asks.get(pod.uid):
+                by_node.setdefault(node.name, []).append((pod.uid, asks[pod.uid]))
+        out: Assignment = {}
+        for name, pods in by_node.items():
+            found = self.assign(name, pods, taken)
+            if found is None:
+                return None
+            out.update(found)
+        return out
+
+    def assign(
+        self, node: str, pods: Sequence[tuple[str, Sequence[Ask]]], taken: Iterable[DeviceKey] = ()
+    ) -> Assignment | None:
+        """Devices for every claim request of `pods` (uid, asks) on `node`, none twice and none of
+        `taken`: {uid: {(claim, request): devices}}; None if they do not fit. Extended-resource
+        asks get no devices (kube-scheduler allocates them) but are kept room for."""
+        taken = set(taken)
+        free = [d.key for d in self.world.devices.get(node, ()) if d.key not in taken]
+        matches = self.matches.get(node, {})
+        units: list[tuple[str, int, Ask]] = []  # one per device wanted
+        out: Assignment = {}
+        for uid, asks in pods:
+            out[uid] = {}
+            for i, ask in enumerate(asks):
+                if ask.all_devices:
+                    every = [key for key, kinds in matches.items() if ask.kind in kinds]
+                    if not every or any(key not in free for key in every):
+                        return None
+                    out[uid][(ask.claim, ask.request)] = tuple(every)
+                    free = [key for key in free if key not in every]
+                    continue
+                if ask.kind not in self.native.get(node, frozenset()):
+                    units.extend((uid, i, ask) for _ in range(ask.count))
+        owner: dict[DeviceKey, int] = {}  # device -> index of the unit it serves
+
+        def augment(u: int, seen: set[DeviceKey]) -> bool:
+            kind = units[u][2].kind
+            for key in free:
+                if key in seen or kind not in matches.get(key, frozenset()):
+                    continue
+                seen.add(key)
+                if key not in owner or augment(owner[key], seen):
+                    owner[key] = u
+                    return True
+            return False
+
+        for u in range(len(units)):
+            if not augment(u, set()):
+                return None
+        chosen: dict[tuple[str, int], list[DeviceKey]] = {}
+        for key, u in sorted(owner.items()):
+            uid, i, _ask = units[u]
+            chosen.setdefault((uid, i), []).append(key)
+        for (uid, i), keys in chosen.items():
+            ask = dict(pods)[uid][i]
+            if ask.kind.extended is None:
+                out[uid][(ask.claim, ask.request)] = tuple(keys)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    """A pass's nodes and gangs with devices counted as resources (`count_devices`)."""
+
+    nodes: Mapping[str, Node]
+    queue: list[Gang]
+    held: dict[tuple[str, str], str]  # gangs whose devices cannot be counted, and why
+    asks: dict[str, tuple[Ask, ...]]  # pod uid -> what it asks of devices
+    counts: DeviceCounts | None  # None: no pod asks for devices
+
+
+def count_devices(
+    nodes: Mapping[str, Node], queue: Sequence[Gang], world: DeviceWorld, cache: SelectorCache
+) -> Counted:
+    """The planner's nodes and gangs with devices as resources: each node's free devices added to
+    its allocatable, each pod's asks to its requests (a pod whose allocated shared claim is on
+    some nodes is pinned to them). A gang some pod of which asks what cannot be counted is left
+    out, with why."""
+    sharers: dict[tuple[str, str], int] = {}
+    for gang in queue:
+        for pod in gang.pods:
+            for entry in pod.claims:
+                if entry.claim is not None:
+                    sharers[(gang.namespace, entry.claim)] = sharers.get((gang.namespace, entry.claim), 0) + 1
+    held: dict[tuple[str, str], str] = {}
+    asks: dict[str, tuple[Ask, ...]] = {}
+    pins: dict[str, tuple[NodeTerms, ...]] = {}
+    for gang in queue:
+        try:
+            for pod in gang.pods:
+                asks[pod.uid], pins[pod.uid] = asks_of(
+                    pod.claims, pod.requests, gang.namespace, world, sharers
+                )
+        except DevicesNotModelled as err:
+            held[gang.key] = str(err)
+    if not any(asks.values()) and not any(pins.values()):
+        return Counted(nodes, [g for g in queue if g.key not in held], held, asks, None)
+    counts = DeviceCounts(world, (a for found in asks.values() for a in found), cache)
+    out: list[Gang] = []
+    for gang in queue:
+        if gang.key in held:
+            continue
+        why = next((w for p in gang.pods if (w := counts.not_modelled(asks[p.uid])) is not None), None)
+        if why is not None:
+            held[gang.key] = why
+            continue
+        pods = tuple(_with_devices(pod, counts.demand(asks[pod.uid]), pins[pod.uid]) for pod in gang.pods)
+        out.append(gang if pods == gang.pods else replace(gang, pods=pods))
+    extended = [k for k in counts.kinds if k.extended is not None]
+    counted: dict[str, Node] = {}
+    for name, node in nodes.items():
+        room = counts.capacity(name, node.allocatable)
+        for kind in extended:
+            assert kind.extended is not None
+            if node.allocatable.get(kind.extended, 0) <= 0:
+                every = counts.matches.get(name, {})
+                room[kind.extended] = sum(1 for kinds in every.values() if kind in kinds) * TOKEN
+        counted[name] = replace(node, allocatable={**node.allocatable, **room}) if room else node
+    return Counted(counted, out, held, asks, counts)
+
+
+def _with_devices(pod: Pod, demand: Mapping[str, int], pins: Sequence[NodeTerms]) -> Pod:
+    if not demand and not pins:
+        return pod
+    affinity = pod.affinity
+    for terms in pins:  # each allocated claim: one of its terms, and one of the pod's own
+        required = tuple(tuple(Requirement(k, op, vals, fld) for k, op, vals, fld in term) for term in terms)
+        affinity = tuple(a + r for a in affinity for r in required) if affinity else required
+    return replace(pod, requests={**pod.requests, **demand}, affinity=affinity)

@@ -1,0 +1,353 @@
+"""DRA objects (resource.k8s.io/v1, plain dicts as the watch delivers them) to the models of
+`quorum.core.devices`, and the index the operator's watches keep of them.
+
+ResourceSlices give devices: only the newest generation of a pool counts, and a pool whose
+slices are not all seen yet (incomplete) is left out, as kube-scheduler's allocator does. Pools
+of one node (`spec.nodeName`) are planned on; pools that span nodes are not (docs/dra.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from quorum.core.device_cel import Version
+from quorum.core.devices import (
+    AttributeValue,
+    Claim,
+    Device,
+    DeviceClass,
+    DeviceKey,
+    DeviceRequest,
+    DeviceWorld,
+    NodeTerms,
+)
+
+JSON = dict[str, Any]
+
+
+def _attribute(value: Any) -> AttributeValue | None:
+    if not isinstance(value, dict):
+        return None
+    for kind in ("bool", "int", "string"):
+        if kind in value:
+            found = value[kind]
+            return found if isinstance(found, bool | int | str) else None
+    if isinstance(value.get("version"), str):
+        return Version(value["version"])
+    return None
+
+
+def _qualified(name: str, driver: str) -> str:
+    return name if "/" in name else f"{driver}/{name}"
+
+
+def device_from_api(driver: str, pool: str, obj: JSON) -> Device:
+    attributes = {}
+    for name, value in (obj.get("attributes") or {}).items():
+        parsed = _attribute(value)
+        if parsed is not None:
+            attributes[_qualified(name, driver)] = parsed
+    capacity = {
+        _qualified(name, driver): str((value or {}).get("value", "0"))
+        for name, value in (obj.get("capacity") or {}).items()
+    }
+    return Device(driver, pool, str(obj["name"]), attributes, capacity)
+
+
+def plannable(device: JSON) -> bool:
+    """Whether quorum may choose the device: not one with a taint that keeps pods off (device
+    tolerations are not modelled), nor one whose allocation waits on binding conditions."""
+    if any((t or {}).get("effect") in ("NoSchedule", "NoExecute") for t in device.get("taints") or []):
+        return False
+    return not device.get("bindingConditions")
+
+
+def device_class_from_api(obj: JSON) -> DeviceClass:
+    spec = obj.get("spec") or {}
+    selectors = tuple(
+        str(s["cel"]["expression"])
+        for s in spec.get("selectors") or []
+        if (s.get("cel") or {}).get("expression")
+    )
+    return DeviceClass(obj["metadata"]["name"], selectors, spec.get("extendedResourceName") or None)
+
+
+def _selectors(request: JSON) -> tuple[str, ...]:
+    return tuple(
+        str(s["cel"]["expression"])
+        for s in request.get("selectors") or []
+        if (s.get("cel") or {}).get("expression")
+    )
+
+
+def _node_terms(selector: JSON | None) -> NodeTerms:
+    terms = []
+    for term in (selector or {}).get("nodeSelectorTerms") or []:
+        reqs = tuple(
+            (e["key"], e["operator"], tuple(e.get("values") or ()), False)
+            for e in term.get("matchExpressions") or []
+        )
+        fields = tuple(
+            (f["key"], f["operator"], tuple(f.get("values") or ()), True)
+            for f in term.get("matchFields") or []
+        )
+        terms.append(reqs + fields)
+    return tuple(terms)
+
+
+def claim_spec(namespace: str, name: str, spec: JSON) -> Claim:
+    """A claim's requests as modelled, and what of its spec is not (said on the Gang)."""
+    devices = spec.get("devices") or {}
+    requests: list[DeviceRequest] = []
+    unmodeled: list[str] = []
+    for request in devices.get("requests") or []:
+        label = request.get("name", "?")
+        exactly = request.get("exactly")
+        if exactly is None:
+            if request.get("firstAvailable"):
+                unmodeled.append(f"request {label}: firstAvailable alternatives are not modelled yet")
+            else:
+                unmodeled.append(f"request {label}: no device class")
+            continue
+        if exactly.get("adminAccess"):
+            unmodeled.append(f"request {label}: adminAccess is not modelled")
+        if exactly.get("capacity"):
+            unmodeled.append(f"request {label}: requests of consumable capacity are not modelled")
+        if exactly.get("tolerations"):
+            unmodeled.append(f"request {label}: device taint tolerations are not modelled")
+        mode = exactly.get("allocationMode") or "ExactCount"
+        if mode not in ("ExactCount", "All"):
+            unmodeled.append(f"request {label}: allocationMode {mode}")
+        requests.append(
+            DeviceRequest(
+                name=label,
+                device_class=str(exactly.get("deviceClassName", "")),
+                selectors=_selectors(exactly),
+                count=int(exactly.get("count") or 1),
+                all_devices=mode == "All",
+            )
+        )
+    for constraint in devices.get("constraints") or []:
+        what = "matchAttribute" if "matchAttribute" in constraint else "distinctAttribute"
+        unmodeled.append(f"a {what} constraint is not modelled yet")
+    return Claim(namespace, name, tuple(requests), tuple(unmodeled))
+
+
+def claim_from_api(obj: JSON) -> Claim:
+    meta = obj["metadata"]
+    claim = claim_spec(meta.get("namespace", ""), meta["name"], obj.get("spec") or {})
+    allocation = (obj.get("status") or {}).get("allocation")
+    owned_by_pod = any(
+        r.get("kind") == "Pod" and r.get("controller") for r in meta.get("ownerReferences") or []
+    )
+    return Claim(
+        claim.namespace,
+        claim.name,
+        claim.requests,
+        claim.unmodeled,
+        allocated=allocation is not None,
+        allocated_nodes=_node_terms((allocation or {}).get("nodeSelector")),
+        shared=not owned_by_pod,
+    )
+
+
+def allocated_devices(obj: JSON) -> tuple[DeviceKey, ...]:
+    """The devices an allocated claim holds (admin access holds none)."""
+    allocation = (obj.get("status") or {}).get("allocation") or {}
+    return tuple(
+        (str(r["driver"]), str(r["pool"]), str(r["device"]))
+        for r in (allocation.get("devices") or {}).get("results") or []
+        if not r.get("adminAccess")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    node: str | None  # None: a pool that spans nodes
+    driver: str
+    pool: str
+    generation: int
+    slice_count: int
+    devices: tuple[Device, ...]
+
+
+def slice_from_api(obj: JSON) -> Slice:
+    spec = obj.get("spec") or {}
+    driver, pool = str(spec["driver"]), spec.get("pool") or {}
+    name = str(pool.get("name", ""))
+    devices = tuple(device_from_api(driver, name, d) for d in spec.get("devices") or [] if plannable(d))
+    return Slice(
+        spec.get("nodeName") or None,
+        driver,
+        name,
+        int(pool.get("generation") or 0),
+        int(pool.get("resourceSliceCount") or 1),
+        devices,
+    )
+
+
+class _Objects:
+    """One kind of object, converted once per resourceVersion; an object that cannot be read is
+    left out (and logged by the watch), never taken for something it is not."""
+
+    def __init__(self, convert: Any) -> None:
+        self.convert = convert
+        self.items: dict[str, tuple[str, Any, JSON]] = {}  # uid -> (version, model, object)
+        self.names: dict[tuple[str, str], str] = {}  # (namespace, name) -> uid
+        self.version = 0  # bumped on every change: the world is assembled again only then
+
+    def upsert(self, obj: JSON) -> None:
+        meta = obj["metadata"]
+        version = meta.get("resourceVersion", "")
+        held = self.items.get(meta["uid"])
+        if held is not None and held[0] == version:
+            return
+        self.items[meta["uid"]] = (version, self.convert(obj), obj)
+        self.names[(meta.get("namespace", ""), meta["name"])] = meta["uid"]
+        self.version += 1
+
+    def delete(self, obj: JSON) -> None:
+        meta = obj["metadata"]
+        if self.items.pop(meta["uid"], None) is not None:
+            self.version += 1
+        if self.names.get((meta.get("namespace", ""), meta["name"])) == meta["uid"]:
+            del self.names[(meta.get("namespace", ""), meta["name"])]
+
+    def get(self, namespace: str, name: str) -> JSON | None:
+        """The object as the watch delivered it last."""
+        held = self.items.get(self.names.get((namespace, name), ""))
+        return held[2] if held is not None else None
+
+    def replace_all(self, objs: list[JSON]) -> None:
+        self.items = {}
+        self.names = {}
+        self.version += 1
+        for obj in objs:
+            self.upsert(obj)
+
+
+class DeviceObjects:
+    """The DRA objects the operator watches, and the `DeviceWorld` a pass plans on."""
+
+    def __init__(self) -> None:
+        self.slices = _Objects(slice_from_api)
+        self.classes = _Objects(device_class_from_api)
+        self.claims = _Objects(claim_from_api)
+        self._world: tuple[tuple[int, ...], frozenset[DeviceKey], DeviceWorld] | None = None
+
+    def allocated(self) -> set[DeviceKey]:
+        return {key for _, _, obj in self.claims.items.values() for key in allocated_devices(obj)}
+
+    def world(self, assumed: Iterable[DeviceKey] = ()) -> DeviceWorld:
+        """The world of this moment, with the devices of allocations quorum wrote but the
+        watch has not shown yet (`assumed`) taken too. Assembled again only after a change."""
+        assumed = frozenset(assumed)
+        versions = (self.slices.version, self.classes.version, self.claims.version)
+        if self._world is not None and self._world[:2] == (versions, assumed):
+            return self._world[2]
+        world = assemble(
+            [m for _, m, _ in self.slices.items.values()],
+            [m for _, m, _ in self.classes.items.values()],
+            [m for _, m, _ in self.claims.items.values()],
+            self.allocated() | assumed,
+        )
+        self._world = (versions, assumed, world)
+        return world
+
+
+def assemble(
+    slices: Iterable[Slice],
+    classes: Iterable[DeviceClass],
+    claims: Iterable[Claim],
+    taken: set[DeviceKey],
+) -> DeviceWorld:
+    newest: dict[tuple[str, str], int] = {}
+    slices = list(slices)
+    for s in slices:
+        newest[(s.driver, s.pool)] = max(newest.get((s.driver, s.pool), 0), s.generation)
+    seen: dict[tuple[str, str], list[Slice]] = {}
+    for s in slices:
+        if s.generation == newest[(s.driver, s.pool)]:
+            seen.setdefault((s.driver, s.pool), []).append(s)
+    every: dict[str, list[Device]] = {}
+    beyond: set[str] = set()
+    for (driver, _pool), pool_slices in seen.items():
+        if len(pool_slices) < max(s.slice_count for s in pool_slices):
+            continue  # incomplete: not all of its slices are seen yet
+        for s in pool_slices:
+            if s.node is None:
+                beyond.add(driver)
+                continue
+            every.setdefault(s.node, []).extend(s.devices)
+    return DeviceWorld(
+        devices={node: tuple(d for d in devices if d.key not in taken) for node, devices in every.items()},
+        all_devices={node: tuple(devices) for node, devices in every.items()},
+        classes={c.name: c for c in classes},
+        claims={(c.namespace, c.name): c for c in claims},
+        drivers_beyond_nodes=frozenset(beyond),
+    )
+
+
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
+
+
+def allocation_status(
+    claim: JSON,
+    classes: Mapping[str, JSON],
+    chosen: Mapping[str, Iterable[DeviceKey]],
+    node: str,
+    pod: JSON,
+    now: str,
+) -> JSON:
+    """The `status` that allocates `claim` to the devices `chosen` per request, on `node`, for
+    `pod`, as kube-scheduler's allocator writes it: results in the claim's order of requests,
+    the classes' and the claim's configuration, the node, the time (without it kube-scheduler
+    writes one itself, which the apiserver refuses on an allocation once set), and the pod as
+    its consumer."""
+    requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
+    results = [
+        {"request": r["name"], "driver": driver, "pool": pool, "device": device}
+        for r in requests
+        for driver, pool, device in chosen.get(r["name"], ())
+    ]
+    config: list[JSON] = []
+    by_class: dict[str, list[JSON]] = {}
+    for r in requests:
+        class_name = (r.get("exactly") or {}).get("deviceClassName", "")
+        if class_name in by_class:
+            for entry in by_class[class_name]:
+                entry["requests"].append(r["name"])
+            continue
+        entries = [
+            {
+                "source": "FromClass",
+                "requests": [r["name"]],
+                **{k: v for k, v in c.items() if k != "requests"},
+            }
+            for c in ((classes.get(class_name) or {}).get("spec") or {}).get("config") or []
+        ]
+        by_class[class_name] = entries
+        config.extend(entries)
+    names = {r["name"] for r in requests}
+    for c in ((claim.get("spec") or {}).get("devices") or {}).get("config") or []:
+        wanted = c.get("requests") or []
+        if not wanted or names & set(wanted):
+            config.append({"source": "FromClaim", **c, "requests": list(wanted)})
+    devices: JSON = {"results": results}
+    if config:
+        devices["config"] = config
+    meta = pod["metadata"]
+    return {
+        "allocation": {
+            "devices": devices,
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                ]
+            },
+            "allocationTimestamp": now,
+        },
+        "reservedFor": [{"resource": "pods", "name": meta["name"], "uid": meta["uid"]}],
+    }

@@ -1,0 +1,246 @@
+"""DRA devices counted for the planner (`quorum.core.devices`): plain data, examples and a
+property against brute force."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from quorum.core.device_cel import SelectorCache
+from quorum.core.devices import (
+    Ask,
+    Claim,
+    Device,
+    DeviceClass,
+    DeviceCounts,
+    DeviceRequest,
+    DeviceWorld,
+    Kind,
+    count_devices,
+    is_device_resource,
+)
+from quorum.core.model import Gang, Node, Pod, PodClaim, fits, resources
+from quorum.core.planner import Plan, plan_gangs
+
+DRIVER = "gpu.example.com"
+EXTENDED = "example.com/gpu"
+
+
+def gpu(
+    node: str, i: int, model: str = "H100", flags: Mapping[str, bool] | None = None, **more: bool
+) -> Device:
+    attributes = {**(flags or {}), **more}
+    return Device(
+        DRIVER,
+        node,
+        f"gpu-{i}",
+        {f"{DRIVER}/model": model, **{f"{DRIVER}/{k}": v for k, v in attributes.items()}},
+    )
+
+
+def node(name: str, extra: Mapping[str, str] | None = None) -> Node:
+    alloc = {"cpu": "128", "memory": "1Ti", "pods": "110", **(extra or {})}
+    labels = {"kubernetes.io/hostname": name}
+    return Node(name=name, labels=labels, allocatable=resources(alloc))
+
+
+def world(
+    devices: Mapping[str, Sequence[Device]], claims: Sequence[Claim] = (), **classes: DeviceClass
+) -> DeviceWorld:
+    every = {n: tuple(d) for n, d in devices.items()}
+    gpu_class = DeviceClass("gpu", (f'device.driver == "{DRIVER}"',), EXTENDED)
+    return DeviceWorld(
+        devices=every,
+        all_devices=every,
+        classes={"gpu": gpu_class, **{c.name: c for c in classes.values()}},
+        claims={(c.namespace, c.name): c for c in claims},
+    )
+
+
+def claim(name: str, *requests: DeviceRequest, **kw: object) -> Claim:
+    return Claim("ns", name, requests, **kw)  # type: ignore[arg-type]
+
+
+def pod(uid: str, *claims: PodClaim, gpus: int = 0) -> Pod:
+    req = {"cpu": "1", "pods": "1", **({EXTENDED: str(gpus)} if gpus else {})}
+    return Pod(uid=uid, name=uid, requests=resources(req), claims=claims)
+
+
+def made(name: str) -> PodClaim:
+    """A pod's claim from a template, made already (under the same name)."""
+    return PodClaim("gpus", template="t", made=name)
+
+
+def gang(name: str, *pods: Pod) -> Gang:
+    return Gang("ns", name, len(pods), tuple(pods), members=len(pods))
+
+
+def plan(
+    nodes: Sequence[Node], queue: Sequence[Gang], devices: DeviceWorld
+) -> tuple[Plan, dict[tuple[str, str], str]]:
+    counted = count_devices({n.name: n for n in nodes}, queue, devices, SelectorCache())
+    result = plan_gangs(list(counted.nodes.values()), {}, counted.queue)
+    for release in result.releases:
+        assert counted.counts is not None
+        assert counted.counts.assign_release(release.placement, counted.asks) is not None, (
+            "counted, then chosen"
+        )
+    return result, counted.held
+
+
+def test_claims_from_templates_fit_only_nodes_with_devices() -> None:
+    devices = world({"a": [gpu("a", i) for i in range(8)], "b": [gpu("b", i) for i in range(8)]})
+    claims = [claim(f"c{i}", DeviceRequest("gpus", "gpu", count=8)) for i in range(3)]
+    devices = world(devices.devices, claims)
+    three = gang("g", *(pod(f"p{i}", made(f"c{i}")) for i in range(3)))
+    result, held = plan([node("a"), node("b"), node("none")], [three], devices)
+    assert not result.releases and not held, (
+        "3 pods x 8 devices, 16 devices: held, not released to a node without"
+    )
+    (hold,) = result.holds
+    assert "devices of class gpu" in hold.message
+    two = gang("g", *(pod(f"p{i}", made(f"c{i}")) for i in range(2)))
+    result, _ = plan([node("a"), node("b"), node("none")], [two], devices)
+    (release,) = result.releases
+    assert sorted(n.name for _, n in release.placement) == ["a", "b"]
+
+
+def test_a_gang_that_fits_only_if_its_devices_are_chosen_together() -> None:
+    # d0 serves both requests, d1 only the second: the first pod must get d0.
+    devices = {"a": [gpu("a", 0, nvlink=True), gpu("a", 1, nvlink=False)]}
+    linked = DeviceRequest("gpu", "gpu", (f'device.attributes["{DRIVER}"].nvlink',), 1)
+    anyone = DeviceRequest("gpu", "gpu", (), 1)
+    claims = [claim("c0", linked), claim("c1", anyone)]
+    counted = count_devices(
+        {"a": node("a")},
+        [gang("g", pod("p1", made("c1")), pod("p0", made("c0")))],
+        world(devices, claims),
+        SelectorCache(),
+    )
+    result = plan_gangs(list(counted.nodes.values()), {}, counted.queue)
+    (release,) = result.releases
+    assert counted.counts is not None
+    chosen = counted.counts.assign_release(release.placement, counted.asks)
+    assert chosen is not None
+    assert chosen["p0"][("gpus", "gpu")] == ((DRIVER, "a", "gpu-0"),)
+    assert chosen["p1"][("gpus", "gpu")] == ((DRIVER, "a", "gpu-1"),)
+    # Two pods that both need the linked device do not fit, though the node has two devices.
+    claims = [claim("c0", linked), claim("c1", linked)]
+    result, _ = plan(
+        [node("a")], [gang("g", pod("p0", made("c0")), pod("p1", made("c1")))], world(devices, claims)
+    )
+    assert not result.releases
+
+
+def test_selectors_rule_nodes_out() -> None:
+    devices = world({"a": [gpu("a", i, "A100") for i in range(8)], "b": [gpu("b", i) for i in range(8)]})
+    h100 = DeviceRequest("gpus", "gpu", (f'device.attributes["{DRIVER}"].model == "H100"',), 4)
+    devices = world(devices.devices, [claim("c0", h100), claim("c1", h100)])
+    result, _ = plan(
+        [node("a"), node("b")], [gang("g", pod("p0", made("c0")), pod("p1", made("c1")))], devices
+    )
+    (release,) = result.releases
+    assert {n.name for _, n in release.placement} == {"b"}
+
+
+def test_the_extended_resource_mapping() -> None:
+    """A pod asking example.com/gpu is served by the class's devices where the node does not have
+    it in allocatable, and by the device plugin where it does."""
+    devices = world({"dra": [gpu("dra", i) for i in range(8)]})
+    nodes = [node("dra"), node("plugin", {EXTENDED: "8"}), node("neither")]
+    result, _ = plan(nodes, [gang("g", pod("p0", gpus=8), pod("p1", gpus=8))], devices)
+    (release,) = result.releases
+    assert sorted(n.name for _, n in release.placement) == ["dra", "plugin"]
+    result, _ = plan(nodes, [gang("g", *(pod(f"p{i}", gpus=8) for i in range(3)))], devices)
+    assert not result.releases
+
+
+def test_an_allocated_shared_claim_pins_its_pods() -> None:
+    here = ((("metadata.name", "In", ("b",), True),),)
+    shared = claim(
+        "shared", DeviceRequest("gpus", "gpu", count=1), allocated=True, allocated_nodes=here, shared=True
+    )
+    devices = world({"a": [gpu("a", 0)], "b": [gpu("b", 0)]}, [shared])
+    result, _ = plan([node("a"), node("b")], [gang("g", pod("p0", PodClaim("s", claim="shared")))], devices)
+    (release,) = result.releases
+    assert release.placement[0][1].name == "b"
+
+
+def test_what_is_not_modelled_holds_the_gang_with_why() -> None:
+    unmodeled = claim("c0", unmodeled=("request gpus: firstAvailable alternatives are not modelled yet",))
+    devices = world({"a": [gpu("a", i) for i in range(8)]}, [unmodeled])
+    result, held = plan([node("a")], [gang("g", pod("p0", made("c0")))], devices)
+    assert not result.releases
+    assert "firstAvailable" in held[("ns", "g")]
+    _, held = plan([node("a")], [gang("g", pod("p0", made("missing")))], devices)
+    assert "not seen yet" in held[("ns", "g")]
+    shared = claim("s", DeviceRequest("gpus", "gpu", count=1), shared=True)
+    sharing = gang("g", pod("p0", PodClaim("s", claim="s")), pod("p1", PodClaim("s", claim="s")))
+    _, held = plan([node("a")], [sharing], world({"a": [gpu("a", 0)]}, [shared]))
+    assert "shared" in held[("ns", "g")]
+
+
+def test_all_devices_takes_a_node_whose_devices_are_all_free() -> None:
+    every = DeviceRequest("gpus", "gpu", all_devices=True)
+    free = {"a": (gpu("a", 0), gpu("a", 1)), "b": (gpu("b", 0),)}
+    taken = DeviceWorld(
+        devices=free,
+        all_devices={"a": free["a"] + (gpu("a", 2),), "b": free["b"]},  # a's gpu-2 is allocated
+        classes=world({}).classes,
+        claims={("ns", "c0"): claim("c0", every)},
+    )
+    result, _ = plan([node("a"), node("b")], [gang("g", pod("p0", made("c0")))], taken)
+    (release,) = result.releases
+    assert release.placement[0][1].name == "b"
+
+
+def test_device_resources_are_told_apart() -> None:
+    counts = DeviceCounts(world({"a": [gpu("a", 0)]}), [Ask(Kind("gpu"), 1)], SelectorCache())
+    assert all(is_device_resource(r) for r in counts.capacity("a", {}))
+    assert not is_device_resource("nvidia.com/gpu")
+
+
+# -- Hall's condition, against brute force --------------------------------------------------------
+
+FLAGS = ("x", "y", "z")
+KINDS = [Kind("gpu", (f'device.attributes["{DRIVER}"].{f}',)) for f in FLAGS]
+
+
+def brute_force(devices: Sequence[frozenset[int]], units: Sequence[int]) -> bool:
+    """Whether each unit (a kind's index) gets its own device that matches it."""
+
+    def place(i: int, used: frozenset[int]) -> bool:
+        if i == len(units):
+            return True
+        return any(
+            j not in used and units[i] in devices[j] and place(i + 1, used | {j}) for j in range(len(devices))
+        )
+
+    return place(0, frozenset())
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.frozensets(st.integers(0, 2)), max_size=6),
+    st.lists(st.lists(st.integers(0, 2), max_size=3), max_size=3),
+)
+def test_counts_fit_exactly_when_devices_can_be_chosen(
+    matches: list[frozenset[int]], pods: list[list[int]]
+) -> None:
+    devices = [gpu("a", i, flags={f: (k in m) for k, f in enumerate(FLAGS)}) for i, m in enumerate(matches)]
+    asks = [[Ask(KINDS[k], 1, claim="c", request=f"r{i}") for i, k in enumerate(p)] for p in pods]
+    counts = DeviceCounts(world({"a": devices}), [a for p in asks for a in p], SelectorCache())
+    capacity = counts.capacity("a", {})
+    demand: dict[str, int] = {}
+    for p in asks:
+        for name, amount in counts.demand(p).items():
+            demand[name] = demand.get(name, 0) + amount
+    expected = brute_force(matches, [k for p in pods for k in p])
+    assert fits(demand, capacity) == expected
+    chosen = counts.assign("a", [(f"p{i}", p) for i, p in enumerate(asks)])
+    assert (chosen is not None) == expected
+    if chosen is not None:
+        picked = [key for per_pod in chosen.values() for keys in per_pod.values() for key in keys]
+        assert len(picked) == len(set(picked)) == sum(len(p) for p in pods)
