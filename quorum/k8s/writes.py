@@ -185,6 +185,7 @@ async def allocate_claim(api: client.ApiClient, claim: dict[str, Any], status: d
                 name,
                 namespace,
                 ops,
+                field_manager=COMPONENT,
                 _content_type=JSON_PATCH,  # type: ignore[call-arg]
                 _preload_content=False,
             )
@@ -195,6 +196,7 @@ async def allocate_claim(api: client.ApiClient, claim: dict[str, Any], status: d
                 name,
                 namespace,
                 body,
+                field_manager=COMPONENT,
                 _content_type=MERGE,  # type: ignore[call-arg]
                 _preload_content=False,
             )

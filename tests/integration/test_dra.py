@@ -1,0 +1,249 @@
+"""GPUs through Dynamic Resource Allocation on the real control plane: a test driver publishes
+ResourceSlices for a test pool's kwok nodes, quorum plans gangs on those devices and allocates
+their claims, kube-scheduler binds (and allocates what quorum did not: the extended-resource
+mapping's claims). docs/dra.md."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes_asyncio import client
+
+from devcluster.cluster import Instance
+from devcluster.nodes import TestPool
+from tests.integration.test_gangs import all_running, assert_as_planned, gang_condition, pods
+from tests.kube import create_podgroup, raw_json
+
+pytestmark = [pytest.mark.cluster, pytest.mark.kubernetes_1_36]
+
+RESOURCE = ("resource.k8s.io", "v1")
+NO_GPUS = {"cpu": "32", "memory": "256Gi", "pods": "110"}
+
+
+def device(i: int, model: str = "H100", **flags: bool) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        "model": {"string": model},
+        "index": {"int": i},
+        "uuid": {"string": secrets.token_hex(8)},
+    }
+    attributes.update({k: {"bool": v} for k, v in flags.items()})
+    return {"name": f"gpu-{i}", "attributes": attributes, "capacity": {"memory": {"value": "80Gi"}}}
+
+
+class Driver:
+    """A DRA driver's ResourceSlices for a test pool, and its DeviceClass (names unique per test)."""
+
+    def __init__(self, pool: TestPool) -> None:
+        self.pool = pool
+        self.name = f"{pool.name}.gpu.example.com"
+        self.extended = f"example.com/{pool.name}"
+
+    def slices(self, devices: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        return [
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{node}-{self.name}"},
+                "spec": {
+                    "driver": self.name,
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": found,
+                },
+            }
+            for node, found in devices.items()
+        ]
+
+    def device_class(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": self.name},
+            "spec": {
+                "selectors": [{"cel": {"expression": f'device.driver == "{self.name}"'}}],
+                "extendedResourceName": self.extended,
+            },
+        }
+
+    def publish(self, cluster: Instance, devices: dict[str, list[dict[str, Any]]]) -> None:
+        objects = [self.device_class(), *self.slices(devices)]
+        applied = cluster.kubectl("apply", "-f", "-", input_text=yaml.safe_dump_all(objects))
+        assert applied.returncode == 0, applied.stderr
+
+    def remove(self, cluster: Instance) -> None:
+        for kind, names in (
+            ("resourceslice", [f"{n}-{self.name}" for n in self.pool.names]),
+            ("deviceclass", [self.name]),
+        ):
+            cluster.kubectl("delete", kind, "--ignore-not-found", *names, check=False)
+
+    def template(self, name: str, count: int, *selectors: str) -> dict[str, Any]:
+        exactly: dict[str, Any] = {"deviceClassName": self.name, "count": count}
+        if selectors:
+            exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
+        return {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}}},
+        }
+
+
+def gang_pod(
+    pool: TestPool, name: str, group: str, template: str | None = None, extended: dict[str, str] | None = None
+) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": "c", "image": "registry.k8s.io/pause:3.10"}
+    spec: dict[str, Any] = {"schedulerName": "cw-coscheduler", "containers": [container], **pool.pod_spec()}
+    if template is not None:
+        container["resources"] = {"claims": [{"name": "gpus"}]}
+        spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": template}]
+    if extended:
+        container["resources"] = {"limits": extended}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"pod-group.scheduling.sigs.k8s.io": group}},
+        "spec": spec,
+    }
+
+
+@pytest.fixture
+async def driver(cluster: Instance, test_pool: Callable[..., Any]) -> Any:
+    made: list[Driver] = []
+
+    async def make(count: int) -> Driver:
+        pool = await test_pool(count=count, capacity=NO_GPUS)
+        found = Driver(pool)
+        made.append(found)
+        return found
+
+    yield make
+    for found in made:
+        found.remove(cluster)
+
+
+def apply(cluster: Instance, namespace: str, *objects: dict[str, Any]) -> None:
+    applied = cluster.kubectl(
+        "-n", namespace, "apply", "-f", "-", who="customer", input_text=yaml.safe_dump_all(objects)
+    )
+    assert applied.returncode == 0, applied.stderr
+
+
+def allocated_by(claim: dict[str, Any]) -> set[str]:
+    """Who wrote the claim's allocation (its status's field managers)."""
+    return {
+        m["manager"]
+        for m in claim["metadata"].get("managedFields") or []
+        if m.get("subresource") == "status"
+        and "f:allocation" in (m.get("fieldsV1") or {}).get("f:status", {})
+    }
+
+
+async def claims(api: client.ApiClient, namespace: str) -> dict[str, dict[str, Any]]:
+    found = await raw_json(
+        client.ResourceV1Api(api).list_namespaced_resource_claim(namespace, _preload_content=False)
+    )
+    return {c["metadata"]["name"]: c for c in found["items"]}
+
+
+async def test_a_gang_is_planned_on_its_devices_and_quorum_allocates_its_claims(
+    cluster: Instance, api: client.ApiClient, namespace: str, driver: Any
+) -> None:
+    """Claims from a template, a selector that rules a node out, devices on only some nodes: the
+    gang that fits is released whole with its claims allocated to the planned node's devices
+    (kube-scheduler keeps them); one more that does not fit is held, saying so in devices."""
+    gpus = await driver(3)
+    names = gpus.pool.names
+    gpus.publish(
+        cluster, {names[0]: [device(i) for i in range(8)], names[1]: [device(i, "A100") for i in range(8)]}
+    )
+    h100 = f'device.attributes["{gpus.name}"].model == "H100"'
+    apply(cluster, namespace, gpus.template("h100x4", 4, h100))
+    await create_podgroup(api, namespace, "pair", 2)
+    apply(cluster, namespace, *(gang_pod(gpus.pool, f"pair-{i}", "pair", "h100x4") for i in range(2)))
+    running = await all_running(api, namespace, 2, "pod-group.scheduling.sigs.k8s.io=pair")
+    assert {p["spec"]["nodeName"] for p in running} == {names[0]}, "only node 0 has H100s"
+    await assert_as_planned(api, namespace, "pg-pair")
+    held = await claims(api, namespace)
+    chosen: list[str] = []
+    for pod in running:
+        (status,) = pod["status"]["resourceClaimStatuses"]
+        claim = held[status["resourceClaimName"]]
+        allocation = claim["status"]["allocation"]
+        results = allocation["devices"]["results"]
+        assert len(results) == 4 and {r["pool"] for r in results} == {names[0]}
+        assert allocation["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [names[0]]
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+        assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
+        assert allocated_by(claim) == {"quorum-operator"}, "quorum allocated it, kube-scheduler kept it"
+        chosen += [r["device"] for r in results]
+    assert len(set(chosen)) == 8, "no device in two claims"
+
+    # One more pod of 4 H100s does not fit anywhere: held, in devices, never released.
+    await create_podgroup(api, namespace, "more", 1)
+    apply(cluster, namespace, gang_pod(gpus.pool, "more-0", "more", "h100x4"))
+    gang = await gang_condition(api, namespace, "pg-more", "Unschedulable", containing="devices of class")
+    assert (
+        "H100" in gang["status"]["conditions"][0]["message"]
+        or "model" in gang["status"]["conditions"][0]["message"]
+    )
+    (pod,) = await pods(api, namespace, "pod-group.scheduling.sigs.k8s.io=more")
+    assert pod["spec"].get("schedulingGates") and not pod["spec"].get("nodeName")
+
+
+async def test_a_gang_that_fits_only_if_its_devices_are_chosen_together(
+    cluster: Instance, api: client.ApiClient, namespace: str, driver: Any
+) -> None:
+    """One node, two devices: gpu-0 is NVLinked, gpu-1 not. One pod asks a linked device, the
+    other any device. Chosen pod by pod, the second can take gpu-0 first and the first then
+    finds nothing; quorum chooses both at once and allocates them so."""
+    gpus = await driver(1)
+    (node,) = gpus.pool.names
+    gpus.publish(cluster, {node: [device(0, nvlink=True), device(1, nvlink=False)]})
+    linked = f'device.attributes["{gpus.name}"].nvlink'
+    apply(cluster, namespace, gpus.template("any", 1), gpus.template("linked", 1, linked))
+    await create_podgroup(api, namespace, "g", 2)
+    apply(
+        cluster,
+        namespace,
+        gang_pod(gpus.pool, "g-any", "g", "any"),
+        gang_pod(gpus.pool, "g-linked", "g", "linked"),
+    )
+    running = await all_running(api, namespace, 2, "pod-group.scheduling.sigs.k8s.io=g")
+    held = await claims(api, namespace)
+    got = {}
+    for pod in running:
+        (status,) = pod["status"]["resourceClaimStatuses"]
+        claim = held[status["resourceClaimName"]]
+        assert allocated_by(claim) == {"quorum-operator"}
+        (result,) = claim["status"]["allocation"]["devices"]["results"]
+        got[pod["metadata"]["name"]] = result["device"]
+    assert got == {"g-linked": "gpu-0", "g-any": "gpu-1"}
+
+
+async def test_the_extended_resource_mapping(
+    cluster: Instance, api: client.ApiClient, namespace: str, driver: Any
+) -> None:
+    """Pods asking the class's extended resource, on nodes that do not have it in allocatable:
+    planned on the DRA devices; kube-scheduler makes and allocates their claims. A gang bigger
+    than the devices is held, not released to sit Pending."""
+    gpus = await driver(3)
+    names = gpus.pool.names
+    gpus.publish(cluster, {names[0]: [device(i) for i in range(8)], names[1]: [device(i) for i in range(8)]})
+    await create_podgroup(api, namespace, "two", 2)
+    apply(
+        cluster,
+        namespace,
+        *(gang_pod(gpus.pool, f"two-{i}", "two", extended={gpus.extended: "8"}) for i in range(2)),
+    )
+    running = await all_running(api, namespace, 2, "pod-group.scheduling.sigs.k8s.io=two")
+    assert {p["spec"]["nodeName"] for p in running} == {names[0], names[1]}
+    for pod in running:
+        assert pod["status"].get("extendedResourceClaimStatus"), "kube-scheduler made its claim"
+    await create_podgroup(api, namespace, "one", 1)
+    apply(cluster, namespace, gang_pod(gpus.pool, "one-0", "one", extended={gpus.extended: "1"}))
+    await gang_condition(api, namespace, "pg-one", "Unschedulable", containing="devices of class")
