@@ -39,6 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from enum import Enum
 from fractions import Fraction
 from typing import Any, cast
 
@@ -626,6 +627,13 @@ def _cel_attribute(name: str, value: AttributeValue | tuple[AttributeValue, ...]
     raise SelectorError(f"attribute {name}: unsupported value {value!r}")
 
 
+def _cel_capacity(name: str, text: str) -> _Quantity:
+    try:
+        return _parse_cel_quantity(text)
+    except QuantityError as err:
+        raise SelectorError(f"capacity {name}: {err}") from None
+
+
 _last_converted: tuple[DeviceView | None, celtypes.MapType] = (None, _EMPTY)
 
 
@@ -648,10 +656,7 @@ def _cel_device(device: DeviceView) -> celtypes.MapType:
     capacity: dict[str, dict[str, Any]] = {}
     for name, text in device.capacity.items():
         domain, ident = _split_name(name, device.driver)
-        try:
-            capacity.setdefault(domain, {})[ident] = _parse_cel_quantity(text)
-        except QuantityError as err:
-            raise SelectorError(f"capacity {name}: {err}") from None
+        capacity.setdefault(domain, {})[ident] = _cel_capacity(name, text)
     return _DeviceMap(
         {
             celtypes.StringType("driver"): celtypes.StringType(device.driver),
@@ -802,6 +807,92 @@ def _check_names(tree: lark.Tree[Any]) -> None:
             name = str(node.children[0])
             if name not in bound and name not in _TYPE_NAMES and not _is_namespace(name):
                 raise SelectorError(f"CEL compile error: undeclared reference to '{name}'")
+
+
+# A read of the device: ("driver", "", None), ("allowMultipleAllocations", "", None), or
+# (map, domain, id) for one attribute or capacity, or (map, domain, None) for `"domain" in device.<map>`.
+_Read = tuple[str, str, str | None]
+
+
+def _device_reads(tree: lark.Tree[Any], literals: dict[int, Result]) -> tuple[_Read, ...] | None:
+    """What the expression reads of the device, when every use of `device` is `device.driver`,
+    `device.allowMultipleAllocations`, `device.<map>[<domain>].<id>` or `[<id>]` (names constant),
+    `"<id>" in device.<map>[<domain>]` or `"<domain>" in device.<map>`; then its result (error,
+    cost) is a function of those values alone, as device maps are charged one unit whatever their
+    size. None for any other use: a map used whole, a computed name, `device` rebound or in
+    parentheses."""
+    parents: dict[int, lark.Tree[Any]] = {}
+    uses: list[lark.Tree[Any]] = []
+    for node in tree.iter_subtrees():
+        for child in node.children:
+            if isinstance(child, lark.Tree):
+                parents[id(child)] = node
+        if node.data in ("ident", "dot_ident") and str(node.children[0]) == "device":
+            uses.append(node)
+    reads: dict[_Read, None] = {}
+    for use in uses:
+        primary = parents.get(id(use))
+        if use.data != "ident" or primary is None:
+            return None
+        field_node = parents.get(id(primary))
+        if field_node is None or field_node.data != "member_dot" or field_node.children[0] is not primary:
+            return None
+        field = str(field_node.children[1])
+        if field in ("driver", "allowMultipleAllocations"):
+            reads[field, "", None] = None
+            continue
+        if field not in ("attributes", "capacity"):
+            return None
+        domain_node = parents.get(id(field_node))
+        if domain_node is None:
+            return None
+        domain = _name_after(domain_node, field_node, literals)
+        if domain is None:
+            domain = _in_left(domain_node, field_node, literals)
+            if domain is None:
+                return None
+            reads[field, domain, None] = None
+            continue
+        id_node = parents.get(id(domain_node))
+        ident = _name_after(id_node, domain_node, literals)
+        if ident is None:
+            ident = _in_left(id_node, domain_node, literals)
+        if ident is None:
+            return None
+        reads[field, domain, ident] = None
+    return tuple(reads)
+
+
+def _const_string(node: Any, literals: dict[int, Result]) -> str | None:
+    if isinstance(node, lark.Tree) and node.data == "primary" and len(node.children) == 1:
+        literal = node.children[0]
+        if isinstance(literal, lark.Tree) and literal.data == "literal":
+            value = literals.get(id(literal))
+            return str(value) if isinstance(value, celtypes.StringType) else None
+    return None
+
+
+def _name_after(
+    node: lark.Tree[Any] | None, target: lark.Tree[Any], literals: dict[int, Result]
+) -> str | None:
+    """NAME when `node` is `target.NAME` or `target["NAME"]`."""
+    if node is None or not node.children or node.children[0] is not target:
+        return None
+    if node.data == "member_dot":
+        return str(node.children[1])
+    if node.data == "member_index":
+        return _const_string(node.children[1], literals)
+    return None
+
+
+def _in_left(node: lark.Tree[Any] | None, target: lark.Tree[Any], literals: dict[int, Result]) -> str | None:
+    """NAME when `node` is `"NAME" in target`."""
+    if node is None or node.data != "relation" or len(node.children) != 2 or node.children[1] is not target:
+        return None
+    operation = node.children[0]
+    if isinstance(operation, lark.Tree) and operation.data == "relation_in":
+        return _const_string(operation.children[0], literals)
+    return None
 
 
 @functools.cache
@@ -961,14 +1052,22 @@ def _describe(err: CELEvalError) -> str:
 
 
 class Selector:
-    """One compiled selector expression."""
+    """One compiled selector expression; `reads` is what it reads of a device (`_device_reads`),
+    or None when its result may depend on all of the device."""
 
-    __slots__ = ("_ast", "_literals", "expression")
+    __slots__ = ("_ast", "_literals", "expression", "reads")
 
-    def __init__(self, expression: str, ast: lark.Tree[Any], literals: dict[int, Result]) -> None:
+    def __init__(
+        self,
+        expression: str,
+        ast: lark.Tree[Any],
+        literals: dict[int, Result],
+        reads: tuple[_Read, ...] | None = None,
+    ) -> None:
         self.expression = expression
         self._ast = ast
         self._literals = literals
+        self.reads = reads
 
     def __repr__(self) -> str:
         return f"Selector({self.expression!r})"
@@ -1039,21 +1138,102 @@ def compile_selector(expression: str) -> Selector:
             if isinstance(value, CELEvalError):
                 raise SelectorError(f"CEL compile error: {_describe(value)}")
             literals[id(node)] = value
-    return Selector(expression, ast, literals)
+    return Selector(expression, ast, literals, _device_reads(ast, literals))
+
+
+class _Absent(Enum):
+    DOMAIN = "domain absent"
+    ID = "id absent"
+
+
+class _Invalid(Enum):
+    DEVICE = "the device does not convert"
+
+
+def _tagged(value: Any) -> Hashable:
+    """A value as a key: its type kept, as True == 1 in Python but not in CEL."""
+    if isinstance(value, tuple | list):
+        return (tuple, tuple(_tagged(v) for v in value))
+    return (value.__class__, value)
+
+
+class _Prepared:
+    """One device as SelectorCache keys it: attributes and capacity by domain and id (as
+    `_cel_device` makes them, the raw values), or the error that converting it gives, which every
+    selector then fails with."""
+
+    __slots__ = ("attributes", "capacity", "driver", "invalid", "multiple")
+
+    def __init__(self, device: DeviceView) -> None:
+        self.driver = device.driver
+        self.multiple = bool(device.allow_multiple_allocations)
+        self.invalid: str | None = None
+        self.attributes: dict[str, dict[str, Any]] = {}
+        self.capacity: dict[str, dict[str, Any]] = {}
+        try:
+            for name, value in device.attributes.items():
+                if not (isinstance(value, str) or (isinstance(value, int) and INT64[0] <= value <= INT64[1])):
+                    _cel_attribute(name, value)  # raises as the conversion does
+                domain, ident = _split_name(name, device.driver)
+                self.attributes.setdefault(domain, {})[ident] = value
+            for name, text in device.capacity.items():
+                _cel_capacity(name, text)
+                domain, ident = _split_name(name, device.driver)
+                self.capacity.setdefault(domain, {})[ident] = text
+        except SelectorError as err:
+            self.invalid = str(err)
+
+    def projection(self, reads: tuple[_Read, ...]) -> tuple[Hashable, ...]:
+        values: list[Hashable] = []
+        for part, domain, ident in reads:
+            if part == "driver":
+                values.append(self.driver)
+            elif part == "allowMultipleAllocations":
+                values.append(self.multiple)
+            else:
+                ids = (self.attributes if part == "attributes" else self.capacity).get(domain)
+                if ident is None:
+                    values.append(ids is not None)
+                elif ids is None:
+                    values.append(_Absent.DOMAIN)
+                else:
+                    value = ids.get(ident, _Absent.ID)
+                    values.append(value if value is _Absent.ID else _tagged(value))
+        return tuple(values)
+
+    def content(self) -> tuple[Hashable, ...]:
+        """All the device shows a selector, map order included (macros iterate in it)."""
+
+        def frozen(maps: dict[str, dict[str, Any]]) -> tuple[Hashable, ...]:
+            return tuple((d, tuple((i, _tagged(v)) for i, v in ids.items())) for d, ids in maps.items())
+
+        return (self.driver, self.multiple, frozen(self.attributes), frozen(self.capacity))
 
 
 class SelectorCache:
-    """Compiled selectors by expression and results by (device key, expression), each bounded
-    (least recently used goes first). A device key must change when the device does.
+    """Compiled selectors by expression and results by expression and device content, each
+    bounded (least recently used goes first).
+
+    A result is kept for what the selector reads of the device (`Selector.reads`): devices that
+    differ only in attributes it does not read (uuid, index) share one evaluation. A selector that
+    may read all of the device is kept per device content, by a number for each content (the
+    contents are bounded too, by `max_devices`). A device changed under the same name is thus
+    evaluated again.
 
     An expression that runs over the cost limit on one device fails on every device from then on:
     a hostile selector costs one bounded evaluation, not one for each of thousands of devices."""
 
-    def __init__(self, max_selectors: int = 4096, max_results: int = 262_144) -> None:
+    def __init__(
+        self, max_selectors: int = 4096, max_results: int = 262_144, max_devices: int = 65_536
+    ) -> None:
         self.max_selectors = max_selectors
         self.max_results = max_results
+        self.max_devices = max_devices
         self._selectors: OrderedDict[str, Selector | SelectorError] = OrderedDict()
-        self._results: OrderedDict[tuple[Hashable, str], bool | SelectorError] = OrderedDict()
+        self._results: OrderedDict[tuple[str, Hashable], bool | SelectorError] = OrderedDict()
+        self._contents: OrderedDict[tuple[Hashable, ...], int] = OrderedDict()
+        self._numbers = itertools.count()
+        self._last: tuple[DeviceView, _Prepared] | None = None
         self._lock = threading.Lock()
 
     def selector(self, expression: str) -> Selector:
@@ -1074,15 +1254,28 @@ class SelectorCache:
         return found
 
     def matches(self, expression: str, device_key: Hashable, device: DeviceView) -> bool:
-        """Whether the device matches; SelectorError (also when cached) otherwise."""
-        key = (device_key, expression)
+        """Whether the device matches; SelectorError (also when cached) otherwise. `device_key` is
+        not used: results are kept by what the device holds, not by its name."""
+        selector = self.selector(expression)
+        last = self._last
+        if last is None or last[0] is not device:  # a device is tried on its selectors one after the other
+            last = (device, _Prepared(device))
+            self._last = last
+        prepared = last[1]
+        key: tuple[str, Hashable]
+        if prepared.invalid is not None:
+            key = (expression, (_Invalid.DEVICE, prepared.invalid))
+        elif selector.reads is not None:
+            key = (expression, prepared.projection(selector.reads))
+        else:
+            key = (expression, self._number(prepared.content()))
         with self._lock:
             found = self._results.get(key)
             if found is not None:
                 self._results.move_to_end(key)
         if found is None:
             try:
-                found = self.selector(expression).matches(device)
+                found = selector.matches(device)
             except SelectorError as err:
                 found = err
             with self._lock:
@@ -1093,6 +1286,18 @@ class SelectorCache:
         if isinstance(found, SelectorError):
             raise found.with_traceback(None)
         return found
+
+    def _number(self, content: tuple[Hashable, ...]) -> int:
+        """The number of a device content; a content forgotten gets a new one if seen again, never
+        an old one, so no result is ever taken for another content's."""
+        with self._lock:
+            number = self._contents.get(content)
+            if number is None:
+                number = self._contents[content] = next(self._numbers)
+                _trim(self._contents, self.max_devices)
+            else:
+                self._contents.move_to_end(content)
+        return number
 
     def __len__(self) -> int:
         return len(self._results)

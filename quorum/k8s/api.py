@@ -53,6 +53,10 @@ class KubeApi(Protocol):
         """Every pod with quorum's gang label, as the apiserver has it now."""
         ...
 
+    async def list_resource_claims(self) -> list[JSON]:
+        """Every DRA ResourceClaim, as the apiserver has it now."""
+        ...
+
     async def patch_group_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, status: JSON
     ) -> bool: ...
@@ -138,6 +142,9 @@ class LiveApi:
 
     async def list_gang_pods(self) -> list[JSON]:
         return await reads.gang_pods(self.api, None, None)
+
+    async def list_resource_claims(self) -> list[JSON]:
+        return await reads.resource_claims(self.api)
 
     async def patch_group_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, status: JSON

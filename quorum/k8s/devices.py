@@ -23,6 +23,7 @@ from quorum.core.devices import (
     DeviceWorld,
     NodeTerms,
 )
+from quorum.k8s.convert import newer_or_same
 
 JSON = dict[str, Any]
 
@@ -196,6 +197,7 @@ class _Objects:
         self.convert = convert
         self.items: dict[str, tuple[str, Any, JSON]] = {}  # uid -> (version, model, object)
         self.names: dict[tuple[str, str], str] = {}  # (namespace, name) -> uid
+        self.progress = ""  # the newest resourceVersion delivered
         self.version = 0  # bumped on every change: the world is assembled again only then
 
     def upsert(self, obj: JSON) -> None:
@@ -204,16 +206,26 @@ class _Objects:
         held = self.items.get(meta["uid"])
         if held is not None and held[0] == version:
             return
+        self.advance(version)
         self.items[meta["uid"]] = (version, self.convert(obj), obj)
         self.names[(meta.get("namespace", ""), meta["name"])] = meta["uid"]
         self.version += 1
 
     def delete(self, obj: JSON) -> None:
         meta = obj["metadata"]
+        self.advance(meta.get("resourceVersion", ""))
         if self.items.pop(meta["uid"], None) is not None:
             self.version += 1
         if self.names.get((meta.get("namespace", ""), meta["name"])) == meta["uid"]:
             del self.names[(meta.get("namespace", ""), meta["name"])]
+
+    def advance(self, version: str) -> None:
+        if newer_or_same(version, self.progress) is not False:
+            self.progress = version
+
+    def object(self, uid: str) -> JSON | None:
+        held = self.items.get(uid)
+        return held[2] if held is not None else None
 
     def get(self, namespace: str, name: str) -> JSON | None:
         """The object as the watch delivered it last."""

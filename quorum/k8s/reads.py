@@ -78,6 +78,19 @@ async def gang_pods(
     return await items_of(response)
 
 
+async def resource_claims(api: client.ApiClient) -> list[dict[str, Any]]:
+    """Every DRA ResourceClaim of the cluster (none where resource.k8s.io/v1 is not served)."""
+    try:
+        response: Any = await client.ResourceV1Api(api).list_resource_claim_for_all_namespaces(
+            _preload_content=False
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return []
+        raise
+    return await items_of(response)
+
+
 async def gangs(api: client.ApiClient) -> list[dict[str, Any]]:
     """Every Gang of the cluster, as plain JSON."""
     response: Any = await client.CustomObjectsApi(api).list_cluster_custom_object(

@@ -26,8 +26,8 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from quorum.core.model import Gang
@@ -68,9 +68,11 @@ class CatchUp:
     pods: Mapping[str, str]
     gangs: Mapping[GangKey, str]
     deadline: float
+    # DRA claims: allocations an earlier leader wrote must be seen, or their devices look free.
+    claims: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, pods: list[JSON], gangs: list[JSON], deadline: float) -> CatchUp:
+    def of(cls, pods: list[JSON], gangs: list[JSON], deadline: float, claims: Sequence[JSON] = ()) -> CatchUp:
         def version(obj: JSON) -> str:
             return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -78,19 +80,26 @@ class CatchUp:
             {str(p["metadata"]["uid"]): version(p) for p in pods},
             {(str(g["metadata"].get("namespace")), str(g["metadata"]["name"])): version(g) for g in gangs},
             deadline,
+            {str(c["metadata"]["uid"]): version(c) for c in claims},
         )
 
-    def behind(self, store: Store) -> int:
-        """How many listed objects the store does not show yet."""
+    def behind(self, store: Store, devices: DeviceObjects | None = None) -> int:
+        """How many listed objects the store (and the DRA claims' index) does not show yet."""
         waiting_for_absent = clock.monotonic() < self.deadline
 
-        def lags(kind: str, seen: JSON | None, version: str) -> bool:
+        def lags(progress: str, seen: JSON | None, version: str) -> bool:
             if seen is None:  # made since, or deleted since: a relist may never say which
-                return waiting_for_absent and newer_or_same(store.progress.get(kind, ""), version) is not True
+                return waiting_for_absent and newer_or_same(progress, version) is not True
             return newer_or_same(str(seen["metadata"].get("resourceVersion") or ""), version) is False
 
-        return sum(lags("pods", store.pods.get(uid), v) for uid, v in self.pods.items()) + sum(
-            lags("gangs", store.gangs.get(key), v) for key, v in self.gangs.items()
+        claims = devices.claims if devices is not None else None
+        return (
+            sum(lags(store.progress.get("pods", ""), store.pods.get(uid), v) for uid, v in self.pods.items())
+            + sum(lags(store.progress.get("gangs", ""), store.gangs.get(k), v) for k, v in self.gangs.items())
+            + sum(
+                lags(claims.progress, claims.object(uid), v) if claims is not None else 1
+                for uid, v in self.claims.items()
+            )
         )
 
 
@@ -229,8 +238,9 @@ class GangLoop:
         before the last decision once deleted a gang that had run for an hour."""
         pods = await self.api.list_gang_pods()
         gangs = await self.api.list_gangs()
-        self.catch_up = CatchUp.of(pods, gangs, clock.monotonic() + self.settings.catch_up_seconds)
-        behind = self.catch_up.behind(self.store)
+        claims = await self.api.list_resource_claims()
+        self.catch_up = CatchUp.of(pods, gangs, clock.monotonic() + self.settings.catch_up_seconds, claims)
+        behind = self.catch_up.behind(self.store, self.devices)
         if behind:
             log.info("taking over: waiting for the watches to show %d objects listed afresh", behind)
 
@@ -259,7 +269,7 @@ class GangLoop:
 
     async def step(self) -> None:
         if self.catch_up is not None:
-            if self.catch_up.behind(self.store):
+            if self.catch_up.behind(self.store, self.devices):
                 return  # the watches have not shown what was true at the takeover yet
             self.catch_up = None
             self.resume()  # from what they show now

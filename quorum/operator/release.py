@@ -347,6 +347,13 @@ class Releaser:
                     self.ledger.drop(uid)
                 entry.unfinished = {}
                 continue
+            for pod, _ in [(p, n) for p, n in to_release if not self.claims_allocated(p)]:
+                uid = pod["metadata"]["uid"]  # its claim not allocated: its devices by a new plan
+                self.ledger.drop(uid)
+                entry.unfinished.pop(uid, None)
+                to_release = [(p, n) for p, n in to_release if p["metadata"]["uid"] != uid]
+            if not to_release:
+                continue
             self.work.start(key, "release", self.continue_release(view, gang, to_release))
 
     def room_for(

@@ -303,6 +303,10 @@ class FakeApi:
         await self._call("list_gangs")
         return [copy.deepcopy(g) for g in self.server.gangs.values()]
 
+    async def list_resource_claims(self) -> list[JSON]:
+        await self._call("list_resource_claims")
+        return [copy.deepcopy(c) for c in self.claims.values()]
+
     async def list_gang_pods(self) -> list[JSON]:
         await self._call("list_gang_pods")
         return [

@@ -233,6 +233,7 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
         "read_gang": [lambda: live.read_gang("ml", "g")],
         "list_gangs": [lambda: live.list_gangs()],
         "list_gang_pods": [lambda: live.list_gang_pods()],
+        "list_resource_claims": [lambda: live.list_resource_claims()],
         "patch_group_status": [
             partial(live.patch_group_status, g, v, "podgroups", "ml", "pg", {"phase": "Pending"})
             for g, v in groups
