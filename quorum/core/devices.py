@@ -302,14 +302,15 @@ class DeviceCounts:
     def subsets(self, component: Sequence[Kind]) -> list[tuple[Kind, ...]]:
         return [s for n in range(1, len(component) + 1) for s in combinations(component, n)]
 
-    def capacity(self, node: str, allocatable: Mapping[str, int]) -> dict[str, int]:
-        """The node's devices as resources: per set of kinds, its free devices matching one of
-        them; per kind asked as All, a token if all its matching devices are free. An extended
-        resource the node has in allocatable is its device plugin's: the sets with that kind
-        do not count there (the other sets still do)."""
+    def capacity(self, node: str, allocatable: Mapping[str, int]) -> tuple[dict[str, int], dict[str, int]]:
+        """The node's devices as resources, and how much of them is taken (allocated): per set
+        of kinds, its devices matching one of them; per kind asked as All, a token, taken if
+        any of its matching devices is. An extended resource the node has in allocatable is
+        its device plugin's: the sets with that kind do not count there (the others still do)."""
         free = {d.key for d in self.world.devices.get(node, ())}
         matches = self.matches.get(node, {})
-        out: dict[str, int] = {}
+        total: dict[str, int] = {}
+        taken: dict[str, int] = {}
         native = {k for k in self.kinds if k.extended is not None and allocatable.get(k.extended, 0) > 0}
         self.native[node] = frozenset(native)
         for component in self.components:
@@ -318,15 +319,34 @@ class DeviceCounts:
             for subset in self.subsets(component):
                 wanted = set(subset)
                 if wanted & native:
-                    out[self.resource(subset)] = 1 << 60  # served by the device plugin there
+                    total[self.resource(subset)] = 1 << 60  # served by the device plugin there
                     continue
-                count = sum(1 for key, kinds in matches.items() if key in free and kinds & wanted)
-                if count:
-                    out[self.resource(subset)] = count * TOKEN
+                every = [key for key, kinds in matches.items() if kinds & wanted]
+                if every:
+                    total[self.resource(subset)] = len(every) * TOKEN
+                    if held := sum(1 for key in every if key not in free):
+                        taken[self.resource(subset)] = held * TOKEN
         for kind in self.all_kinds:
             matching = [key for key, kinds in matches.items() if kind in kinds]
-            if matching and all(key in free for key in matching):
-                out[self.all_token(kind)] = TOKEN
+            if matching:
+                total[self.all_token(kind)] = TOKEN
+                if not all(key in free for key in matching):
+                    taken[self.all_token(kind)] = TOKEN
+        return total, taken
+
+    def freed(self, node: str, devices: Iterable[DeviceKey]) -> dict[str, int]:
+        """What taking a pod's allocated devices away would free of the node's `capacity` (a
+        preemption's victim): per set of kinds, its devices matching one of them."""
+        matches = self.matches.get(node, {})
+        held = [matches.get(key, frozenset()) for key in devices]
+        out: dict[str, int] = {}
+        for component in self.components:
+            if len(component) > MAX_KINDS_PER_COMPONENT:
+                continue
+            for subset in self.subsets(component):
+                count = sum(1 for kinds in held if kinds & set(subset))
+                if count:
+                    out[self.resource(subset)] = count * TOKEN
         return out
 
     def demand(self, asks: Sequence[Ask]) -> dict[str, int]:
@@ -421,6 +441,7 @@ class Counted:
     """A pass's nodes and gangs with devices counted as resources (`count_devices`)."""
 
     nodes: Mapping[str, Node]
+    taken: dict[str, dict[str, int]]  # per node, the devices allocated, as counted in `nodes`
     queue: list[Gang]
     held: dict[tuple[str, str], str]  # gangs whose devices cannot be counted, and why
     asks: dict[str, tuple[Ask, ...]]  # pod uid -> what it asks of devices
@@ -452,7 +473,7 @@ def count_devices(
         except DevicesNotModelled as err:
             held[gang.key] = str(err)
     if not any(asks.values()) and not any(pins.values()):
-        return Counted(nodes, [g for g in queue if g.key not in held], held, asks, None)
+        return Counted(nodes, {}, [g for g in queue if g.key not in held], held, asks, None)
     counts = DeviceCounts(world, (a for found in asks.values() for a in found), cache)
     out: list[Gang] = []
     for gang in queue:
@@ -466,15 +487,18 @@ def count_devices(
         out.append(gang if pods == gang.pods else replace(gang, pods=pods))
     extended = [k for k in counts.kinds if k.extended is not None]
     counted: dict[str, Node] = {}
+    taken: dict[str, dict[str, int]] = {}
     for name, node in nodes.items():
-        room = counts.capacity(name, node.allocatable)
+        room, held_there = counts.capacity(name, node.allocatable)
+        if held_there:
+            taken[name] = held_there
         for kind in extended:
             assert kind.extended is not None
             if node.allocatable.get(kind.extended, 0) <= 0:
                 every = counts.matches.get(name, {})
                 room[kind.extended] = sum(1 for kinds in every.values() if kind in kinds) * TOKEN
         counted[name] = replace(node, allocatable={**node.allocatable, **room}) if room else node
-    return Counted(counted, out, held, asks, counts)
+    return Counted(counted, taken, out, held, asks, counts)
 
 
 def _with_devices(pod: Pod, demand: Mapping[str, int], pins: Sequence[NodeTerms]) -> Pod:

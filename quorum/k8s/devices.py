@@ -249,6 +249,16 @@ class DeviceObjects:
         self.claims = _Objects(claim_from_api)
         self._world: tuple[tuple[int, ...], frozenset[DeviceKey], DeviceWorld] | None = None
 
+    def held_by_pods(self) -> dict[str, tuple[DeviceKey, ...]]:
+        """Pod uid -> the devices of the claims allocated for it alone (a shared claim's devices
+        free only when all its pods go: counted for none)."""
+        out: dict[str, tuple[DeviceKey, ...]] = {}
+        for _, _, obj in self.claims.items.values():
+            users = [r.get("uid") for r in (obj.get("status") or {}).get("reservedFor") or []]
+            if len(users) == 1 and isinstance(users[0], str):
+                out[users[0]] = out.get(users[0], ()) + allocated_devices(obj)
+        return out
+
     def allocated(self) -> set[DeviceKey]:
         return {key for _, _, obj in self.claims.items.values() for key in allocated_devices(obj)}
 

@@ -26,12 +26,14 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from quorum.core.devices import DeviceCounts
 from quorum.core.model import Gang
 from quorum.core.planner import Hold, Planner
+from quorum.core.preemption import RunningPod
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import newer_or_same
 from quorum.k8s.devices import DeviceObjects
@@ -101,6 +103,24 @@ class CatchUp:
                 for uid, v in self.claims.items()
             )
         )
+
+
+def victims_devices(
+    counts: DeviceCounts | None, devices: DeviceObjects
+) -> Callable[[RunningPod], RunningPod]:
+    """A running pod as preemption counts it: with the devices its claims hold, as this pass
+    counted devices, among what it would free."""
+    if counts is None:
+        return lambda pod: pod
+    held = devices.held_by_pods()
+
+    def with_devices(pod: RunningPod) -> RunningPod:
+        keys = held.get(pod.uid)
+        if not keys:
+            return pod
+        return replace(pod, requests={**pod.requests, **counts.freed(pod.node, keys)})
+
+    return with_devices
 
 
 class GangLoop:
@@ -338,12 +358,13 @@ class GangLoop:
             views,
             plannable,
             planned.plan,
-            nodes,
+            planned.nodes or nodes,
             self.planner.room_for,
             self.work,
             self.ledger,
             self.fail,
             now,
+            victims_devices(planned.counts, self.devices),
         )
         self.holds.add_why_not(holds, self.preempter.why_not)
         self.lap("preempt")

@@ -240,6 +240,7 @@ class Preempter:
         views: Mapping[GangKey, GangView],
         busy: set[GangKey],
         now: float,
+        counted: Callable[[RunningPod], RunningPod] = lambda pod: pod,
     ) -> Candidate | None:
         """The first gang in queue order that is held for lack of room and may try now, with a
         snapshot of what the decision reads; None when none may (or a preemption is in flight).
@@ -259,7 +260,7 @@ class Preempter:
                 continue
             groups = {k: group_facts(v) for k, v in views.items()}
             exclude = busy | {key}  # gangs being released: their room is reserved, not bound
-            running = [self.aliased(f.running) for f in self.bound.facts.values()]
+            running = [counted(self.aliased(f.running)) for f in self.bound.facts.values()]
             work = [w for w in units(running, groups) if not excluded(w, exclude)]
             budgets = budgets_of(self.store.pdbs, self.bound)
             return Candidate(key, gang, is_interruptable(view), dict(nodes), dict(room(key)), work, budgets)
@@ -312,6 +313,7 @@ class Preempter:
         ledger: Ledger,
         fail: Callable[[GangKey, str, str], None],
         now: float,
+        counted: Callable[[RunningPod], RunningPod] = lambda pod: pod,
     ) -> None:
         """Ask, for the first gang held for lack of room that may preempt, which lower-priority
         work would make room (in a worker thread: the decision plans the gang a few times), and
@@ -322,7 +324,7 @@ class Preempter:
             if h.reason == "Unschedulable" and not work.busy(h.gang.key)
         ]
         busy = {key for key in views if work.blocks_planning(key)} | {r.gang for r in ledger.entries.values()}
-        candidate = self.candidate(held, nodes, room, views, busy, now)
+        candidate = self.candidate(held, nodes, room, views, busy, now, counted)
         if candidate is not None:
             try:
                 outcome: Preemption | NoPreemption | None = await asyncio.to_thread(self.decide, candidate)

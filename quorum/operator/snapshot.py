@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from quorum.core.device_cel import SelectorCache
-from quorum.core.devices import Assignment, DeviceWorld, count_devices
-from quorum.core.model import Composite, Gang, Node, Pod, Resources
+from quorum.core.devices import Assignment, DeviceCounts, DeviceWorld, count_devices
+from quorum.core.model import Composite, Gang, Node, Pod, Resources, add
 from quorum.core.planner import Hold, Plan, Planner, Release
 from quorum.k8s.convert import node_from_api, pod_from_api
 from quorum.operator.gangs import JSON, GangView
@@ -97,22 +97,32 @@ class DeviceNodes:
 
     def __init__(self) -> None:
         self.cache = SelectorCache()
-        self.models: dict[str, tuple[Node, Node]] = {}  # name -> (node, node with its devices)
+        # name -> (node, node with its devices, the devices taken there)
+        self.models: dict[str, tuple[Node, Node, Mapping[str, int]]] = {}
 
     def keep_same(
-        self, nodes: Mapping[str, Node], counted: Mapping[str, Node], changed: set[str] | None
+        self,
+        nodes: Mapping[str, Node],
+        counted: Mapping[str, Node],
+        taken: Mapping[str, Mapping[str, int]],
+        changed: set[str] | None,
     ) -> tuple[dict[str, Node], set[str] | None]:
         out: dict[str, Node] = {}
-        models: dict[str, tuple[Node, Node]] = {}
+        models: dict[str, tuple[Node, Node, Mapping[str, int]]] = {}
         for name, node in counted.items():
-            base = nodes[name]
+            base, held = nodes[name], taken.get(name, {})
             before = self.models.get(name)
-            if before is not None and before[0] is base and before[1].allocatable == node.allocatable:
+            if (
+                before is not None
+                and before[0] is base
+                and before[1].allocatable == node.allocatable
+                and before[2] == held
+            ):
                 node = before[1]
             elif (node is not base or before is not None) and changed is not None:
                 changed = changed | {name}
             if node is not base:
-                models[name] = (base, node)
+                models[name] = (base, node, held)
             out[name] = node
         self.models = models
         return out, changed
@@ -126,6 +136,8 @@ class Planned:
     plan: Plan
     failed: dict[GangKey, str]
     devices: dict[GangKey, Assignment] = field(default_factory=dict)
+    nodes: Mapping[str, Node] | None = None  # with their devices counted in (None: no DRA asked)
+    counts: DeviceCounts | None = None  # how devices were counted (preemption counts victims' too)
 
 
 def plan(
@@ -147,10 +159,13 @@ def plan(
     pod_models.keep_seen()
     device_nodes = device_nodes or DeviceNodes()
     counted = count_devices(snapshot.nodes, queue, snapshot.devices, device_nodes.cache)
-    nodes, changed = device_nodes.keep_same(snapshot.nodes, counted.nodes, snapshot.changed)
+    nodes, changed = device_nodes.keep_same(snapshot.nodes, counted.nodes, counted.taken, snapshot.changed)
+    used = snapshot.used
+    if counted.taken:  # the devices allocated, as used
+        used = {**used, **{n: add(used.get(n, {}), t) for n, t in counted.taken.items()}}
     plan = planner.plan(
         nodes,
-        snapshot.used,
+        used,
         counted.queue,
         snapshot.now,
         changed=changed,
@@ -173,4 +188,5 @@ def plan(
         taken.update(key for per_pod in assignment.values() for keys in per_pod.values() for key in keys)
         releases.append(release)
         devices[release.gang.key] = assignment
-    return Planned(Plan(tuple(releases), (*plan.holds, *held), plan.visits), failed, devices)
+    plan = Plan(tuple(releases), (*plan.holds, *held), plan.visits)
+    return Planned(plan, failed, devices, nodes, counted.counts)

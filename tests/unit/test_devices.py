@@ -21,7 +21,7 @@ from quorum.core.devices import (
     count_devices,
     is_device_resource,
 )
-from quorum.core.model import Gang, Node, Pod, PodClaim, fits, resources
+from quorum.core.model import Gang, Node, Pod, PodClaim, fits, resources, subtract
 from quorum.core.planner import Plan, plan_gangs
 
 DRIVER = "gpu.example.com"
@@ -81,7 +81,7 @@ def plan(
     nodes: Sequence[Node], queue: Sequence[Gang], devices: DeviceWorld
 ) -> tuple[Plan, dict[tuple[str, str], str]]:
     counted = count_devices({n.name: n for n in nodes}, queue, devices, SelectorCache())
-    result = plan_gangs(list(counted.nodes.values()), {}, counted.queue)
+    result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
     for release in result.releases:
         assert counted.counts is not None
         assert counted.counts.assign_release(release.placement, counted.asks) is not None, (
@@ -119,7 +119,7 @@ def test_a_gang_that_fits_only_if_its_devices_are_chosen_together() -> None:
         world(devices, claims),
         SelectorCache(),
     )
-    result = plan_gangs(list(counted.nodes.values()), {}, counted.queue)
+    result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
     (release,) = result.releases
     assert counted.counts is not None
     chosen = counted.counts.assign_release(release.placement, counted.asks)
@@ -198,7 +198,7 @@ def test_all_devices_takes_a_node_whose_devices_are_all_free() -> None:
 
 def test_device_resources_are_told_apart() -> None:
     counts = DeviceCounts(world({"a": [gpu("a", 0)]}), [Ask(Kind("gpu"), 1)], SelectorCache())
-    assert all(is_device_resource(r) for r in counts.capacity("a", {}))
+    assert all(is_device_resource(r) for r in counts.capacity("a", {})[0])
     assert not is_device_resource("nvidia.com/gpu")
 
 
@@ -232,7 +232,8 @@ def test_counts_fit_exactly_when_devices_can_be_chosen(
     devices = [gpu("a", i, flags={f: (k in m) for k, f in enumerate(FLAGS)}) for i, m in enumerate(matches)]
     asks = [[Ask(KINDS[k], 1, claim="c", request=f"r{i}") for i, k in enumerate(p)] for p in pods]
     counts = DeviceCounts(world({"a": devices}), [a for p in asks for a in p], SelectorCache())
-    capacity = counts.capacity("a", {})
+    total, taken = counts.capacity("a", {})
+    capacity = subtract(total, taken)
     demand: dict[str, int] = {}
     for p in asks:
         for name, amount in counts.demand(p).items():

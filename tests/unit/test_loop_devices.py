@@ -13,6 +13,7 @@ from quorum.operator.gangs import Store
 from quorum.operator.loop import GangLoop
 from tests.unit.fake_api import FakeApi
 from tests.unit.test_loop import NS, cluster, released, settings, step
+from tests.unit.test_loop_preemption import held, running
 
 JSON = dict[str, object]
 DRIVER = "gpu.example.com"
@@ -171,3 +172,41 @@ async def test_a_new_leader_whose_claim_watch_lags_plans_no_device_allocated_bef
     await step(second)
     assert released(store, "b") == []
     assert_released_only_with_claims_allocated(store, api)
+
+
+async def test_preemption_counts_the_devices_its_victims_free() -> None:
+    """A low-priority gang holds every device through its claims (no GPU in its requests); a
+    high-priority gang that needs them preempts it whole, counting the devices it frees."""
+    store, bound = cluster(2, {})
+    running(store, bound, "low", 2, 10, ["n0", "n1"])
+    held(store, "high", 2, 1000)
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings())
+    with_devices(store, api, loop, ["n0", "n1"], ["low", "high"])
+    for i, node in enumerate(["n0", "n1"]):  # low's claims hold its node's 8 devices
+        uid = f"low-{i}"
+        bound.upsert(store.pods[uid])
+        claim = api.claims[(NS, f"{uid}-gpus")]
+        claim["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpus", "driver": DRIVER, "pool": node, "device": f"gpu-{d}"}
+                        for d in range(8)
+                    ]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                    ]
+                },
+            },
+            "reservedFor": [{"resource": "pods", "name": uid, "uid": uid}],
+        }
+        claim["metadata"]["resourceVersion"] = "11"
+        loop.devices.claims.upsert(copy.deepcopy(claim))
+    await step(loop)
+    assert sorted(api.victims_deleted) == ["low-0", "low-1"], "the whole gang, for its devices"
+    _, told = api.disruption_targets["low-0"]
+    assert "devices of class gpu" in told, told
+    assert released(store, "high") == []
