@@ -42,6 +42,7 @@ Assignment = dict[str, dict[tuple[str, str], tuple[DeviceKey, ...]]]
 # Resources that are never an extended resource served by DRA.
 NATIVE_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
 IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
+WAITING = "WaitingForClaims"  # the hold reason while a pod's claim or its class is not there yet
 MAX_KINDS_PER_COMPONENT = 6  # 2^6 - 1 = 63 resources per node at most for one component
 TOKEN = 1000  # devices are counted like other resources, in milli-units
 
@@ -154,7 +155,12 @@ def is_device_resource(name: str) -> bool:
 
 
 class DevicesNotModelled(Exception):
-    """A pod's device demand quorum cannot count: the gang is held with this message."""
+    """A pod's device demand quorum cannot count: the gang is held with this message, and this
+    reason (`WaitingForClaims` while a claim is still to be made: the gang is forming)."""
+
+    def __init__(self, message: str, reason: str = "DevicesNotModelled") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def asks_of(
@@ -174,13 +180,13 @@ def asks_of(
         if entry.claim is not None:
             claim = world.claims.get((namespace, entry.claim))
             if claim is None:
-                raise DevicesNotModelled(f"ResourceClaim {entry.claim} does not exist yet")
+                raise DevicesNotModelled(f"ResourceClaim {entry.claim} does not exist yet", WAITING)
         elif entry.template is not None:
             if entry.made is None:
-                raise DevicesNotModelled(f"the ResourceClaim of {entry.name} is not made yet")
+                raise DevicesNotModelled(f"the ResourceClaim of {entry.name} is not made yet", WAITING)
             claim = world.claims.get((namespace, entry.made))
             if claim is None:
-                raise DevicesNotModelled(f"ResourceClaim {entry.made} is not seen yet")
+                raise DevicesNotModelled(f"ResourceClaim {entry.made} is not seen yet", WAITING)
         else:
             continue  # neither: the apiserver refuses such a pod; nothing to count
         if claim.allocated:
@@ -196,7 +202,7 @@ def asks_of(
         for request in claim.requests:
             device_class = world.classes.get(request.device_class)
             if device_class is None:
-                raise DevicesNotModelled(f"DeviceClass {request.device_class} does not exist")
+                raise DevicesNotModelled(f"DeviceClass {request.device_class} does not exist", WAITING)
             kind = Kind(device_class.name, request.selectors)
             asks.append(Ask(kind, request.count, request.all_devices, entry.name, request.name))
     for resource, milli_units in sorted(extended.items()):
@@ -443,7 +449,7 @@ class Counted:
     nodes: Mapping[str, Node]
     taken: dict[str, dict[str, int]]  # per node, the devices allocated, as counted in `nodes`
     queue: list[Gang]
-    held: dict[tuple[str, str], str]  # gangs whose devices cannot be counted, and why
+    held: dict[tuple[str, str], tuple[str, str]]  # gangs whose devices cannot be counted: reason, why
     asks: dict[str, tuple[Ask, ...]]  # pod uid -> what it asks of devices
     counts: DeviceCounts | None  # None: no pod asks for devices
 
@@ -461,7 +467,7 @@ def count_devices(
             for entry in pod.claims:
                 if entry.claim is not None:
                     sharers[(gang.namespace, entry.claim)] = sharers.get((gang.namespace, entry.claim), 0) + 1
-    held: dict[tuple[str, str], str] = {}
+    held: dict[tuple[str, str], tuple[str, str]] = {}
     asks: dict[str, tuple[Ask, ...]] = {}
     pins: dict[str, tuple[NodeTerms, ...]] = {}
     for gang in queue:
@@ -471,7 +477,7 @@ def count_devices(
                     pod.claims, pod.requests, gang.namespace, world, sharers
                 )
         except DevicesNotModelled as err:
-            held[gang.key] = str(err)
+            held[gang.key] = (err.reason, str(err))
     if not any(asks.values()) and not any(pins.values()):
         return Counted(nodes, {}, [g for g in queue if g.key not in held], held, asks, None)
     counts = DeviceCounts(world, (a for found in asks.values() for a in found), cache)
@@ -481,7 +487,7 @@ def count_devices(
             continue
         why = next((w for p in gang.pods if (w := counts.not_modelled(asks[p.uid])) is not None), None)
         if why is not None:
-            held[gang.key] = why
+            held[gang.key] = ("DevicesNotModelled", why)
             continue
         pods = tuple(_with_devices(pod, counts.demand(asks[pod.uid]), pins[pod.uid]) for pod in gang.pods)
         out.append(gang if pods == gang.pods else replace(gang, pods=pods))

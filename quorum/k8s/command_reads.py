@@ -125,6 +125,10 @@ class ClusterObjects:
     pdbs_read: bool = True  # False: the caller may not list PodDisruptionBudgets
     pod_group_version: str | None = None  # of scheduling.k8s.io, where served
     composite_version: str | None = None
+    # DRA (resource.k8s.io/v1; empty where not served): devices, their classes, claims.
+    resource_slices: list[JSON] = field(default_factory=list)
+    device_classes: list[JSON] = field(default_factory=list)
+    resource_claims: list[JSON] = field(default_factory=list)
 
 
 async def cluster_objects(api: client.ApiClient, found: ClusterObjects | None = None) -> ClusterObjects:
@@ -168,6 +172,17 @@ async def cluster_objects(api: client.ApiClient, found: ClusterObjects | None = 
     except Forbidden:
         found.pdbs = []
         found.pdbs_read = False
+    resource = client.ResourceV1Api(api)
+    for call, plural, into in (
+        (resource.list_resource_slice, "resourceslices", found.resource_slices),
+        (resource.list_device_class, "deviceclasses", found.device_classes),
+        (resource.list_resource_claim_for_all_namespaces, "resourceclaims", found.resource_claims),
+    ):
+        try:
+            await _pages(call, (), f"list {plural}.resource.k8s.io in every namespace", into)
+        except ApiException as err:
+            if err.status != 404:  # 404: DRA not served, nothing to count
+                raise
     return found
 
 

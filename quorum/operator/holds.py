@@ -89,7 +89,7 @@ class Holds:
             key
             for key in live
             if (hold := holds.get(key)) is not None
-            and hold.reason == "WaitingForMembers"
+            and hold.reason in ("WaitingForMembers", "WaitingForClaims")
             and key not in self.store.gangs
             and now - first_seen[key] < grace
         }

@@ -26,14 +26,12 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from quorum.core.devices import DeviceCounts
 from quorum.core.model import Gang
 from quorum.core.planner import Hold, Planner
-from quorum.core.preemption import RunningPod
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import newer_or_same
 from quorum.k8s.devices import DeviceObjects
@@ -49,7 +47,7 @@ from quorum.operator.recovery import Recoverer
 from quorum.operator.release import Releaser, ReleaseSettings
 from quorum.operator.schedulers import OTHER_SCHEDULERS, OtherSchedulers
 from quorum.operator.settings import LoopSettings
-from quorum.operator.snapshot import DeviceNodes, NodeModels, PodModels, Snapshot, plan
+from quorum.operator.snapshot import DeviceNodes, NodeModels, PodModels, Snapshot, plan, victims_devices
 from quorum.operator.status import GangRecords
 from quorum.operator.work import GangWork
 
@@ -103,24 +101,6 @@ class CatchUp:
                 for uid, v in self.claims.items()
             )
         )
-
-
-def victims_devices(
-    counts: DeviceCounts | None, devices: DeviceObjects
-) -> Callable[[RunningPod], RunningPod]:
-    """A running pod as preemption counts it: with the devices its claims hold, as this pass
-    counted devices, among what it would free."""
-    if counts is None:
-        return lambda pod: pod
-    held = devices.held_by_pods()
-
-    def with_devices(pod: RunningPod) -> RunningPod:
-        keys = held.get(pod.uid)
-        if not keys:
-            return pod
-        return replace(pod, requests={**pod.requests, **counts.freed(pod.node, keys)})
-
-    return with_devices
 
 
 class GangLoop:

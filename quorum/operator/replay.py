@@ -14,6 +14,7 @@ here makes an API call.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, cast
 
@@ -31,9 +32,10 @@ from quorum.core.planner import (
     biggest_pod,
     resource_shortfall,
 )
-from quorum.core.preemption import NoPreemption, Preemption
+from quorum.core.preemption import NoPreemption, Preemption, RunningPod
 from quorum.k8s.api import KubeApi
 from quorum.k8s.command_reads import ClusterObjects
+from quorum.k8s.devices import DeviceObjects
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT
 from quorum.operator.gangs import (
@@ -54,7 +56,7 @@ from quorum.operator.memory import GangMemories
 from quorum.operator.preemption import Preempter
 from quorum.operator.recovery import Recoverer
 from quorum.operator.settings import LoopSettings
-from quorum.operator.snapshot import NodeModels, PodModels, Snapshot, plan
+from quorum.operator.snapshot import NodeModels, PodModels, Snapshot, plan, victims_devices
 from quorum.operator.status import GangRecords
 from quorum.operator.work import GangWork
 
@@ -132,6 +134,10 @@ def replay(objects: ClusterObjects, key: GangKey, settings: LoopSettings, now: f
         return None
     holds, plannable = holds_of.sort_out(views, now)
     nodes = NodeModels().refresh(store.nodes)
+    devices = DeviceObjects()
+    devices.slices.replace_all(objects.resource_slices)
+    devices.classes.replace_all(objects.device_classes)
+    devices.claims.replace_all(objects.resource_claims)
     snapshot = Snapshot(
         nodes=nodes,
         used=ledger.usage(bound.used),
@@ -141,9 +147,11 @@ def replay(objects: ClusterObjects, key: GangKey, settings: LoopSettings, now: f
         changed=None,
         now=now,
         composites=composites(store, views.values()),
+        devices=devices.world(ledger.devices()),
     )
     planner = Observing(settings.planner, key)
     planned = plan(snapshot, planner, PodModels())
+    nodes = dict(planned.nodes or nodes)  # with their DRA devices counted in
     hold = holds.get(key) or next((h for h in planned.plan.holds if h.gang.key == key), None)
     release = next((r for r in planned.plan.releases if r.gang.key == key), None)
     if view.failure or key in planned.failed:
@@ -155,7 +163,8 @@ def replay(objects: ClusterObjects, key: GangKey, settings: LoopSettings, now: f
 
     preemption = ""
     if hold is not None and hold.reason == "Unschedulable":
-        preemption, why = preemption_of(view, hold, views, nodes, planner, preempter, ledger, now)
+        counted = victims_devices(planned.counts, devices)
+        preemption, why = preemption_of(view, hold, views, nodes, planner, preempter, ledger, now, counted)
         if why:
             held = {key: hold}
             Holds.add_why_not(held, {key: why})
@@ -213,6 +222,7 @@ def preemption_of(
     preempter: Preempter,
     ledger: Ledger,
     now: float,
+    counted: Callable[[RunningPod], RunningPod] = lambda pod: pod,
 ) -> tuple[str, str]:
     """What preemption would do for a gang held for lack of room, if it were its turn: (what to
     tell, the operator's own words it appends to the hold's message, or "")."""
@@ -227,7 +237,7 @@ def preemption_of(
             "",
         )
     busy = {r.gang for r in ledger.entries.values()}
-    candidate = preempter.candidate([(view, hold.gang)], nodes, planner.room_for, views, busy, now)
+    candidate = preempter.candidate([(view, hold.gang)], nodes, planner.room_for, views, busy, now, counted)
     if candidate is None:
         why = preempter.why_not.get(key)  # "no preemption: its PodGroup has preemptionPolicy: Never"
         if why is None:

@@ -7,14 +7,16 @@ planner's models and the plan (`plan`); nothing in it changes while the plan is 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 
 from quorum.core.device_cel import SelectorCache
 from quorum.core.devices import Assignment, DeviceCounts, DeviceWorld, count_devices
 from quorum.core.model import Composite, Gang, Node, Pod, Resources, add
 from quorum.core.planner import Hold, Plan, Planner, Release
+from quorum.core.preemption import RunningPod
 from quorum.k8s.convert import node_from_api, pod_from_api
+from quorum.k8s.devices import DeviceObjects
 from quorum.operator.gangs import JSON, GangView
 from quorum.operator.release import tolerating
 
@@ -171,9 +173,7 @@ def plan(
         changed=changed,
         composites=snapshot.composites,
     )
-    held = [
-        Hold(gang, "DevicesNotModelled", counted.held[gang.key]) for gang in queue if gang.key in counted.held
-    ]
+    held = [Hold(gang, *counted.held[gang.key]) for gang in queue if gang.key in counted.held]
     if counted.counts is None:
         return Planned(Plan(plan.releases, (*plan.holds, *held), plan.visits), failed)
     releases: list[Release] = []
@@ -190,3 +190,21 @@ def plan(
         devices[release.gang.key] = assignment
     plan = Plan(tuple(releases), (*plan.holds, *held), plan.visits)
     return Planned(plan, failed, devices, nodes, counted.counts)
+
+
+def victims_devices(
+    counts: DeviceCounts | None, devices: DeviceObjects
+) -> Callable[[RunningPod], RunningPod]:
+    """A running pod as preemption counts it: with the devices its claims hold, as this pass
+    counted devices, among what it would free."""
+    if counts is None:
+        return lambda pod: pod
+    held = devices.held_by_pods()
+
+    def with_devices(pod: RunningPod) -> RunningPod:
+        keys = held.get(pod.uid)
+        if not keys:
+            return pod
+        return replace(pod, requests={**pod.requests, **counts.freed(pod.node, keys)})
+
+    return with_devices

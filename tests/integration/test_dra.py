@@ -15,6 +15,7 @@ from kubernetes_asyncio import client
 
 from devcluster.cluster import Instance
 from devcluster.nodes import TestPool
+from tests.integration.test_explain import quorum
 from tests.integration.test_gangs import all_running, assert_as_planned, gang_condition, pods
 from tests.kube import create_podgroup, raw_json
 
@@ -193,6 +194,12 @@ async def test_a_gang_is_planned_on_its_devices_and_quorum_allocates_its_claims(
     )
     (pod,) = await pods(api, namespace, "pod-group.scheduling.sigs.k8s.io=more")
     assert pod["spec"].get("schedulingGates") and not pod["spec"].get("nodeName")
+    shown = quorum("explain", f"{namespace}/pg-more", kubeconfig=cluster.kubeconfig("customer"))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith(f"gang {namespace}/pg-more: Pending"), shown.stdout
+    assert "1 pods × 4 devices of class" in shown.stdout, shown.stdout
+    assert "3 nodes: Insufficient devices of class" in shown.stdout, shown.stdout
+    assert "DevicesNotModelled" not in shown.stdout, "its claim was being made: it waited, quietly"
 
 
 async def test_a_gang_that_fits_only_if_its_devices_are_chosen_together(

@@ -79,7 +79,7 @@ def gang(name: str, *pods: Pod) -> Gang:
 
 def plan(
     nodes: Sequence[Node], queue: Sequence[Gang], devices: DeviceWorld
-) -> tuple[Plan, dict[tuple[str, str], str]]:
+) -> tuple[Plan, dict[tuple[str, str], tuple[str, str]]]:
     counted = count_devices({n.name: n for n in nodes}, queue, devices, SelectorCache())
     result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
     for release in result.releases:
@@ -173,13 +173,13 @@ def test_what_is_not_modelled_holds_the_gang_with_why() -> None:
     devices = world({"a": [gpu("a", i) for i in range(8)]}, [unmodeled])
     result, held = plan([node("a")], [gang("g", pod("p0", made("c0")))], devices)
     assert not result.releases
-    assert "firstAvailable" in held[("ns", "g")]
+    assert held[("ns", "g")][0] == "DevicesNotModelled" and "firstAvailable" in held[("ns", "g")][1]
     _, held = plan([node("a")], [gang("g", pod("p0", made("missing")))], devices)
-    assert "not seen yet" in held[("ns", "g")]
+    assert held[("ns", "g")] == ("WaitingForClaims", "ResourceClaim missing is not seen yet")
     shared = claim("s", DeviceRequest("gpus", "gpu", count=1), shared=True)
     sharing = gang("g", pod("p0", PodClaim("s", claim="s")), pod("p1", PodClaim("s", claim="s")))
     _, held = plan([node("a")], [sharing], world({"a": [gpu("a", 0)]}, [shared]))
-    assert "shared" in held[("ns", "g")]
+    assert "shared" in held[("ns", "g")][1]
 
 
 def test_all_devices_takes_a_node_whose_devices_are_all_free() -> None:
