@@ -25,6 +25,7 @@ docs/dra.md is the user's page.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import combinations
@@ -216,48 +217,89 @@ def asks_of(
     return tuple(asks), tuple(pins)
 
 
+class DeviceMatcher:
+    """Which devices each kind matches, kept across passes (selectors are evaluated once per
+    kind and device, through `SelectorCache`) while the devices and classes stay the same
+    objects (`DeviceWorld` keeps them so until a ResourceSlice or DeviceClass changes)."""
+
+    def __init__(self, cache: SelectorCache | None = None) -> None:
+        self.cache = cache or SelectorCache()
+        self.seen: tuple[object, object] | None = None  # (all_devices, classes) the caches are of
+        self.per_kind: dict[Kind, dict[str, frozenset[DeviceKey]]] = {}  # kind -> node -> devices
+        self.errors: dict[Kind, str] = {}  # a selector that failed on some device, per kind
+        self.last: tuple[tuple[Kind, ...], dict[str, dict[DeviceKey, frozenset[Kind]]]] | None = None
+
+    def matches(
+        self, world: DeviceWorld, kinds: Sequence[Kind]
+    ) -> dict[str, dict[DeviceKey, frozenset[Kind]]]:
+        """Per node, per device (every device of its local pools), the kinds it matches."""
+        if self.seen is None or self.seen[0] is not world.all_devices or self.seen[1] is not world.classes:
+            self.seen, self.per_kind, self.errors, self.last = (
+                (world.all_devices, world.classes),
+                {},
+                {},
+                None,
+            )
+        if self.last is not None and self.last[0] == tuple(kinds):
+            return self.last[1]
+        for kind in kinds:
+            if kind not in self.per_kind:
+                self.per_kind[kind] = self._matching(world, kind)
+        out: dict[str, dict[DeviceKey, frozenset[Kind]]] = {}
+        for node, devices in world.all_devices.items():
+            found: dict[DeviceKey, list[Kind]] = {d.key: [] for d in devices}
+            for kind in kinds:
+                for key in self.per_kind[kind].get(node, ()):
+                    found[key].append(kind)
+            out[node] = {key: frozenset(k) for key, k in found.items()}
+        self.last = (tuple(kinds), out)
+        return out
+
+    def _matching(self, world: DeviceWorld, kind: Kind) -> dict[str, frozenset[DeviceKey]]:
+        device_class = world.classes.get(kind.device_class)
+        if device_class is None:
+            return {}
+        expressions = (*device_class.selectors, *kind.selectors)
+        out: dict[str, frozenset[DeviceKey]] = {}
+        for node, devices in world.all_devices.items():
+            keys = []
+            for device in devices:
+                view = device.view()
+                try:
+                    if all(self.cache.matches(e, device.key, view) for e in expressions):
+                        keys.append(device.key)
+                except SelectorError as err:  # the device is not one quorum would plan on
+                    self.errors.setdefault(kind, f"{device.driver}/{device.pool}/{device.name}: {err}")
+            if keys:
+                out[node] = frozenset(keys)
+        return out
+
+
 class DeviceCounts:
-    """The kinds a pass's pods ask, what each free device matches, and the resources that count
+    """The kinds a pass's pods ask, what each device matches, and the resources that count
     them (see the module's docstring). Built once per pass from the world and the asks."""
 
-    def __init__(self, world: DeviceWorld, asks: Iterable[Ask], cache: SelectorCache) -> None:
+    def __init__(self, world: DeviceWorld, asks: Iterable[Ask], matcher: DeviceMatcher) -> None:
         self.world = world
-        self.cache = cache
-        self.errors: dict[Kind, str] = {}  # a selector that failed on some device, per kind
         asks = list(asks)
         kinds = sorted({a.kind for a in asks}, key=lambda k: (k.device_class, k.selectors, k.extended or ""))
         self.kinds = kinds
         self.all_kinds = frozenset(a.kind for a in asks if a.all_devices)
         # Kinds asked both as a count and as all devices: not counted (`not_modelled`).
         self.mixed = self.all_kinds & {a.kind for a in asks if not a.all_devices}
-        self.matches: dict[str, dict[DeviceKey, frozenset[Kind]]] = {}
-        for node in set(world.all_devices) | set(world.devices):
-            self.matches[node] = {
-                d.key: self._kinds_of(d, kinds)
-                for d in world.all_devices.get(node, world.devices.get(node, ()))
-            }
+        self.matches = matcher.matches(world, kinds)
+        self.errors = {k: e for k, e in matcher.errors.items() if k in set(kinds)}
         self.components = self._components()
         self.component_of = {k: i for i, comp in enumerate(self.components) for k in comp}
+        # Each counted set of kinds (those of components not too large), with its resource's name.
+        self.sets = [
+            (frozenset(subset), self.resource(subset))
+            for component in self.components
+            if len(component) <= MAX_KINDS_PER_COMPONENT
+            for subset in self.subsets(component)
+        ]
         # Per node, the kinds of extended resources its device plugin serves (`capacity` notes it).
         self.native: dict[str, frozenset[Kind]] = {}
-
-    def _kinds_of(self, device: Device, kinds: Sequence[Kind]) -> frozenset[Kind]:
-        found = []
-        view: DeviceView | None = None
-        for kind in kinds:
-            device_class = self.world.classes.get(kind.device_class)
-            if device_class is None:
-                continue
-            view = view or device.view()
-            try:
-                if all(
-                    self.cache.matches(expression, device.key, view)
-                    for expression in (*device_class.selectors, *kind.selectors)
-                ):
-                    found.append(kind)
-            except SelectorError as err:  # the device is not one quorum would plan on
-                self.errors.setdefault(kind, f"{device.driver}/{device.pool}/{device.name}: {err}")
-        return frozenset(found)
 
     def _components(self) -> list[tuple[Kind, ...]]:
         parent = {k: k for k in self.kinds}
@@ -268,8 +310,12 @@ class DeviceCounts:
                 k = parent[k]
             return k
 
+        seen: set[frozenset[Kind]] = set()
         for per_device in self.matches.values():
             for matched in per_device.values():
+                if len(matched) < 2 or matched in seen:
+                    continue
+                seen.add(matched)
                 ordered = sorted(matched, key=self.kinds.index)
                 for other in ordered[1:]:
                     parent[root(other)] = root(ordered[0])
@@ -319,19 +365,21 @@ class DeviceCounts:
         taken: dict[str, int] = {}
         native = {k for k in self.kinds if k.extended is not None and allocatable.get(k.extended, 0) > 0}
         self.native[node] = frozenset(native)
-        for component in self.components:
-            if len(component) > MAX_KINDS_PER_COMPONENT:
+        # Devices alike in what they match counted together (a node has few such groups).
+        groups = Counter((kinds, key in free) for key, kinds in matches.items() if kinds)
+        for wanted, name in self.sets:
+            if wanted & native:
+                total[name] = 1 << 60  # served by the device plugin there
                 continue
-            for subset in self.subsets(component):
-                wanted = set(subset)
-                if wanted & native:
-                    total[self.resource(subset)] = 1 << 60  # served by the device plugin there
-                    continue
-                every = [key for key, kinds in matches.items() if kinds & wanted]
-                if every:
-                    total[self.resource(subset)] = len(every) * TOKEN
-                    if held := sum(1 for key in every if key not in free):
-                        taken[self.resource(subset)] = held * TOKEN
+            every = held = 0
+            for (kinds, is_free), count in groups.items():
+                if kinds & wanted:
+                    every += count
+                    held += 0 if is_free else count
+            if every:
+                total[name] = every * TOKEN
+                if held:
+                    taken[name] = held * TOKEN
         for kind in self.all_kinds:
             matching = [key for key, kinds in matches.items() if kind in kinds]
             if matching:
@@ -346,13 +394,9 @@ class DeviceCounts:
         matches = self.matches.get(node, {})
         held = [matches.get(key, frozenset()) for key in devices]
         out: dict[str, int] = {}
-        for component in self.components:
-            if len(component) > MAX_KINDS_PER_COMPONENT:
-                continue
-            for subset in self.subsets(component):
-                count = sum(1 for kinds in held if kinds & set(subset))
-                if count:
-                    out[self.resource(subset)] = count * TOKEN
+        for wanted, name in self.sets:
+            if count := sum(1 for kinds in held if kinds & wanted):
+                out[name] = count * TOKEN
         return out
 
     def demand(self, asks: Sequence[Ask]) -> dict[str, int]:
@@ -363,10 +407,8 @@ class DeviceCounts:
                 name = self.all_token(ask.kind)
                 out[name] = out.get(name, 0) + TOKEN
                 continue
-            component = self.components[self.component_of[ask.kind]]
-            for subset in self.subsets(component):
-                if ask.kind in subset:
-                    name = self.resource(subset)
+            for wanted, name in self.sets:
+                if ask.kind in wanted:
                     out[name] = out.get(name, 0) + ask.count * TOKEN
         return out
 
@@ -455,7 +497,7 @@ class Counted:
 
 
 def count_devices(
-    nodes: Mapping[str, Node], queue: Sequence[Gang], world: DeviceWorld, cache: SelectorCache
+    nodes: Mapping[str, Node], queue: Sequence[Gang], world: DeviceWorld, matcher: DeviceMatcher
 ) -> Counted:
     """The planner's nodes and gangs with devices as resources: each node's free devices added to
     its allocatable, each pod's asks to its requests (a pod whose allocated shared claim is on
@@ -480,7 +522,7 @@ def count_devices(
             held[gang.key] = (err.reason, str(err))
     if not any(asks.values()) and not any(pins.values()):
         return Counted(nodes, {}, [g for g in queue if g.key not in held], held, asks, None)
-    counts = DeviceCounts(world, (a for found in asks.values() for a in found), cache)
+    counts = DeviceCounts(world, (a for found in asks.values() for a in found), matcher)
     out: list[Gang] = []
     for gang in queue:
         if gang.key in held:

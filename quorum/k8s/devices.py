@@ -8,6 +8,7 @@ of one node (`spec.nodeName`) are planned on; pools that span nodes are not (doc
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -240,14 +241,57 @@ class _Objects:
             self.upsert(obj)
 
 
+class _Claims(_Objects):
+    """The claims, with the devices allocated to them counted as they change (a pass does not
+    walk every claim of the cluster)."""
+
+    def __init__(self) -> None:
+        super().__init__(claim_from_api)
+        self.taken: Counter[DeviceKey] = Counter()
+        self.models: dict[tuple[str, str], Claim] = {}
+
+    def upsert(self, obj: JSON) -> None:
+        held = self.items.get(obj["metadata"]["uid"])
+        if held is not None and held[0] == obj["metadata"].get("resourceVersion", ""):
+            return
+        if held is not None:
+            self._forget(held[2])
+        super().upsert(obj)
+        model: Claim = self.items[obj["metadata"]["uid"]][1]
+        self.models[(model.namespace, model.name)] = model
+        self.taken.update(allocated_devices(obj))
+
+    def delete(self, obj: JSON) -> None:
+        held = self.items.get(obj["metadata"]["uid"])
+        if held is not None:
+            self._forget(held[2])
+        super().delete(obj)
+
+    def _forget(self, obj: JSON) -> None:
+        for key in allocated_devices(obj):
+            self.taken[key] -= 1
+            if self.taken[key] <= 0:
+                del self.taken[key]
+        meta = obj["metadata"]
+        self.models.pop((meta.get("namespace", ""), meta["name"]), None)
+
+    def replace_all(self, objs: list[JSON]) -> None:
+        self.taken, self.models = Counter(), {}
+        super().replace_all(objs)
+
+
 class DeviceObjects:
     """The DRA objects the operator watches, and the `DeviceWorld` a pass plans on."""
 
     def __init__(self) -> None:
         self.slices = _Objects(slice_from_api)
         self.classes = _Objects(device_class_from_api)
-        self.claims = _Objects(claim_from_api)
+        self.claims = _Claims()
         self._world: tuple[tuple[int, ...], frozenset[DeviceKey], DeviceWorld] | None = None
+        # The devices and classes, the same objects until a slice or a class changes (what the
+        # planner's selector results are kept for: `DeviceMatcher`).
+        self._devices: tuple[int, Mapping[str, tuple[Device, ...]], frozenset[str]] | None = None
+        self._classes: tuple[int, Mapping[str, DeviceClass]] | None = None
 
     def held_by_pods(self) -> dict[str, tuple[DeviceKey, ...]]:
         """Pod uid -> the devices of the claims allocated for it alone (a shared claim's devices
@@ -259,9 +303,6 @@ class DeviceObjects:
                 out[users[0]] = out.get(users[0], ()) + allocated_devices(obj)
         return out
 
-    def allocated(self) -> set[DeviceKey]:
-        return {key for _, _, obj in self.claims.items.values() for key in allocated_devices(obj)}
-
     def world(self, assumed: Iterable[DeviceKey] = ()) -> DeviceWorld:
         """The world of this moment, with the devices of allocations quorum wrote but the
         watch has not shown yet (`assumed`) taken too. Assembled again only after a change."""
@@ -269,22 +310,30 @@ class DeviceObjects:
         versions = (self.slices.version, self.classes.version, self.claims.version)
         if self._world is not None and self._world[:2] == (versions, assumed):
             return self._world[2]
-        world = assemble(
-            [m for _, m, _ in self.slices.items.values()],
-            [m for _, m, _ in self.classes.items.values()],
-            [m for _, m, _ in self.claims.items.values()],
-            self.allocated() | assumed,
+        if self._devices is None or self._devices[0] != self.slices.version:
+            found, beyond = local_devices([m for _, m, _ in self.slices.items.values()])
+            self._devices = (self.slices.version, found, beyond)
+        if self._classes is None or self._classes[0] != self.classes.version:
+            self._classes = (self.classes.version, {m.name: m for _, m, _ in self.classes.items.values()})
+        _, every, beyond = self._devices
+        taken = self.claims.taken
+        world = DeviceWorld(
+            devices={
+                node: tuple(d for d in devices if d.key not in taken and d.key not in assumed)
+                for node, devices in every.items()
+            },
+            all_devices=every,
+            classes=self._classes[1],
+            claims=dict(self.claims.models),
+            drivers_beyond_nodes=beyond,
         )
         self._world = (versions, assumed, world)
         return world
 
 
-def assemble(
-    slices: Iterable[Slice],
-    classes: Iterable[DeviceClass],
-    claims: Iterable[Claim],
-    taken: set[DeviceKey],
-) -> DeviceWorld:
+def local_devices(slices: Iterable[Slice]) -> tuple[dict[str, tuple[Device, ...]], frozenset[str]]:
+    """Per node, the devices of its pools (the newest generation of each, complete pools only),
+    and the drivers that have pools spanning nodes (not planned on)."""
     newest: dict[tuple[str, str], int] = {}
     slices = list(slices)
     for s in slices:
@@ -303,13 +352,7 @@ def assemble(
                 beyond.add(driver)
                 continue
             every.setdefault(s.node, []).extend(s.devices)
-    return DeviceWorld(
-        devices={node: tuple(d for d in devices if d.key not in taken) for node, devices in every.items()},
-        all_devices={node: tuple(devices) for node, devices in every.items()},
-        classes={c.name: c for c in classes},
-        claims={(c.namespace, c.name): c for c in claims},
-        drivers_beyond_nodes=frozenset(beyond),
-    )
+    return {node: tuple(devices) for node, devices in every.items()}, frozenset(beyond)
 
 
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"

@@ -10,8 +10,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
-from quorum.core.device_cel import SelectorCache
-from quorum.core.devices import Assignment, DeviceCounts, DeviceWorld, count_devices
+from quorum.core.devices import Assignment, DeviceCounts, DeviceMatcher, DeviceWorld, count_devices
 from quorum.core.model import Composite, Gang, Node, Pod, Resources, add
 from quorum.core.planner import Hold, Plan, Planner, Release
 from quorum.core.preemption import RunningPod
@@ -98,7 +97,7 @@ class DeviceNodes:
     planner's index refreshes a node that changed; `changed` tells it which)."""
 
     def __init__(self) -> None:
-        self.cache = SelectorCache()
+        self.matcher = DeviceMatcher()
         # name -> (node, node with its devices, the devices taken there)
         self.models: dict[str, tuple[Node, Node, Mapping[str, int]]] = {}
 
@@ -159,8 +158,19 @@ def plan(
         except Exception as err:
             failed[key] = f"reading its pods failed: {type(err).__name__}: {err}"
     pod_models.keep_seen()
-    device_nodes = device_nodes or DeviceNodes()
-    counted = count_devices(snapshot.nodes, queue, snapshot.devices, device_nodes.cache)
+    return plan_queue(snapshot, queue, planner, device_nodes or DeviceNodes(), failed)
+
+
+def plan_queue(
+    snapshot: Snapshot,
+    queue: list[Gang],
+    planner: Planner,
+    device_nodes: DeviceNodes,
+    failed: dict[GangKey, str] | None = None,
+) -> Planned:
+    """The queue planned, with DRA devices counted in and chosen for each release."""
+    failed = failed or {}
+    counted = count_devices(snapshot.nodes, queue, snapshot.devices, device_nodes.matcher)
     nodes, changed = device_nodes.keep_same(snapshot.nodes, counted.nodes, counted.taken, snapshot.changed)
     used = snapshot.used
     if counted.taken:  # the devices allocated, as used

@@ -8,13 +8,13 @@ from collections.abc import Mapping, Sequence
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from quorum.core.device_cel import SelectorCache
 from quorum.core.devices import (
     Ask,
     Claim,
     Device,
     DeviceClass,
     DeviceCounts,
+    DeviceMatcher,
     DeviceRequest,
     DeviceWorld,
     Kind,
@@ -80,7 +80,7 @@ def gang(name: str, *pods: Pod) -> Gang:
 def plan(
     nodes: Sequence[Node], queue: Sequence[Gang], devices: DeviceWorld
 ) -> tuple[Plan, dict[tuple[str, str], tuple[str, str]]]:
-    counted = count_devices({n.name: n for n in nodes}, queue, devices, SelectorCache())
+    counted = count_devices({n.name: n for n in nodes}, queue, devices, DeviceMatcher())
     result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
     for release in result.releases:
         assert counted.counts is not None
@@ -117,7 +117,7 @@ def test_a_gang_that_fits_only_if_its_devices_are_chosen_together() -> None:
         {"a": node("a")},
         [gang("g", pod("p1", made("c1")), pod("p0", made("c0")))],
         world(devices, claims),
-        SelectorCache(),
+        DeviceMatcher(),
     )
     result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
     (release,) = result.releases
@@ -197,7 +197,7 @@ def test_all_devices_takes_a_node_whose_devices_are_all_free() -> None:
 
 
 def test_device_resources_are_told_apart() -> None:
-    counts = DeviceCounts(world({"a": [gpu("a", 0)]}), [Ask(Kind("gpu"), 1)], SelectorCache())
+    counts = DeviceCounts(world({"a": [gpu("a", 0)]}), [Ask(Kind("gpu"), 1)], DeviceMatcher())
     assert all(is_device_resource(r) for r in counts.capacity("a", {})[0])
     assert not is_device_resource("nvidia.com/gpu")
 
@@ -231,7 +231,7 @@ def test_counts_fit_exactly_when_devices_can_be_chosen(
 ) -> None:
     devices = [gpu("a", i, flags={f: (k in m) for k, f in enumerate(FLAGS)}) for i, m in enumerate(matches)]
     asks = [[Ask(KINDS[k], 1, claim="c", request=f"r{i}") for i, k in enumerate(p)] for p in pods]
-    counts = DeviceCounts(world({"a": devices}), [a for p in asks for a in p], SelectorCache())
+    counts = DeviceCounts(world({"a": devices}), [a for p in asks for a in p], DeviceMatcher())
     total, taken = counts.capacity("a", {})
     capacity = subtract(total, taken)
     demand: dict[str, int] = {}
