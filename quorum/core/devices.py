@@ -507,8 +507,9 @@ def count_devices(
     for gang in queue:
         for pod in gang.pods:
             for entry in pod.claims:
-                if entry.claim is not None:
-                    sharers[(gang.namespace, entry.claim)] = sharers.get((gang.namespace, entry.claim), 0) + 1
+                # A claim named, or made for a PodGroup and named through a template by its pods.
+                if (name := entry.claim or entry.made) is not None:
+                    sharers[(gang.namespace, name)] = sharers.get((gang.namespace, name), 0) + 1
     held: dict[tuple[str, str], tuple[str, str]] = {}
     asks: dict[str, tuple[Ask, ...]] = {}
     pins: dict[str, tuple[NodeTerms, ...]] = {}

@@ -245,3 +245,17 @@ def test_counts_fit_exactly_when_devices_can_be_chosen(
     if chosen is not None:
         picked = [key for per_pod in chosen.values() for keys in per_pod.values() for key in keys]
         assert len(picked) == len(set(picked)) == sum(len(p) for p in pods)
+
+
+def test_a_claim_made_for_a_pod_group_counts_as_shared() -> None:
+    """With DRAWorkloadResourceClaims, a PodGroup's claim is made once and its pods name it
+    through their template entry: not one claim per pod. Not allocated yet, it is not planned
+    as if each pod had its own devices."""
+    group_claim = claim("pg-gpus", DeviceRequest("gpus", "gpu", count=8), shared=True)
+    devices = world(
+        {"a": [gpu("a", i) for i in range(8)], "b": [gpu("b", i) for i in range(8)]}, [group_claim]
+    )
+    pair = gang("g", pod("p0", made("pg-gpus")), pod("p1", made("pg-gpus")))
+    result, held = plan([node("a"), node("b")], [pair], devices)
+    assert not result.releases
+    assert held[("ns", "g")][0] == "DevicesNotModelled" and "shared" in held[("ns", "g")][1]
