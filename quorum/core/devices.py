@@ -25,6 +25,7 @@ docs/dra.md is the user's page.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -45,6 +46,7 @@ NATIVE_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
 IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
 WAITING = "WaitingForClaims"  # the hold reason while a pod's claim or its class is not there yet
 MAX_KINDS_PER_COMPONENT = 6  # 2^6 - 1 = 63 resources per node at most for one component
+MATCHING_SECONDS = 0.25  # a pass's time for matching kinds of request it has not seen before
 TOKEN = 1000  # devices are counted like other resources, in milli-units
 
 
@@ -243,7 +245,7 @@ class DeviceMatcher:
         if self.last is not None and self.last[0] == tuple(kinds):
             return self.last[1]
         for kind in kinds:
-            if kind not in self.per_kind:
+            if kind not in self.per_kind:  # `pending` left it out if the pass had no time for it
                 self.per_kind[kind] = self._matching(world, kind)
         out: dict[str, dict[DeviceKey, frozenset[Kind]]] = {}
         for node, devices in world.all_devices.items():
@@ -254,6 +256,25 @@ class DeviceMatcher:
             out[node] = {key: frozenset(k) for key, k in found.items()}
         self.last = (tuple(kinds), out)
         return out
+
+    def pending(self, world: DeviceWorld, kinds: Sequence[Kind], budget_seconds: float) -> set[Kind]:
+        """The kinds, in the order given, whose devices this pass has no time left to match: the
+        first new kind is always matched, the others while `budget_seconds` last. Every new kind
+        is matched against every device once, so a tenant who writes many different selectors
+        costs the pass that much, once; the rest wait for later passes, in turn."""
+        self.matches(world, [k for k in kinds if k in self.per_kind])  # resets a stale cache
+        started = time.monotonic()
+        left: set[Kind] = set()
+        matched = False
+        for kind in kinds:
+            if kind in self.per_kind:
+                continue
+            if matched and time.monotonic() - started > budget_seconds:
+                left.add(kind)
+                continue
+            self.per_kind[kind] = self._matching(world, kind)
+            matched = True
+        return left
 
     def _matching(self, world: DeviceWorld, kind: Kind) -> dict[str, frozenset[DeviceKey]]:
         device_class = world.classes.get(kind.device_class)
@@ -497,7 +518,11 @@ class Counted:
 
 
 def count_devices(
-    nodes: Mapping[str, Node], queue: Sequence[Gang], world: DeviceWorld, matcher: DeviceMatcher
+    nodes: Mapping[str, Node],
+    queue: Sequence[Gang],
+    world: DeviceWorld,
+    matcher: DeviceMatcher,
+    matching_seconds: float = MATCHING_SECONDS,
 ) -> Counted:
     """The planner's nodes and gangs with devices as resources: each node's free devices added to
     its allocatable, each pod's asks to its requests (a pod whose allocated shared claim is on
@@ -523,7 +548,17 @@ def count_devices(
             held[gang.key] = (err.reason, str(err))
     if not any(asks.values()) and not any(pins.values()):
         return Counted(nodes, {}, [g for g in queue if g.key not in held], held, asks, None)
-    counts = DeviceCounts(world, (a for found in asks.values() for a in found), matcher)
+    in_order = list(
+        dict.fromkeys(a.kind for g in queue if g.key not in held for p in g.pods for a in asks[p.uid])
+    )
+    for kind in matcher.pending(world, in_order, matching_seconds):
+        for gang in queue:
+            if gang.key not in held and any(a.kind == kind for p in gang.pods for a in asks[p.uid]):
+                waits = f"its {kind.label()} are still being matched against the cluster's devices"
+                held[gang.key] = (WAITING, f"{waits} (many different device requests arrived at once)")
+    counts = DeviceCounts(
+        world, (a for g in queue if g.key not in held for p in g.pods for a in asks[p.uid]), matcher
+    )
     out: list[Gang] = []
     for gang in queue:
         if gang.key in held:

@@ -259,3 +259,19 @@ def test_a_claim_made_for_a_pod_group_counts_as_shared() -> None:
     result, held = plan([node("a"), node("b")], [pair], devices)
     assert not result.releases
     assert held[("ns", "g")][0] == "DevicesNotModelled" and "shared" in held[("ns", "g")][1]
+
+
+def test_kinds_of_request_new_to_a_pass_are_matched_within_its_time() -> None:
+    """Many different selectors at once (a tenant's, say): the first is matched, the rest wait
+    for later passes, holding only the gangs that ask them."""
+    devices = world({"a": [gpu("a", i) for i in range(8)]})
+    selectors = [f'device.attributes["{DRIVER}"].model != "X{i}"' for i in range(4)]
+    claims = [claim(f"c{i}", DeviceRequest("gpus", "gpu", (s,), 1)) for i, s in enumerate(selectors)]
+    devices = world(devices.devices, claims)
+    queue = [gang(f"g{i}", pod(f"p{i}", made(f"c{i}"))) for i in range(4)]
+    matcher = DeviceMatcher()
+    for passes in range(1, 5):  # no time at all: the first new kind of each pass only
+        counted = count_devices({"a": node("a")}, queue, devices, matcher, matching_seconds=0.0)
+        assert [g.name for g in counted.queue] == [f"g{i}" for i in range(passes)]
+        assert {k[1] for k in counted.held} == {f"g{i}" for i in range(passes, 4)}
+        assert all(r == "WaitingForClaims" and "still being matched" in m for r, m in counted.held.values())
