@@ -26,7 +26,8 @@ expression Kubernetes runs may fail here, which holds its claims rather than gue
 
 # cel-python, not the Rust (common-expression-language) or cel-cpp (cel-expr-python) bindings: only
 # it takes custom values (Quantity, Semver) and lazy maps, and lets each step be metered; its price
-# is speed (~45 us an evaluation against their 2-20 us), paid once per device by SelectorCache.
+# is speed (~45 us an evaluation against their 2-20 us), paid by SelectorCache once per distinct
+# device as far as the selector reads it (devices that differ only in uuid and index share one).
 
 from __future__ import annotations
 
@@ -39,7 +40,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from enum import Enum
 from fractions import Fraction
 from typing import Any, cast
 
@@ -999,7 +999,10 @@ class _MeteredEvaluator(Evaluator):
         if namespace is not None and qualified in _NAMESPACED:
             return self._namespaced(qualified, args)
         if method in _MACROS:
-            return cast(Result, super().member_dot_arg(tree))
+            try:
+                return cast(Result, super().member_dot_arg(tree))
+            except TypeError:  # cel-python iterates the target without checking it: `true.exists(...)`
+                return _error(f"no such overload: {method}() on a value that is not a list or map")
         target = self.visit(tree.children[0])
         values = [self.visit(arg) for arg in args]
         return _call(method, _FUNCTIONS.get(method) or base_functions[method], [target, *values])
@@ -1141,26 +1144,30 @@ def compile_selector(expression: str) -> Selector:
     return Selector(expression, ast, literals, _device_reads(ast, literals))
 
 
-class _Absent(Enum):
-    DOMAIN = "domain absent"
-    ID = "id absent"
+_PLAIN = frozenset({str, bool})  # attribute types that always convert
+_ABSENT = ("absent", None)  # a missing domain reads as an empty map: the same as a missing id
 
 
-class _Invalid(Enum):
-    DEVICE = "the device does not convert"
-
-
-def _tagged(value: Any) -> Hashable:
-    """A value as a key: its type kept, as True == 1 in Python but not in CEL."""
-    if isinstance(value, tuple | list):
-        return (tuple, tuple(_tagged(v) for v in value))
-    return (value.__class__, value)
+def _encoded(value: Any) -> tuple[str, Hashable]:
+    """An attribute value as a key, what its conversion to CEL depends on: the type as well, as
+    True == 1 in Python; no objects the garbage collector tracks, as the keys are many."""
+    if value.__class__ is str:
+        return ("s", value)
+    if isinstance(value, bool):
+        return ("b", value)
+    if isinstance(value, int):
+        return ("i", value)
+    if isinstance(value, str):
+        return ("s", value)
+    if isinstance(value, Version):
+        return ("v", value.text)
+    return ("l", tuple(part for v in value for part in _encoded(v)))
 
 
 class _Prepared:
-    """One device as SelectorCache keys it: attributes and capacity by domain and id (as
-    `_cel_device` makes them, the raw values), or the error that converting it gives, which every
-    selector then fails with."""
+    """One device as SelectorCache keys it: its attributes and capacity by domain and id, as
+    `_cel_device` makes them but the raw values; or the error that converting it gives, which
+    every selector then fails with."""
 
     __slots__ = ("attributes", "capacity", "driver", "invalid", "multiple")
 
@@ -1172,42 +1179,55 @@ class _Prepared:
         self.capacity: dict[str, dict[str, Any]] = {}
         try:
             for name, value in device.attributes.items():
-                if not (isinstance(value, str) or (isinstance(value, int) and INT64[0] <= value <= INT64[1])):
+                if not (value.__class__ in _PLAIN or (type(value) is int and INT64[0] <= value <= INT64[1])):
                     _cel_attribute(name, value)  # raises as the conversion does
-                domain, ident = _split_name(name, device.driver)
-                self.attributes.setdefault(domain, {})[ident] = value
+                self._put(self.attributes, name, value)
             for name, text in device.capacity.items():
                 _cel_capacity(name, text)
-                domain, ident = _split_name(name, device.driver)
-                self.capacity.setdefault(domain, {})[ident] = text
+                self._put(self.capacity, name, text)
         except SelectorError as err:
             self.invalid = str(err)
 
+    def _put(self, maps: dict[str, dict[str, Any]], name: str, value: Any) -> None:
+        domain, slash, ident = name.partition("/")  # as _split_name
+        if not slash:
+            domain, ident = self.driver, name
+        ids = maps.get(domain)
+        if ids is None:
+            ids = maps[domain] = {}
+        ids[ident] = value
+
     def projection(self, reads: tuple[_Read, ...]) -> tuple[Hashable, ...]:
+        """The values read, two items each."""
         values: list[Hashable] = []
         for part, domain, ident in reads:
             if part == "driver":
-                values.append(self.driver)
+                values += ("s", self.driver)
             elif part == "allowMultipleAllocations":
-                values.append(self.multiple)
+                values += ("b", self.multiple)
             else:
                 ids = (self.attributes if part == "attributes" else self.capacity).get(domain)
                 if ident is None:
-                    values.append(ids is not None)
-                elif ids is None:
-                    values.append(_Absent.DOMAIN)
+                    values += ("b", ids is not None)
+                elif ids is None or ident not in ids:
+                    values += _ABSENT
+                elif part == "attributes":
+                    values += _encoded(ids[ident])
                 else:
-                    value = ids.get(ident, _Absent.ID)
-                    values.append(value if value is _Absent.ID else _tagged(value))
+                    values += ("q", ids[ident])
         return tuple(values)
 
     def content(self) -> tuple[Hashable, ...]:
-        """All the device shows a selector, map order included (macros iterate in it)."""
-
-        def frozen(maps: dict[str, dict[str, Any]]) -> tuple[Hashable, ...]:
-            return tuple((d, tuple((i, _tagged(v)) for i, v in ids.items())) for d, ids in maps.items())
-
-        return (self.driver, self.multiple, frozen(self.attributes), frozen(self.capacity))
+        """All that a selector sees of the device, map order included (macros iterate in it):
+        four items an attribute or capacity, in `_cel_device`'s order."""
+        values: list[Hashable] = [self.driver, self.multiple, sum(map(len, self.attributes.values()))]
+        for domain, ids in self.attributes.items():
+            for ident, value in ids.items():
+                values += (domain, ident, *_encoded(value))
+        for domain, ids in self.capacity.items():
+            for ident, text in ids.items():
+                values += (domain, ident, "q", text)
+        return tuple(values)
 
 
 class SelectorCache:
@@ -1264,7 +1284,7 @@ class SelectorCache:
         prepared = last[1]
         key: tuple[str, Hashable]
         if prepared.invalid is not None:
-            key = (expression, (_Invalid.DEVICE, prepared.invalid))
+            key = (expression, ("invalid", prepared.invalid))
         elif selector.reads is not None:
             key = (expression, prepared.projection(selector.reads))
         else:

@@ -17,7 +17,7 @@ from devcluster.cluster import Instance
 from devcluster.nodes import TestPool
 from tests.integration.test_explain import quorum
 from tests.integration.test_gangs import all_running, assert_as_planned, gang_condition, pods
-from tests.kube import create_podgroup, raw_json
+from tests.kube import create_podgroup, eventually, raw_json
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kubernetes_1_36]
 
@@ -254,3 +254,60 @@ async def test_the_extended_resource_mapping(
     await create_podgroup(api, namespace, "one", 1)
     apply(cluster, namespace, gang_pod(gpus.pool, "one-0", "one", extended={gpus.extended: "1"}))
     await gang_condition(api, namespace, "pg-one", "Unschedulable", containing="devices of class")
+
+
+async def test_gangs_contending_for_devices_run_whole_one_after_the_other(
+    cluster: Instance, api: client.ApiClient, namespace: str, driver: Any
+) -> None:
+    """Two gangs that each need every device of the pool, made at once: one runs whole, the
+    other waits whole (no pod of it bound, no device of it allocated); once the first is
+    deleted, its claims are deallocated and the second runs whole."""
+    gpus = await driver(2)
+    names = gpus.pool.names
+    gpus.publish(cluster, {n: [device(i) for i in range(8)] for n in names})
+    apply(cluster, namespace, gpus.template("eight", 8))
+    for group in ("first", "second"):
+        await create_podgroup(api, namespace, group, 2)
+    apply(
+        cluster,
+        namespace,
+        *(gang_pod(gpus.pool, f"{g}-{i}", g, "eight") for i in range(2) for g in ("first", "second")),
+    )
+
+    async def one_running() -> str | None:
+        found = await pods(api, namespace)
+        running = {
+            p["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io"]
+            for p in found
+            if p["spec"].get("nodeName")
+        }
+        return (
+            running.pop()
+            if len(running) == 1 and len([p for p in found if p["spec"].get("nodeName")]) == 2
+            else None
+        )
+
+    winner = await eventually(one_running, timeout=60, what="one gang bound whole")
+    loser = "second" if winner == "first" else "first"
+    await all_running(api, namespace, 2, f"pod-group.scheduling.sigs.k8s.io={winner}")
+    await gang_condition(api, namespace, f"pg-{loser}", "Unschedulable", containing="devices of class")
+    waiting = await pods(api, namespace, f"pod-group.scheduling.sigs.k8s.io={loser}")
+    assert all(p["spec"].get("schedulingGates") and not p["spec"].get("nodeName") for p in waiting)
+    held = await claims(api, namespace)
+    for pod in waiting:
+        (status,) = pod["status"]["resourceClaimStatuses"]
+        assert not held[status["resourceClaimName"]]["status"].get("allocation"), "no device promised"
+
+    deleted = cluster.kubectl(
+        "-n", namespace, "delete", "pod", "-l", f"pod-group.scheduling.sigs.k8s.io={winner}", "--wait=false"
+    )
+    assert deleted.returncode == 0, deleted.stderr
+    await all_running(api, namespace, 2, f"pod-group.scheduling.sigs.k8s.io={loser}")
+    held = await claims(api, namespace)
+    chosen = [
+        (r["pool"], r["device"])
+        for c in held.values()
+        if (c.get("status") or {}).get("allocation")
+        for r in c["status"]["allocation"]["devices"]["results"]
+    ]
+    assert len(chosen) == len(set(chosen)) == 16, "every device once"

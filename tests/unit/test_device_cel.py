@@ -5,14 +5,17 @@ errors, bounds against hostile expressions, and the cache."""
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Callable
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from quorum.core.device_cel import (
     MAX_EXPRESSION_BYTES,
     DeviceView,
+    Selector,
     SelectorCache,
     SelectorError,
     Version,
@@ -277,36 +280,229 @@ def test_the_cache_keeps_results_and_errors() -> None:
     cache = SelectorCache()
     model = f'{OWN}.model == "H100"'
     assert cache.matches(model, "gpu-0", H100) is True
-    a100 = DeviceView(DRIVER, {"model": "A100"})
-    assert cache.matches(model, "gpu-0", a100) is True  # cached by key: a changed device needs a new key
-    assert cache.matches(model, "gpu-1", a100) is False
-
+    assert cache.matches(model, "gpu-1", H100) is True
     missing = f'{OWN}.family == "hopper"'
     for _ in range(2):
         with pytest.raises(SelectorError, match="no such key: family"):
             cache.matches(missing, "gpu-0", H100)
-    with_family = DeviceView(DRIVER, {"family": "hopper"})
-    with pytest.raises(SelectorError, match="no such key: family"):
-        cache.matches(missing, "gpu-0", with_family)  # the cached error
-    assert cache.matches(missing, "gpu-2", with_family) is True
-
     for _ in range(2):
         with pytest.raises(SelectorError, match="CEL compile error"):
             cache.matches("?!", "gpu-0", H100)
 
 
+def test_a_device_changed_under_the_same_key_is_evaluated_again() -> None:
+    # A ResourceSlice update changes a device in place: same driver, pool and name.
+    cache = SelectorCache()
+    a100, with_family = DeviceView(DRIVER, {"model": "A100"}), DeviceView(DRIVER, {"family": "hopper"})
+    model, missing = f'{OWN}.model == "H100"', f'{OWN}.family == "hopper"'
+    whole = f'{OWN}.exists(id, id == "model") && {OWN}.model == "H100"'  # not projected
+    for expression in (model, whole):
+        assert cache.matches(expression, "gpu-0", H100) is True
+        assert cache.matches(expression, "gpu-0", a100) is False
+    with pytest.raises(SelectorError, match="no such key: family"):
+        cache.matches(missing, "gpu-0", H100)
+    assert cache.matches(missing, "gpu-0", with_family) is True
+    first = 'device.attributes.map(d, d)[0] == "acme"'  # CEL maps keep their order here
+    two_domains = DeviceView(DRIVER, {"model": "H100", "acme/model": "H100"})
+    assert cache.matches(first, "gpu-0", two_domains) is False
+    assert cache.matches(first, "gpu-0", reordered(two_domains)) is True
+    bad_version = DeviceView(DRIVER, {"model": "H100", "driverVersion": Version("1.0")})
+    with pytest.raises(SelectorError, match="parse semantic version"):
+        cache.matches(model, "gpu-0", bad_version)
+    assert cache.matches(model, "gpu-0", H100) is True
+
+
+@pytest.mark.parametrize(
+    ("expression", "reads"),
+    [
+        (
+            'device.driver == "x" && device.allowMultipleAllocations',
+            [("driver", "", None), ("allowMultipleAllocations", "", None)],
+        ),
+        (f'{OWN}.model == "H100" && {OWN}["model"] != ""', [("attributes", DRIVER, "model")]),
+        ("device.attributes.acme.model == 1", [("attributes", "acme", "model")]),
+        (
+            f'device.capacity["{DRIVER}"].memory.compareTo(quantity("1")) > 0',
+            [("capacity", DRIVER, "memory")],
+        ),
+        (
+            f'has({OWN}.mig) && "index" in {OWN}',
+            [("attributes", DRIVER, "mig"), ("attributes", DRIVER, "index")],
+        ),
+        ('"acme" in device.capacity', [("capacity", "acme", None)]),
+        (
+            f"cel.bind(m, {OWN}.model, m == m) && [1].all(x, {OWN}.index > x)",
+            [("attributes", DRIVER, "model"), ("attributes", DRIVER, "index")],
+        ),
+        ("true", []),
+        # Uses whose value may depend on more of the device: the whole device is the key.
+        (f"{OWN}.exists(id, id == 'mig')", None),
+        (f"size({OWN}) > 0", None),
+        (f"{OWN}.size() > 0", None),
+        (f'cel.bind(m, {OWN}, m.model == "H100")', None),
+        (f'{OWN}["mo" + "del"] == "H100"', None),
+        ('device.attributes[device.driver].model == "H100"', None),
+        (f'({OWN}).model == "H100"', None),
+        ('(device).driver == "x"', None),
+        ('.device.driver == "x"', None),
+        ("[1].exists(device, device == 1)", None),
+        ('"driver" in device', None),
+        ("device.other == 1", None),
+        ("has(device.attributes.acme)", None),
+        (f"{OWN} == {{}}", None),
+        (
+            f'{OWN}.model in [{OWN}.model] && "x" in device.attributes["a"]["b"]',
+            [("attributes", DRIVER, "model"), ("attributes", "a", "b")],
+        ),
+    ],
+)
+def test_what_a_selector_reads_of_the_device(
+    expression: str, reads: list[tuple[str, str, str | None]] | None
+) -> None:
+    found = compile_selector(expression).reads
+    assert (found if found is None else set(found)) == (reads if reads is None else set(reads))
+
+
+def evaluations(monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    counted: Counter[str] = Counter()
+    evaluate = Selector.matches
+
+    def counting(self: Selector, device: DeviceView) -> bool:
+        counted[self.expression] += 1
+        return evaluate(self, device)
+
+    monkeypatch.setattr(Selector, "matches", counting)
+    return counted
+
+
+def test_devices_that_differ_only_in_what_a_selector_does_not_read_share_one_evaluation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counted = evaluations(monkeypatch)
+    typical = [
+        f'device.driver == "{DRIVER}" && {OWN}.model == "H100"',
+        f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0',
+        f'{OWN}.driverVersion.isGreaterThan(semver("1.0.0"))',
+    ]
+    cache = SelectorCache()
+    matched = Counter[str]()
+    for i in range(40_000):
+        attributes = {
+            **H100.attributes,
+            "uuid": f"GPU-{i:08x}",
+            "index": i % 8,
+            "model": ("H100", "A100")[i % 2],
+        }
+        device = DeviceView(DRIVER, attributes, H100.capacity)
+        for expression in typical:
+            matched[expression] += cache.matches(expression, ("pool", f"gpu-{i}"), device)
+    assert counted == {typical[0]: 2, typical[1]: 1, typical[2]: 1}  # H100 and A100; the rest alike
+    assert matched == {typical[0]: 20_000, typical[1]: 40_000, typical[2]: 40_000}
+
+    counted.clear()
+    whole = f"{OWN}.exists(id, id == 'uuid')"  # reads every attribute's name: one per device
+    for i in range(100):
+        cache.matches(whole, ("pool", "gpu-0"), DeviceView(DRIVER, {**H100.attributes, "uuid": f"GPU-{i}"}))
+    cache.matches(whole, ("pool", "gpu-1"), DeviceView(DRIVER, {**H100.attributes, "uuid": "GPU-0"}))
+    assert counted == {whole: 100}
+
+
+# Devices from small pools of names and values, so that many share what a selector reads; some
+# invalid (a version or quantity that does not parse, an int out of range), some types alike in
+# Python but not in CEL (True and 1), attributes in the driver's domain named both ways.
+ATTRIBUTE_NAMES = ["model", f"{DRIVER}/model", "index", "mig", "uuid", "links", "driverVersion"]
+ATTRIBUTE_NAMES += ["acme/model", "other.example.com/model"]
+valid_values = st.one_of(
+    st.sampled_from(["H100", "A100", "1.2.3", ""]),
+    st.booleans(),
+    st.integers(-1, 2),
+    st.sampled_from([Version("1.2.3"), Version("0.9.0")]),
+    st.lists(st.one_of(st.booleans(), st.integers(0, 1)), max_size=2).map(tuple),
+)
+invalid_values = st.sampled_from([2**63, Version("1.0")])
+attribute_values = st.one_of(*[valid_values] * 5, invalid_values)
+quantities = st.sampled_from(["40Gi", "80Gi", "42949672960", "1.5", "40Gi", "80Gi", "bad"])
+devices = st.builds(
+    DeviceView,
+    st.sampled_from([DRIVER, "acme"]),
+    st.dictionaries(st.sampled_from(ATTRIBUTE_NAMES), attribute_values, max_size=5),
+    st.dictionaries(
+        st.sampled_from(["memory", f"{DRIVER}/memory", "acme/memory", "cores"]), quantities, max_size=3
+    ),
+    st.booleans(),
+)
+PROPERTY_SELECTORS = [
+    f'device.driver == "{DRIVER}" && {OWN}.model == "H100"',
+    f'{OWN}["model"] == "H100"',
+    f"{OWN}.index == 1",
+    f"{OWN}.mig",
+    f'has({OWN}.model) && {OWN}.model.startsWith("H")',
+    f'"model" in {OWN} || "acme" in device.attributes',
+    'device.attributes.acme.model == "H100"',
+    'device.attributes["other.example.com"].model == "A100"',
+    f'{OWN}.driverVersion.isGreaterThan(semver("1.0.0"))',
+    f'device.capacity["{DRIVER}"].memory.compareTo(quantity("40Gi")) >= 0',
+    '"memory" in device.capacity["acme"]',
+    f"{OWN}.links.exists(x, x == true)",
+    "device.allowMultipleAllocations || true",
+    f"{OWN}.index",
+    # not projected
+    f'{OWN}.exists(id, id == "mig")',
+    f"size({OWN}) > 2",
+    f'{OWN}.map(id, id)[0] == "model"',  # the order of the map
+    'device.attributes.map(d, d)[0] == "acme"',  # the order of the domains
+    'device.capacity.all(d, d != "acme") || device.capacity.map(d, d)[0] == "acme"',
+    f'(device).driver == "{DRIVER}"',
+    ".device.allowMultipleAllocations",
+]
+COMPILED = [compile_selector(e) for e in PROPERTY_SELECTORS]
+SHARED = SelectorCache()  # across examples too
+
+
+def outcome(run: Callable[[], bool]) -> bool | str:
+    try:
+        return run()
+    except SelectorError as err:
+        return str(err)
+
+
+def reordered(device: DeviceView) -> DeviceView:
+    attributes, capacity = [*device.attributes.items()][::-1], [*device.capacity.items()][::-1]
+    return DeviceView(device.driver, dict(attributes), dict(capacity), device.allow_multiple_allocations)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(devices, min_size=1, max_size=8))
+def test_a_cached_result_is_the_selectors_own(views: list[DeviceView]) -> None:
+    assert any(s.reads is None for s in COMPILED) and any(s.reads for s in COMPILED)
+    cache = SelectorCache()
+    for view in views + [reordered(v) for v in views] + views:
+        for selector in COMPILED:
+            expected = outcome(lambda: selector.matches(view))  # noqa: B023
+            for each in (cache, SHARED):
+                assert outcome(lambda: each.matches(selector.expression, "gpu-0", view)) == expected  # noqa: B023
+
+
 def test_the_cache_is_bounded() -> None:
-    cache = SelectorCache(max_results=3)
-    for i in range(5):
-        cache.matches("true", f"gpu-{i}", H100)
+    cache = SelectorCache(max_results=3, max_devices=2)
+    devices = [DeviceView(DRIVER, {"index": i}) for i in range(5)]
+    for device in devices:
+        cache.matches(f"{OWN}.index == 0", "gpu", device)
+    assert len(cache) == 3
+    whole = f"{OWN}.exists(id, {OWN}[id] == 0)"
+    for device in devices + devices:  # contents forgotten are numbered afresh, never taken for others
+        assert cache.matches(whole, "gpu", device) is (device is devices[0])
     assert len(cache) == 3
 
 
-def test_an_expression_over_the_cost_limit_fails_on_every_device_after_the_first() -> None:
+@pytest.mark.parametrize(
+    "hostile",
+    [nested(7, "all", "true"), f"{OWN}.size() > 0 && " + nested(7, "all", "true")],  # projected or not
+)
+def test_an_expression_over_the_cost_limit_fails_on_every_device_after_the_first(hostile: str) -> None:
     cache = SelectorCache()
-    hostile = nested(7, "all", "true")
     started = time.perf_counter()
     for i in range(50):
         with pytest.raises(SelectorError, match="cost limit"):
-            cache.matches(hostile, f"gpu-{i}", H100)
+            cache.matches(hostile, f"gpu-{i}", DeviceView(DRIVER, {"index": i}))
     assert time.perf_counter() - started < 1.0
