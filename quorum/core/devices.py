@@ -57,13 +57,13 @@ class Device:
     name: str
     attributes: Mapping[str, AttributeValue] = field(default_factory=dict)  # qualified names
     capacity: Mapping[str, str] = field(default_factory=dict)  # qualified names -> quantities
+    # What its selectors see, made once with the device (a slice's devices live until it changes).
+    view: DeviceView = field(init=False, repr=False, compare=False)
+    key: DeviceKey = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> DeviceKey:
-        return (self.driver, self.pool, self.name)
-
-    def view(self) -> DeviceView:
-        return DeviceView(self.driver, self.attributes, self.capacity)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "view", DeviceView(self.driver, self.attributes, self.capacity))
+        object.__setattr__(self, "key", (self.driver, self.pool, self.name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,6 +219,19 @@ def asks_of(
     return tuple(asks), tuple(pins)
 
 
+@dataclass(frozen=True, slots=True)
+class CountedNode:
+    """A node as a pass counted its devices, and what it was counted from."""
+
+    node: Node
+    signature: tuple[object, ...]  # the pass's kinds and components
+    devices: tuple[Device, ...]  # its free devices
+    matches: Mapping[DeviceKey, frozenset[Kind]] | None  # the matcher's, the same object while valid
+    counted: Node
+    taken: dict[str, int]
+    native: frozenset[Kind]
+
+
 class DeviceMatcher:
     """Which devices each kind matches, kept across passes (selectors are evaluated once per
     kind and device, through `SelectorCache`) while the devices and classes stay the same
@@ -230,6 +243,11 @@ class DeviceMatcher:
         self.per_kind: dict[Kind, dict[str, frozenset[DeviceKey]]] = {}  # kind -> node -> devices
         self.errors: dict[Kind, str] = {}  # a selector that failed on some device, per kind
         self.last: tuple[tuple[Kind, ...], dict[str, dict[DeviceKey, frozenset[Kind]]]] | None = None
+        # What the last pass made of each pod and node, kept while what it was made from is the
+        # same (an incremental pass counts again only what changed): uid -> (pod, what counted
+        # it, the pod counted) and name -> (node, what counted it, the node counted, taken).
+        self.pods: dict[str, tuple[Pod, tuple[object, ...], Pod]] = {}
+        self.nodes: dict[str, CountedNode] = {}
 
     def matches(
         self, world: DeviceWorld, kinds: Sequence[Kind]
@@ -285,7 +303,7 @@ class DeviceMatcher:
         for node, devices in world.all_devices.items():
             keys = []
             for device in devices:
-                view = device.view()
+                view = device.view
                 try:
                     if all(self.cache.matches(e, device.key, view) for e in expressions):
                         keys.append(device.key)
@@ -312,6 +330,7 @@ class DeviceCounts:
         self.errors = {k: e for k, e in matcher.errors.items() if k in set(kinds)}
         self.components = self._components()
         self.component_of = {k: i for i, comp in enumerate(self.components) for k in comp}
+        self.signature = (tuple(kinds), self.all_kinds, tuple(self.components))
         # Each counted set of kinds (those of components not too large), with its resource's name.
         self.sets = [
             (frozenset(subset), self.resource(subset))
@@ -567,12 +586,36 @@ def count_devices(
         if why is not None:
             held[gang.key] = ("DevicesNotModelled", why)
             continue
-        pods = tuple(_with_devices(pod, counts.demand(asks[pod.uid]), pins[pod.uid]) for pod in gang.pods)
-        out.append(gang if pods == gang.pods else replace(gang, pods=pods))
+        pods = []
+        for pod in gang.pods:
+            basis = (counts.signature, asks[pod.uid], pins[pod.uid])
+            before = matcher.pods.get(pod.uid)
+            if before is not None and before[0] is pod and before[1] == basis:
+                pods.append(before[2])
+                continue
+            counted_pod = _with_devices(pod, counts.demand(asks[pod.uid]), pins[pod.uid])
+            matcher.pods[pod.uid] = (pod, basis, counted_pod)
+            pods.append(counted_pod)
+        out.append(gang if tuple(pods) == gang.pods else replace(gang, pods=tuple(pods)))
+    matcher.pods = {uid: v for uid, v in matcher.pods.items() if uid in asks}
     extended = [k for k in counts.kinds if k.extended is not None]
     counted: dict[str, Node] = {}
     taken: dict[str, dict[str, int]] = {}
     for name, node in nodes.items():
+        devices, matches = world.devices.get(name, ()), counts.matches.get(name)
+        kept = matcher.nodes.get(name)
+        if (
+            kept is not None
+            and kept.node is node
+            and kept.matches is matches
+            and kept.signature == counts.signature
+            and kept.devices == devices
+        ):
+            counted[name] = kept.counted
+            counts.native[name] = kept.native
+            if kept.taken:
+                taken[name] = kept.taken
+            continue
         room, held_there = counts.capacity(name, node.allocatable)
         if held_there:
             taken[name] = held_there
@@ -582,6 +625,11 @@ def count_devices(
                 every = counts.matches.get(name, {})
                 room[kind.extended] = sum(1 for kinds in every.values() if kind in kinds) * TOKEN
         counted[name] = replace(node, allocatable={**node.allocatable, **room}) if room else node
+        matcher.nodes[name] = CountedNode(
+            node, counts.signature, devices, matches, counted[name], held_there, counts.native[name]
+        )
+    if len(matcher.nodes) > len(nodes):
+        matcher.nodes = {n: c for n, c in matcher.nodes.items() if n in nodes}
     return Counted(counted, taken, out, held, asks, counts)
 
 

@@ -275,3 +275,27 @@ def test_kinds_of_request_new_to_a_pass_are_matched_within_its_time() -> None:
         assert [g.name for g in counted.queue] == [f"g{i}" for i in range(passes)]
         assert {k[1] for k in counted.held} == {f"g{i}" for i in range(passes, 4)}
         assert all(r == "WaitingForClaims" and "still being matched" in m for r, m in counted.held.values())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sets(st.integers(0, 7), max_size=8), min_size=1, max_size=5))
+def test_a_pass_counts_the_same_from_what_it_kept_as_from_scratch(allocations: list[set[int]]) -> None:
+    """Pass after pass, devices allocated and freed on one node: what a matcher kept from
+    earlier passes gives the counts a fresh one gives."""
+    every = {"a": tuple(gpu("a", i) for i in range(8)), "b": tuple(gpu("b", i) for i in range(8))}
+    h100 = DeviceRequest("gpus", "gpu", (f'device.attributes["{DRIVER}"].model == "H100"',), 2)
+    queue = [gang("g", pod("p0", made("c0")), pod("p1", made("c1")))]
+    claims = {("ns", c.name): c for c in (claim("c0", h100), claim("c1", h100))}
+    base = world(every)
+    kept = DeviceMatcher()
+    nodes = {"a": node("a"), "b": node("b")}
+    for taken in allocations:
+        free = {"a": tuple(d for i, d in enumerate(every["a"]) if i not in taken), "b": every["b"]}
+        now = DeviceWorld(devices=free, all_devices=every, classes=base.classes, claims=claims)
+        again = count_devices(nodes, queue, now, kept)
+        fresh = count_devices(nodes, queue, now, DeviceMatcher())
+        assert {n: c.allocatable for n, c in again.nodes.items()} == {
+            n: c.allocatable for n, c in fresh.nodes.items()
+        }
+        assert again.taken == fresh.taken
+        assert [g.pods for g in again.queue] == [g.pods for g in fresh.queue]
