@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
@@ -83,6 +83,9 @@ class DeviceRequest:
     selectors: tuple[str, ...] = ()
     count: int = 1
     all_devices: bool = False
+    # `firstAvailable`: the alternatives in order (each named "<request>/<alternative>"); the
+    # fields above are the first's. A gang's pods take the same one, tried in order pass by pass.
+    alternatives: tuple[DeviceRequest, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,10 +175,12 @@ def asks_of(
     namespace: str,
     world: DeviceWorld,
     sharers: Mapping[tuple[str, str], int],
+    alternative: int = 0,
 ) -> tuple[tuple[Ask, ...], tuple[NodeTerms, ...]]:
     """What a pod asks of devices, and the node terms its allocated shared claims pin it to.
     `extended`: its requests of extended resources (milli-units), served by DRA on nodes without
-    them; `sharers`: how many pods waiting to be planned name each shared claim. Raises
+    them; `sharers`: how many pods waiting to be planned name each shared claim; `alternative`:
+    which of each `firstAvailable` request's alternatives (the last, for fewer). Raises
     DevicesNotModelled with what it cannot count."""
     asks: list[Ask] = []
     pins: list[NodeTerms] = []
@@ -203,6 +208,8 @@ def asks_of(
                 "where its first pod goes, the others must follow, which quorum does not plan"
             )
         for request in claim.requests:
+            if request.alternatives:
+                request = request.alternatives[min(alternative, len(request.alternatives) - 1)]
             device_class = world.classes.get(request.device_class)
             if device_class is None:
                 raise DevicesNotModelled(f"DeviceClass {request.device_class} does not exist", WAITING)
@@ -248,6 +255,29 @@ class DeviceMatcher:
         # it, the pod counted) and name -> (node, what counted it, the node counted, taken).
         self.pods: dict[str, tuple[Pod, tuple[object, ...], Pod]] = {}
         self.nodes: dict[str, CountedNode] = {}
+        # Gangs whose claims have `firstAvailable` alternatives: how many there are (this pass),
+        # and which one the gang tries (`tried`: one per pass, in order, until one fits).
+        self.choices: dict[tuple[str, str], int] = {}
+        self.tried: dict[tuple[str, str], int] = {}
+
+    def alternative(self, gang: tuple[str, str]) -> int:
+        return self.tried.get(gang, 0)
+
+    def next_alternative(self, gang: tuple[str, str]) -> str:
+        """After a pass held the gang for lack of room: the next pass tries its next alternative
+        (after the last, the first again). What to tell."""
+        count = self.choices.get(gang, 0)
+        if count < 2:
+            return ""
+        now = self.tried.get(gang, 0)
+        self.tried[gang] = (now + 1) % count
+        return (
+            f"its pods' firstAvailable requests tried alternative {now + 1} of {count}; "
+            f"the next pass tries alternative {self.tried[gang] + 1}"
+        )
+
+    def forget_alternatives(self, keep: Collection[tuple[str, str]]) -> None:
+        self.tried = {k: v for k, v in self.tried.items() if k in keep}
 
     def matches(
         self, world: DeviceWorld, kinds: Sequence[Kind]
@@ -557,14 +587,18 @@ def count_devices(
     held: dict[tuple[str, str], tuple[str, str]] = {}
     asks: dict[str, tuple[Ask, ...]] = {}
     pins: dict[str, tuple[NodeTerms, ...]] = {}
+    choices: dict[tuple[str, str], int] = {}  # gangs with firstAvailable requests: how many choices
     for gang in queue:
         try:
             for pod in gang.pods:
                 asks[pod.uid], pins[pod.uid] = asks_of(
-                    pod.claims, pod.requests, gang.namespace, world, sharers
+                    pod.claims, pod.requests, gang.namespace, world, sharers, matcher.alternative(gang.key)
                 )
+                if most := alternatives_of(pod, gang.namespace, world):
+                    choices[gang.key] = max(choices.get(gang.key, 0), most)
         except DevicesNotModelled as err:
             held[gang.key] = (err.reason, str(err))
+    matcher.choices = choices
     if not any(asks.values()) and not any(pins.values()):
         return Counted(nodes, {}, [g for g in queue if g.key not in held], held, asks, None)
     in_order = list(
@@ -631,6 +665,16 @@ def count_devices(
     if len(matcher.nodes) > len(nodes):
         matcher.nodes = {n: c for n, c in matcher.nodes.items() if n in nodes}
     return Counted(counted, taken, out, held, asks, counts)
+
+
+def alternatives_of(pod: Pod, namespace: str, world: DeviceWorld) -> int:
+    """How many alternatives the pod's `firstAvailable` requests offer at most (0: none)."""
+    most = 0
+    for entry in pod.claims:
+        claim = world.claims.get((namespace, entry.claim or entry.made or ""))
+        if claim is not None and not claim.allocated:
+            most = max([most, *(len(r.alternatives) for r in claim.requests)])
+    return most
 
 
 def _with_devices(pod: Pod, demand: Mapping[str, int], pins: Sequence[NodeTerms]) -> Pod:

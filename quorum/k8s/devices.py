@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from quorum.core.device_cel import Version
@@ -105,36 +105,43 @@ def claim_spec(namespace: str, name: str, spec: JSON) -> Claim:
     requests: list[DeviceRequest] = []
     unmodeled: list[str] = []
     for request in devices.get("requests") or []:
-        label = request.get("name", "?")
+        label = str(request.get("name", "?"))
         exactly = request.get("exactly")
-        if exactly is None:
-            if request.get("firstAvailable"):
-                unmodeled.append(f"request {label}: firstAvailable alternatives are not modelled yet")
-            else:
-                unmodeled.append(f"request {label}: no device class")
-            continue
-        if exactly.get("adminAccess"):
-            unmodeled.append(f"request {label}: adminAccess is not modelled")
-        if exactly.get("capacity"):
-            unmodeled.append(f"request {label}: requests of consumable capacity are not modelled")
-        if exactly.get("tolerations"):
-            unmodeled.append(f"request {label}: device taint tolerations are not modelled")
-        mode = exactly.get("allocationMode") or "ExactCount"
-        if mode not in ("ExactCount", "All"):
-            unmodeled.append(f"request {label}: allocationMode {mode}")
-        requests.append(
-            DeviceRequest(
-                name=label,
-                device_class=str(exactly.get("deviceClassName", "")),
-                selectors=_selectors(exactly),
-                count=int(exactly.get("count") or 1),
-                all_devices=mode == "All",
+        if exactly is not None:
+            requests.append(_request(label, exactly, unmodeled))
+        elif request.get("firstAvailable"):
+            alternatives = tuple(
+                _request(f"{label}/{sub.get('name', '?')}", sub, unmodeled)
+                for sub in request["firstAvailable"]
             )
-        )
+            requests.append(replace(alternatives[0], name=label, alternatives=alternatives))
+        else:
+            unmodeled.append(f"request {label}: no device class")
     for constraint in devices.get("constraints") or []:
         what = "matchAttribute" if "matchAttribute" in constraint else "distinctAttribute"
         unmodeled.append(f"a {what} constraint is not modelled yet")
     return Claim(namespace, name, tuple(requests), tuple(unmodeled))
+
+
+def _request(label: str, exactly: JSON, unmodeled: list[str]) -> DeviceRequest:
+    """A request's `exactly` (or one `firstAvailable` alternative) as modelled; what of it is
+    not goes to `unmodeled`."""
+    if exactly.get("adminAccess"):
+        unmodeled.append(f"request {label}: adminAccess is not modelled")
+    if exactly.get("capacity"):
+        unmodeled.append(f"request {label}: requests of consumable capacity are not modelled")
+    if exactly.get("tolerations"):
+        unmodeled.append(f"request {label}: device taint tolerations are not modelled")
+    mode = exactly.get("allocationMode") or "ExactCount"
+    if mode not in ("ExactCount", "All"):
+        unmodeled.append(f"request {label}: allocationMode {mode}")
+    return DeviceRequest(
+        name=label,
+        device_class=str(exactly.get("deviceClassName", "")),
+        selectors=_selectors(exactly),
+        count=int(exactly.get("count") or 1),
+        all_devices=mode == "All",
+    )
 
 
 def claim_from_api(obj: JSON) -> Claim:
@@ -372,31 +379,36 @@ def allocation_status(
     the classes' and the claim's configuration, the node, the time (without it kube-scheduler
     writes one itself, which the apiserver refuses on an allocation once set), and the pod as
     its consumer."""
-    requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
+    # Each request as allocated: its own name and class, or those of the alternative chosen.
+    allocated: list[tuple[str, str]] = []
+    for r in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+        if "exactly" in r:
+            allocated.append((r["name"], (r.get("exactly") or {}).get("deviceClassName", "")))
+            continue
+        for sub in r.get("firstAvailable") or []:
+            if (name := f"{r['name']}/{sub.get('name')}") in chosen:
+                allocated.append((name, sub.get("deviceClassName", "")))
+                break
     results = [
-        {"request": r["name"], "driver": driver, "pool": pool, "device": device}
-        for r in requests
-        for driver, pool, device in chosen.get(r["name"], ())
+        {"request": name, "driver": driver, "pool": pool, "device": device}
+        for name, _ in allocated
+        for driver, pool, device in chosen.get(name, ())
     ]
     config: list[JSON] = []
     by_class: dict[str, list[JSON]] = {}
-    for r in requests:
-        class_name = (r.get("exactly") or {}).get("deviceClassName", "")
+    for name, class_name in allocated:
         if class_name in by_class:
             for entry in by_class[class_name]:
-                entry["requests"].append(r["name"])
+                entry["requests"].append(name)
             continue
         entries = [
-            {
-                "source": "FromClass",
-                "requests": [r["name"]],
-                **{k: v for k, v in c.items() if k != "requests"},
-            }
+            {"source": "FromClass", "requests": [name], **{k: v for k, v in c.items() if k != "requests"}}
             for c in ((classes.get(class_name) or {}).get("spec") or {}).get("config") or []
         ]
         by_class[class_name] = entries
         config.extend(entries)
-    names = {r["name"] for r in requests}
+    # A claim's config names a request, or one alternative of it ("<request>/<alternative>").
+    names = {name for name, _ in allocated} | {name.partition("/")[0] for name, _ in allocated}
     for c in ((claim.get("spec") or {}).get("devices") or {}).get("config") or []:
         wanted = c.get("requests") or []
         if not wanted or names & set(wanted):

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from quorum.core.conditions import NO_ROOM
 from quorum.core.devices import Assignment, DeviceCounts, DeviceMatcher, DeviceWorld, count_devices
 from quorum.core.model import Composite, Gang, Node, Pod, Resources, add
 from quorum.core.planner import Hold, Plan, Planner, Release
@@ -184,6 +185,9 @@ def plan_queue(
         composites=snapshot.composites,
     )
     held = [Hold(gang, *counted.held[gang.key]) for gang in queue if gang.key in counted.held]
+    holds = tuple(_with_next_alternative(h, device_nodes.matcher) for h in plan.holds)
+    device_nodes.matcher.forget_alternatives({h.gang.key for h in holds})  # released or gone: done
+    plan = Plan(plan.releases, holds, plan.visits)
     if counted.counts is None:
         return Planned(Plan(plan.releases, (*plan.holds, *held), plan.visits), failed)
     releases: list[Release] = []
@@ -200,6 +204,14 @@ def plan_queue(
         devices[release.gang.key] = assignment
     plan = Plan(tuple(releases), (*plan.holds, *held), plan.visits)
     return Planned(plan, failed, devices, nodes, counted.counts)
+
+
+def _with_next_alternative(hold: Hold, matcher: DeviceMatcher) -> Hold:
+    """A gang held for lack of room whose claims offer `firstAvailable` alternatives tries the
+    next one at the next pass, and says so."""
+    if hold.reason not in NO_ROOM or not (told := matcher.next_alternative(hold.gang.key)):
+        return hold
+    return replace(hold, message=f"{hold.message}; {told}")
 
 
 def victims_devices(

@@ -210,3 +210,44 @@ async def test_preemption_counts_the_devices_its_victims_free() -> None:
     _, told = api.disruption_targets["low-0"]
     assert "devices of class gpu" in told, told
     assert released(store, "high") == []
+
+
+async def test_first_available_alternatives_are_tried_in_order_and_the_one_that_fits_is_allocated() -> None:
+    """Claims of 8 H100s, or else 8 A100s; the nodes have A100s only. The first pass tries the
+    H100s and says so; the next tries the A100s, releases the gang whole and allocates that
+    alternative, as kube-scheduler names it ("gpus/a100")."""
+    store, bound = cluster(2, {"a": 2})
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings())
+    with_devices(store, api, loop, ["n0", "n1"], ["a"])  # the devices' model is H100: made A100 below
+    for name in ("n0", "n1"):
+        found = device_slice(name)
+        for d in found["spec"]["devices"]:
+            d["attributes"]["model"] = {"string": "A100"}
+        found["metadata"]["resourceVersion"] = "2"
+        loop.devices.slices.upsert(found)
+    model = f'device.attributes["{DRIVER}"].model'
+    alternatives = [
+        {
+            "name": m.lower(),
+            "deviceClassName": "gpu",
+            "count": 8,
+            "selectors": [{"cel": {"expression": f'{model} == "{m}"'}}],
+        }
+        for m in ("H100", "A100")
+    ]
+    for uid in ("a-0", "a-1"):
+        claim = api.claims[(NS, f"{uid}-gpus")]
+        claim["spec"]["devices"]["requests"] = [{"name": "gpus", "firstAvailable": alternatives}]
+        claim["metadata"]["resourceVersion"] = "12"
+        loop.devices.claims.upsert(copy.deepcopy(claim))
+    await step(loop)
+    assert released(store, "a") == []
+    message = store.gangs[(NS, "pg-a")]["status"]["conditions"][0]["message"]
+    assert "tried alternative 1 of 2; the next pass tries alternative 2" in message, message
+    await step(loop)
+    assert released(store, "a") == ["a-0", "a-1"]
+    for uid in ("a-0", "a-1"):
+        allocation = api.claims[(NS, f"{uid}-gpus")]["status"]["allocation"]
+        assert {r["request"] for r in allocation["devices"]["results"]} == {"gpus/a100"}
+    assert_released_only_with_claims_allocated(store, api)
