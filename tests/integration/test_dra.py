@@ -5,7 +5,6 @@ mapping's claims). docs/dra.md."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +12,9 @@ import pytest
 import yaml
 from kubernetes_asyncio import client
 
+from devcluster import dra
 from devcluster.cluster import Instance
+from devcluster.dra import device
 from devcluster.nodes import TestPool
 from tests.integration.test_explain import quorum
 from tests.integration.test_gangs import all_running, assert_as_planned, gang_condition, pods
@@ -25,16 +26,6 @@ RESOURCE = ("resource.k8s.io", "v1")
 NO_GPUS = {"cpu": "32", "memory": "256Gi", "pods": "110"}
 
 
-def device(i: int, model: str = "H100", **flags: bool) -> dict[str, Any]:
-    attributes: dict[str, Any] = {
-        "model": {"string": model},
-        "index": {"int": i},
-        "uuid": {"string": secrets.token_hex(8)},
-    }
-    attributes.update({k: {"bool": v} for k, v in flags.items()})
-    return {"name": f"gpu-{i}", "attributes": attributes, "capacity": {"memory": {"value": "80Gi"}}}
-
-
 class Driver:
     """A DRA driver's ResourceSlices for a test pool, and its DeviceClass (names unique per test)."""
 
@@ -44,31 +35,10 @@ class Driver:
         self.extended = f"example.com/{pool.name}"
 
     def slices(self, devices: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-        return [
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"{node}-{self.name}"},
-                "spec": {
-                    "driver": self.name,
-                    "nodeName": node,
-                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                    "devices": found,
-                },
-            }
-            for node, found in devices.items()
-        ]
+        return [dra.resource_slice(self.name, node, found) for node, found in devices.items()]
 
     def device_class(self) -> dict[str, Any]:
-        return {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "DeviceClass",
-            "metadata": {"name": self.name},
-            "spec": {
-                "selectors": [{"cel": {"expression": f'device.driver == "{self.name}"'}}],
-                "extendedResourceName": self.extended,
-            },
-        }
+        return dra.device_class(self.name, self.name, self.extended)
 
     def publish(self, cluster: Instance, devices: dict[str, list[dict[str, Any]]]) -> None:
         objects = [self.device_class(), *self.slices(devices)]
@@ -83,15 +53,7 @@ class Driver:
             cluster.kubectl("delete", kind, "--ignore-not-found", *names, check=False)
 
     def template(self, name: str, count: int, *selectors: str) -> dict[str, Any]:
-        exactly: dict[str, Any] = {"deviceClassName": self.name, "count": count}
-        if selectors:
-            exactly["selectors"] = [{"cel": {"expression": s}} for s in selectors]
-        return {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaimTemplate",
-            "metadata": {"name": name},
-            "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}}},
-        }
+        return dra.claim_template(name, self.name, count, *selectors)
 
 
 def gang_pod(
