@@ -86,6 +86,9 @@ class DeviceRequest:
     # `firstAvailable`: the alternatives in order (each named "<request>/<alternative>"); the
     # fields above are the first's. A gang's pods take the same one, tried in order pass by pass.
     alternatives: tuple[DeviceRequest, ...] = ()
+    # A claim's `matchAttribute` constraint on this request: its devices share this attribute's
+    # value (a qualified name: "gpu.example.com/pcieRoot").
+    match_attribute: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,8 @@ class Kind:
     device_class: str
     selectors: tuple[str, ...] = ()
     extended: str | None = None  # asked as this extended resource, which kube-scheduler allocates
+    match_attribute: str | None = None  # a request's devices share this attribute's value
+    group_count: int = 0  # with match_attribute: how many a request asks (in one group)
 
     def label(self) -> str:
         text = f"devices of class {self.device_class}"
@@ -117,6 +122,8 @@ class Kind:
         if self.selectors:
             selector = " && ".join(self.selectors)
             text += f" matching {selector[:60]}{'...' if len(selector) > 60 else ''}"
+        if self.match_attribute is not None:
+            text += f", {self.group_count} sharing one {self.match_attribute}"
         return text
 
 
@@ -213,7 +220,12 @@ def asks_of(
             device_class = world.classes.get(request.device_class)
             if device_class is None:
                 raise DevicesNotModelled(f"DeviceClass {request.device_class} does not exist", WAITING)
-            kind = Kind(device_class.name, request.selectors)
+            kind = Kind(
+                device_class.name,
+                request.selectors,
+                match_attribute=request.match_attribute,
+                group_count=request.count if request.match_attribute else 0,
+            )
             asks.append(Ask(kind, request.count, request.all_devices, entry.name, request.name))
     for resource, milli_units in sorted(extended.items()):
         if resource in NATIVE_RESOURCES or resource.startswith("hugepages-") or milli_units <= 0:
@@ -407,7 +419,24 @@ class DeviceCounts:
                 )
             if ask.all_devices and (len(component) > 1 or ask.kind in self.mixed):
                 return f"a request of all {ask.kind.label()} whose devices other requests also ask"
+            if ask.kind.match_attribute is not None and (len(component) > 1 or ask.all_devices):
+                return f"a request of {ask.kind.label()} whose devices other requests also ask"
         return None
+
+    def group_token(self, kind: Kind) -> str:
+        return f"groups of {kind.label()}"
+
+    def groups(self, node: str, kind: Kind, keys: Iterable[DeviceKey]) -> dict[object, list[DeviceKey]]:
+        """The devices `keys` of a kind with `match_attribute`, by their value of it (a device
+        without it is in no group)."""
+        attribute = kind.match_attribute or ""
+        devices = {d.key: d for d in self.world.all_devices.get(node, ())}
+        out: dict[object, list[DeviceKey]] = {}
+        for key in keys:
+            device = devices.get(key)
+            if device is not None and attribute in device.attributes:
+                out.setdefault(device.attributes[attribute], []).append(key)
+        return out
 
     # -- resources --------------------------------------------------------------------------------
 
@@ -450,6 +479,16 @@ class DeviceCounts:
                 total[name] = every * TOKEN
                 if held:
                     taken[name] = held * TOKEN
+        for kind in self.kinds:
+            if kind.match_attribute is None:
+                continue
+            # How many requests of it the node's free devices can serve, each from one group:
+            # exact, as no other kind shares its devices (`not_modelled`) and all ask as many.
+            by_value = self.groups(
+                node, kind, [k for k, kinds in matches.items() if kind in kinds and k in free]
+            )
+            if slots := sum(len(keys) // kind.group_count for keys in by_value.values()):
+                total[self.group_token(kind)] = slots * TOKEN
         for kind in self.all_kinds:
             matching = [key for key, kinds in matches.items() if kind in kinds]
             if matching:
@@ -480,6 +519,9 @@ class DeviceCounts:
             for wanted, name in self.sets:
                 if ask.kind in wanted:
                     out[name] = out.get(name, 0) + ask.count * TOKEN
+            if ask.kind.match_attribute is not None:
+                token = self.group_token(ask.kind)
+                out[token] = out.get(token, 0) + TOKEN
         return out
 
     # -- the devices themselves -------------------------------------------------------------------
@@ -527,6 +569,19 @@ class DeviceCounts:
                     continue
                 if ask.kind not in self.native.get(node, frozenset()):
                     units.extend((uid, i, ask) for _ in range(ask.count))
+        # A request whose devices share an attribute: all from one group, the one with the most
+        # left (no other kind shares them, and `capacity` counted whole requests per group).
+        grouped = [u for u in units if u[2].kind.match_attribute is not None]
+        units = [u for u in units if u[2].kind.match_attribute is None]
+        for uid, _i, ask in dict.fromkeys(grouped):
+            by_value = self.groups(
+                node, ask.kind, [k for k in free if ask.kind in matches.get(k, frozenset())]
+            )
+            best = max(by_value.values(), key=lambda keys: (len(keys), sorted(keys)), default=None)
+            if best is None or len(best) < ask.count:
+                return None
+            out[uid][(ask.claim, ask.request)] = tuple(sorted(best)[: ask.count])
+            free = [k for k in free if k not in out[uid][(ask.claim, ask.request)]]
         owner: dict[DeviceKey, int] = {}  # device -> index of the unit it serves
 
         def augment(u: int, seen: set[DeviceKey]) -> bool:

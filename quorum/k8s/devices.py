@@ -118,8 +118,21 @@ def claim_spec(namespace: str, name: str, spec: JSON) -> Claim:
         else:
             unmodeled.append(f"request {label}: no device class")
     for constraint in devices.get("constraints") or []:
-        what = "matchAttribute" if "matchAttribute" in constraint else "distinctAttribute"
-        unmodeled.append(f"a {what} constraint is not modelled yet")
+        attribute = constraint.get("matchAttribute")
+        if not attribute:
+            unmodeled.append("a distinctAttribute constraint is not modelled yet")
+            continue
+        named = constraint.get("requests") or [r.name for r in requests]
+        if len(named) != 1:
+            unmodeled.append(f"a matchAttribute constraint over {len(named)} requests is not modelled yet")
+            continue
+        for i, request in enumerate(requests):  # the request, or each of its alternatives
+            if request.name == named[0].partition("/")[0]:
+                alternatives = tuple(
+                    replace(a, match_attribute=str(attribute)) if named[0] in (request.name, a.name) else a
+                    for a in request.alternatives
+                )
+                requests[i] = replace(request, match_attribute=str(attribute), alternatives=alternatives)
     return Claim(namespace, name, tuple(requests), tuple(unmodeled))
 
 

@@ -4,6 +4,7 @@ property against brute force."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -299,3 +300,36 @@ def test_a_pass_counts_the_same_from_what_it_kept_as_from_scratch(allocations: l
         }
         assert again.taken == fresh.taken
         assert [g.pods for g in again.queue] == [g.pods for g in fresh.queue]
+
+
+def test_a_request_whose_devices_share_an_attribute_takes_them_from_one_group() -> None:
+    """matchAttribute pcieRoot, 4 devices a claim: a node whose devices are in two roots of 4
+    takes two such pods, one per root; a node of four roots of 2 takes none, though it has 8."""
+    root = f"{DRIVER}/pcieRoot"
+
+    def rooted(node_name: str, size: int) -> list[Device]:
+        return [
+            replace(gpu(node_name, i), attributes={f"{DRIVER}/model": "H100", root: f"r{i // size}"})
+            for i in range(8)
+        ]
+
+    four = DeviceRequest("gpus", "gpu", count=4, match_attribute=root)
+    claims = [claim(f"c{i}", four) for i in range(3)]
+    devices = world({"halves": rooted("halves", 4), "quarters": rooted("quarters", 2)}, claims)
+    nodes = [node("halves"), node("quarters")]
+    pair = gang("g", pod("p0", made("c0")), pod("p1", made("c1")))
+    counted = count_devices({n.name: n for n in nodes}, [pair], devices, DeviceMatcher())
+    result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
+    (release,) = result.releases
+    assert {n.name for _, n in release.placement} == {"halves"}
+    assert counted.counts is not None
+    chosen = counted.counts.assign_release(release.placement, counted.asks)
+    assert chosen is not None
+    roots = [
+        {d.attributes[root] for d in devices.devices["halves"] if d.key in keys}
+        for keys in (chosen["p0"][("gpus", "gpus")], chosen["p1"][("gpus", "gpus")])
+    ]
+    assert roots in ([{"r0"}, {"r1"}], [{"r1"}, {"r0"}]), roots
+    three = gang("g", *(pod(f"p{i}", made(f"c{i}")) for i in range(3)))
+    result, _ = plan(nodes, [three], devices)
+    assert not result.releases, "8 free devices on the quarters node, but no root of 4"

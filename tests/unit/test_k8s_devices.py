@@ -1,0 +1,161 @@
+"""DRA objects as quorum reads and writes them (`quorum.k8s.devices`): claims' requests and
+constraints, ResourceSlices' pools, and the allocation quorum writes, as kube-scheduler's
+allocator would."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quorum.k8s.devices import DeviceObjects, allocation_status, claim_spec, slice_from_api
+
+JSON = dict[str, Any]
+ROOT = "gpu.example.com/pcieRoot"
+
+
+def exactly(name: str, count: int = 1, device_class: str = "gpu") -> JSON:
+    return {"name": name, "exactly": {"deviceClassName": device_class, "count": count}}
+
+
+def test_a_match_attribute_constraint_on_one_request_is_modelled_others_are_said() -> None:
+    one = claim_spec(
+        "ns", "c", {"devices": {"requests": [exactly("gpus", 4)], "constraints": [{"matchAttribute": ROOT}]}}
+    )
+    assert not one.unmodeled and one.requests[0].match_attribute == ROOT
+    two = claim_spec(
+        "ns",
+        "c",
+        {"devices": {"requests": [exactly("a"), exactly("b")], "constraints": [{"matchAttribute": ROOT}]}},
+    )
+    assert two.unmodeled == ("a matchAttribute constraint over 2 requests is not modelled yet",)
+    distinct = claim_spec(
+        "ns", "c", {"devices": {"requests": [exactly("a")], "constraints": [{"distinctAttribute": ROOT}]}}
+    )
+    assert distinct.unmodeled == ("a distinctAttribute constraint is not modelled yet",)
+
+
+def test_first_available_alternatives_are_read_in_order() -> None:
+    spec = {
+        "devices": {
+            "requests": [
+                {
+                    "name": "gpus",
+                    "firstAvailable": [
+                        {"name": "big", "deviceClassName": "h100", "count": 1},
+                        {"name": "small", "deviceClassName": "a100", "count": 2},
+                    ],
+                }
+            ]
+        }
+    }
+    (request,) = claim_spec("ns", "c", spec).requests
+    assert [(a.name, a.device_class, a.count) for a in request.alternatives] == [
+        ("gpus/big", "h100", 1),
+        ("gpus/small", "a100", 2),
+    ]
+    assert (request.name, request.device_class) == ("gpus", "h100")
+
+
+def test_the_allocation_names_the_alternative_chosen_with_its_class_configuration() -> None:
+    claim = {
+        "metadata": {"name": "c", "namespace": "ns"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpus",
+                        "firstAvailable": [
+                            {"name": "big", "deviceClassName": "h100"},
+                            {"name": "small", "deviceClassName": "a100", "count": 2},
+                        ],
+                    }
+                ],
+                "config": [
+                    {"requests": ["gpus/small"], "opaque": {"driver": "d", "parameters": {"x": 1}}},
+                    {"requests": ["gpus/big"], "opaque": {"driver": "d", "parameters": {"x": 2}}},
+                ],
+            }
+        },
+    }
+    classes = {"a100": {"spec": {"config": [{"opaque": {"driver": "d", "parameters": {"c": 1}}}]}}}
+    pod = {"metadata": {"name": "p", "uid": "u"}}
+    chosen = {"gpus/small": [("d", "n1", "gpu-0"), ("d", "n1", "gpu-1")]}
+    status = allocation_status(claim, classes, chosen, "n1", pod, "2026-11-29T00:00:00Z")
+    allocation = status["allocation"]
+    assert allocation["devices"]["results"] == [
+        {"request": "gpus/small", "driver": "d", "pool": "n1", "device": "gpu-0"},
+        {"request": "gpus/small", "driver": "d", "pool": "n1", "device": "gpu-1"},
+    ]
+    assert allocation["devices"]["config"] == [
+        {
+            "source": "FromClass",
+            "requests": ["gpus/small"],
+            "opaque": {"driver": "d", "parameters": {"c": 1}},
+        },
+        {
+            "source": "FromClaim",
+            "requests": ["gpus/small"],
+            "opaque": {"driver": "d", "parameters": {"x": 1}},
+        },
+    ]
+    terms = allocation["nodeSelector"]["nodeSelectorTerms"]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
+    assert allocation["allocationTimestamp"] == "2026-11-29T00:00:00Z"
+    assert status["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "u"}]
+
+
+def pool_slice(name: str, node: str | None, generation: int, count: int, devices: list[str]) -> JSON:
+    spec: JSON = {
+        "driver": "d",
+        "pool": {"name": "pool", "generation": generation, "resourceSliceCount": count},
+        "devices": [{"name": d} for d in devices],
+    }
+    if node is not None:
+        spec["nodeName"] = node
+    else:
+        spec["allNodes"] = True
+    return {"metadata": {"name": name, "uid": name, "resourceVersion": "1"}, "spec": spec}
+
+
+def test_only_a_pools_newest_complete_generation_counts_and_pools_beyond_a_node_are_not_planned() -> None:
+    objects = DeviceObjects()
+    objects.slices.replace_all(
+        [
+            pool_slice("old", "n1", 1, 1, ["gpu-9"]),
+            pool_slice("new-a", "n1", 2, 2, ["gpu-0"]),
+        ]
+    )
+    assert objects.world().all_devices == {}, "generation 2 has 1 of its 2 slices: incomplete"
+    objects.slices.upsert(pool_slice("new-b", "n1", 2, 2, ["gpu-1"]))
+    assert [d.name for d in objects.world().all_devices["n1"]] == ["gpu-0", "gpu-1"]
+    tainted = pool_slice("t", "n2", 1, 1, ["gpu-0"])
+    tainted["spec"]["devices"][0]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
+    tainted["spec"]["pool"]["name"] = "other"
+    assert slice_from_api(tainted).devices == (), "a device tainted NoSchedule is not planned on"
+    spanning = pool_slice("s", None, 1, 1, ["nic-0"])
+    spanning["spec"]["pool"]["name"] = "net"
+    objects.slices.upsert(spanning)
+    world = objects.world()
+    assert "d" in world.drivers_beyond_nodes and all(
+        d.name != "nic-0" for ds in world.all_devices.values() for d in ds
+    )
+
+
+def test_allocated_devices_are_counted_as_claims_change() -> None:
+    objects = DeviceObjects()
+    objects.slices.replace_all([pool_slice("s", "n1", 1, 1, ["gpu-0", "gpu-1"])])
+
+    def claim(version: str, devices: list[str]) -> JSON:
+        results = [{"request": "r", "driver": "d", "pool": "pool", "device": d} for d in devices]
+        status = {"allocation": {"devices": {"results": results}}} if devices else {}
+        return {
+            "metadata": {"name": "c", "namespace": "ns", "uid": "c", "resourceVersion": version},
+            "status": status,
+        }
+
+    objects.claims.upsert(claim("1", []))
+    assert [d.name for d in objects.world().devices["n1"]] == ["gpu-0", "gpu-1"]
+    objects.claims.upsert(claim("2", ["gpu-1"]))
+    assert [d.name for d in objects.world().devices["n1"]] == ["gpu-0"]
+    objects.claims.delete(claim("3", ["gpu-1"]))
+    assert [d.name for d in objects.world().devices["n1"]] == ["gpu-0", "gpu-1"]
+    assert not objects.claims.taken
