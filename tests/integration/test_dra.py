@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 from devcluster import dra
 from devcluster.cluster import Instance
 from devcluster.dra import device
-from devcluster.nodes import TestPool
+from devcluster.nodes import HOSTNAME_LABEL, TestPool
 from tests.integration.test_explain import quorum
 from tests.integration.test_gangs import all_running, assert_as_planned, gang_condition, pods
 from tests.kube import create_podgroup, eventually, raw_json
@@ -273,3 +273,111 @@ async def test_gangs_contending_for_devices_run_whole_one_after_the_other(
         for r in c["status"]["allocation"]["devices"]["results"]
     ]
     assert len(chosen) == len(set(chosen)) == 16, "every device once"
+
+
+def rooted(model: str, per_root: int) -> list[dict[str, Any]]:
+    """8 devices of a model whose `pcieRoot` groups them `per_root` at a time."""
+    found = [device(i, model) for i in range(8)]
+    for i, d in enumerate(found):
+        d["attributes"]["pcieRoot"] = {"string": f"root-{i // per_root}"}
+    return found
+
+
+async def test_first_available_and_a_shared_pcie_root(
+    cluster: Instance, api: client.ApiClient, namespace: str, driver: Any
+) -> None:
+    """Claims of 4 H100s on one PCIe root, or else 4 A100s on one root. Node 0 has A100s in two
+    roots of 4; node 1 H100s in four roots of 2 (8 H100s, but no root of 4). The gang of 2 is
+    held on the H100s, then placed on the A100s, one pod per root; kube-scheduler keeps the
+    allocation of the alternative quorum chose."""
+    gpus = await driver(2)
+    names = gpus.pool.names
+    gpus.publish(cluster, {names[0]: rooted("A100", 4), names[1]: rooted("H100", 2)})
+    model, root = f'device.attributes["{gpus.name}"].model', f"{gpus.name}/pcieRoot"
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "four-on-a-root"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "gpus",
+                            "firstAvailable": [
+                                {
+                                    "name": m.lower(),
+                                    "deviceClassName": gpus.name,
+                                    "count": 4,
+                                    "selectors": [{"cel": {"expression": f'{model} == "{m}"'}}],
+                                }
+                                for m in ("H100", "A100")
+                            ],
+                        }
+                    ],
+                    "constraints": [{"requests": ["gpus"], "matchAttribute": root}],
+                }
+            }
+        },
+    }
+    apply(cluster, namespace, template)
+    await create_podgroup(api, namespace, "g", 2)
+    apply(cluster, namespace, *(gang_pod(gpus.pool, f"g-{i}", "g", "four-on-a-root") for i in range(2)))
+    running = await all_running(api, namespace, 2, "pod-group.scheduling.sigs.k8s.io=g")
+    assert {p["spec"]["nodeName"] for p in running} == {names[0]}
+    held = await claims(api, namespace)
+    roots = set()
+    for pod in running:
+        (status,) = pod["status"]["resourceClaimStatuses"]
+        claim = held[status["resourceClaimName"]]
+        assert allocated_by(claim) == {"quorum-operator"}
+        results = claim["status"]["allocation"]["devices"]["results"]
+        assert {r["request"] for r in results} == {"gpus/a100"} and len(results) == 4
+        indexes = {int(r["device"].removeprefix("gpu-")) for r in results}
+        assert len({i // 4 for i in indexes}) == 1, f"one root: {indexes}"
+        roots.add(min(indexes) // 4)
+    assert roots == {0, 1}, "one pod per root"
+    events = await raw_json(client.CoreV1Api(api).list_namespaced_event(namespace, _preload_content=False))
+    told = [e["message"] for e in events["items"] if e["reason"] == "Unschedulable"]
+    assert any("tried alternative 1 of 2" in m for m in told), told
+
+
+async def test_a_gang_pod_goes_where_its_shared_claim_was_allocated(
+    cluster: Instance, api: client.ApiClient, namespace: str, driver: Any
+) -> None:
+    """A shared ResourceClaim, allocated by kube-scheduler for a pod of no gang on node 0 of two
+    with devices: the gang pod that names it too is planned onto node 0 and runs there, though
+    best fit alone would choose node 1, which a pod of 16 CPUs fills more."""
+    gpus = await driver(2)
+    names = gpus.pool.names
+    gpus.publish(cluster, {n: [device(i) for i in range(8)] for n in names})
+    shared = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "shared"},
+        "spec": {
+            "devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": gpus.name, "count": 1}}]}
+        },
+    }
+    first = gang_pod(gpus.pool, "first", "none")
+    first["metadata"]["labels"] = {}
+    first["spec"]["schedulerName"] = "default-scheduler"
+    first["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    first["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "shared"}]
+    first["spec"]["nodeSelector"] = {**first["spec"]["nodeSelector"], HOSTNAME_LABEL: names[0]}
+    filler = gang_pod(gpus.pool, "filler", "none")
+    filler["metadata"]["labels"] = {}
+    filler["spec"]["schedulerName"] = "default-scheduler"
+    filler["spec"]["nodeName"] = names[1]
+    filler["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "16"}}
+    apply(cluster, namespace, shared, first, filler)
+    await all_running(api, namespace, 2)
+    where = names[0]
+    await create_podgroup(api, namespace, "g", 1)
+    second = gang_pod(gpus.pool, "second", "g")
+    second["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    second["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "shared"}]
+    apply(cluster, namespace, second)
+    (placed,) = await all_running(api, namespace, 1, "pod-group.scheduling.sigs.k8s.io=g")
+    assert placed["spec"]["nodeName"] == where
+    await assert_as_planned(api, namespace, "pg-g")
