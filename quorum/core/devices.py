@@ -44,6 +44,7 @@ Assignment = dict[str, dict[tuple[str, str], tuple[DeviceKey, ...]]]
 # Resources that are never an extended resource served by DRA.
 NATIVE_RESOURCES = frozenset({"cpu", "memory", "pods", "ephemeral-storage"})
 IMPLICIT_EXTENDED_PREFIX = "deviceclass.resource.kubernetes.io/"
+HOSTNAME = "kubernetes.io/hostname"  # one node's domain (a claim shared by a gang's pods)
 WAITING = "WaitingForClaims"  # the hold reason while a pod's claim or its class is not there yet
 MAX_KINDS_PER_COMPONENT = 6  # 2^6 - 1 = 63 resources per node at most for one component
 MATCHING_SECONDS = 0.25  # a pass's time for matching kinds of request it has not seen before
@@ -183,11 +184,15 @@ def asks_of(
     world: DeviceWorld,
     sharers: Mapping[tuple[str, str], int],
     alternative: int = 0,
+    counted_already: Collection[str] = (),
+    spanning: Collection[str] = (),
 ) -> tuple[tuple[Ask, ...], tuple[NodeTerms, ...]]:
     """What a pod asks of devices, and the node terms its allocated shared claims pin it to.
     `extended`: its requests of extended resources (milli-units), served by DRA on nodes without
     them; `sharers`: how many pods waiting to be planned name each shared claim; `alternative`:
-    which of each `firstAvailable` request's alternatives (the last, for fewer). Raises
+    which of each `firstAvailable` request's alternatives (the last, for fewer);
+    `counted_already`: shared claims another pod of its gang asks for it; `spanning`: shared
+    claims pods of several gangs name. Raises
     DevicesNotModelled with what it cannot count."""
     asks: list[Ask] = []
     pins: list[NodeTerms] = []
@@ -210,10 +215,13 @@ def asks_of(
         if claim.unmodeled:
             raise DevicesNotModelled(f"ResourceClaim {claim.name}: " + "; ".join(claim.unmodeled))
         if claim.shared and sharers.get((namespace, claim.name), 0) > 1:
-            raise DevicesNotModelled(
-                f"ResourceClaim {claim.name} is shared by pods and not allocated yet: "
-                "where its first pod goes, the others must follow, which quorum does not plan"
-            )
+            if claim.name in spanning:
+                raise DevicesNotModelled(
+                    f"ResourceClaim {claim.name} is shared by pods of several gangs and not allocated "
+                    "yet: where the first goes, the others must follow, which quorum does not plan"
+                )
+            if claim.name in counted_already:
+                continue  # its devices are asked once, by the gang's first pod that names it
         for request in claim.requests:
             if request.alternatives:
                 request = request.alternatives[min(alternative, len(request.alternatives) - 1)]
@@ -633,22 +641,41 @@ def count_devices(
     some nodes is pinned to them). A gang some pod of which asks what cannot be counted is left
     out, with why."""
     sharers: dict[tuple[str, str], int] = {}
+    gangs_of: dict[tuple[str, str], set[tuple[str, str]]] = {}  # claim -> the gangs naming it
     for gang in queue:
         for pod in gang.pods:
             for entry in pod.claims:
                 # A claim named, or made for a PodGroup and named through a template by its pods.
                 if (name := entry.claim or entry.made) is not None:
                     sharers[(gang.namespace, name)] = sharers.get((gang.namespace, name), 0) + 1
+                    gangs_of.setdefault((gang.namespace, name), set()).add(gang.key)
+    spanning = {name for (_, name), gangs in gangs_of.items() if len(gangs) > 1}
+    one_node: set[tuple[str, str]] = set()  # gangs whose pods share a claim not allocated yet
     held: dict[tuple[str, str], tuple[str, str]] = {}
     asks: dict[str, tuple[Ask, ...]] = {}
     pins: dict[str, tuple[NodeTerms, ...]] = {}
     choices: dict[tuple[str, str], int] = {}  # gangs with firstAvailable requests: how many choices
     for gang in queue:
         try:
+            counted_already: set[str] = set()
             for pod in gang.pods:
                 asks[pod.uid], pins[pod.uid] = asks_of(
-                    pod.claims, pod.requests, gang.namespace, world, sharers, matcher.alternative(gang.key)
+                    pod.claims,
+                    pod.requests,
+                    gang.namespace,
+                    world,
+                    sharers,
+                    matcher.alternative(gang.key),
+                    frozenset(counted_already),
+                    spanning,
                 )
+                for entry in pod.claims:
+                    name = entry.claim or entry.made or ""
+                    shared = world.claims.get((gang.namespace, name))
+                    if shared is not None and shared.shared and not shared.allocated:
+                        if sharers.get((gang.namespace, name), 0) > 1:
+                            one_node.add(gang.key)
+                        counted_already.add(name)
                 if most := alternatives_of(pod, gang.namespace, world):
                     choices[gang.key] = max(choices.get(gang.key, 0), most)
         except DevicesNotModelled as err:
@@ -685,7 +712,10 @@ def count_devices(
             counted_pod = _with_devices(pod, counts.demand(asks[pod.uid]), pins[pod.uid])
             matcher.pods[pod.uid] = (pod, basis, counted_pod)
             pods.append(counted_pod)
-        out.append(gang if tuple(pods) == gang.pods else replace(gang, pods=tuple(pods)))
+        if gang.key in one_node:  # its pods share a claim's devices: all on the node they are on
+            out.append(replace(gang, pods=tuple(pods), topology_key=HOSTNAME))
+        else:
+            out.append(gang if tuple(pods) == gang.pods else replace(gang, pods=tuple(pods)))
     matcher.pods = {uid: v for uid, v in matcher.pods.items() if uid in asks}
     extended = [k for k in counts.kinds if k.extended is not None]
     counted: dict[str, Node] = {}

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter, OrderedDict, deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Container
 from dataclasses import dataclass, replace
 
 from quorum.core.devices import Assignment, DeviceKey
@@ -197,14 +197,31 @@ class Releaser:
 
         tolerate = self.tokens().get(key)
 
-        async def one(pod: JSON, node: str) -> bool:
+        # The claims first, all of them: a pod is released only once every claim it names is
+        # allocated (a claim its gang's pods share is allocated by the first of them).
+        allocated: set[str] = set()  # claims allocated here, by name
+
+        async def allocate(pod: JSON, node: str) -> bool:
+            chosen = (devices or {}).get(pod["metadata"]["uid"])
+            if not chosen:
+                return True
             async with self.pod_patches.slot(key):
-                chosen = (devices or {}).get(pod["metadata"]["uid"])
-                if chosen and not await self.allocate_claims(pod, node, chosen):
-                    return False
+                return await self.allocate_claims(pod, node, chosen, allocated)
+
+        firsts = await asyncio.gather(*(allocate(pod, node) for pod, node in pods), return_exceptions=True)
+
+        async def one(pod: JSON, node: str, first: bool | BaseException) -> bool:
+            if isinstance(first, BaseException):
+                raise first
+            if not first or not self.claims_allocated(pod, allocated):
+                return False  # stays gated: planned anew
+            async with self.pod_patches.slot(key):
                 return await self.api.release_pod(pod, node, tolerate)
 
-        results = await asyncio.gather(*(one(pod, node) for pod, node in pods), return_exceptions=True)
+        results = await asyncio.gather(
+            *(one(pod, node, first) for (pod, node), first in zip(pods, firsts, strict=True)),
+            return_exceptions=True,
+        )
         unfinished = self.memory[key].unfinished
         error: BaseException | None = None
         refused: dict[str, str] = {}
@@ -228,7 +245,11 @@ class Releaser:
         return done, error
 
     async def allocate_claims(
-        self, pod: JSON, node: str, chosen: dict[tuple[str, str], tuple[DeviceKey, ...]]
+        self,
+        pod: JSON,
+        node: str,
+        chosen: dict[tuple[str, str], tuple[DeviceKey, ...]],
+        allocated: set[str],
     ) -> bool:
         """Allocate each claim of the pod to the devices chosen for it (by its entry in the
         pod's `spec.resourceClaims`), as the watch shows the claim; False if one is not there
@@ -247,17 +268,23 @@ class Releaser:
             if claim is None:
                 return False
             if (claim.get("status") or {}).get("allocation") is not None:
+                allocated.add(claim["metadata"]["name"])
                 continue  # allocated already (an earlier attempt of this release)
             classes = {c["metadata"]["name"]: c for _, _, c in self.devices.classes.items.values()}
             status = allocation_status(claim, classes, requests, node, pod, stamp)
             if not await self.api.allocate_claim(claim, status):
                 return False
+            allocated.add(claim["metadata"]["name"])
         return True
 
-    def claims_allocated(self, pod: JSON) -> bool:
+    def claims_allocated(self, pod: JSON, allocated: Container[str] = ()) -> bool:
+        """Whether every claim the pod names is allocated: by this release (`allocated`, by
+        name), or as the watch shows it."""
         namespace = pod["metadata"]["namespace"]
         for entry in pod_claims(pod):
             name = entry.claim or entry.made
+            if name in allocated:
+                continue
             claim = self.devices.claims.get(namespace, name) if name else None
             if claim is None or (claim.get("status") or {}).get("allocation") is None:
                 return False

@@ -381,3 +381,34 @@ async def test_a_gang_pod_goes_where_its_shared_claim_was_allocated(
     (placed,) = await all_running(api, namespace, 1, "pod-group.scheduling.sigs.k8s.io=g")
     assert placed["spec"]["nodeName"] == where
     await assert_as_planned(api, namespace, "pg-g")
+
+
+async def test_a_claim_a_gangs_pods_share_puts_them_on_one_node_with_its_devices(
+    cluster: Instance, api: client.ApiClient, namespace: str, driver: Any
+) -> None:
+    """One ResourceClaim of 8 devices named by both pods of a gang (as a PodGroup's claim is):
+    its devices counted once, both pods on the node quorum allocated it on."""
+    gpus = await driver(2)
+    names = gpus.pool.names
+    gpus.publish(cluster, {n: [device(i) for i in range(8)] for n in names})
+    shared = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "pair-gpus"},
+        "spec": {
+            "devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": gpus.name, "count": 8}}]}
+        },
+    }
+    pair = [gang_pod(gpus.pool, f"pair-{i}", "pair") for i in range(2)]
+    for p in pair:
+        p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+        p["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "pair-gpus"}]
+    await create_podgroup(api, namespace, "pair", 2)
+    apply(cluster, namespace, shared, *pair)
+    running = await all_running(api, namespace, 2, "pod-group.scheduling.sigs.k8s.io=pair")
+    (node,) = {p["spec"]["nodeName"] for p in running}
+    claim = (await claims(api, namespace))["pair-gpus"]
+    assert allocated_by(claim) == {"quorum-operator"}
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert {r["pool"] for r in results} == {node} and len(results) == 8
+    assert {r["name"] for r in claim["status"]["reservedFor"]} == {"pair-0", "pair-1"}

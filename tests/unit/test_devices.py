@@ -178,9 +178,10 @@ def test_what_is_not_modelled_holds_the_gang_with_why() -> None:
     _, held = plan([node("a")], [gang("g", pod("p0", made("missing")))], devices)
     assert held[("ns", "g")] == ("WaitingForClaims", "ResourceClaim missing is not seen yet")
     shared = claim("s", DeviceRequest("gpus", "gpu", count=1), shared=True)
-    sharing = gang("g", pod("p0", PodClaim("s", claim="s")), pod("p1", PodClaim("s", claim="s")))
-    _, held = plan([node("a")], [sharing], world({"a": [gpu("a", 0)]}, [shared]))
-    assert "shared" in held[("ns", "g")][1]
+    one = gang("g", pod("p0", PodClaim("s", claim="s")))
+    other = gang("h", pod("q0", PodClaim("s", claim="s")))
+    _, held = plan([node("a")], [one, other], world({"a": [gpu("a", 0)]}, [shared]))
+    assert "shared by pods of several gangs" in held[("ns", "g")][1]
 
 
 def test_all_devices_takes_a_node_whose_devices_are_all_free() -> None:
@@ -248,18 +249,25 @@ def test_counts_fit_exactly_when_devices_can_be_chosen(
         assert len(picked) == len(set(picked)) == sum(len(p) for p in pods)
 
 
-def test_a_claim_made_for_a_pod_group_counts_as_shared() -> None:
+def test_a_claim_the_pods_of_a_gang_share_puts_them_on_one_node() -> None:
     """With DRAWorkloadResourceClaims, a PodGroup's claim is made once and its pods name it
-    through their template entry: not one claim per pod. Not allocated yet, it is not planned
-    as if each pod had its own devices."""
+    through their template entry: not one claim per pod. Its devices are asked once, by the
+    first pod, and all the gang's pods go to one node, where the devices are."""
     group_claim = claim("pg-gpus", DeviceRequest("gpus", "gpu", count=8), shared=True)
     devices = world(
         {"a": [gpu("a", i) for i in range(8)], "b": [gpu("b", i) for i in range(8)]}, [group_claim]
     )
     pair = gang("g", pod("p0", made("pg-gpus")), pod("p1", made("pg-gpus")))
-    result, held = plan([node("a"), node("b")], [pair], devices)
-    assert not result.releases
-    assert held[("ns", "g")][0] == "DevicesNotModelled" and "shared" in held[("ns", "g")][1]
+    counted = count_devices({"a": node("a"), "b": node("b")}, [pair], devices, DeviceMatcher())
+    result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
+    (release,) = result.releases
+    assert len({n.name for _, n in release.placement}) == 1, "one node for the pods that share it"
+    assert counted.counts is not None
+    chosen = counted.counts.assign_release(release.placement, counted.asks)
+    assert chosen is not None and len(chosen["p0"][("gpus", "gpus")]) == 8 and not chosen.get("p1")
+    twelve = claim("pg-gpus", DeviceRequest("gpus", "gpu", count=12), shared=True)
+    result, _ = plan([node("a"), node("b")], [pair], world(devices.devices, [twelve]))
+    assert not result.releases, "12 devices in one claim: no node has them, though two together do"
 
 
 def test_kinds_of_request_new_to_a_pass_are_matched_within_its_time() -> None:

@@ -1,5 +1,6 @@
-"""The peer benchmark's pure parts: its workloads, the cw-coscheduler build module and
-configuration, and the Markdown report."""
+"""The peer benchmark's pure parts: its workloads (contention-dra's devices, claims and
+Kubernetes PodGroups among them), the cw-coscheduler build module and configuration, the claim
+watch's double-allocation check, and the Markdown report."""
 
 from __future__ import annotations
 
@@ -21,15 +22,22 @@ from devcluster.coscheduler import (
 )
 from devcluster.nodes import load_pool
 from devcluster.versions import RELEASES
+from tests.bench.gang_metrics import PodRecord, gang_report
 from tests.bench.peer_report import markdown
 from tests.bench.peer_workloads import (
     GANG_SIZES,
+    GangSpec,
+    claim_templates,
+    device_objects,
+    dra_gang_pod,
     gang_pod,
     interleaved,
     mixed_gangs,
     uniform_gangs,
+    workload_podgroup,
     write_pool,
 )
+from tests.bench.peers import MODES, SeenClaims, gpu_node_names, scenario_pods, scenarios
 
 
 @given(st.integers(2, 3000), st.integers(0, 5))
@@ -148,3 +156,121 @@ def test_exported_names_of_go_sources() -> None:
         "NewStatus",
         "ErrX",
     }
+
+
+# -- contention-dra: GPUs through DRA, and Kubernetes' own gang scheduling ----------------------
+
+
+def test_contention_dra_is_contention_on_devices_in_its_own_ways() -> None:
+    for quick in (False, True):
+        chosen = scenarios(quick)
+        plain, dra = chosen["contention"], chosen["contention-dra"]
+        assert (dra.gpu_nodes, dra.gangs, dra.interleave, dra.run_seconds, dra.wait_for) == (
+            plain.gpu_nodes,
+            plain.gangs,
+            plain.interleave,
+            plain.run_seconds,
+            plain.wait_for,
+        )
+        assert dra.dra and not plain.dra
+        assert dra.modes == ("quorum", "default", "was") and "was" not in plain.modes
+        assert set(dra.modes) <= set(MODES) and dra.kubernetes in RELEASES
+
+
+def test_dra_pool_has_no_gpus_in_allocatable(tmp_path: Path) -> None:
+    pool = load_pool(write_pool(tmp_path / "pool.yaml", 4, 2, gpus_in_allocatable=False))
+    (gpu,) = [g for g in pool.groups if g.name == "gpu"]
+    assert "nvidia.com/gpu" not in gpu.capacity and gpu.capacity["cpu"] == "128"
+    assert gpu_node_names(tmp_path / "pool.yaml") == [f"{gpu.prefix}-{i:03d}" for i in range(4)]
+
+
+def test_the_test_driver_publishes_8_devices_per_gpu_node_and_a_class_of_its_driver() -> None:
+    device_class, *slices = device_objects(["n-1", "n-2"])
+    assert device_class["kind"] == "DeviceClass"
+    (selector,) = device_class["spec"]["selectors"]
+    assert selector["cel"]["expression"] == 'device.driver == "gpu.example.com"'
+    assert [s["spec"]["nodeName"] for s in slices] == ["n-1", "n-2"]
+    for found in slices:
+        assert found["kind"] == "ResourceSlice" and found["spec"]["driver"] == "gpu.example.com"
+        assert [d["name"] for d in found["spec"]["devices"]] == [f"gpu-{i}" for i in range(8)]
+
+
+def test_dra_pods_ask_their_gpus_through_a_template_of_their_count() -> None:
+    gangs = [GangSpec("a", 2), GangSpec("b", 4, gpus=2), GangSpec("c", 2)]
+    templates = claim_templates(gangs)
+    assert [t["metadata"]["name"] for t in templates] == ["gpus-1", "gpus-2"]
+    counts = [t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] for t in templates]
+    assert counts == [1, 2]
+    pod = dra_gang_pod(gangs[1], 3, SCHEDULER_NAME, 20)
+    plain = gang_pod(gangs[1], 3, SCHEDULER_NAME, 20)
+    assert plain["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    (container,) = pod["spec"]["containers"]
+    assert "limits" not in container["resources"], "no nvidia.com/gpu"
+    assert container["resources"]["claims"] == [{"name": "gpus"}]
+    assert pod["spec"]["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "gpus-2"}]
+    assert pod["metadata"] == plain["metadata"]
+
+
+def test_each_way_gets_its_pods() -> None:
+    scenario = scenarios(True)["contention-dra"]
+    order = interleaved(scenario.gangs)
+    for mode, scheduler in (("quorum", SCHEDULER_NAME), ("default", "default-scheduler")):
+        pods = scenario_pods(mode, scenario)
+        assert [p["metadata"]["name"] for p in pods] == [f"{g.name}-{i}" for g, i in order]
+        assert {p["spec"]["schedulerName"] for p in pods} == {scheduler}
+        assert all(p["spec"]["resourceClaims"] and "schedulingGroup" not in p["spec"] for p in pods)
+    was = scenario_pods("was", scenario)
+    assert {p["spec"]["schedulerName"] for p in was} == {"default-scheduler"}
+    assert [p["spec"]["schedulingGroup"]["podGroupName"] for p in was] == [g.name for g, _ in order]
+    group = workload_podgroup(scenario.gangs[0], "v1beta1")
+    assert group["apiVersion"] == "scheduling.k8s.io/v1beta1"
+    assert group["spec"] == {"schedulingPolicy": {"gang": {"minCount": scenario.gangs[0].size}}}
+
+
+def claim(uid: str, *devices: str) -> dict[str, Any]:
+    results = [{"request": "gpus", "driver": "d", "pool": "n", "device": d} for d in devices]
+    status = {"allocation": {"devices": {"results": results}}} if devices else {}
+    return {"metadata": {"uid": uid}, "status": status}
+
+
+def test_the_claim_watch_tells_a_device_allocated_twice_from_one_freed_and_taken_again() -> None:
+    seen = SeenClaims()
+    seen.upsert(claim("a", "gpu-0", "gpu-1"))
+    seen.upsert(claim("a"))  # deallocated
+    seen.upsert(claim("b", "gpu-0"))
+    seen.delete(claim("b", "gpu-0"))
+    seen.upsert(claim("c", "gpu-0"))
+    seen.upsert(claim("c", "gpu-0"))  # a new version of the same allocation
+    assert not seen.twice and seen.allocated == {"a", "b", "c"}
+    seen.upsert(claim("d", "gpu-1", "gpu-0"))
+    assert seen.twice == {("d", "n", "gpu-0")}
+    seen.replace_all([claim("e", "gpu-2")])
+    assert seen.holders == {("d", "n", "gpu-2"): "e"}
+
+
+def test_unfinished_gangs_and_gangs_partial_at_the_end() -> None:
+    pods = [
+        PodRecord("done", 1, 0.0, 20.0),
+        PodRecord("done", 1, 1.0, 21.0),
+        PodRecord("stuck", 1, 5.0, None),
+        PodRecord("stuck", 1, None, None),
+        PodRecord("never", 1, None, None),
+    ]
+    report = gang_report(pods, {"done": 2, "stuck": 2, "never": 1}, 8, 0.0, 100.0)
+    assert report.gangs_unfinished == 2
+    assert report.gangs_partial_at_end == 1
+    assert report.gangs_partially_placed == 1
+
+
+def test_report_of_contention_dra_puts_kubernetes_gang_scheduling_beside_quorum() -> None:
+    runs = [
+        {"mode": "quorum", "gangs_partially_placed": 0, "gangs_unfinished": 0, "finished": True},
+        {"mode": "default", "gangs_partially_placed": 30, "gangs_unfinished": 12, "finished": False},
+        {"mode": "was", "gangs_partially_placed": 2, "gangs_unfinished": 4, "finished": False},
+    ]
+    scenario = {"kubernetes": "1.37", "gpu_nodes": 25, "gangs": 20, "pods": 300, "runs": runs}
+    text = markdown({"date": "d", "scenarios": {"contention-dra": scenario}})
+    assert "## Contention on DRA devices" in text
+    assert "25 GPU nodes x 8 GPUs, 20 gangs, 300 pods, Kubernetes 1.37." in text
+    assert "| quorum | kube-scheduler alone | kube-scheduler, Workload PodGroups | quorum / " in text
+    assert "| gangs not finished within the deadline | 0 | 12 | 4 | 0.00 |" in text
