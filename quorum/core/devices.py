@@ -104,6 +104,7 @@ class Claim:
     # Where an allocated claim's devices are: nodes matching one of these terms.
     allocated_nodes: NodeTerms = ()
     shared: bool = False  # a ResourceClaim named by pods, not made from a template for one pod
+    owner_pod: str | None = None  # the pod it was made for (its controller), if one
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +202,8 @@ def asks_of(
             claim = world.claims.get((namespace, entry.claim))
             if claim is None:
                 raise DevicesNotModelled(f"ResourceClaim {entry.claim} does not exist yet", WAITING)
+            if claim.owner_pod is not None:  # kube-scheduler refuses it too: not this pod's to use
+                raise DevicesNotModelled(f"ResourceClaim {entry.claim} was made for another pod")
         elif entry.template is not None:
             if entry.made is None:
                 raise DevicesNotModelled(f"the ResourceClaim of {entry.name} is not made yet", WAITING)

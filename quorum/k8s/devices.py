@@ -161,8 +161,13 @@ def claim_from_api(obj: JSON) -> Claim:
     meta = obj["metadata"]
     claim = claim_spec(meta.get("namespace", ""), meta["name"], obj.get("spec") or {})
     allocation = (obj.get("status") or {}).get("allocation")
-    owned_by_pod = any(
-        r.get("kind") == "Pod" and r.get("controller") for r in meta.get("ownerReferences") or []
+    owner = next(
+        (
+            str(r.get("uid", ""))
+            for r in meta.get("ownerReferences") or []
+            if r.get("kind") == "Pod" and r.get("controller")
+        ),
+        None,
     )
     return Claim(
         claim.namespace,
@@ -171,7 +176,8 @@ def claim_from_api(obj: JSON) -> Claim:
         claim.unmodeled,
         allocated=allocation is not None,
         allocated_nodes=_node_terms((allocation or {}).get("nodeSelector")),
-        shared=not owned_by_pod,
+        shared=owner is None,
+        owner_pod=owner,
     )
 
 

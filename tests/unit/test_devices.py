@@ -182,6 +182,9 @@ def test_what_is_not_modelled_holds_the_gang_with_why() -> None:
     other = gang("h", pod("q0", PodClaim("s", claim="s")))
     _, held = plan([node("a")], [one, other], world({"a": [gpu("a", 0)]}, [shared]))
     assert "shared by pods of several gangs" in held[("ns", "g")][1]
+    others = claim("theirs", DeviceRequest("gpus", "gpu", count=1), owner_pod="uid-of-another-pod")
+    _, held = plan([node("a")], [gang("g", pod("p0", PodClaim("c", claim="theirs")))], world({}, [others]))
+    assert held[("ns", "g")] == ("DevicesNotModelled", "ResourceClaim theirs was made for another pod")
 
 
 def test_all_devices_takes_a_node_whose_devices_are_all_free() -> None:
