@@ -13,7 +13,10 @@ assumed on a node that no other pod could use. Definitions, as issue 7 gives the
   gang is bound;
 - *GPU utilisation*: GPU-seconds of bound pods over total GPUs x the time to finish all gangs;
 - the *longest gap between binds*, from the start to the last bind: how long the scheduler sat
-  with pods pending and bound none (a stall that is no deadlock, as nothing is held meanwhile).
+  with pods pending and bound none (a stall that is no deadlock, as nothing is held meanwhile);
+- *unfinished gangs*: gangs some pod of which had not finished by the end (the run's deadline,
+  when not everything finished): the gangs that failed to run;
+- gangs *partial at the end*: of those, the ones holding some but not all they need then.
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ class PodRecord:
             spans.append((self.bound, self.finished if self.finished is not None else end))
         return [(a, min(b, end)) for a, b in spans if min(b, end) > a]
 
+    def holds(self, when: float) -> bool:
+        """Whether this pod holds GPUs at `when`: bound and not finished, or waiting at Permit."""
+        if self.bound is not None and self.bound <= when and (self.finished is None or self.finished > when):
+            return True
+        return any(a <= when < b for a, b in self.waits)
+
 
 @dataclass(frozen=True)
 class Episode:
@@ -60,6 +69,8 @@ class GangReport:
     longest_stall_while_partial: float
     longest_gap_between_binds: float
     gpu_utilisation: float
+    gangs_unfinished: int = 0
+    gangs_partial_at_end: int = 0
     episodes: list[Episode] = field(default_factory=list)
 
 
@@ -131,6 +142,14 @@ def utilisation(pods: Iterable[PodRecord], total_gpus: int, start: float, end: f
     return busy / (total_gpus * (end - start))
 
 
+def partial_at(pods: Iterable[PodRecord], min_member: dict[str, int], when: float) -> int:
+    """Gangs that hold some but not all they need at `when` (by their pods' holding spans)."""
+    holding: dict[str, int] = defaultdict(int)
+    for pod in pods:
+        holding[pod.gang] += pod.holds(when)
+    return sum(1 for gang, held in holding.items() if 0 < held < min_member[gang])
+
+
 def gang_report(
     pods: Sequence[PodRecord],
     min_member: dict[str, int],
@@ -150,6 +169,8 @@ def gang_report(
         longest_stall_while_partial=round(max(gaps, default=0.0), 1),
         longest_gap_between_binds=round(longest_gap(start, binds), 1),
         gpu_utilisation=round(utilisation(pods, total_gpus, start, end), 3),
+        gangs_unfinished=len({p.gang for p in pods if p.finished is None or p.finished > end}),
+        gangs_partial_at_end=partial_at(pods, min_member, end),
         episodes=episodes,
     )
 

@@ -17,12 +17,28 @@ ROWS: dict[str, list[tuple[str, str]]] = {
     "contention": [
         ("gangs_partially_placed", "gangs ever partially placed"),
         ("gpu_seconds_held_partially", "GPU-seconds held partially"),
+        ("gangs_unfinished", "gangs not finished within the deadline"),
         ("deadlocks", "deadlocks (60 s partial, no bind)"),
         ("longest_stall_while_partial", "longest stall while partial (s)"),
         ("longest_gap_between_binds", "longest gap between binds (s)"),
         ("seconds_to_finish_all_gangs", "time to finish all gangs (s)"),
         ("gpu_utilisation", "GPU utilisation"),
         ("pods_that_waited_at_permit", "pods that waited at Permit"),
+        ("apiserver_requests", "apiserver requests"),
+        ("cpu_seconds", "CPU seconds, all processes"),
+    ],
+    "contention-dra": [
+        ("gangs_partially_placed", "gangs ever partially placed"),
+        ("gpu_seconds_held_partially", "GPU-seconds held partially"),
+        ("gangs_unfinished", "gangs not finished within the deadline"),
+        ("gangs_partial_at_end", "of which partially placed at the end"),
+        ("deadlocks", "deadlocks (60 s partial, no bind)"),
+        ("longest_stall_while_partial", "longest stall while partial (s)"),
+        ("longest_gap_between_binds", "longest gap between binds (s)"),
+        ("seconds_to_finish_all_gangs", "time to finish all gangs (s)"),
+        ("gpu_utilisation", "GPU utilisation"),
+        ("claims_allocated", "claims allocated"),
+        ("devices_allocated_twice", "devices allocated to two claims at once"),
         ("apiserver_requests", "apiserver requests"),
         ("cpu_seconds", "CPU seconds, all processes"),
     ],
@@ -37,6 +53,7 @@ TITLES = {
     "throughput": "Throughput",
     "contention": "Contention (demand 1.5x the GPUs, interleaved arrival)",
     "large-gang": "Large gang beside CPU churn",
+    "contention-dra": "Contention on DRA devices (demand 1.5x the devices, interleaved arrival)",
 }
 HEADERS = {
     "quorum": "quorum",
@@ -44,8 +61,9 @@ HEADERS = {
     "kueue": "Kueue",
     "kueue-tas": "Kueue, topology-aware",
     "default": "kube-scheduler alone",
+    "was": "kube-scheduler, Workload PodGroups",
 }
-RATIOS = ("coscheduling", "kueue", "kueue-tas")  # quorum / each of these, when both ran
+RATIOS = ("coscheduling", "kueue", "kueue-tas", "was")  # quorum / each of these, when both ran
 
 
 def cell(value: Any) -> str:
@@ -75,7 +93,8 @@ def markdown(data: dict[str, Any]) -> str:
             f"## {TITLES.get(name, name)}",
             "",
             f"{scenario['gpu_nodes']} GPU nodes x 8 GPUs, {scenario['gangs']} gangs, "
-            f"{scenario['pods']} pods.",
+            f"{scenario['pods']} pods"
+            + (f", Kubernetes {scenario['kubernetes']}." if scenario.get("kubernetes") else "."),
             "",
             "| | " + " | ".join(HEADERS[m] for m in modes) + " | " + ratio_headers(peers) + " |",
             "|---|" + "---:|" * (len(modes) + len(peers)),

@@ -6,6 +6,12 @@ for Kueue, which has no PodGroup, the pods carry its queue and pod-group metadat
 Pods are bare (no controller), 1 GPU each, labelled with scheduler-plugins' current group label
 `scheduling.x-k8s.io/pod-group` (a form quorum also reads), and run for a fixed simulated time:
 kwok completes them after the delay their annotation gives (data/stages/pod-complete-bare.yaml).
+
+On DRA nodes (`contention-dra`) the GPU nodes have no `nvidia.com/gpu` in allocatable; a test
+driver publishes 8 devices per node (devcluster/dra.py) and each pod asks its GPUs through a
+claim made from a ResourceClaimTemplate, one template per GPU count. For Kubernetes' own gang
+scheduling, each gang is a `scheduling.k8s.io` PodGroup and its pods name it in
+`spec.schedulingGroup`.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from devcluster import dra
 from devcluster.kueue import POD_GROUP_COUNT, POD_GROUP_LABEL, PREFERRED_TOPOLOGY, QUEUE_LABEL
 from devcluster.nodes import load_pool
 
@@ -25,20 +32,30 @@ GROUP_LABEL = f"{GROUP}/pod-group"
 RUN_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
 GANG_SIZES = (2, 4, 8, 16, 32, 64)
 CPU_TOLERATION = {"key": "is_cpu_compute", "operator": "Exists", "effect": "NoSchedule"}
+GPUS_PER_NODE = 8  # in allocatable, or as DRA devices
+DEVICE_CLASS = dra.DRIVER  # the class of every device of the test driver
+CLAIM = "gpus"  # the pod's claim, and its container's
 
 
 @dataclass(frozen=True)
 class GangSpec:
     name: str
-    size: int  # pods, minMember = size, 1 GPU each
+    size: int  # pods, minMember = size
+    gpus: int = 1  # per pod
 
 
-def write_pool(path: Path, gpu_nodes: int, cpu_nodes: int) -> Path:
+def write_pool(path: Path, gpu_nodes: int, cpu_nodes: int, gpus_in_allocatable: bool = True) -> Path:
     """The default CKS-like pool with exactly this many production GPU and CPU nodes (no triage
-    or cordoned nodes: every scheduler gets the same usable capacity)."""
+    or cordoned nodes: every scheduler gets the same usable capacity). Without
+    `gpus_in_allocatable`, the GPU nodes have no nvidia.com/gpu: their GPUs come through DRA."""
     pool = load_pool()
     counts = {"gpu": gpu_nodes, "cpu": cpu_nodes}
     groups = [g.model_copy(update={"count": counts[g.name]}) for g in pool.groups if g.name in counts]
+    if not gpus_in_allocatable:
+        groups = [
+            g.model_copy(update={"capacity": {k: v for k, v in g.capacity.items() if k != "nvidia.com/gpu"}})
+            for g in groups
+        ]
     pool = pool.model_copy(update={"groups": groups})
     path.write_text(yaml.safe_dump(pool.model_dump(by_alias=True, exclude_defaults=True)))
     return path
@@ -99,7 +116,7 @@ def gang_pod(gang: GangSpec, index: int, scheduler: str, run_seconds: int) -> di
                     "name": "train",
                     "image": "registry.k8s.io/pause:3.10",
                     "resources": {
-                        "limits": {"nvidia.com/gpu": "1"},
+                        "limits": {"nvidia.com/gpu": str(gang.gpus)},
                         "requests": {"cpu": "1", "memory": "8Gi"},
                     },
                 }
@@ -139,3 +156,59 @@ def cpu_pod(index: int, run_seconds: int) -> dict[str, Any]:
             ],
         },
     }
+
+
+# -- DRA: the test driver's devices, claim templates, and pods that ask through them -------------
+
+
+def device_objects(gpu_nodes: list[str]) -> list[dict[str, Any]]:
+    """The DeviceClass of the test driver's GPUs, and a ResourceSlice of 8 per GPU node."""
+    slices = [
+        dra.resource_slice(dra.DRIVER, node, [dra.device(i) for i in range(GPUS_PER_NODE)])
+        for node in gpu_nodes
+    ]
+    return [dra.device_class(DEVICE_CLASS, dra.DRIVER), *slices]
+
+
+def claim_template_name(gpus: int) -> str:
+    return f"gpus-{gpus}"
+
+
+def claim_templates(gangs: list[GangSpec]) -> list[dict[str, Any]]:
+    """One ResourceClaimTemplate per GPU count the gangs' pods ask, for exactly that many."""
+    counts = sorted({g.gpus for g in gangs})
+    return [dra.claim_template(claim_template_name(n), DEVICE_CLASS, n) for n in counts]
+
+
+def dra_gang_pod(gang: GangSpec, index: int, scheduler: str, run_seconds: int) -> dict[str, Any]:
+    """`gang_pod`, its GPUs asked through a claim from the template of its GPU count instead of
+    nvidia.com/gpu."""
+    pod = gang_pod(gang, index, scheduler, run_seconds)
+    (container,) = pod["spec"]["containers"]
+    del container["resources"]["limits"]
+    container["resources"]["claims"] = [{"name": CLAIM}]
+    pod["spec"]["resourceClaims"] = [
+        {"name": CLAIM, "resourceClaimTemplateName": claim_template_name(gang.gpus)}
+    ]
+    return pod
+
+
+# -- Kubernetes' own gang scheduling (Workload Aware Scheduling) ---------------------------------
+
+
+def workload_podgroup(gang: GangSpec, version: str) -> dict[str, Any]:
+    """The gang as a standalone `scheduling.k8s.io` PodGroup, of the version the cluster serves
+    (1.37: v1beta1, 1.36: v1alpha2), minCount its size: all of its pods or none. No Workload:
+    the reference to one is optional in both."""
+    return {
+        "apiVersion": f"scheduling.k8s.io/{version}",
+        "kind": "PodGroup",
+        "metadata": {"name": gang.name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": gang.size}}},
+    }
+
+
+def in_workload_podgroup(pod: dict[str, Any], gang: GangSpec) -> dict[str, Any]:
+    """The pod, for kube-scheduler's gang scheduling: it names its gang's PodGroup."""
+    pod["spec"]["schedulingGroup"] = {"podGroupName": gang.name}
+    return pod

@@ -1,7 +1,7 @@
 """quorum beside scheduler-plugins coscheduling, Kueue and kube-scheduler alone, on the same
 control plane and the same workloads (issues 7 and 29). `make bench-peers`.
 
-Each scenario runs four ways, each on a freshly started instance with the same node pool and
+Each scenario runs several ways, each on a freshly started instance with the same node pool and
 the same client QPS/burst for the schedulers and the controller-manager:
 
 - `quorum`: quorum-webhooks and quorum-operator + kube-scheduler (pods ask for cw-coscheduler;
@@ -16,7 +16,10 @@ the same client QPS/burst for the schedulers and the controller-manager:
   a Topology of the pool's levels (zone, block, rack, node), the pods prefer one block, and
   Kueue admits a group only once it has found every pod a node (kube-scheduler binds them there);
 - `default`: no quorum, no gangs: kube-scheduler schedules every pod as it comes (the speed
-  baseline; gang figures are shown for it only to say what no gang semantics costs).
+  baseline; gang figures are shown for it only to say what no gang semantics costs);
+- `was` (contention-dra only): no quorum; Kubernetes' own gang scheduling (Workload Aware
+  Scheduling, the GenericWorkload gate): each gang a standalone `scheduling.k8s.io` PodGroup of
+  minCount its size, its pods naming it in `spec.schedulingGroup`; kube-scheduler places them.
 
 Scenarios (tests/bench/peer_workloads.py builds the objects):
 1. throughput: 500 GPU nodes x 8; 400 gangs x 8 pods x 1 GPU, created as fast as the apiserver
@@ -26,14 +29,23 @@ Scenarios (tests/bench/peer_workloads.py builds the objects):
    partially, deadlocks, time to finish all gangs, GPU utilisation (tests/bench/gang_metrics.py).
 3. large gang: 100 GPU nodes + 8 CPU nodes; 200 CPU-only pods churn (10 a second, 4 s each) while
    one 512-pod gang (64 whole nodes) is created: last pod created -> all 512 bound.
-Scenario 4, the planner alone at 100 to 10,000 nodes, is `make bench-planner`.
+4. contention-dra: contention's gangs, arrival and 20 s runs on GPUs that come through DRA
+   (docs/dra.md): the GPU nodes have no nvidia.com/gpu; a test driver publishes 8 devices per node
+   in ResourceSlices (devcluster/dra.py), and each pod asks its GPUs through a claim made from a
+   ResourceClaimTemplate. Ways: quorum (it plans the devices and allocates the claims),
+   kube-scheduler alone (it allocates claims pod by pod) and `was`; on Kubernetes 1.37, where
+   Workload Aware Scheduling is beta, unless `--kubernetes` says otherwise. The same figures as
+   contention, a pod's GPUs being its claim's devices; a watch on the claims checks that no device
+   is ever allocated to two at once.
+Scenario 5, the planner alone at 100 to 10,000 nodes, is `make bench-planner`.
 
 Every run is bounded (deadlines below); each figure comes from one run on this machine, and
 comparisons are ratios within that run. Writes bench/results/<date>.json and <date>.md.
 
-    make bench-peers                      # everything (about 30 minutes on 2 cores)
+    make bench-peers                      # everything (about 45 minutes on 2 cores)
     python -m tests.bench.peers --scenario contention --mode quorum --quick
     python -m tests.bench.peers --scenario throughput --mode kueue --rounds 1
+    python -m tests.bench.peers --scenario contention-dra --mode quorum --mode was --quick
 """
 
 from __future__ import annotations
@@ -66,35 +78,45 @@ from devcluster.coscheduler import (
     start_podgroup_controller,
 )
 from devcluster.kueue import QUEUE, ensure_kueue, local_queue, pool_quota, start_kueue
-from devcluster.nodes import BLOCK_LABEL, NodePool, load_pool, render_nodes
+from devcluster.nodes import BLOCK_LABEL, NodePool, load_pool, node_groups, render_nodes
 from devcluster.versions import RELEASES
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s.watch import watch_objects
 from tests.bench import peer_report
 from tests.bench.gang_metrics import PodRecord, gang_report, permit_waits
 from tests.bench.peer_workloads import (
+    GPUS_PER_NODE,
     GROUP,
     GangSpec,
+    claim_templates,
     cpu_pod,
+    device_objects,
+    dra_gang_pod,
     gang_pod,
     in_sequence,
+    in_workload_podgroup,
     interleaved,
     kueue_gang_pod,
     mixed_gangs,
     podgroup,
     uniform_gangs,
+    workload_podgroup,
     write_pool,
 )
-from tests.kube import api_client, assert_no_overcommit, create_namespace
+from tests.kube import WorkloadApi, api_client, assert_no_overcommit, create_namespace
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
-MODES = ("quorum", "coscheduling", "kueue", "kueue-tas", "default")
+MODES = ("quorum", "coscheduling", "kueue", "kueue-tas", "default", "was")
+PEER_MODES = MODES[:5]  # the ways of the scenarios on GPUs in allocatable
+DRA_MODES = ("quorum", "default", "was")
 KUEUE_PREFERRED_LEVEL = BLOCK_LABEL  # kueue-tas: a block is 8 nodes, 64 GPUs (the largest mixed gang)
-SCENARIOS = ("throughput", "contention", "large-gang")
+SCENARIOS = ("throughput", "contention", "large-gang", "contention-dra")
 QPS, BURST, IN_FLIGHT = 500.0, 1000, 64
 # The minor all ways run on unless `--kubernetes` says otherwise: 1.36, where every figure of
-# docs/benchmarks.md before 2026-11-26 was taken.
+# docs/benchmarks.md before 2026-11-26 was taken; contention-dra's own is 1.37 (Workload Aware
+# Scheduling beta, its PodGroup at v1beta1).
 KUBERNETES = "1.36"
+DRA_KUBERNETES = "1.37"
 NAMESPACE = "bench"
 OPERATOR = operator_username(DEFAULT_NAMESPACE)
 # The gang controllers whose requests are counted by verb and resource too, and under what key.
@@ -115,6 +137,9 @@ class Scenario:
     deadline: float
     wait_for: str  # "bound" or "finished"
     churn: int = 0  # CPU-only pods created beside the gangs (large gang)
+    dra: bool = False  # GPUs as DRA devices, asked through claims (contention-dra)
+    modes: tuple[str, ...] = PEER_MODES  # the ways it runs
+    kubernetes: str = KUBERNETES  # the minor it runs on unless --kubernetes says otherwise
 
 
 def scenarios(quick: bool) -> dict[str, Scenario]:
@@ -125,6 +150,19 @@ def scenarios(quick: bool) -> dict[str, Scenario]:
             "throughput", 500 // k, 8, uniform_gangs(400 // k, 8), False, 3600, 600, "bound"
         ),
         "contention": Scenario("contention", 100 // k, 8, mixed_gangs(1200 // k), True, 20, 900, "finished"),
+        "contention-dra": Scenario(
+            "contention-dra",
+            100 // k,
+            8,
+            mixed_gangs(1200 // k),
+            True,
+            20,
+            900,
+            "finished",
+            dra=True,
+            modes=DRA_MODES,
+            kubernetes=DRA_KUBERNETES,
+        ),
         "large-gang": Scenario(
             "large-gang", 100 // k, 8, uniform_gangs(1, 512 // k), False, 3600, 300, "bound", 200 // k
         ),
@@ -174,6 +212,87 @@ class SeenPods:
             self.upsert(pod)
 
 
+Device = tuple[str, str, str]  # driver, pool, device
+
+
+@dataclass
+class SeenClaims:
+    """The benchmark's ResourceClaims as an index of `watch_objects`: which claim holds each
+    device. The watch gives the claims' versions in the order etcd wrote them, so a device
+    allocated to a claim while another claim's last version still has it was allocated twice."""
+
+    holders: dict[Device, str] = field(default_factory=dict)  # device -> claim uid
+    held: dict[str, set[Device]] = field(default_factory=dict)  # claim uid -> devices
+    twice: set[Device] = field(default_factory=set)
+    allocated: set[str] = field(default_factory=set)  # every claim seen allocated
+
+    def upsert(self, claim: dict[str, Any]) -> None:
+        uid = claim["metadata"]["uid"]
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        results = (allocation.get("devices") or {}).get("results") or []
+        devices = {(r["driver"], r["pool"], r["device"]) for r in results}
+        self.release(uid)
+        for found in devices:
+            if self.holders.get(found, uid) != uid:
+                self.twice.add(found)
+            self.holders[found] = uid
+        if devices:
+            self.held[uid] = devices
+            self.allocated.add(uid)
+
+    def release(self, uid: str) -> None:
+        for found in self.held.pop(uid, set()):
+            if self.holders.get(found) == uid:
+                del self.holders[found]
+
+    def delete(self, claim: dict[str, Any]) -> None:
+        self.release(claim["metadata"]["uid"])
+
+    def replace_all(self, claims: list[dict[str, Any]]) -> None:
+        self.holders.clear()
+        self.held.clear()
+        for claim in claims:
+            self.upsert(claim)
+
+
+async def follow_claims(api: client.ApiClient, claims: SeenClaims) -> None:
+    """Watch the benchmark's ResourceClaims until cancelled (contention-dra)."""
+    listing = functools.partial(client.ResourceV1Api(api).list_namespaced_resource_claim, NAMESPACE)
+    await watch_objects(listing, [claims], asyncio.Event(), lambda: None)
+
+
+async def publish_devices(api: client.ApiClient, gpu_nodes: list[str], gangs: list[GangSpec]) -> None:
+    """The test driver's DeviceClass and ResourceSlices (8 devices per GPU node), and the claim
+    templates the gangs' pods name."""
+    resource = client.ResourceV1Api(api)
+    gate = asyncio.Semaphore(IN_FLIGHT)
+
+    async def create(body: dict[str, Any]) -> None:
+        async with gate:
+            if body["kind"] == "DeviceClass":
+                await resource.create_device_class(body)
+            else:
+                await resource.create_resource_slice(body)
+
+    await asyncio.gather(*(create(body) for body in device_objects(gpu_nodes)))
+    for template in claim_templates(gangs):
+        await resource.create_namespaced_resource_claim_template(NAMESPACE, template)
+
+
+def scenario_pods(mode: str, scenario: Scenario) -> list[dict[str, Any]]:
+    """The scenario's gang pods for this way, in the order they are created."""
+    order = interleaved(scenario.gangs) if scenario.interleave else in_sequence(scenario.gangs)
+    if mode.startswith("kueue"):
+        level = KUEUE_PREFERRED_LEVEL if mode == "kueue-tas" else None
+        return [kueue_gang_pod(g, i, scenario.run_seconds, QUEUE, level) for g, i in order]
+    scheduler = "default-scheduler" if mode in ("default", "was") else SCHEDULER_NAME
+    build = dra_gang_pod if scenario.dra else gang_pod
+    pods = [build(g, i, scheduler, scenario.run_seconds) for g, i in order]
+    if mode == "was":
+        pods = [in_workload_podgroup(pod, g) for pod, (g, _) in zip(pods, order, strict=True)]
+    return pods
+
+
 async def follow(api: client.ApiClient, seen: Observed, watched: set[str], wait_for: str) -> None:
     """Watch the benchmark's pods until cancelled, with quorum's own list+watch: a watch the
     apiserver closes (it closes watchers that fall behind under load) goes on from the last
@@ -205,7 +324,7 @@ def start_instance(
     mode: str, scenario: Scenario, tmp: Path, kubernetes: str = KUBERNETES
 ) -> tuple[Instance, Path]:
     """A fresh instance for one run; its audit log path."""
-    pool = write_pool(tmp / "pool.yaml", scenario.gpu_nodes, scenario.cpu_nodes)
+    pool = write_pool(tmp / "pool.yaml", scenario.gpu_nodes, scenario.cpu_nodes, not scenario.dra)
     (tmp / "audit-policy.yaml").write_text(AUDIT_POLICY)
     audit = tmp / "audit.log"
     with_quorum = mode == "quorum"
@@ -236,7 +355,7 @@ def start_instance(
         nodes = render_nodes(load_pool(pool))
         topology = gpu_node_labels(load_pool(pool)) if mode == "kueue-tas" else None
         start_kueue(instance, ensure_kueue(instance.binaries), pool_quota(nodes, topology), topology)
-    elif not with_quorum:  # the same PodGroup objects everywhere: scheduler-plugins' CRD
+    elif not with_quorum and mode != "was":  # the same PodGroup objects everywhere: scheduler-plugins' CRD
         binaries = coscheduler_binaries(instance)
         built_for_instance = binaries.pins == instance.binaries.pins
         built = ensure_coscheduler(binaries)
@@ -255,16 +374,13 @@ def start_instance(
     return instance, audit
 
 
-async def run_workload(instance: Instance, mode: str, scenario: Scenario) -> tuple[Observed, float, float]:
+async def run_workload(
+    instance: Instance, mode: str, scenario: Scenario, gpu_nodes: list[str], claims: SeenClaims
+) -> tuple[Observed, float, float]:
     """Create the scenario's objects and wait until its pods are bound (or finished); what was
-    seen, and the window (first create, end)."""
-    scheduler = "default-scheduler" if mode == "default" else SCHEDULER_NAME
-    order = interleaved(scenario.gangs) if scenario.interleave else in_sequence(scenario.gangs)
-    if mode.startswith("kueue"):
-        level = KUEUE_PREFERRED_LEVEL if mode == "kueue-tas" else None
-        gang_pods = [kueue_gang_pod(g, i, scenario.run_seconds, QUEUE, level) for g, i in order]
-    else:
-        gang_pods = [gang_pod(g, i, scheduler, scenario.run_seconds) for g, i in order]
+    seen, and the window (first create, end). contention-dra: its devices and claim templates
+    first, and `claims` follows the claims meanwhile."""
+    gang_pods = scenario_pods(mode, scenario)
     watched = {p["metadata"]["name"] for p in gang_pods}
     seen = Observed()
     api = await api_client(instance.kubeconfig("admin"))
@@ -276,10 +392,19 @@ async def run_workload(instance: Instance, mode: str, scenario: Scenario) -> tup
             await custom.create_namespaced_custom_object(
                 "kueue.x-k8s.io", "v1beta2", NAMESPACE, "localqueues", queue
             )
-        for gang in scenario.gangs if not mode.startswith("kueue") else []:
-            body = podgroup(gang, PERMIT_WAITING_SECONDS)
-            await custom.create_namespaced_custom_object(GROUP, "v1alpha1", NAMESPACE, "podgroups", body)
+        if mode == "was":  # Kubernetes' own PodGroups, of the version the cluster serves
+            workloads = await WorkloadApi.of(api)
+            for gang in scenario.gangs:
+                body = workload_podgroup(gang, workloads.version)
+                await workloads.create(api, NAMESPACE, "podgroups", body)
+        elif not mode.startswith("kueue"):
+            for gang in scenario.gangs:
+                body = podgroup(gang, PERMIT_WAITING_SECONDS)
+                await custom.create_namespaced_custom_object(GROUP, "v1alpha1", NAMESPACE, "podgroups", body)
+        if scenario.dra:
+            await publish_devices(api, gpu_nodes, scenario.gangs)
         follower = asyncio.create_task(follow(api, seen, watched, scenario.wait_for))
+        claim_watch = asyncio.create_task(follow_claims(api, claims)) if scenario.dra else None
         await asyncio.sleep(1)  # the watch is open
         gate = asyncio.Semaphore(IN_FLIGHT)
 
@@ -305,8 +430,9 @@ async def run_workload(instance: Instance, mode: str, scenario: Scenario) -> tup
         if not seen.done.is_set():
             print(f"  {mode}/{scenario.name}: not done within {scenario.deadline:.0f} s", file=sys.stderr)
         end = time.time()
-        for task in (waiting, follower):
-            task.cancel()
+        for task in (waiting, follower, claim_watch):
+            if task is not None:
+                task.cancel()
         await churning
         await assert_no_overcommit(api)
     return seen, start, end
@@ -354,6 +480,10 @@ def count_requests(audit_log: Path, start: float, end: float) -> tuple[Counter[s
     return counts, detail
 
 
+def gpu_node_names(pool_file: Path) -> list[str]:
+    return [name for name, group in node_groups(load_pool(pool_file)).items() if group == "gpu"]
+
+
 def measure(mode: str, scenario: Scenario, quick: bool, kubernetes: str = KUBERNETES) -> dict[str, Any]:
     print(
         f"{scenario.name} / {mode}: starting a fresh instance (Kubernetes {kubernetes}) ...",
@@ -362,9 +492,11 @@ def measure(mode: str, scenario: Scenario, quick: bool, kubernetes: str = KUBERN
     )
     with tempfile.TemporaryDirectory(prefix="quorum-peers-") as tmp:
         instance, audit = start_instance(mode, scenario, Path(tmp), kubernetes)
+        claims = SeenClaims()
         try:
             before = cpu_seconds(instance)
-            seen, start, end = asyncio.run(run_workload(instance, mode, scenario))
+            gpu_nodes = gpu_node_names(Path(tmp) / "pool.yaml")
+            seen, start, end = asyncio.run(run_workload(instance, mode, scenario, gpu_nodes, claims))
             after = cpu_seconds(instance)
             cpu = {k: round(after[k] - before.get(k, 0.0), 1) for k in after}
             time.sleep(2)  # the audit log is written in batches
@@ -386,6 +518,13 @@ def measure(mode: str, scenario: Scenario, quick: bool, kubernetes: str = KUBERN
     for who, key in DETAILED.items():
         if detail[who]:
             result[key] = dict(detail[who].most_common())
+    if scenario.dra:
+        result["claims_allocated"] = len(claims.allocated)
+        result["devices_allocated_twice"] = len(claims.twice)
+        if claims.twice:
+            print(
+                f"  {mode}/{scenario.name}: devices allocated twice: {sorted(claims.twice)}", file=sys.stderr
+            )
     result["cpu_seconds"] = round(sum(cpu.values()), 1)
     result["cpu_seconds_by_process"] = dict(sorted(cpu.items(), key=lambda kv: -kv[1]))
     return result
@@ -400,7 +539,8 @@ def summarise(
     requests: Counter[str],
     waits: dict[str, list[tuple[float, float]]],
 ) -> dict[str, Any]:
-    names = [f"{g.name}-{i}" for g, i in in_sequence(scenario.gangs)]
+    order = in_sequence(scenario.gangs)
+    names = [f"{g.name}-{i}" for g, i in order]
     bound = [seen.bound[n] for n in names if n in seen.bound]
     total = sum(requests.values())
     result: dict[str, Any] = {
@@ -422,18 +562,18 @@ def summarise(
     if scenario.wait_for == "finished":
         done = [seen.finished[n] for n in names if n in seen.finished]
         finish = max(done) if len(done) == len(names) else end
-        pods = [
+        pods = [  # a pod's GPUs: its nvidia.com/gpu, or its claim's devices (the template's count)
             PodRecord(
-                name.rsplit("-", 1)[0],
-                1,
+                gang.name,
+                gang.gpus,
                 seen.bound.get(name),
                 seen.finished.get(name),
                 tuple(waits.get(f"{NAMESPACE}/{name}", ())),
             )
-            for name in names
+            for name, (gang, _) in zip(names, order, strict=True)
         ]
         report = gang_report(
-            pods, {g.name: g.size for g in scenario.gangs}, scenario.gpu_nodes * 8, start, finish
+            pods, {g.name: g.size for g in scenario.gangs}, scenario.gpu_nodes * GPUS_PER_NODE, start, finish
         )
         result |= {k: v for k, v in asdict(report).items() if k != "episodes"}
         result["seconds_to_finish_all_gangs"] = round(finish - start, 1)
@@ -457,19 +597,25 @@ def main() -> int:
     parser.add_argument(
         "--kubernetes",
         choices=sorted(RELEASES),
-        default=KUBERNETES,
-        help=f"the minor every way runs on (default {KUBERNETES}, the figures' baseline)",
+        help=f"the minor every way runs on (default {KUBERNETES}, the figures' baseline; "
+        f"contention-dra: {DRA_KUBERNETES})",
     )
     args = parser.parse_args()
     chosen = scenarios(args.quick)
     results: dict[str, Any] = {}
     for name in args.scenario or SCENARIOS:
         scenario = chosen[name]
+        modes = [m for m in args.mode or scenario.modes if m in scenario.modes]
+        if not modes:
+            print(f"{name}: none of the ways asked runs it ({', '.join(scenario.modes)} do)", file=sys.stderr)
+            continue
+        kubernetes = args.kubernetes or scenario.kubernetes
         rounds = [
-            [measure(mode, scenario, args.quick, args.kubernetes) for mode in args.mode or MODES]
+            [measure(mode, scenario, args.quick, kubernetes) for mode in modes]
             for _ in range(max(1, args.rounds) if name == "throughput" else 1)
         ]
         results[name] = {
+            "kubernetes": kubernetes,
             "gpu_nodes": scenario.gpu_nodes,
             "gangs": len(scenario.gangs),
             "pods": sum(g.size for g in scenario.gangs),
@@ -484,12 +630,12 @@ def main() -> int:
     suffix = (
         ("-quick" if args.quick else "")
         + ("-partial" if args.scenario or args.mode else "")
-        + (f"-k8s-{args.kubernetes}" if args.kubernetes != KUBERNETES else "")
+        + (f"-k8s-{args.kubernetes}" if args.kubernetes not in (None, KUBERNETES) else "")
     )
     data = {
         "date": stamp,
         "quick": args.quick,
-        "kubernetes": args.kubernetes,
+        "kubernetes": args.kubernetes or KUBERNETES,
         "qps": QPS,
         "burst": BURST,
         "scenarios": results,
