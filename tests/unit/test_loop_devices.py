@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+from typing import Any
 
 from quorum.k8s.usage import BoundPods
 from quorum.operator.gangs import Store
@@ -15,7 +16,7 @@ from tests.unit.fake_api import FakeApi
 from tests.unit.test_loop import NS, cluster, released, settings, step
 from tests.unit.test_loop_preemption import held, running
 
-JSON = dict[str, object]
+JSON = dict[str, Any]
 DRIVER = "gpu.example.com"
 
 
