@@ -88,7 +88,7 @@ bench-e2e: ## end to end on the local control plane: 200 GPU nodes, 200 gangs x 
 bench-poison: ## one pathological gang (1 launcher + 1,270 workers, 6 GPUs short) before 30 small gangs, 200 nodes
 	@$(PY) -m tests.bench.poison
 
-bench-peers: ## quorum vs scheduler-plugins coscheduling vs Kueue (plain, topology-aware) vs kube-scheduler: throughput, contention, large gang
+bench-peers: ## quorum vs scheduler-plugins coscheduling vs Kueue (plain, topology-aware) vs kube-scheduler: throughput, contention, large gang; on DRA devices, vs kube-scheduler alone and its own gang scheduling
 	@$(PY) -m tests.bench.peers
 
 bench-admission: ## pod creation through the apiserver with quorum's webhooks and policies and without: admission latency (~3 min)
