@@ -186,7 +186,7 @@ def asks_of(
     sharers: Mapping[tuple[str, str], int],
     alternative: int = 0,
     counted_already: Collection[str] = (),
-    spanning: Collection[str] = (),
+    spanning: Collection[tuple[str, str]] = (),
 ) -> tuple[tuple[Ask, ...], tuple[NodeTerms, ...]]:
     """What a pod asks of devices, and the node terms its allocated shared claims pin it to.
     `extended`: its requests of extended resources (milli-units), served by DRA on nodes without
@@ -218,7 +218,7 @@ def asks_of(
         if claim.unmodeled:
             raise DevicesNotModelled(f"ResourceClaim {claim.name}: " + "; ".join(claim.unmodeled))
         if claim.shared and sharers.get((namespace, claim.name), 0) > 1:
-            if claim.name in spanning:
+            if (namespace, claim.name) in spanning:
                 raise DevicesNotModelled(
                     f"ResourceClaim {claim.name} is shared by pods of several gangs and not allocated "
                     "yet: where the first goes, the others must follow, which quorum does not plan"
@@ -272,7 +272,7 @@ class DeviceMatcher:
         self.seen: tuple[object, object] | None = None  # (all_devices, classes) the caches are of
         self.per_kind: dict[Kind, dict[str, frozenset[DeviceKey]]] = {}  # kind -> node -> devices
         self.errors: dict[Kind, str] = {}  # a selector that failed on some device, per kind
-        self.last: tuple[tuple[Kind, ...], dict[str, dict[DeviceKey, frozenset[Kind]]]] | None = None
+        self.last: tuple[frozenset[Kind], dict[str, dict[DeviceKey, frozenset[Kind]]]] | None = None
         # What the last pass made of each pod and node, kept while what it was made from is the
         # same (an incremental pass counts again only what changed): uid -> (pod, what counted
         # it, the pod counted) and name -> (node, what counted it, the node counted, taken).
@@ -306,14 +306,8 @@ class DeviceMatcher:
         self, world: DeviceWorld, kinds: Sequence[Kind]
     ) -> dict[str, dict[DeviceKey, frozenset[Kind]]]:
         """Per node, per device (every device of its local pools), the kinds it matches."""
-        if self.seen is None or self.seen[0] is not world.all_devices or self.seen[1] is not world.classes:
-            self.seen, self.per_kind, self.errors, self.last = (
-                (world.all_devices, world.classes),
-                {},
-                {},
-                None,
-            )
-        if self.last is not None and self.last[0] == tuple(kinds):
+        self._keep_if_current(world)
+        if self.last is not None and self.last[0] == frozenset(kinds):
             return self.last[1]
         for kind in kinds:
             if kind not in self.per_kind:  # `pending` left it out if the pass had no time for it
@@ -325,15 +319,25 @@ class DeviceMatcher:
                 for key in self.per_kind[kind].get(node, ()):
                     found[key].append(kind)
             out[node] = {key: frozenset(k) for key, k in found.items()}
-        self.last = (tuple(kinds), out)
+        self.last = (frozenset(kinds), out)
         return out
+
+    def _keep_if_current(self, world: DeviceWorld) -> None:
+        """Forget every match once the devices or classes are other objects (they changed)."""
+        if self.seen is None or self.seen[0] is not world.all_devices or self.seen[1] is not world.classes:
+            self.seen, self.per_kind, self.errors, self.last = (
+                (world.all_devices, world.classes),
+                {},
+                {},
+                None,
+            )
 
     def pending(self, world: DeviceWorld, kinds: Sequence[Kind], budget_seconds: float) -> set[Kind]:
         """The kinds, in the order given, whose devices this pass has no time left to match: the
         first new kind is always matched, the others while `budget_seconds` last. Every new kind
         is matched against every device once, so a tenant who writes many different selectors
         costs the pass that much, once; the rest wait for later passes, in turn."""
-        self.matches(world, [k for k in kinds if k in self.per_kind])  # resets a stale cache
+        self._keep_if_current(world)
         started = time.monotonic()
         left: set[Kind] = set()
         matched = False
@@ -652,7 +656,7 @@ def count_devices(
                 if (name := entry.claim or entry.made) is not None:
                     sharers[(gang.namespace, name)] = sharers.get((gang.namespace, name), 0) + 1
                     gangs_of.setdefault((gang.namespace, name), set()).add(gang.key)
-    spanning = {name for (_, name), gangs in gangs_of.items() if len(gangs) > 1}
+    spanning = {claim for claim, gangs in gangs_of.items() if len(gangs) > 1}
     one_node: set[tuple[str, str]] = set()  # gangs whose pods share a claim not allocated yet
     held: dict[tuple[str, str], tuple[str, str]] = {}
     asks: dict[str, tuple[Ask, ...]] = {}
@@ -697,6 +701,26 @@ def count_devices(
     counts = DeviceCounts(
         world, (a for g in queue if g.key not in held for p in g.pods for a in asks[p.uid]), matcher
     )
+    # Kinds that match the same devices are counted together, at most MAX_KINDS_PER_COMPONENT of
+    # them: the first in queue order; the gangs asking the others wait their turn.
+    rank = {kind: i for i, kind in enumerate(in_order)}
+    later = {
+        kind
+        for component in counts.components
+        if len(component) > MAX_KINDS_PER_COMPONENT
+        for kind in sorted(component, key=lambda k: rank.get(k, len(rank)))[MAX_KINDS_PER_COMPONENT:]
+    }
+    if later:
+        for gang in queue:
+            if gang.key not in held and any(a.kind in later for p in gang.pods for a in asks[p.uid]):
+                held[gang.key] = (
+                    WAITING,
+                    f"more than {MAX_KINDS_PER_COMPONENT} different device requests ask for the same "
+                    "devices; they are counted together in queue order, this gang's in a later pass",
+                )
+        counts = DeviceCounts(
+            world, (a for g in queue if g.key not in held for p in g.pods for a in asks[p.uid]), matcher
+        )
     out: list[Gang] = []
     for gang in queue:
         if gang.key in held:
@@ -766,10 +790,12 @@ def alternatives_of(pod: Pod, namespace: str, world: DeviceWorld) -> int:
 
 
 def _with_devices(pod: Pod, demand: Mapping[str, int], pins: Sequence[NodeTerms]) -> Pod:
-    if not demand and not pins:
+    if not demand and not any(pins):
         return pod
     affinity = pod.affinity
     for terms in pins:  # each allocated claim: one of its terms, and one of the pod's own
+        if not terms:
+            continue  # an allocation without a node selector: its devices are reachable anywhere
         required = tuple(tuple(Requirement(k, op, vals, fld) for k, op, vals, fld in term) for term in terms)
         affinity = tuple(a + r for a in affinity for r in required) if affinity else required
     return replace(pod, requests={**pod.requests, **demand}, affinity=affinity)

@@ -11,7 +11,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from quorum.core.conditions import NO_ROOM
-from quorum.core.devices import Assignment, DeviceCounts, DeviceMatcher, DeviceWorld, count_devices
+from quorum.core.devices import (
+    Ask,
+    Assignment,
+    DeviceCounts,
+    DeviceKey,
+    DeviceMatcher,
+    DeviceWorld,
+    count_devices,
+)
 from quorum.core.model import Composite, Gang, Node, Pod, Resources, add
 from quorum.core.planner import Hold, Plan, Planner, Release
 from quorum.core.preemption import RunningPod
@@ -190,18 +198,33 @@ def plan_queue(
     plan = Plan(plan.releases, holds, plan.visits)
     if counted.counts is None:
         return Planned(Plan(plan.releases, (*plan.holds, *held), plan.visits), failed)
+    # The devices of every pod the pass releases, node by node, all the node's pods together
+    # (as the counts were: chosen gang by gang, one gang's could take what another's needs).
+    by_node: dict[str, list[tuple[str, tuple[Ask, ...]]]] = {}
+    for release in plan.releases:
+        for pod, node in release.placement:
+            if counted.asks.get(pod.uid):
+                by_node.setdefault(node.name, []).append((pod.uid, counted.asks[pod.uid]))
+    chosen: Assignment = {}
+    failed_nodes: set[str] = set()
+    for name, on_node in by_node.items():
+        found = counted.counts.assign(name, on_node)
+        if found is None:
+            failed_nodes.add(name)
+        else:
+            chosen.update(found)
     releases: list[Release] = []
     devices: dict[GangKey, Assignment] = {}
-    taken: set[tuple[str, str, str]] = set()
     for release in plan.releases:
-        assignment = counted.counts.assign_release(release.placement, counted.asks, taken)
-        if assignment is None:  # the counts said it fits: never expected; held, not half-placed
+        if any(node.name in failed_nodes for _, node in release.placement):
+            # The counts said it fits: never expected; held, not half-placed.
             message = "its pods' devices could not be chosen on the planned nodes"
             held.append(Hold(release.gang, "PlanningFailed", message))
             continue
-        taken.update(key for per_pod in assignment.values() for keys in per_pod.values() for key in keys)
         releases.append(release)
-        devices[release.gang.key] = assignment
+        devices[release.gang.key] = {
+            pod.uid: chosen[pod.uid] for pod, _ in release.placement if pod.uid in chosen
+        }
     plan = Plan(tuple(releases), (*plan.holds, *held), plan.visits)
     return Planned(plan, failed, devices, nodes, counted.counts)
 
@@ -221,9 +244,12 @@ def victims_devices(
     counted devices, among what it would free."""
     if counts is None:
         return lambda pod: pod
-    held = devices.held_by_pods()
+    held: dict[str, tuple[DeviceKey, ...]] | None = None  # read once, if preemption asks at all
 
     def with_devices(pod: RunningPod) -> RunningPod:
+        nonlocal held
+        if held is None:
+            held = devices.held_by_pods()
         keys = held.get(pod.uid)
         if not keys:
             return pod

@@ -344,3 +344,55 @@ def test_a_request_whose_devices_share_an_attribute_takes_them_from_one_group() 
     three = gang("g", *(pod(f"p{i}", made(f"c{i}")) for i in range(3)))
     result, _ = plan(nodes, [three], devices)
     assert not result.releases, "8 free devices on the quarters node, but no root of 4"
+
+
+def test_many_kinds_on_the_same_devices_hold_only_the_gangs_that_come_later() -> None:
+    """Seven different selectors on the same GPUs (seven teams, or one tenant trying): the first
+    six in queue order are counted and their gangs planned; the seventh waits, and no other."""
+    selectors = [f"{i} == {i}" for i in range(7)]
+    claims = [claim(f"c{i}", DeviceRequest("gpus", "gpu", (s,), 1)) for i, s in enumerate(selectors)]
+    devices = world({"a": [gpu("a", i) for i in range(8)]}, claims)
+    queue = [replace(gang(f"g{i}", pod(f"p{i}", made(f"c{i}"))), created=float(i)) for i in range(7)]
+    counted = count_devices({"a": node("a")}, queue, devices, DeviceMatcher())
+    assert [g.name for g in counted.queue] == [f"g{i}" for i in range(6)]
+    assert set(counted.held) == {("ns", "g6")} and counted.held[("ns", "g6")][0] == "WaitingForClaims"
+    result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
+    assert len(result.releases) == 6
+
+
+def test_a_claim_name_in_another_namespace_is_another_claim() -> None:
+    """Gangs of another namespace naming a claim of the same name do not make this one's shared."""
+    shared = claim("shared", DeviceRequest("gpus", "gpu", count=1), shared=True)
+    theirs = Claim("other", "shared", (DeviceRequest("gpus", "gpu", count=1),), shared=True)
+    devices = world({"a": [gpu("a", i) for i in range(8)]}, [shared, theirs])
+    mine = gang("g", pod("p0", PodClaim("s", claim="shared")), pod("p1", PodClaim("s", claim="shared")))
+    attack = [
+        Gang("other", name, 1, (pod(f"{name}-0", PodClaim("s", claim="shared")),), members=1)
+        for name in ("x", "y")
+    ]
+    counted = count_devices({"a": node("a")}, [mine, *attack], devices, DeviceMatcher())
+    assert ("ns", "g") not in counted.held
+
+
+def test_the_devices_of_a_passs_releases_on_one_node_are_chosen_together() -> None:
+    """Two gangs of one pod on one node in one pass: the first asks any device, the second the
+    NVLinked one. Chosen gang by gang, the first could take the linked device; together, each
+    gets its own."""
+    from quorum.core.planner import Planner
+    from quorum.operator.snapshot import DeviceNodes, Snapshot, plan_queue
+
+    linked = DeviceRequest("gpu", "gpu", (f'device.attributes["{DRIVER}"].nvlink',), 1)
+    anyone = DeviceRequest("gpu", "gpu", (), 1)
+    devices = world(
+        {"a": [gpu("a", 0, nvlink=True), gpu("a", 1, nvlink=False)]},
+        [claim("c0", anyone), claim("c1", linked)],
+    )
+    queue = [
+        replace(gang("first", pod("p0", made("c0"))), created=0.0),
+        replace(gang("second", pod("p1", made("c1"))), created=1.0),
+    ]
+    snapshot = Snapshot({"a": node("a")}, {}, {}, {}, {}, None, 0.0, devices=devices)
+    planned = plan_queue(snapshot, queue, Planner(), DeviceNodes())
+    assert {r.gang.name for r in planned.plan.releases} == {"first", "second"}
+    assert planned.devices[("ns", "second")]["p1"][("gpus", "gpu")] == ((DRIVER, "a", "gpu-0"),)
+    assert planned.devices[("ns", "first")]["p0"][("gpus", "gpu")] == ((DRIVER, "a", "gpu-1"),)
