@@ -619,8 +619,9 @@ class DeviceCounts:
             chosen.setdefault((uid, i), []).append(key)
         for (uid, i), keys in chosen.items():
             ask = dict(pods)[uid][i]
-            if ask.kind.extended is None:
-                out[uid][(ask.claim, ask.request)] = tuple(keys)
+            # An extended resource's devices (claim "") are kept for it, not allocated: kube-
+            # scheduler makes and allocates its claim, from the devices this leaves it.
+            out[uid][(ask.claim, ask.request)] = tuple(keys)
         return out
 
 

@@ -8,6 +8,7 @@ of one node (`spec.nodeName`) are planned on; pools that span nodes are not (doc
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -27,6 +28,7 @@ from quorum.core.devices import (
 from quorum.k8s.convert import newer_or_same
 
 JSON = dict[str, Any]
+ASSUMED_SECONDS = 60.0  # a device quorum allocated counts as taken at least this long, or until seen
 
 
 def _attribute(value: Any) -> AttributeValue | None:
@@ -181,6 +183,20 @@ def claim_from_api(obj: JSON) -> Claim:
     )
 
 
+def allocated_node(obj: JSON) -> str | None:
+    """The one node an allocated claim's node selector names (`metadata.name In [node]`, as
+    kube-scheduler and quorum write it); None for any other selector, or none."""
+    allocation = (obj.get("status") or {}).get("allocation") or {}
+    terms = (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []
+    if len(terms) != 1:
+        return None
+    fields = terms[0].get("matchFields") or []
+    if len(fields) == 1 and fields[0].get("key") == "metadata.name" and fields[0].get("operator") == "In":
+        values = fields[0].get("values") or []
+        return str(values[0]) if len(values) == 1 else None
+    return None
+
+
 def allocated_devices(obj: JSON) -> tuple[DeviceKey, ...]:
     """The devices an allocated claim holds (admin access holds none)."""
     allocation = (obj.get("status") or {}).get("allocation") or {}
@@ -319,6 +335,14 @@ class DeviceObjects:
         # planner's selector results are kept for: `DeviceMatcher`).
         self._devices: tuple[int, Mapping[str, tuple[Device, ...]], frozenset[str]] | None = None
         self._classes: tuple[int, Mapping[str, DeviceClass]] | None = None
+        # Devices quorum allocated, until the claim watch shows them taken (or ASSUMED_SECONDS
+        # pass): a watch that lags must not make them look free (monotonic deadline per device).
+        self.assumed: dict[DeviceKey, float] = {}
+
+    def assume(self, keys: Iterable[DeviceKey]) -> None:
+        deadline = time.monotonic() + ASSUMED_SECONDS
+        for key in keys:
+            self.assumed[key] = deadline
 
     def held_by_pods(self) -> dict[str, tuple[DeviceKey, ...]]:
         """Pod uid -> the devices of the claims allocated for it alone (a shared claim's devices
@@ -333,7 +357,10 @@ class DeviceObjects:
     def world(self, assumed: Iterable[DeviceKey] = ()) -> DeviceWorld:
         """The world of this moment, with the devices of allocations quorum wrote but the
         watch has not shown yet (`assumed`) taken too. Assembled again only after a change."""
-        assumed = frozenset(assumed)
+        if self.assumed:
+            now = time.monotonic()
+            self.assumed = {k: d for k, d in self.assumed.items() if d > now and k not in self.claims.taken}
+        assumed = frozenset(assumed) | frozenset(self.assumed)
         versions = (self.slices.version, self.classes.version, self.claims.version)
         if self._world is not None and self._world[:2] == (versions, assumed):
             return self._world[2]

@@ -23,7 +23,7 @@ from quorum.core.planner import Release
 from quorum.core.record import Admission, GangRecord, Placement
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import pod_claims, pod_from_api, pod_requests, timestamp
-from quorum.k8s.devices import DeviceObjects, allocation_status
+from quorum.k8s.devices import DeviceObjects, allocated_node, allocation_status
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT
 from quorum.operator import clock, metrics
@@ -209,6 +209,11 @@ class Releaser:
                 return await self.allocate_claims(pod, node, chosen, allocated)
 
         firsts = await asyncio.gather(*(allocate(pod, node) for pod, node in pods), return_exceptions=True)
+        if not all(first is True for first in firsts):
+            # A claim not allocated: none of this release's pods goes (they stay gated and are
+            # planned anew; a claim allocated already pins its pod to its devices' node).
+            problem = next((f for f in firsts if isinstance(f, BaseException)), None)
+            firsts = [problem if isinstance(problem, BaseException) else False for _ in firsts]
 
         async def one(pod: JSON, node: str, first: bool | BaseException) -> bool:
             if isinstance(first, BaseException):
@@ -262,12 +267,16 @@ class Releaser:
             per_claim.setdefault(entry, {})[request] = keys
         stamp = now_rfc3339()
         for entry, requests in sorted(per_claim.items()):
+            if not entry:
+                continue  # an extended resource's devices: kube-scheduler makes its claim
             found = entries.get(entry)
             name = found and (found.claim or found.made)
             claim = self.devices.claims.get(namespace, name) if name else None
             if claim is None:
                 return False
             if (claim.get("status") or {}).get("allocation") is not None:
+                if allocated_node(claim) not in (None, node):
+                    return False  # allocated by someone else elsewhere: its pin plans it anew
                 allocated.add(claim["metadata"]["name"])
                 continue  # allocated already (an earlier attempt of this release)
             classes = {c["metadata"]["name"]: c for _, _, c in self.devices.classes.items.values()}
@@ -275,6 +284,7 @@ class Releaser:
             if not await self.api.allocate_claim(claim, status):
                 return False
             allocated.add(claim["metadata"]["name"])
+            self.devices.assume(key for keys in requests.values() for key in keys)
         return True
 
     def claims_allocated(self, pod: JSON, allocated: Container[str] = ()) -> bool:

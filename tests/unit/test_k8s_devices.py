@@ -159,3 +159,20 @@ def test_allocated_devices_are_counted_as_claims_change() -> None:
     objects.claims.delete(claim("3", ["gpu-1"]))
     assert [d.name for d in objects.world().devices["n1"]] == ["gpu-0", "gpu-1"]
     assert not objects.claims.taken
+
+
+def test_devices_quorum_allocated_stay_taken_until_the_claim_watch_shows_them() -> None:
+    objects = DeviceObjects()
+    objects.slices.replace_all([pool_slice("s", "n1", 1, 1, ["gpu-0", "gpu-1"])])
+    objects.assume([("d", "pool", "gpu-0")])  # written; the watch has not delivered it yet
+    assert [d.name for d in objects.world().devices["n1"]] == ["gpu-1"]
+    results = [{"request": "r", "driver": "d", "pool": "pool", "device": "gpu-0"}]
+    seen = {
+        "metadata": {"name": "c", "namespace": "ns", "uid": "c", "resourceVersion": "2"},
+        "status": {"allocation": {"devices": {"results": results}}},
+    }
+    objects.claims.upsert(seen)
+    assert [d.name for d in objects.world().devices["n1"]] == ["gpu-1"]
+    assert not objects.assumed, "seen: the watch counts it from now on"
+    objects.claims.delete(seen)
+    assert [d.name for d in objects.world().devices["n1"]] == ["gpu-0", "gpu-1"]

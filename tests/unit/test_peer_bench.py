@@ -1,6 +1,7 @@
-"""The peer benchmark's pure parts: its workloads (contention-dra's devices, claims and
-Kubernetes PodGroups among them), the cw-coscheduler build module and configuration, the claim
-watch's double-allocation check, and the Markdown report."""
+"""The peer benchmark's pure parts: its workloads (contention-dra's and together-dra's devices,
+claims and Kubernetes PodGroups among them), the cw-coscheduler build module and configuration,
+the claim watch's double-allocation check, what became of each gang, why pods wait, and the
+Markdown report."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from devcluster.coscheduler import (
 )
 from devcluster.nodes import load_pool
 from devcluster.versions import RELEASES
-from tests.bench.gang_metrics import PodRecord, gang_report
+from tests.bench.gang_metrics import PodRecord, gang_outcomes, gang_report
 from tests.bench.peer_report import markdown
 from tests.bench.peer_workloads import (
     GANG_SIZES,
@@ -31,13 +32,25 @@ from tests.bench.peer_workloads import (
     device_objects,
     dra_gang_pod,
     gang_pod,
+    in_sequence,
     interleaved,
+    linked_device_names,
     mixed_gangs,
+    together_gangs,
     uniform_gangs,
     workload_podgroup,
     write_pool,
 )
-from tests.bench.peers import MODES, SeenClaims, gpu_node_names, scenario_pods, scenarios
+from tests.bench.peers import (
+    MODES,
+    SeenClaims,
+    gpu_node_names,
+    pending_summary,
+    reason_parts,
+    scenario_pods,
+    scenarios,
+    waves,
+)
 
 
 @given(st.integers(2, 3000), st.integers(0, 5))
@@ -274,3 +287,124 @@ def test_report_of_contention_dra_puts_kubernetes_gang_scheduling_beside_quorum(
     assert "25 GPU nodes x 8 GPUs, 20 gangs, 300 pods, Kubernetes 1.37." in text
     assert "| quorum | kube-scheduler alone | kube-scheduler, Workload PodGroups | quorum / " in text
     assert "| gangs not finished within the deadline | 0 | 12 | 4 | 0.00 |" in text
+
+
+# -- together-dra: a gang fits only if its devices are chosen together --------------------------
+
+
+def test_together_dra_nodes_publish_their_2_linked_devices_first() -> None:
+    device_class, *slices = device_objects(["n-1", "n-2"], linked=2)
+    assert device_class["kind"] == "DeviceClass"
+    for found in slices:
+        devices = found["spec"]["devices"]
+        assert [d["name"] for d in devices] == [f"gpu-{i}" for i in range(8)]
+        assert [d["attributes"]["nvlink"] for d in devices] == [{"bool": True}] * 2 + [{"bool": False}] * 6
+    assert linked_device_names(2) == {"gpu-0", "gpu-1"}
+    _, plain = device_objects(["n-1"])
+    assert all("nvlink" not in d["attributes"] for d in plain["spec"]["devices"]), (
+        "contention-dra's as before"
+    )
+
+
+def test_together_dra_gangs_ask_6_any_devices_then_2_linked_ones_one_nodes_worth() -> None:
+    gangs = together_gangs(3)
+    assert [(g.size, g.gpus, g.linked) for g in gangs] == [(8, 1, 2)] * 3
+    any_1, linked_1 = claim_templates(gangs)
+    assert any_1["metadata"]["name"] == "any-1" and linked_1["metadata"]["name"] == "linked-1"
+    (anything,) = any_1["spec"]["spec"]["devices"]["requests"]
+    assert anything["exactly"] == {"deviceClassName": "gpu.example.com", "count": 1}
+    (linked,) = linked_1["spec"]["spec"]["devices"]["requests"]
+    assert linked["exactly"]["count"] == 1
+    assert linked["exactly"]["selectors"] == [
+        {"cel": {"expression": 'device.attributes["gpu.example.com"].nvlink'}}
+    ]
+    pods = [dra_gang_pod(g, i, SCHEDULER_NAME, 20) for g, i in in_sequence(gangs)]
+    templates = [p["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] for p in pods]
+    assert templates == (["any-1"] * 6 + ["linked-1"] * 2) * 3, "in each gang, its any pods first"
+
+
+def test_together_dra_runs_two_waves_of_a_gang_per_node_each_created_pod_by_pod() -> None:
+    for quick, nodes in ((False, 16), (True, 4)):
+        scenario = scenarios(quick)["together-dra"]
+        assert scenario.gpu_nodes == nodes and len(scenario.gangs) == 2 * nodes
+        assert scenario.dra and scenario.linked == 2 and scenario.ordered and not scenario.interleave
+        assert scenario.modes == ("quorum", "default", "was") and scenario.deadline <= 300
+        for mode in scenario.modes:
+            first, second = waves(scenario, scenario_pods(mode, scenario))
+            assert len(first) == len(second) == 8 * nodes
+            assert {p["metadata"]["name"] for p in first} == {
+                f"g{g:03d}-{i}" for g in range(nodes) for i in range(8)
+            }
+            assert [p["metadata"]["name"] for p in first[:8]] == [f"g000-{i}" for i in range(8)]
+    assert (
+        len(waves(scenarios(True)["contention-dra"], scenario_pods("was", scenarios(True)["contention-dra"])))
+        == 1
+    )
+
+
+def test_the_claim_watch_counts_claims_without_a_selector_given_a_linked_device() -> None:
+    seen = SeenClaims(linked=linked_device_names(2))
+    linked_claim = claim("l", "gpu-0")
+    linked_claim["spec"] = {
+        "devices": {"requests": [{"name": "gpus", "exactly": {"selectors": [{"cel": {}}]}}]}
+    }
+    seen.upsert(linked_claim)
+    seen.upsert(claim("a", "gpu-2"))
+    assert not seen.any_on_linked
+    seen.upsert(claim("b", "gpu-1"))
+    assert seen.any_on_linked == {"b"}
+
+
+def test_what_became_of_each_gang() -> None:
+    pods = [
+        PodRecord("whole", 1, 0.0, 20.0),
+        PodRecord("whole", 1, 5.0, 25.0),
+        PodRecord("pieces", 1, 0.0, 20.0),  # its pods ran one after the other, never together
+        PodRecord("pieces", 1, 20.0, 40.0),
+        PodRecord("stuck", 1, 3.0, None),
+        PodRecord("stuck", 1, None, None),
+        PodRecord("never", 1, None, None),
+        PodRecord("never", 1, None, None),
+        PodRecord("late", 1, 150.0, None),  # bound after the end
+    ]
+    outcomes = gang_outcomes(pods, {"whole": 2, "pieces": 2, "stuck": 2, "never": 2, "late": 1}, 100.0)
+    assert outcomes.gangs_ran_whole == 1
+    assert outcomes.gangs_ran_in_part == 2
+    assert outcomes.gangs_never_started == 2
+    assert outcomes.gangs_not_fully_bound == 3
+    assert outcomes.pods_pending_at_end == 4
+
+
+def test_why_pods_wait_is_kube_schedulers_reasons_without_their_counts() -> None:
+    message = (
+        "0/6 nodes are available: 2 node(s) had untolerated taint {is_cpu_compute: }, 4 cannot allocate "
+        "all claims. preemption: 0/6 nodes are available: 6 Preemption is not helpful for scheduling."
+    )
+    assert reason_parts(message) == [
+        "node(s) had untolerated taint {is_cpu_compute: }",
+        "cannot allocate all claims",
+    ]
+    reasons = {
+        "default-scheduler: FailedScheduling: " + message.replace("0/6", "N/N"): 5,
+        "gated (quorum.dev/gang); no event": 1,
+    }
+    assert pending_summary(reasons) == "cannot allocate all claims; gated (quorum.dev/gang); no event"
+    assert pending_summary({}) == "-"
+
+
+def test_report_of_together_dra_tells_what_became_of_the_gangs() -> None:
+    runs = [
+        {"mode": "quorum", "gangs_ran_whole": 8, "pending_reason": "-", "finished": True},
+        {
+            "mode": "default",
+            "gangs_ran_whole": 1,
+            "pending_reason": "cannot allocate all claims",
+            "finished": True,
+        },
+        {"mode": "was", "gangs_ran_whole": 8, "pending_reason": "-", "finished": True},
+    ]
+    scenario = {"kubernetes": "1.37", "gpu_nodes": 4, "gangs": 8, "pods": 64, "runs": runs}
+    text = markdown({"date": "d", "scenarios": {"together-dra": scenario}})
+    assert "## Gangs whose DRA devices must be chosen together" in text
+    assert "| gangs that ran whole (all pods at once) | 8 | 1 | 8 | 1.00 |" in text
+    assert "the CPU nodes' taint left out) | - | cannot allocate all claims | - | - |" in text
