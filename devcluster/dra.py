@@ -3,7 +3,8 @@ device with attributes, one ResourceSlice per node, a DeviceClass and a Resource
 
 Nothing runs behind them: kwok's nodes have no kubelet and no driver, so a pod whose claims are
 allocated simply runs. tests/integration/test_dra.py and the peer benchmark's `contention-dra`
-scenario (tests/bench/peers.py) publish them; docs/dra.md says what quorum does with them.
+and `together-dra` scenarios (tests/bench/peers.py) publish them; docs/dra.md says what quorum
+does with them.
 """
 
 from __future__ import annotations
@@ -63,3 +64,9 @@ def claim_template(name: str, device_class: str, count: int, *selectors: str) ->
         "metadata": {"name": name},
         "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}}},
     }
+
+
+def attribute_selector(driver: str, name: str) -> str:
+    """A CEL selector of the devices whose boolean attribute `name` (of the driver's domain) is
+    true; a device without it fails the selector, as in Kubernetes."""
+    return f'device.attributes["{driver}"].{name}'

@@ -17,6 +17,15 @@ assumed on a node that no other pod could use. Definitions, as issue 7 gives the
 - *unfinished gangs*: gangs some pod of which had not finished by the end (the run's deadline,
   when not everything finished): the gangs that failed to run;
 - gangs *partial at the end*: of those, the ones holding some but not all they need then.
+
+What became of each gang by the end (`gang_outcomes`):
+
+- *ran whole*: minMember of its pods held GPUs at once for longer than `threshold` (10 s) on end
+  (pods that ran 20 s each but started more than 10 s apart ran in pieces, not whole);
+- *ran only in part*: some pod was bound, but it never ran whole (its pods ran in pieces, or
+  some never ran);
+- *never started*: no pod of it bound;
+- *not fully bound*: some pod of it never bound by the end; *pods pending*: pods never bound.
 """
 
 from __future__ import annotations
@@ -172,6 +181,54 @@ def gang_report(
         gangs_unfinished=len({p.gang for p in pods if p.finished is None or p.finished > end}),
         gangs_partial_at_end=partial_at(pods, min_member, end),
         episodes=episodes,
+    )
+
+
+@dataclass(frozen=True)
+class GangOutcomes:
+    gangs_ran_whole: int
+    gangs_ran_in_part: int
+    gangs_never_started: int
+    gangs_not_fully_bound: int
+    pods_pending_at_end: int
+
+
+def longest_whole(pods: Iterable[PodRecord], min_member: dict[str, int], end: float) -> dict[str, float]:
+    """Per gang, the longest stretch up to `end` in which minMember of its pods held GPUs at
+    once (0: never)."""
+    steps: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for pod in pods:
+        steps.setdefault(pod.gang, [])
+        for a, b in pod.holding(end):
+            steps[pod.gang] += [(a, 1), (b, -1)]
+    longest: dict[str, float] = {}
+    for gang, changes in steps.items():
+        changes.sort()  # at a tie, releases before acquisitions: a pod that ends as another starts
+        held, since, best = 0, 0.0, 0.0
+        for t, change in changes:
+            if held >= min_member[gang] > held + change:
+                best = max(best, t - since)
+            elif held < min_member[gang] <= held + change:
+                since = t
+            held += change
+        longest[gang] = best
+    return longest
+
+
+def gang_outcomes(
+    pods: Sequence[PodRecord], min_member: dict[str, int], end: float, threshold: float = 10.0
+) -> GangOutcomes:
+    """What became of each gang by `end` (see the module's docstring)."""
+    longest = longest_whole(pods, min_member, end)
+    started = {p.gang for p in pods if p.bound is not None and p.bound <= end}
+    unbound = [p for p in pods if p.bound is None or p.bound > end]
+    whole = {g for g, seconds in longest.items() if seconds > threshold}
+    return GangOutcomes(
+        gangs_ran_whole=len(whole),
+        gangs_ran_in_part=len(started - whole),
+        gangs_never_started=len(set(longest) - started),
+        gangs_not_fully_bound=len({p.gang for p in unbound}),
+        pods_pending_at_end=len(unbound),
     )
 
 

@@ -12,6 +12,11 @@ driver publishes 8 devices per node (devcluster/dra.py) and each pod asks its GP
 claim made from a ResourceClaimTemplate, one template per GPU count. For Kubernetes' own gang
 scheduling, each gang is a `scheduling.k8s.io` PodGroup and its pods name it in
 `spec.schedulingGroup`.
+
+In `together-dra` a gang fits only if its devices are chosen together: each node's first 2
+devices have `nvlink: true`, the other 6 `nvlink: false`; a gang of 8 asks 6 devices of any kind
+(template `any-1`) and, in its last 2 pods, 2 with NVLink (`linked-1`), one node's worth. An
+allocator that takes the first free device in slice order gives the `any` pods the linked ones.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ CPU_TOLERATION = {"key": "is_cpu_compute", "operator": "Exists", "effect": "NoSc
 GPUS_PER_NODE = 8  # in allocatable, or as DRA devices
 DEVICE_CLASS = dra.DRIVER  # the class of every device of the test driver
 CLAIM = "gpus"  # the pod's claim, and its container's
+NVLINK = "nvlink"  # together-dra: the boolean attribute of the devices that are linked
+LINKED_PER_NODE = 2  # together-dra: devices gpu-0 and gpu-1 of each node, first in the slice
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,10 @@ class GangSpec:
     name: str
     size: int  # pods, minMember = size
     gpus: int = 1  # per pod
+    linked: int = 0  # DRA: its last pods, whose devices must have NVLink (the others: any device)
+
+    def asks_linked(self, index: int) -> bool:
+        return index >= self.size - self.linked
 
 
 def write_pool(path: Path, gpu_nodes: int, cpu_nodes: int, gpus_in_allocatable: bool = True) -> Path:
@@ -78,6 +89,12 @@ def mixed_gangs(total_pods: int, seed: int = 7) -> list[GangSpec]:
         gangs.append(GangSpec(f"g{len(gangs):03d}", size))
         left -= size
     return gangs
+
+
+def together_gangs(count: int, size: int = GPUS_PER_NODE, linked: int = LINKED_PER_NODE) -> list[GangSpec]:
+    """together-dra: `count` gangs of `size` pods of 1 device, the last `linked` of them asking a
+    linked one: with the defaults, exactly one node's devices each."""
+    return [GangSpec(f"g{i:03d}", size, linked=linked) for i in range(count)]
 
 
 def interleaved(gangs: list[GangSpec]) -> list[tuple[GangSpec, int]]:
@@ -161,34 +178,59 @@ def cpu_pod(index: int, run_seconds: int) -> dict[str, Any]:
 # -- DRA: the test driver's devices, claim templates, and pods that ask through them -------------
 
 
-def device_objects(gpu_nodes: list[str]) -> list[dict[str, Any]]:
-    """The DeviceClass of the test driver's GPUs, and a ResourceSlice of 8 per GPU node."""
-    slices = [
-        dra.resource_slice(dra.DRIVER, node, [dra.device(i) for i in range(GPUS_PER_NODE)])
-        for node in gpu_nodes
-    ]
+def gpu_devices(linked: int = 0) -> list[dict[str, Any]]:
+    """One node's 8 devices, in slice order. With `linked`, each has the `nvlink` attribute,
+    true for the first `linked` (gpu-0, ...) and false for the rest."""
+    if not linked:
+        return [dra.device(i) for i in range(GPUS_PER_NODE)]
+    return [dra.device(i, **{NVLINK: i < linked}) for i in range(GPUS_PER_NODE)]
+
+
+def linked_device_names(linked: int) -> frozenset[str]:
+    return frozenset(f"gpu-{i}" for i in range(linked))
+
+
+def device_objects(gpu_nodes: list[str], linked: int = 0) -> list[dict[str, Any]]:
+    """The DeviceClass of the test driver's GPUs, and a ResourceSlice of 8 per GPU node (the
+    first `linked` of them with NVLink)."""
+    slices = [dra.resource_slice(dra.DRIVER, node, gpu_devices(linked)) for node in gpu_nodes]
     return [dra.device_class(DEVICE_CLASS, dra.DRIVER), *slices]
 
 
-def claim_template_name(gpus: int) -> str:
-    return f"gpus-{gpus}"
+LINKED_SELECTOR = dra.attribute_selector(dra.DRIVER, NVLINK)
+
+
+def claim_template_name(gpus: int, kind: str = "gpus") -> str:
+    """`gpus-<n>` (contention-dra); together-dra: `any-<n>` and `linked-<n>`."""
+    return f"{kind}-{gpus}"
+
+
+def pod_claim_template(gang: GangSpec, index: int) -> str:
+    """The template the gang's pod `index` makes its claim from."""
+    if not gang.linked:
+        return claim_template_name(gang.gpus)
+    return claim_template_name(gang.gpus, "linked" if gang.asks_linked(index) else "any")
 
 
 def claim_templates(gangs: list[GangSpec]) -> list[dict[str, Any]]:
-    """One ResourceClaimTemplate per GPU count the gangs' pods ask, for exactly that many."""
-    counts = sorted({g.gpus for g in gangs})
-    return [dra.claim_template(claim_template_name(n), DEVICE_CLASS, n) for n in counts]
+    """One ResourceClaimTemplate per template the gangs' pods name: for exactly their GPU count,
+    of any device or (`linked-<n>`) of devices with NVLink."""
+    names = sorted({(pod_claim_template(g, i), g.gpus) for g in gangs for i in range(g.size)})
+    return [
+        dra.claim_template(name, DEVICE_CLASS, n, *([LINKED_SELECTOR] if name.startswith("linked-") else []))
+        for name, n in names
+    ]
 
 
 def dra_gang_pod(gang: GangSpec, index: int, scheduler: str, run_seconds: int) -> dict[str, Any]:
-    """`gang_pod`, its GPUs asked through a claim from the template of its GPU count instead of
-    nvidia.com/gpu."""
+    """`gang_pod`, its GPUs asked through a claim from its template (`pod_claim_template`) instead
+    of nvidia.com/gpu."""
     pod = gang_pod(gang, index, scheduler, run_seconds)
     (container,) = pod["spec"]["containers"]
     del container["resources"]["limits"]
     container["resources"]["claims"] = [{"name": CLAIM}]
     pod["spec"]["resourceClaims"] = [
-        {"name": CLAIM, "resourceClaimTemplateName": claim_template_name(gang.gpus)}
+        {"name": CLAIM, "resourceClaimTemplateName": pod_claim_template(gang, index)}
     ]
     return pod
 

@@ -17,7 +17,7 @@ the same client QPS/burst for the schedulers and the controller-manager:
   Kueue admits a group only once it has found every pod a node (kube-scheduler binds them there);
 - `default`: no quorum, no gangs: kube-scheduler schedules every pod as it comes (the speed
   baseline; gang figures are shown for it only to say what no gang semantics costs);
-- `was` (contention-dra only): no quorum; Kubernetes' own gang scheduling (Workload Aware
+- `was` (the DRA scenarios only): no quorum; Kubernetes' own gang scheduling (Workload Aware
   Scheduling, the GenericWorkload gate): each gang a standalone `scheduling.k8s.io` PodGroup of
   minCount its size, its pods naming it in `spec.schedulingGroup`; kube-scheduler places them.
 
@@ -37,7 +37,17 @@ Scenarios (tests/bench/peer_workloads.py builds the objects):
    Workload Aware Scheduling is beta, unless `--kubernetes` says otherwise. The same figures as
    contention, a pod's GPUs being its claim's devices; a watch on the claims checks that no device
    is ever allocated to two at once.
-Scenario 5, the planner alone at 100 to 10,000 nodes, is `make bench-planner`.
+5. together-dra: gangs that fit only if their devices are chosen together. 16 GPU nodes, each
+   publishing 8 devices, the first 2 in its slice (gpu-0, gpu-1) with `nvlink: true` and 6 with
+   `nvlink: false`; gangs of 8 pods of 1 device, 6 asking any device (template `any-1`) and then
+   2 a linked one (`linked-1`, a selector on nvlink): one node's worth each. Two waves of 16
+   gangs, the second created once the first has finished (at the latest 150 s in); each wave's
+   pods one at a time, gang by gang, a gang's `any` pods before its `linked` pods; pods run 20 s;
+   300 s deadline. Same three ways as contention-dra. Per way: gangs that ran whole (all 8 at
+   once), ran only in part, never started, not fully bound by the deadline; gangs partially
+   placed and the GPU-seconds they held; pods pending at the deadline and why (the latest event
+   about each); claims of `any-1` given a linked device.
+Scenario 6, the planner alone at 100 to 10,000 nodes, is `make bench-planner`.
 
 Every run is bounded (deadlines below); each figure comes from one run on this machine, and
 comparisons are ratios within that run. Writes bench/results/<date>.json and <date>.md.
@@ -46,6 +56,7 @@ comparisons are ratios within that run. Writes bench/results/<date>.json and <da
     python -m tests.bench.peers --scenario contention --mode quorum --quick
     python -m tests.bench.peers --scenario throughput --mode kueue --rounds 1
     python -m tests.bench.peers --scenario contention-dra --mode quorum --mode was --quick
+    python -m tests.bench.peers --scenario together-dra --quick --name-prefix td --output /tmp/td.json
 """
 
 from __future__ import annotations
@@ -56,6 +67,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -83,7 +95,7 @@ from devcluster.versions import RELEASES
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s.watch import watch_objects
 from tests.bench import peer_report
-from tests.bench.gang_metrics import PodRecord, gang_report, permit_waits
+from tests.bench.gang_metrics import PodRecord, gang_outcomes, gang_report, permit_waits
 from tests.bench.peer_workloads import (
     GPUS_PER_NODE,
     GROUP,
@@ -97,24 +109,26 @@ from tests.bench.peer_workloads import (
     in_workload_podgroup,
     interleaved,
     kueue_gang_pod,
+    linked_device_names,
     mixed_gangs,
     podgroup,
+    together_gangs,
     uniform_gangs,
     workload_podgroup,
     write_pool,
 )
-from tests.kube import WorkloadApi, api_client, assert_no_overcommit, create_namespace
+from tests.kube import WorkloadApi, api_client, assert_no_overcommit, create_namespace, raw_json
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 MODES = ("quorum", "coscheduling", "kueue", "kueue-tas", "default", "was")
 PEER_MODES = MODES[:5]  # the ways of the scenarios on GPUs in allocatable
 DRA_MODES = ("quorum", "default", "was")
 KUEUE_PREFERRED_LEVEL = BLOCK_LABEL  # kueue-tas: a block is 8 nodes, 64 GPUs (the largest mixed gang)
-SCENARIOS = ("throughput", "contention", "large-gang", "contention-dra")
+SCENARIOS = ("throughput", "contention", "large-gang", "contention-dra", "together-dra")
 QPS, BURST, IN_FLIGHT = 500.0, 1000, 64
 # The minor all ways run on unless `--kubernetes` says otherwise: 1.36, where every figure of
 # docs/benchmarks.md before 2026-11-26 was taken; contention-dra's own is 1.37 (Workload Aware
-# Scheduling beta, its PodGroup at v1beta1).
+# Scheduling beta, its PodGroup at v1beta1), and together-dra's.
 KUBERNETES = "1.36"
 DRA_KUBERNETES = "1.37"
 NAMESPACE = "bench"
@@ -140,6 +154,10 @@ class Scenario:
     dra: bool = False  # GPUs as DRA devices, asked through claims (contention-dra)
     modes: tuple[str, ...] = PEER_MODES  # the ways it runs
     kubernetes: str = KUBERNETES  # the minor it runs on unless --kubernetes says otherwise
+    linked: int = 0  # DRA: each node's first devices with nvlink (together-dra)
+    waves: int = 1  # the gangs in this many waves, each created once the one before finished
+    wave_by: float = 0.0  # ... or this many seconds after the start, whichever comes first
+    ordered: bool = False  # pods created one at a time, in order (not IN_FLIGHT at once)
 
 
 def scenarios(quick: bool) -> dict[str, Scenario]:
@@ -166,6 +184,23 @@ def scenarios(quick: bool) -> dict[str, Scenario]:
         "large-gang": Scenario(
             "large-gang", 100 // k, 8, uniform_gangs(1, 512 // k), False, 3600, 300, "bound", 200 // k
         ),
+        "together-dra": Scenario(
+            "together-dra",
+            16 // k,
+            2,
+            together_gangs(2 * 16 // k),
+            False,
+            20,
+            300,
+            "finished",
+            dra=True,
+            modes=DRA_MODES,
+            kubernetes=DRA_KUBERNETES,
+            linked=2,
+            waves=2,
+            wave_by=150,
+            ordered=True,
+        ),
     }
 
 
@@ -178,6 +213,16 @@ class Observed:
     finished: dict[str, float] = field(default_factory=dict)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     watch_restarts: int = 0
+    waves_created: list[float] = field(default_factory=list)  # when each wave's first pod was sent
+    waits: Waits | None = None  # at the end: why pods waited (together-dra)
+    wave: set[str] = field(default_factory=set)  # the pods of the wave waited for, and
+    wave_done: asyncio.Event = field(default_factory=asyncio.Event)  # set once they all finished
+
+    def wait_for_wave(self, names: set[str]) -> None:
+        self.wave = names
+        self.wave_done.clear()
+        if names <= self.finished.keys():
+            self.wave_done.set()
 
     def see(self, pod: dict[str, Any], watched: set[str], wait_for: str) -> None:
         name, now = pod["metadata"]["name"], time.time()
@@ -188,6 +233,8 @@ class Observed:
         seen = self.bound if wait_for == "bound" else self.finished
         if watched <= seen.keys():
             self.done.set()
+        if self.wave and name in self.wave and self.wave <= self.finished.keys():
+            self.wave_done.set()
 
 
 @dataclass
@@ -225,12 +272,16 @@ class SeenClaims:
     held: dict[str, set[Device]] = field(default_factory=dict)  # claim uid -> devices
     twice: set[Device] = field(default_factory=set)
     allocated: set[str] = field(default_factory=set)  # every claim seen allocated
+    linked: frozenset[str] = frozenset()  # together-dra: the names of the devices with NVLink
+    any_on_linked: set[str] = field(default_factory=set)  # claims without a selector given one
 
     def upsert(self, claim: dict[str, Any]) -> None:
         uid = claim["metadata"]["uid"]
         allocation = (claim.get("status") or {}).get("allocation") or {}
         results = (allocation.get("devices") or {}).get("results") or []
         devices = {(r["driver"], r["pool"], r["device"]) for r in results}
+        if any(d in self.linked for _, _, d in devices) and not selective(claim):
+            self.any_on_linked.add(uid)
         self.release(uid)
         for found in devices:
             if self.holders.get(found, uid) != uid:
@@ -255,15 +306,23 @@ class SeenClaims:
             self.upsert(claim)
 
 
+def selective(claim: dict[str, Any]) -> bool:
+    """Whether some request of the claim has selectors of its own (beyond its class's)."""
+    requests = ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []
+    return any((r.get("exactly") or {}).get("selectors") for r in requests)
+
+
 async def follow_claims(api: client.ApiClient, claims: SeenClaims) -> None:
     """Watch the benchmark's ResourceClaims until cancelled (contention-dra)."""
     listing = functools.partial(client.ResourceV1Api(api).list_namespaced_resource_claim, NAMESPACE)
     await watch_objects(listing, [claims], asyncio.Event(), lambda: None)
 
 
-async def publish_devices(api: client.ApiClient, gpu_nodes: list[str], gangs: list[GangSpec]) -> None:
-    """The test driver's DeviceClass and ResourceSlices (8 devices per GPU node), and the claim
-    templates the gangs' pods name."""
+async def publish_devices(
+    api: client.ApiClient, gpu_nodes: list[str], gangs: list[GangSpec], linked: int = 0
+) -> None:
+    """The test driver's DeviceClass and ResourceSlices (8 devices per GPU node, the first
+    `linked` with NVLink), and the claim templates the gangs' pods name."""
     resource = client.ResourceV1Api(api)
     gate = asyncio.Semaphore(IN_FLIGHT)
 
@@ -274,7 +333,7 @@ async def publish_devices(api: client.ApiClient, gpu_nodes: list[str], gangs: li
             else:
                 await resource.create_resource_slice(body)
 
-    await asyncio.gather(*(create(body) for body in device_objects(gpu_nodes)))
+    await asyncio.gather(*(create(body) for body in device_objects(gpu_nodes, linked)))
     for template in claim_templates(gangs):
         await resource.create_namespaced_resource_claim_template(NAMESPACE, template)
 
@@ -291,6 +350,122 @@ def scenario_pods(mode: str, scenario: Scenario) -> list[dict[str, Any]]:
     if mode == "was":
         pods = [in_workload_podgroup(pod, g) for pod, (g, _) in zip(pods, order, strict=True)]
     return pods
+
+
+def waves(scenario: Scenario, pods: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The pods in the scenario's waves: its gangs split in `waves` runs, in order."""
+    gangs = [g.name for g in scenario.gangs]
+    per_wave = -(-len(gangs) // scenario.waves)
+    wave_of = {name: i // per_wave for i, name in enumerate(gangs)}
+    out: list[list[dict[str, Any]]] = [[] for _ in range(scenario.waves)]
+    for pod in pods:
+        out[wave_of[gang_of(pod)]].append(pod)
+    return out
+
+
+def gang_of(pod: dict[str, Any]) -> str:
+    return str(pod["metadata"]["name"]).rsplit("-", 1)[0]
+
+
+_COUNTS = re.compile(r"\b\d+\b")
+_COUNT = r"(?:\d+|N)"
+_LEADING_COUNT = re.compile(rf"^{_COUNT} ")
+_AVAILABLE = re.compile(rf"^{_COUNT}/{_COUNT} \w+ are available(: )?")
+_PREEMPTION = re.compile(r"[.,] (pod group )?preemption:.*$")
+_FRAGMENTS = re.compile(rf", (?!{_COUNT} remaining)")
+_CPU_TAINT = "untolerated taint"
+
+
+def reason_parts(message: str) -> list[str]:
+    """kube-scheduler's reasons in a FailedScheduling message, without the node counts and what
+    it says of preemption: "0/6 nodes are available: 2 node(s) had untolerated taint(s), 4 cannot
+    allocate all claims. preemption: ..." -> ["node(s) had untolerated taint(s)", "cannot allocate
+    all claims"]; a pod group's "pod group is unschedulable, 0/1 placements are available, first
+    placement status: minCount (8) cannot be satisfied: 6 scheduled, 1 remaining, pod group
+    preemption: ..." -> ["pod group is unschedulable", "minCount (N) cannot be satisfied: N
+    scheduled, N remaining"]."""
+    parts: list[str] = []
+    for fragment in _FRAGMENTS.split(_PREEMPTION.sub("", message.strip()).rstrip(".")):
+        part = _AVAILABLE.sub("", fragment.strip()).removeprefix("first placement status: ")
+        part = _COUNTS.sub("N", _LEADING_COUNT.sub("", part))
+        if part and part not in parts:
+            parts.append(part)
+    return parts
+
+
+def pending_summary(reasons: dict[str, int]) -> str:
+    """The reasons seen for pending pods, for a table cell: kube-scheduler's (`reason_parts` of
+    its FailedScheduling events) other than the CPU nodes' taint, and any other kind of wait as
+    it is, the reasons that held the most pods first."""
+    parts: Counter[str] = Counter()
+    for key, pods in reasons.items():
+        _, reason, message = [*key.split(": ", 2), "", ""][:3]
+        found = reason_parts(message) if reason == "FailedScheduling" else [key]
+        parts.update({part: pods for part in found if _CPU_TAINT not in part})
+    return "; ".join(part for part, _ in parts.most_common()) or "-"
+
+
+@dataclass
+class Waits:
+    """Why the benchmark's pods waited to be bound, from the events about them at the end."""
+
+    pending: dict[str, int] = field(default_factory=dict)  # pods not bound at the end, by why
+    refused: dict[str, int] = field(default_factory=dict)  # kube-scheduler's reasons: pods given each
+    pods_refused: int = 0  # pods kube-scheduler refused at least once (FailedScheduling)
+
+
+def pod_waits(pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> Waits:
+    """For pods not bound: its scheduling gates if it has any, and the latest event about it
+    ("<component>: <reason>: <message, counts as N>"), how many pods each. Over the whole run:
+    the reasons (`reason_parts`) of kube-scheduler's FailedScheduling events, and how many pods
+    were given each."""
+    pending = {p["metadata"]["name"]: p for p in pods if not (p.get("spec") or {}).get("nodeName")}
+    latest: dict[str, tuple[str, str]] = {}
+    refused: dict[str, set[str]] = {}
+    for event in events:
+        involved = event.get("involvedObject") or {}
+        name = str(involved.get("name") or "")
+        if involved.get("kind") != "Pod":
+            continue
+        if event.get("reason") == "FailedScheduling":
+            for part in reason_parts(event.get("message") or ""):
+                refused.setdefault(part, set()).add(name)
+        if name not in pending:
+            continue
+        when = (
+            (event.get("series") or {}).get("lastObservedTime")
+            or event.get("lastTimestamp")
+            or event.get("eventTime")
+            or event["metadata"].get("creationTimestamp")
+            or ""
+        )
+        source = event.get("reportingComponent") or (event.get("source") or {}).get("component") or "?"
+        text = f"{source}: {event.get('reason')}: {_COUNTS.sub('N', event.get('message') or '')}"
+        if name not in latest or when >= latest[name][0]:
+            latest[name] = (when, text)
+    reasons: Counter[str] = Counter()
+    for name, pod in pending.items():
+        gates = [g["name"] for g in (pod.get("spec") or {}).get("schedulingGates") or []]
+        said = latest.get(name, ("", "no event"))[1]
+        reasons[f"gated ({', '.join(gates)}); {said}" if gates else said] += 1
+    return Waits(
+        dict(reasons.most_common()),
+        {part: len(names) for part, names in sorted(refused.items(), key=lambda kv: -len(kv[1]))},
+        len(set().union(*refused.values())),
+    )
+
+
+def refusal_summary(refused: dict[str, int]) -> str:
+    """kube-scheduler's reasons for refusing pods, for a table cell: how many pods got each, the
+    CPU nodes' taint left out."""
+    return "; ".join(f"{part} ({pods})" for part, pods in refused.items() if _CPU_TAINT not in part) or "-"
+
+
+async def why_pods_waited(api: client.ApiClient) -> Waits:
+    core = client.CoreV1Api(api)
+    pods = await raw_json(core.list_namespaced_pod(NAMESPACE, _preload_content=False))
+    events = await raw_json(core.list_namespaced_event(NAMESPACE, _preload_content=False))
+    return pod_waits(pods["items"], events["items"])
 
 
 async def follow(api: client.ApiClient, seen: Observed, watched: set[str], wait_for: str) -> None:
@@ -321,7 +496,7 @@ def coscheduler_binaries(instance: Instance) -> BinaryCache:
 
 
 def start_instance(
-    mode: str, scenario: Scenario, tmp: Path, kubernetes: str = KUBERNETES
+    mode: str, scenario: Scenario, tmp: Path, kubernetes: str = KUBERNETES, name_prefix: str = "bench"
 ) -> tuple[Instance, Path]:
     """A fresh instance for one run; its audit log path."""
     pool = write_pool(tmp / "pool.yaml", scenario.gpu_nodes, scenario.cpu_nodes, not scenario.dra)
@@ -329,7 +504,7 @@ def start_instance(
     audit = tmp / "audit.log"
     with_quorum = mode == "quorum"
     spec = ClusterSpec(
-        name=f"bench-{mode}",
+        name=f"{name_prefix}-{mode}",
         kubernetes=kubernetes,
         pool_file=pool,
         client_qps=QPS,
@@ -378,8 +553,9 @@ async def run_workload(
     instance: Instance, mode: str, scenario: Scenario, gpu_nodes: list[str], claims: SeenClaims
 ) -> tuple[Observed, float, float]:
     """Create the scenario's objects and wait until its pods are bound (or finished); what was
-    seen, and the window (first create, end). contention-dra: its devices and claim templates
-    first, and `claims` follows the claims meanwhile."""
+    seen, and the window (first create, end). On DRA devices: its devices and claim templates
+    first, and `claims` follows the claims meanwhile. In waves (together-dra), each wave once the
+    one before has finished; at the end, why the pods not bound wait."""
     gang_pods = scenario_pods(mode, scenario)
     watched = {p["metadata"]["name"] for p in gang_pods}
     seen = Observed()
@@ -402,11 +578,11 @@ async def run_workload(
                 body = podgroup(gang, PERMIT_WAITING_SECONDS)
                 await custom.create_namespaced_custom_object(GROUP, "v1alpha1", NAMESPACE, "podgroups", body)
         if scenario.dra:
-            await publish_devices(api, gpu_nodes, scenario.gangs)
+            await publish_devices(api, gpu_nodes, scenario.gangs, scenario.linked)
         follower = asyncio.create_task(follow(api, seen, watched, scenario.wait_for))
         claim_watch = asyncio.create_task(follow_claims(api, claims)) if scenario.dra else None
         await asyncio.sleep(1)  # the watch is open
-        gate = asyncio.Semaphore(IN_FLIGHT)
+        gate = asyncio.Semaphore(1 if scenario.ordered else IN_FLIGHT)
 
         async def create(pod: dict[str, Any]) -> None:
             async with gate:
@@ -422,14 +598,31 @@ async def run_workload(
         churning = asyncio.create_task(churn())
         if scenario.churn:
             await asyncio.sleep(5)  # the gang arrives into a cluster that is already churning
-        await asyncio.gather(*(create(p) for p in gang_pods))
+        before: set[str] = set()
+        for number, wave in enumerate(waves(scenario, gang_pods)):
+            # once the wave before has finished, or at the latest wave_by s after the one before
+            if number:
+                seen.wait_for_wave(before)
+                finished = asyncio.create_task(seen.wave_done.wait())
+                by = start + scenario.wave_by * number
+                await asyncio.wait(
+                    [finished, follower], timeout=max(0.0, by - time.time()), return_when="FIRST_COMPLETED"
+                )
+                finished.cancel()
+            seen.waves_created.append(time.time())
+            await asyncio.gather(*(create(p) for p in wave))
+            before = {p["metadata"]["name"] for p in wave}
         waiting = asyncio.create_task(seen.done.wait())
-        await asyncio.wait([waiting, follower], timeout=scenario.deadline, return_when="FIRST_COMPLETED")
+        # In waves the deadline counts from the start, else from the last pod created.
+        left = scenario.deadline if scenario.waves == 1 else max(0.0, start + scenario.deadline - time.time())
+        await asyncio.wait([waiting, follower], timeout=left, return_when="FIRST_COMPLETED")
         if follower.done() and not seen.done.is_set():
             follower.result()  # the watch failed for good: say why
         if not seen.done.is_set():
             print(f"  {mode}/{scenario.name}: not done within {scenario.deadline:.0f} s", file=sys.stderr)
         end = time.time()
+        if scenario.linked:
+            seen.waits = await why_pods_waited(api)
         for task in (waiting, follower, claim_watch):
             if task is not None:
                 task.cancel()
@@ -484,15 +677,17 @@ def gpu_node_names(pool_file: Path) -> list[str]:
     return [name for name, group in node_groups(load_pool(pool_file)).items() if group == "gpu"]
 
 
-def measure(mode: str, scenario: Scenario, quick: bool, kubernetes: str = KUBERNETES) -> dict[str, Any]:
+def measure(
+    mode: str, scenario: Scenario, quick: bool, kubernetes: str = KUBERNETES, name_prefix: str = "bench"
+) -> dict[str, Any]:
     print(
         f"{scenario.name} / {mode}: starting a fresh instance (Kubernetes {kubernetes}) ...",
         file=sys.stderr,
         flush=True,
     )
     with tempfile.TemporaryDirectory(prefix="quorum-peers-") as tmp:
-        instance, audit = start_instance(mode, scenario, Path(tmp), kubernetes)
-        claims = SeenClaims()
+        instance, audit = start_instance(mode, scenario, Path(tmp), kubernetes, name_prefix)
+        claims = SeenClaims(linked=linked_device_names(scenario.linked))
         try:
             before = cpu_seconds(instance)
             gpu_nodes = gpu_node_names(Path(tmp) / "pool.yaml")
@@ -525,6 +720,15 @@ def measure(mode: str, scenario: Scenario, quick: bool, kubernetes: str = KUBERN
             print(
                 f"  {mode}/{scenario.name}: devices allocated twice: {sorted(claims.twice)}", file=sys.stderr
             )
+    if scenario.linked:
+        result["any_claims_on_linked_devices"] = len(claims.any_on_linked)
+        why = seen.waits or Waits()
+        result["pending_reasons"] = why.pending
+        result["pending_reason"] = pending_summary(why.pending)
+        result["pods_refused"] = why.pods_refused
+        result["refusals"] = why.refused
+        result["refusal_reasons"] = refusal_summary(why.refused)
+        result["waves_created_at"] = [round(t - seen.waves_created[0], 1) for t in seen.waves_created]
     result["cpu_seconds"] = round(sum(cpu.values()), 1)
     result["cpu_seconds_by_process"] = dict(sorted(cpu.items(), key=lambda kv: -kv[1]))
     return result
@@ -576,6 +780,7 @@ def summarise(
             pods, {g.name: g.size for g in scenario.gangs}, scenario.gpu_nodes * GPUS_PER_NODE, start, finish
         )
         result |= {k: v for k, v in asdict(report).items() if k != "episodes"}
+        result |= asdict(gang_outcomes(pods, {g.name: g.size for g in scenario.gangs}, end))
         result["seconds_to_finish_all_gangs"] = round(finish - start, 1)
         result["pods_that_waited_at_permit"] = sum(1 for w in waits.values() if w)
     return result
@@ -594,6 +799,12 @@ def main() -> int:
         default=3,
         help="throughput: run every way this many times, the ways in turn (the machine's speed drifts)",
     )
+    parser.add_argument("--name-prefix", default="bench", help="instance names: <prefix>-<way>")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="the results' JSON file (the Markdown beside it); default bench/results/<date>[-...].json",
+    )
     parser.add_argument(
         "--kubernetes",
         choices=sorted(RELEASES),
@@ -611,7 +822,7 @@ def main() -> int:
             continue
         kubernetes = args.kubernetes or scenario.kubernetes
         rounds = [
-            [measure(mode, scenario, args.quick, kubernetes) for mode in modes]
+            [measure(mode, scenario, args.quick, kubernetes, args.name_prefix) for mode in modes]
             for _ in range(max(1, args.rounds) if name == "throughput" else 1)
         ]
         results[name] = {
@@ -625,7 +836,7 @@ def main() -> int:
             results[name]["rounds"] = rounds
         print(json.dumps(results[name], indent=2), flush=True)
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    (args.output.parent if args.output else RESULTS).mkdir(parents=True, exist_ok=True)
     # A run of some scenarios or ways does not overwrite the day's full comparison.
     suffix = (
         ("-quick" if args.quick else "")
@@ -640,7 +851,7 @@ def main() -> int:
         "burst": BURST,
         "scenarios": results,
     }
-    out = RESULTS / f"{stamp}{suffix}.json"
+    out = args.output or RESULTS / f"{stamp}{suffix}.json"
     out.write_text(json.dumps(data, indent=2) + "\n")
     table = peer_report.markdown(data)
     out.with_suffix(".md").write_text(table)

@@ -46,7 +46,9 @@ from tests.bench.peers import (
     SeenClaims,
     gpu_node_names,
     pending_summary,
+    pod_waits,
     reason_parts,
+    refusal_summary,
     scenario_pods,
     scenarios,
     waves,
@@ -358,21 +360,68 @@ def test_the_claim_watch_counts_claims_without_a_selector_given_a_linked_device(
 def test_what_became_of_each_gang() -> None:
     pods = [
         PodRecord("whole", 1, 0.0, 20.0),
-        PodRecord("whole", 1, 5.0, 25.0),
-        PodRecord("pieces", 1, 0.0, 20.0),  # its pods ran one after the other, never together
+        PodRecord("whole", 1, 5.0, 25.0),  # together for 15 s
+        PodRecord("glimpse", 1, 0.0, 20.0),  # together for 5 s only: ran in pieces
+        PodRecord("glimpse", 1, 15.0, 35.0),
+        PodRecord("pieces", 1, 0.0, 20.0),  # one after the other, never together
         PodRecord("pieces", 1, 20.0, 40.0),
         PodRecord("stuck", 1, 3.0, None),
         PodRecord("stuck", 1, None, None),
         PodRecord("never", 1, None, None),
         PodRecord("never", 1, None, None),
         PodRecord("late", 1, 150.0, None),  # bound after the end
+        PodRecord("running", 1, 80.0, None),  # whole from 80 s to the end
     ]
-    outcomes = gang_outcomes(pods, {"whole": 2, "pieces": 2, "stuck": 2, "never": 2, "late": 1}, 100.0)
-    assert outcomes.gangs_ran_whole == 1
-    assert outcomes.gangs_ran_in_part == 2
+    sizes = {"whole": 2, "glimpse": 2, "pieces": 2, "stuck": 2, "never": 2, "late": 1, "running": 1}
+    outcomes = gang_outcomes(pods, sizes, 100.0)
+    assert outcomes.gangs_ran_whole == 2
+    assert outcomes.gangs_ran_in_part == 3
     assert outcomes.gangs_never_started == 2
     assert outcomes.gangs_not_fully_bound == 3
     assert outcomes.pods_pending_at_end == 4
+
+
+def event(pod: str, reason: str, message: str, when: str) -> dict[str, Any]:
+    return {
+        "involvedObject": {"kind": "Pod", "name": pod},
+        "reason": reason,
+        "message": message,
+        "source": {"component": "default-scheduler"},
+        "lastTimestamp": when,
+        "metadata": {},
+    }
+
+
+def test_why_pods_waited_over_the_run_and_at_the_end() -> None:
+    claims = "0/6 nodes are available: 2 node(s) had untolerated taint(s), 4 cannot allocate all claims."
+    group = "pod group is unschedulable, 0/1 placements are available, first placement status: 7 remaining"
+    pods: list[dict[str, Any]] = [
+        {"metadata": {"name": "a"}, "spec": {"nodeName": "n"}},
+        {"metadata": {"name": "b"}, "spec": {}},
+        {"metadata": {"name": "c"}, "spec": {"schedulingGates": [{"name": "quorum.dev/gang"}]}},
+    ]
+    events = [
+        event("a", "FailedScheduling", claims, "2026-01-01T00:00:01Z"),
+        event("a", "Scheduled", "assigned", "2026-01-01T00:00:09Z"),
+        event("b", "FailedScheduling", group, "2026-01-01T00:00:05Z"),
+        event("b", "FailedScheduling", claims, "2026-01-01T00:00:02Z"),
+    ]
+    waits = pod_waits(pods, events)
+    assert waits.pods_refused == 2
+    assert waits.refused == {
+        "node(s) had untolerated taint(s)": 2,
+        "cannot allocate all claims": 2,
+        "pod group is unschedulable": 1,
+        "remaining": 1,
+    }
+    assert waits.pending == {
+        "default-scheduler: FailedScheduling: " + group.replace("0/1", "N/N").replace("7", "N"): 1,
+        "gated (quorum.dev/gang); no event": 1,
+    }
+    assert (
+        refusal_summary(waits.refused)
+        == "cannot allocate all claims (2); pod group is unschedulable (1); remaining (1)"
+    )
 
 
 def test_why_pods_wait_is_kube_schedulers_reasons_without_their_counts() -> None:
@@ -384,11 +433,24 @@ def test_why_pods_wait_is_kube_schedulers_reasons_without_their_counts() -> None
         "node(s) had untolerated taint {is_cpu_compute: }",
         "cannot allocate all claims",
     ]
+    group = (
+        "pod group is unschedulable, pod group is unschedulable, 0/1 placements are available, first "
+        "placement status: minCount (8) cannot be satisfied: 6 scheduled, 1 remaining, pod group "
+        "preemption: No preemption victims found for incoming preemptor"
+    )
+    assert reason_parts(group) == [
+        "pod group is unschedulable",
+        "minCount (N) cannot be satisfied: N scheduled, N remaining",
+    ]
     reasons = {
         "default-scheduler: FailedScheduling: " + message.replace("0/6", "N/N"): 5,
+        "default-scheduler: FailedScheduling: " + group: 3,
         "gated (quorum.dev/gang); no event": 1,
     }
-    assert pending_summary(reasons) == "cannot allocate all claims; gated (quorum.dev/gang); no event"
+    assert pending_summary(reasons) == (
+        "cannot allocate all claims; pod group is unschedulable; "
+        "minCount (N) cannot be satisfied: N scheduled, N remaining; gated (quorum.dev/gang); no event"
+    )
     assert pending_summary({}) == "-"
 
 
@@ -406,5 +468,5 @@ def test_report_of_together_dra_tells_what_became_of_the_gangs() -> None:
     scenario = {"kubernetes": "1.37", "gpu_nodes": 4, "gangs": 8, "pods": 64, "runs": runs}
     text = markdown({"date": "d", "scenarios": {"together-dra": scenario}})
     assert "## Gangs whose DRA devices must be chosen together" in text
-    assert "| gangs that ran whole (all pods at once) | 8 | 1 | 8 | 1.00 |" in text
+    assert "| gangs that ran whole (all pods at once, over 10 s) | 8 | 1 | 8 | 1.00 |" in text
     assert "the CPU nodes' taint left out) | - | cannot allocate all claims | - | - |" in text
