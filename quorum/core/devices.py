@@ -648,6 +648,8 @@ def count_devices(
     its allocatable, each pod's asks to its requests (a pod whose allocated shared claim is on
     some nodes is pinned to them). A gang some pod of which asks what cannot be counted is left
     out, with why."""
+    if not world.classes and not any(pod.claims for gang in queue for pod in gang.pods):
+        return Counted(nodes, {}, list(queue), {}, {}, None)  # no DRA here: nothing to count
     sharers: dict[tuple[str, str], int] = {}
     gangs_of: dict[tuple[str, str], set[tuple[str, str]]] = {}  # claim -> the gangs naming it
     for gang in queue:
