@@ -352,6 +352,8 @@ class Releaser:
                 pending = [(e, p) for e, p in present if is_gated(p)]
                 if not pending or len(pending) == len(present):
                     continue  # nothing left, or nothing started: the planner decides as usual
+                if not all(self.claims_allocated(p) for _, p in pending):
+                    continue  # a claim not allocated: the planner decides, for all of them
                 fitting = self.room_for(key, pending, nodes, tokens.get(key))
             except Exception as err:
                 self.fail(key, "release", describe(err))
@@ -384,12 +386,12 @@ class Releaser:
                     self.ledger.drop(uid)
                 entry.unfinished = {}
                 continue
-            for pod, _ in [(p, n) for p, n in to_release if not self.claims_allocated(p)]:
-                uid = pod["metadata"]["uid"]  # its claim not allocated: its devices by a new plan
-                self.ledger.drop(uid)
-                entry.unfinished.pop(uid, None)
-                to_release = [(p, n) for p, n in to_release if p["metadata"]["uid"] != uid]
-            if not to_release:
+            if not all(self.claims_allocated(p) for p, _ in to_release):
+                # A claim not allocated: the gang's devices come from a new plan, its pods with
+                # it (one whose claim is allocated is pinned there by it): none goes on its own.
+                for uid in uids:
+                    self.ledger.drop(uid)
+                entry.unfinished = {}
                 continue
             self.work.start(key, "release", self.continue_release(view, gang, to_release))
 
@@ -406,8 +408,6 @@ class Releaser:
             node = nodes.get(entry.node)
             if node is None:
                 continue
-            if not self.claims_allocated(pod):
-                continue  # its devices are chosen by a new plan, not by kube-scheduler alone
             model = pod_from_api(pod)
             if token is not None:
                 model = replace(model, tolerations=(*model.tolerations, reservation_toleration(token)))
