@@ -48,6 +48,7 @@ HOSTNAME = "kubernetes.io/hostname"  # one node's domain (a claim shared by a ga
 WAITING = "WaitingForClaims"  # the hold reason while a pod's claim or its class is not there yet
 MAX_KINDS_PER_COMPONENT = 6  # 2^6 - 1 = 63 resources per node at most for one component
 MATCHING_SECONDS = 0.25  # a pass's time for matching kinds of request it has not seen before
+KIND_SECONDS = 5.0  # a kind of request whose devices take longer than this to match is given up
 TOKEN = 1000  # devices are counted like other resources, in milli-units
 
 
@@ -267,11 +268,17 @@ class DeviceMatcher:
     kind and device, through `SelectorCache`) while the devices and classes stay the same
     objects (`DeviceWorld` keeps them so until a ResourceSlice or DeviceClass changes)."""
 
-    def __init__(self, cache: SelectorCache | None = None) -> None:
+    def __init__(self, cache: SelectorCache | None = None, kind_seconds: float = KIND_SECONDS) -> None:
         self.cache = cache or SelectorCache()
+        self.kind_seconds = kind_seconds  # a kind whose matching takes longer in all is given up
         self.seen: tuple[object, object] | None = None  # (all_devices, classes) the caches are of
         self.per_kind: dict[Kind, dict[str, frozenset[DeviceKey]]] = {}  # kind -> node -> devices
         self.errors: dict[Kind, str] = {}  # a selector that failed on some device, per kind
+        # Matching in progress across passes: kind -> (next node, matches so far, seconds spent);
+        # kinds given up on, and why; the nodes in the order they are matched.
+        self.partial: dict[Kind, tuple[int, dict[str, frozenset[DeviceKey]], float]] = {}
+        self.too_costly: dict[Kind, str] = {}
+        self.nodes_in_order: list[str] | None = None
         self.last: tuple[frozenset[Kind], dict[str, dict[DeviceKey, frozenset[Kind]]]] | None = None
         # What the last pass made of each pod and node, kept while what it was made from is the
         # same (an incremental pass counts again only what changed): uid -> (pod, what counted
@@ -331,44 +338,68 @@ class DeviceMatcher:
                 {},
                 None,
             )
+            self.partial, self.too_costly, self.nodes_in_order = {}, {}, None
 
     def pending(self, world: DeviceWorld, kinds: Sequence[Kind], budget_seconds: float) -> set[Kind]:
-        """The kinds, in the order given, whose devices this pass has no time left to match: the
-        first new kind is always matched, the others while `budget_seconds` last. Every new kind
-        is matched against every device once, so a tenant who writes many different selectors
-        costs the pass that much, once; the rest wait for later passes, in turn."""
+        """The kinds, in the order given, whose devices are not all matched yet: this pass
+        matches new kinds, node by node, while `budget_seconds` last, and the next pass goes on
+        where it stopped. A kind whose matching takes more than `KIND_SECONDS` in all (a
+        selector that reads every device differently and costs much) is given up: `too_costly`
+        says why. So a tenant's selectors cost each pass at most the budget, and the cluster at
+        most `KIND_SECONDS` per kind, once per change of the devices."""
         self._keep_if_current(world)
-        started = time.monotonic()
+        deadline = time.monotonic() + budget_seconds
         left: set[Kind] = set()
-        matched = False
+        first = True  # the first kind not matched yet always gets on (a node at least)
         for kind in kinds:
-            if kind in self.per_kind:
+            if kind in self.per_kind or kind in self.too_costly:
                 continue
-            if matched and time.monotonic() - started > budget_seconds:
+            if (not first and time.monotonic() >= deadline) or not self._match_some(world, kind, deadline):
                 left.add(kind)
-                continue
-            self.per_kind[kind] = self._matching(world, kind)
-            matched = True
+            first = False
         return left
 
-    def _matching(self, world: DeviceWorld, kind: Kind) -> dict[str, frozenset[DeviceKey]]:
+    def _match_some(self, world: DeviceWorld, kind: Kind, deadline: float) -> bool:
+        """Match the kind on more nodes until `deadline`; True once it is done (or given up)."""
         device_class = world.classes.get(kind.device_class)
         if device_class is None:
-            return {}
+            self.per_kind[kind] = {}
+            return True
+        if self.nodes_in_order is None:
+            self.nodes_in_order = sorted(world.all_devices)
+        start, found, spent = self.partial.pop(kind, (0, {}, 0.0))
         expressions = (*device_class.selectors, *kind.selectors)
-        out: dict[str, frozenset[DeviceKey]] = {}
-        for node, devices in world.all_devices.items():
+        began = time.monotonic()
+        i = start
+        while i < len(self.nodes_in_order):
+            node = self.nodes_in_order[i]
             keys = []
-            for device in devices:
-                view = device.view
+            for device in world.all_devices[node]:
                 try:
-                    if all(self.cache.matches(e, device.key, view) for e in expressions):
+                    if all(self.cache.matches(e, device.key, device.view) for e in expressions):
                         keys.append(device.key)
                 except SelectorError as err:  # the device is not one quorum would plan on
                     self.errors.setdefault(kind, f"{device.driver}/{device.pool}/{device.name}: {err}")
             if keys:
-                out[node] = frozenset(keys)
-        return out
+                found[node] = frozenset(keys)
+            i += 1
+            now = time.monotonic()
+            if spent + now - began > self.kind_seconds:
+                self.too_costly[kind] = (
+                    f"its selectors took over {self.kind_seconds:g} s to match {i} of "
+                    f"{len(self.nodes_in_order)} nodes' devices: quorum does not evaluate them further"
+                )
+                return True
+            if now >= deadline and i < len(self.nodes_in_order):
+                self.partial[kind] = (i, found, spent + now - began)
+                return False
+        self.per_kind[kind] = found
+        return True
+
+    def _matching(self, world: DeviceWorld, kind: Kind) -> dict[str, frozenset[DeviceKey]]:
+        """The kind's matches on every node, at once (for a kind `pending` did not see)."""
+        self._match_some(world, kind, float("inf"))
+        return self.per_kind.get(kind, {})
 
 
 class DeviceCounts:
@@ -701,6 +732,10 @@ def count_devices(
             if gang.key not in held and any(a.kind == kind for p in gang.pods for a in asks[p.uid]):
                 waits = f"its {kind.label()} are still being matched against the cluster's devices"
                 held[gang.key] = (WAITING, f"{waits} (many different device requests arrived at once)")
+    for kind, costly in matcher.too_costly.items():
+        for gang in queue:
+            if gang.key not in held and any(a.kind == kind for p in gang.pods for a in asks[p.uid]):
+                held[gang.key] = ("DevicesNotModelled", f"{kind.label()}: {costly}")
     counts = DeviceCounts(
         world, (a for g in queue if g.key not in held for p in g.pods for a in asks[p.uid]), matcher
     )

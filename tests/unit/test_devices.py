@@ -396,3 +396,25 @@ def test_the_devices_of_a_passs_releases_on_one_node_are_chosen_together() -> No
     assert {r.gang.name for r in planned.plan.releases} == {"first", "second"}
     assert planned.devices[("ns", "second")]["p1"][("gpus", "gpu")] == ((DRIVER, "a", "gpu-0"),)
     assert planned.devices[("ns", "first")]["p0"][("gpus", "gpu")] == ((DRIVER, "a", "gpu-1"),)
+
+
+def test_matching_a_new_kind_is_spread_over_passes_and_given_up_past_its_time() -> None:
+    """A pass with no time left matches one node of a new kind and goes on from there the next
+    pass; a kind whose matching takes longer than the matcher's `kind_seconds` in all is given
+    up, its gangs held with why."""
+    many = {f"n{i}": [gpu(f"n{i}", j) for j in range(8)] for i in range(5)}
+    devices = world(many, [claim("c0", DeviceRequest("gpus", "gpu", count=1))])
+    queue = [gang("g", pod("p0", made("c0")))]
+    nodes = {n: node(n) for n in many}
+    matcher = DeviceMatcher()
+    for passes in range(1, 5):
+        counted = count_devices(nodes, queue, devices, matcher, matching_seconds=0.0)
+        assert counted.held[("ns", "g")][0] == "WaitingForClaims", passes
+        assert next(iter(matcher.partial.values()))[0] == passes, "one node more each pass"
+    counted = count_devices(nodes, queue, devices, matcher, matching_seconds=0.0)
+    assert [g.name for g in counted.queue] == ["g"] and not matcher.partial
+
+    costly = DeviceMatcher(kind_seconds=0.0)  # any time at all is too much: given up after a node
+    counted = count_devices(nodes, queue, devices, costly, matching_seconds=0.0)
+    reason, why = counted.held[("ns", "g")]
+    assert reason == "DevicesNotModelled" and "took over 0 s to match 1 of 5 nodes" in why, why
