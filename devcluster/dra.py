@@ -21,7 +21,7 @@ def device(i: int, model: str = "H100", **flags: bool) -> dict[str, Any]:
     attributes: dict[str, Any] = {
         "model": {"string": model},
         "index": {"int": i},
-        "uuid": {"string": secrets.token_hex(8)},
+        "uuid": {"string": f"GPU-{secrets.token_hex(8)}"},  # as NVIDIA names them: never read as a number
     }
     attributes.update({k: {"bool": v} for k, v in flags.items()})
     return {"name": f"gpu-{i}", "attributes": attributes, "capacity": {"memory": {"value": "80Gi"}}}
