@@ -253,3 +253,29 @@ async def test_first_available_alternatives_are_tried_in_order_and_the_one_that_
         allocation = api.claims[(NS, f"{uid}-gpus")]["status"]["allocation"]
         assert {r["request"] for r in allocation["devices"]["results"]} == {"gpus/a100"}
     assert_released_only_with_claims_allocated(store, api)
+
+
+async def test_a_claim_someone_allocated_on_another_node_is_not_taken_for_done() -> None:
+    """Between the plan and the release, kube-scheduler (for a pod outside gangs that shares the
+    claim, say) allocated it on n1: the release onto n0 does not count it as allocated."""
+    store, bound = cluster(2, {"a": 1})
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings())
+    with_devices(store, api, loop, ["n0", "n1"], ["a"])
+    claim = copy.deepcopy(api.claims[(NS, "a-0-gpus")])
+    claim["status"] = {
+        "allocation": {
+            "devices": {"results": [{"request": "gpus", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}
+                ]
+            },
+        }
+    }
+    claim["metadata"]["resourceVersion"] = "13"
+    loop.devices.claims.upsert(claim)
+    chosen = {("gpus", "gpus"): tuple((DRIVER, "n0", f"gpu-{i}") for i in range(8))}
+    assert not await loop.releaser.allocate_claims(store.pods["a-0"], "n0", chosen, set())
+    assert await loop.releaser.allocate_claims(store.pods["a-0"], "n1", chosen, set()), "its own node: done"
+    assert api.called("allocate_claim") == []
