@@ -70,3 +70,15 @@ def attribute_selector(driver: str, name: str) -> str:
     """A CEL selector of the devices whose boolean attribute `name` (of the driver's domain) is
     true; a device without it fails the selector, as in Kubernetes."""
     return f'device.attributes["{driver}"].{name}'
+
+
+def resource_claim(name: str, device_class: str, count: int) -> dict[str, Any]:
+    """A ResourceClaim that pods name (`resourceClaimName`) to share its devices: `count` devices
+    of the class, in one request named `gpus`."""
+    exactly = {"deviceClassName": device_class, "count": count}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}},
+    }

@@ -351,14 +351,7 @@ async def test_a_gang_pod_goes_where_its_shared_claim_was_allocated(
     gpus = await driver(2)
     names = gpus.pool.names
     gpus.publish(cluster, {n: [device(i) for i in range(8)] for n in names})
-    shared = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "shared"},
-        "spec": {
-            "devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": gpus.name, "count": 1}}]}
-        },
-    }
+    shared = dra.resource_claim("shared", gpus.name, 1)
     first = gang_pod(gpus.pool, "first", "none")
     first["metadata"]["labels"] = {}
     first["spec"]["schedulerName"] = "default-scheduler"
@@ -391,14 +384,7 @@ async def test_a_claim_a_gangs_pods_share_puts_them_on_one_node_with_its_devices
     gpus = await driver(2)
     names = gpus.pool.names
     gpus.publish(cluster, {n: [device(i) for i in range(8)] for n in names})
-    shared = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "pair-gpus"},
-        "spec": {
-            "devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": gpus.name, "count": 8}}]}
-        },
-    }
+    shared = dra.resource_claim("pair-gpus", gpus.name, 8)
     pair = [gang_pod(gpus.pool, f"pair-{i}", "pair") for i in range(2)]
     for p in pair:
         p["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
