@@ -415,7 +415,6 @@ class DeviceCounts:
         # Kinds asked both as a count and as all devices: not counted (`not_modelled`).
         self.mixed = self.all_kinds & {a.kind for a in asks if not a.all_devices}
         self.matches = matcher.matches(world, kinds)
-        self.errors = {k: e for k, e in matcher.errors.items() if k in set(kinds)}
         self.components = self._components()
         self.component_of = {k: i for i, comp in enumerate(self.components) for k in comp}
         self.signature = (tuple(kinds), self.all_kinds, tuple(self.components))
@@ -572,34 +571,37 @@ class DeviceCounts:
 
     # -- the devices themselves -------------------------------------------------------------------
 
-    def assign_release(
-        self,
-        placement: Sequence[tuple[Pod, Node]],
-        asks: Mapping[str, Sequence[Ask]],
-        taken: Iterable[DeviceKey] = (),
-    ) -> Assignment | None:
-        """Devices for a release's pods, node by node, none of `taken`; None if some node's
-        pods do not fit its devices."""
+    def assign_placement(
+        self, placement: Iterable[tuple[Pod, Node]], asks: Mapping[str, Sequence[Ask]]
+    ) -> tuple[Assignment, set[str]]:
+        """Devices for pods placed on nodes (a pass's releases, all together), node by node, each
+        node's pods at once; and the nodes whose pods did not fit their devices."""
         by_node: dict[str, list[tuple[str, Sequence[Ask]]]] = {}
         for pod, node in placement:
             if asks.get(pod.uid):
                 by_node.setdefault(node.name, []).append((pod.uid, asks[pod.uid]))
         out: Assignment = {}
+        failed: set[str] = set()
         for name, pods in by_node.items():
-            found = self.assign(name, pods, taken)
+            found = self.assign(name, pods)
             if found is None:
-                return None
-            out.update(found)
-        return out
+                failed.add(name)
+            else:
+                out.update(found)
+        return out, failed
 
-    def assign(
-        self, node: str, pods: Sequence[tuple[str, Sequence[Ask]]], taken: Iterable[DeviceKey] = ()
+    def assign_release(
+        self, placement: Sequence[tuple[Pod, Node]], asks: Mapping[str, Sequence[Ask]]
     ) -> Assignment | None:
-        """Devices for every claim request of `pods` (uid, asks) on `node`, none twice and none of
-        `taken`: {uid: {(claim, request): devices}}; None if they do not fit. Extended-resource
-        asks get no devices (kube-scheduler allocates them) but are kept room for."""
-        taken = set(taken)
-        free = [d.key for d in self.world.devices.get(node, ()) if d.key not in taken]
+        """Devices for one release's pods; None if some node's pods do not fit its devices."""
+        out, failed = self.assign_placement(placement, asks)
+        return None if failed else out
+
+    def assign(self, node: str, pods: Sequence[tuple[str, Sequence[Ask]]]) -> Assignment | None:
+        """Devices for every claim request of `pods` (uid, asks) on `node`, none twice:
+        {uid: {(claim, request): devices}}; None if they do not fit. An extended resource's
+        devices are chosen too (claim ""): kept for it, kube-scheduler allocates them."""
+        free = [d.key for d in self.world.devices.get(node, ())]
         matches = self.matches.get(node, {})
         units: list[tuple[str, int, Ask]] = []  # one per device wanted
         out: Assignment = {}

@@ -266,6 +266,7 @@ class Releaser:
         for (entry, request), keys in chosen.items():
             per_claim.setdefault(entry, {})[request] = keys
         stamp = now_rfc3339()
+        classes = {c["metadata"]["name"]: c for _, _, c in self.devices.classes.items.values()}
         for entry, requests in sorted(per_claim.items()):
             if not entry:
                 continue  # an extended resource's devices: kube-scheduler makes its claim
@@ -279,7 +280,6 @@ class Releaser:
                     return False  # allocated by someone else elsewhere: its pin plans it anew
                 allocated.add(claim["metadata"]["name"])
                 continue  # allocated already (an earlier attempt of this release)
-            classes = {c["metadata"]["name"]: c for _, _, c in self.devices.classes.items.values()}
             status = allocation_status(claim, classes, requests, node, pod, stamp)
             if not await self.api.allocate_claim(claim, status):
                 return False

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field, replace
 
 from quorum.core.conditions import NO_ROOM
 from quorum.core.devices import (
-    Ask,
     Assignment,
     DeviceCounts,
     DeviceKey,
@@ -200,19 +199,8 @@ def plan_queue(
         return Planned(Plan(plan.releases, (*plan.holds, *held), plan.visits), failed)
     # The devices of every pod the pass releases, node by node, all the node's pods together
     # (as the counts were: chosen gang by gang, one gang's could take what another's needs).
-    by_node: dict[str, list[tuple[str, tuple[Ask, ...]]]] = {}
-    for release in plan.releases:
-        for pod, node in release.placement:
-            if counted.asks.get(pod.uid):
-                by_node.setdefault(node.name, []).append((pod.uid, counted.asks[pod.uid]))
-    chosen: Assignment = {}
-    failed_nodes: set[str] = set()
-    for name, on_node in by_node.items():
-        found = counted.counts.assign(name, on_node)
-        if found is None:
-            failed_nodes.add(name)
-        else:
-            chosen.update(found)
+    placed = (placed for release in plan.releases for placed in release.placement)
+    chosen, failed_nodes = counted.counts.assign_placement(placed, counted.asks)
     releases: list[Release] = []
     devices: dict[GangKey, Assignment] = {}
     for release in plan.releases:
