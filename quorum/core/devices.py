@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import combinations
 
@@ -268,9 +268,15 @@ class DeviceMatcher:
     kind and device, through `SelectorCache`) while the devices and classes stay the same
     objects (`DeviceWorld` keeps them so until a ResourceSlice or DeviceClass changes)."""
 
-    def __init__(self, cache: SelectorCache | None = None, kind_seconds: float = KIND_SECONDS) -> None:
+    def __init__(
+        self,
+        cache: SelectorCache | None = None,
+        kind_seconds: float = KIND_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.cache = cache or SelectorCache()
         self.kind_seconds = kind_seconds  # a kind whose matching takes longer in all is given up
+        self.clock = clock  # what the budgets are measured by (tests give one that stands still)
         self.seen: tuple[object, object] | None = None  # (all_devices, classes) the caches are of
         self.per_kind: dict[Kind, dict[str, frozenset[DeviceKey]]] = {}  # kind -> node -> devices
         self.errors: dict[Kind, str] = {}  # a selector that failed on some device, per kind
@@ -348,13 +354,13 @@ class DeviceMatcher:
         says why. So a tenant's selectors cost each pass at most the budget, and the cluster at
         most `KIND_SECONDS` per kind, once per change of the devices."""
         self._keep_if_current(world)
-        deadline = time.monotonic() + budget_seconds
+        deadline = self.clock() + budget_seconds
         left: set[Kind] = set()
         first = True  # the first kind not matched yet always gets on (a node at least)
         for kind in kinds:
             if kind in self.per_kind or kind in self.too_costly:
                 continue
-            if (not first and time.monotonic() >= deadline) or not self._match_some(world, kind, deadline):
+            if (not first and self.clock() >= deadline) or not self._match_some(world, kind, deadline):
                 left.add(kind)
             first = False
         return left
@@ -369,7 +375,7 @@ class DeviceMatcher:
             self.nodes_in_order = sorted(world.all_devices)
         start, found, spent = self.partial.pop(kind, (0, {}, 0.0))
         expressions = (*device_class.selectors, *kind.selectors)
-        began = time.monotonic()
+        began = self.clock()
         i = start
         while i < len(self.nodes_in_order):
             node = self.nodes_in_order[i]
@@ -383,7 +389,7 @@ class DeviceMatcher:
             if keys:
                 found[node] = frozenset(keys)
             i += 1
-            now = time.monotonic()
+            now = self.clock()
             if spent + now - began > self.kind_seconds:
                 self.too_costly[kind] = (
                     f"its selectors took over {self.kind_seconds:g} s to match {i} of "

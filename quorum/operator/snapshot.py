@@ -104,8 +104,8 @@ class DeviceNodes:
     node with its devices counted in, the same object while its counts are the same (the
     planner's index refreshes a node that changed; `changed` tells it which)."""
 
-    def __init__(self) -> None:
-        self.matcher = DeviceMatcher()
+    def __init__(self, matcher: DeviceMatcher | None = None) -> None:
+        self.matcher = matcher or DeviceMatcher()
         # name -> (node, node with its devices, the devices taken there)
         self.models: dict[str, tuple[Node, Node, Mapping[str, int]]] = {}
 

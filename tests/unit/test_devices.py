@@ -3,6 +3,7 @@ property against brute force."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -78,10 +79,16 @@ def gang(name: str, *pods: Pod) -> Gang:
     return Gang("ns", name, len(pods), tuple(pods), members=len(pods))
 
 
+def still_matcher() -> DeviceMatcher:
+    """A matcher whose clock stands still: its time budgets never run out, however slow the
+    machine (the tests of the budgets say how much time passes)."""
+    return DeviceMatcher(clock=lambda: 0.0)
+
+
 def plan(
     nodes: Sequence[Node], queue: Sequence[Gang], devices: DeviceWorld
 ) -> tuple[Plan, dict[tuple[str, str], tuple[str, str]]]:
-    counted = count_devices({n.name: n for n in nodes}, queue, devices, DeviceMatcher())
+    counted = count_devices({n.name: n for n in nodes}, queue, devices, still_matcher())
     result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
     for release in result.releases:
         assert counted.counts is not None
@@ -118,7 +125,7 @@ def test_a_gang_that_fits_only_if_its_devices_are_chosen_together() -> None:
         {"a": node("a")},
         [gang("g", pod("p1", made("c1")), pod("p0", made("c0")))],
         world(devices, claims),
-        DeviceMatcher(),
+        still_matcher(),
     )
     result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
     (release,) = result.releases
@@ -202,7 +209,7 @@ def test_all_devices_takes_a_node_whose_devices_are_all_free() -> None:
 
 
 def test_device_resources_are_told_apart() -> None:
-    counts = DeviceCounts(world({"a": [gpu("a", 0)]}), [Ask(Kind("gpu"), 1)], DeviceMatcher())
+    counts = DeviceCounts(world({"a": [gpu("a", 0)]}), [Ask(Kind("gpu"), 1)], still_matcher())
     assert all(is_device_resource(r) for r in counts.capacity("a", {})[0])
     assert not is_device_resource("nvidia.com/gpu")
 
@@ -236,7 +243,7 @@ def test_counts_fit_exactly_when_devices_can_be_chosen(
 ) -> None:
     devices = [gpu("a", i, flags={f: (k in m) for k, f in enumerate(FLAGS)}) for i, m in enumerate(matches)]
     asks = [[Ask(KINDS[k], 1, claim="c", request=f"r{i}") for i, k in enumerate(p)] for p in pods]
-    counts = DeviceCounts(world({"a": devices}), [a for p in asks for a in p], DeviceMatcher())
+    counts = DeviceCounts(world({"a": devices}), [a for p in asks for a in p], still_matcher())
     total, taken = counts.capacity("a", {})
     capacity = subtract(total, taken)
     demand: dict[str, int] = {}
@@ -261,7 +268,7 @@ def test_a_claim_the_pods_of_a_gang_share_puts_them_on_one_node() -> None:
         {"a": [gpu("a", i) for i in range(8)], "b": [gpu("b", i) for i in range(8)]}, [group_claim]
     )
     pair = gang("g", pod("p0", made("pg-gpus")), pod("p1", made("pg-gpus")))
-    counted = count_devices({"a": node("a"), "b": node("b")}, [pair], devices, DeviceMatcher())
+    counted = count_devices({"a": node("a"), "b": node("b")}, [pair], devices, still_matcher())
     result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
     (release,) = result.releases
     assert len({n.name for _, n in release.placement}) == 1, "one node for the pods that share it"
@@ -281,7 +288,7 @@ def test_kinds_of_request_new_to_a_pass_are_matched_within_its_time() -> None:
     claims = [claim(f"c{i}", DeviceRequest("gpus", "gpu", (s,), 1)) for i, s in enumerate(selectors)]
     devices = world(devices.devices, claims)
     queue = [gang(f"g{i}", pod(f"p{i}", made(f"c{i}"))) for i in range(4)]
-    matcher = DeviceMatcher()
+    matcher = still_matcher()
     for passes in range(1, 5):  # no time at all: the first new kind of each pass only
         counted = count_devices({"a": node("a")}, queue, devices, matcher, matching_seconds=0.0)
         assert [g.name for g in counted.queue] == [f"g{i}" for i in range(passes)]
@@ -299,13 +306,13 @@ def test_a_pass_counts_the_same_from_what_it_kept_as_from_scratch(allocations: l
     queue = [gang("g", pod("p0", made("c0")), pod("p1", made("c1")))]
     claims = {("ns", c.name): c for c in (claim("c0", h100), claim("c1", h100))}
     base = world(every)
-    kept = DeviceMatcher()
+    kept = still_matcher()
     nodes = {"a": node("a"), "b": node("b")}
     for taken in allocations:
         free = {"a": tuple(d for i, d in enumerate(every["a"]) if i not in taken), "b": every["b"]}
         now = DeviceWorld(devices=free, all_devices=every, classes=base.classes, claims=claims)
         again = count_devices(nodes, queue, now, kept)
-        fresh = count_devices(nodes, queue, now, DeviceMatcher())
+        fresh = count_devices(nodes, queue, now, still_matcher())
         assert {n: c.allocatable for n, c in again.nodes.items()} == {
             n: c.allocatable for n, c in fresh.nodes.items()
         }
@@ -329,7 +336,7 @@ def test_a_request_whose_devices_share_an_attribute_takes_them_from_one_group() 
     devices = world({"halves": rooted("halves", 4), "quarters": rooted("quarters", 2)}, claims)
     nodes = [node("halves"), node("quarters")]
     pair = gang("g", pod("p0", made("c0")), pod("p1", made("c1")))
-    counted = count_devices({n.name: n for n in nodes}, [pair], devices, DeviceMatcher())
+    counted = count_devices({n.name: n for n in nodes}, [pair], devices, still_matcher())
     result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
     (release,) = result.releases
     assert {n.name for _, n in release.placement} == {"halves"}
@@ -353,7 +360,7 @@ def test_many_kinds_on_the_same_devices_hold_only_the_gangs_that_come_later() ->
     claims = [claim(f"c{i}", DeviceRequest("gpus", "gpu", (s,), 1)) for i, s in enumerate(selectors)]
     devices = world({"a": [gpu("a", i) for i in range(8)]}, claims)
     queue = [replace(gang(f"g{i}", pod(f"p{i}", made(f"c{i}"))), created=float(i)) for i in range(7)]
-    counted = count_devices({"a": node("a")}, queue, devices, DeviceMatcher())
+    counted = count_devices({"a": node("a")}, queue, devices, still_matcher())
     assert [g.name for g in counted.queue] == [f"g{i}" for i in range(6)]
     assert set(counted.held) == {("ns", "g6")} and counted.held[("ns", "g6")][0] == "WaitingForClaims"
     result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
@@ -370,7 +377,7 @@ def test_a_claim_name_in_another_namespace_is_another_claim() -> None:
         Gang("other", name, 1, (pod(f"{name}-0", PodClaim("s", claim="shared")),), members=1)
         for name in ("x", "y")
     ]
-    counted = count_devices({"a": node("a")}, [mine, *attack], devices, DeviceMatcher())
+    counted = count_devices({"a": node("a")}, [mine, *attack], devices, still_matcher())
     assert ("ns", "g") not in counted.held
 
 
@@ -392,7 +399,7 @@ def test_the_devices_of_a_passs_releases_on_one_node_are_chosen_together() -> No
         replace(gang("second", pod("p1", made("c1"))), created=1.0),
     ]
     snapshot = Snapshot({"a": node("a")}, {}, {}, {}, {}, None, 0.0, devices=devices)
-    planned = plan_queue(snapshot, queue, Planner(), DeviceNodes())
+    planned = plan_queue(snapshot, queue, Planner(), DeviceNodes(still_matcher()))
     assert {r.gang.name for r in planned.plan.releases} == {"first", "second"}
     assert planned.devices[("ns", "second")]["p1"][("gpus", "gpu")] == ((DRIVER, "a", "gpu-0"),)
     assert planned.devices[("ns", "first")]["p0"][("gpus", "gpu")] == ((DRIVER, "a", "gpu-1"),)
@@ -406,7 +413,7 @@ def test_matching_a_new_kind_is_spread_over_passes_and_given_up_past_its_time() 
     devices = world(many, [claim("c0", DeviceRequest("gpus", "gpu", count=1))])
     queue = [gang("g", pod("p0", made("c0")))]
     nodes = {n: node(n) for n in many}
-    matcher = DeviceMatcher()
+    matcher = still_matcher()
     for passes in range(1, 5):
         counted = count_devices(nodes, queue, devices, matcher, matching_seconds=0.0)
         assert counted.held[("ns", "g")][0] == "WaitingForClaims", passes
@@ -414,7 +421,8 @@ def test_matching_a_new_kind_is_spread_over_passes_and_given_up_past_its_time() 
     counted = count_devices(nodes, queue, devices, matcher, matching_seconds=0.0)
     assert [g.name for g in counted.queue] == ["g"] and not matcher.partial
 
-    costly = DeviceMatcher(kind_seconds=0.0)  # any time at all is too much: given up after a node
+    ticks = itertools.count()  # a clock a second on at each look
+    costly = DeviceMatcher(kind_seconds=0.5, clock=lambda: float(next(ticks)))
     counted = count_devices(nodes, queue, devices, costly, matching_seconds=0.0)
     reason, why = counted.held[("ns", "g")]
-    assert reason == "DevicesNotModelled" and "took over 0 s to match 1 of 5 nodes" in why, why
+    assert reason == "DevicesNotModelled" and "took over 0.5 s to match 1 of 5 nodes" in why, why

@@ -9,9 +9,11 @@ import copy
 import time
 from typing import Any
 
+from quorum.core.devices import DeviceMatcher
 from quorum.k8s.usage import BoundPods
 from quorum.operator.gangs import Store
 from quorum.operator.loop import GangLoop
+from quorum.operator.snapshot import DeviceNodes
 from tests.unit.fake_api import FakeApi
 from tests.unit.test_loop import NS, cluster, released, settings, step
 from tests.unit.test_loop_preemption import held, running
@@ -58,7 +60,9 @@ def claim_of(uid: str, count: int = 8) -> JSON:
 
 def with_devices(store: Store, api: FakeApi, loop: GangLoop, nodes: list[str], gangs: list[str]) -> None:
     """The gang pods of `gangs` ask 8 devices each through a template claim (no nvidia.com/gpu);
-    `nodes` publish 8 devices each. Claims go to the fake apiserver and the loop's watch."""
+    `nodes` publish 8 devices each. Claims go to the fake apiserver and the loop's watch. The
+    loop's selector matching never runs out of time, however slow the machine."""
+    loop.device_nodes = DeviceNodes(DeviceMatcher(clock=lambda: 0.0))
     loop.devices.classes.upsert(device_class())
     for name in nodes:
         loop.devices.slices.upsert(device_slice(name))
