@@ -151,7 +151,9 @@ class DeviceWorld:
     all_devices: Mapping[str, tuple[Device, ...]] = field(default_factory=dict)
     classes: Mapping[str, DeviceClass] = field(default_factory=dict)
     claims: Mapping[tuple[str, str], Claim] = field(default_factory=dict)  # (ns, name)
-    drivers_beyond_nodes: frozenset[str] = frozenset()  # drivers with pools that span nodes
+    # Pools (driver/pool) whose devices serve several nodes: each such device is among the
+    # devices of every node it serves; the planner may count it on each, it is chosen once.
+    shared_pools: frozenset[str] = frozenset()
 
     def extended_class(self, resource: str) -> DeviceClass | None:
         """The DeviceClass that serves an extended resource on nodes without it in allocatable."""
@@ -163,6 +165,14 @@ class DeviceWorld:
     @property
     def empty(self) -> bool:
         return not self.devices and not self.classes
+
+
+def reaches(terms: NodeTerms, node: Node) -> bool:
+    """Whether the node matches one of the terms (a node selector's)."""
+    return any(
+        all(Requirement(k, op, vals, fld).matches_node(node.name, node.labels) for k, op, vals, fld in term)
+        for term in terms
+    )
 
 
 def is_device_resource(name: str) -> bool:
@@ -578,22 +588,29 @@ class DeviceCounts:
     # -- the devices themselves -------------------------------------------------------------------
 
     def assign_placement(
-        self, placement: Iterable[tuple[Pod, Node]], asks: Mapping[str, Sequence[Ask]]
+        self,
+        placement: Iterable[tuple[Pod, Node]],
+        asks: Mapping[str, Sequence[Ask]],
+        unavailable: Collection[DeviceKey] = frozenset(),
     ) -> tuple[Assignment, set[str]]:
         """Devices for pods placed on nodes (a pass's releases, all together), node by node, each
-        node's pods at once; and the nodes whose pods did not fit their devices."""
+        node's pods at once, none twice (a device of a pool serving several nodes is among the
+        devices of each: chosen on one), none of `unavailable`; and the nodes whose pods did not
+        fit their devices."""
         by_node: dict[str, list[tuple[str, Sequence[Ask]]]] = {}
         for pod, node in placement:
             if asks.get(pod.uid):
                 by_node.setdefault(node.name, []).append((pod.uid, asks[pod.uid]))
         out: Assignment = {}
         failed: set[str] = set()
+        used = set(unavailable)
         for name, pods in by_node.items():
-            found = self.assign(name, pods)
+            found = self.assign(name, pods, used)
             if found is None:
                 failed.add(name)
-            else:
-                out.update(found)
+                continue
+            out.update(found)
+            used.update(k for per in found.values() for keys in per.values() for k in keys)
         return out, failed
 
     def assign_release(
@@ -603,11 +620,17 @@ class DeviceCounts:
         out, failed = self.assign_placement(placement, asks)
         return None if failed else out
 
-    def assign(self, node: str, pods: Sequence[tuple[str, Sequence[Ask]]]) -> Assignment | None:
-        """Devices for every claim request of `pods` (uid, asks) on `node`, none twice:
-        {uid: {(claim, request): devices}}; None if they do not fit. An extended resource's
-        devices are chosen too (claim ""): kept for it, kube-scheduler allocates them."""
-        free = [d.key for d in self.world.devices.get(node, ())]
+    def assign(
+        self,
+        node: str,
+        pods: Sequence[tuple[str, Sequence[Ask]]],
+        unavailable: Collection[DeviceKey] = frozenset(),
+    ) -> Assignment | None:
+        """Devices for every claim request of `pods` (uid, asks) on `node`, none twice and none
+        of `unavailable`: {uid: {(claim, request): devices}}; None if they do not fit. An
+        extended resource's devices are chosen too (claim ""): kept for it, kube-scheduler
+        allocates them."""
+        free = [d.key for d in self.world.devices.get(node, ()) if d.key not in unavailable]
         matches = self.matches.get(node, {})
         units: list[tuple[str, int, Ask]] = []  # one per device wanted
         out: Assignment = {}

@@ -2,8 +2,10 @@
 `quorum.core.devices`, and the index the operator's watches keep of them.
 
 ResourceSlices give devices: only the newest generation of a pool counts, and a pool whose
-slices are not all seen yet (incomplete) is left out, as kube-scheduler's allocator does. Pools
-of one node (`spec.nodeName`) are planned on; pools that span nodes are not (docs/dra.md).
+slices are not all seen yet (incomplete) is left out, as kube-scheduler's allocator does. A
+device of a slice local to one node (`spec.nodeName`) is that node's; one of a slice serving
+several nodes (`nodeSelector`, `allNodes`, per device with `perDeviceNodeSelection`) is among
+the devices of every node it serves, one device all the same (docs/dra.md).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from quorum.core.devices import (
     DeviceRequest,
     DeviceWorld,
     NodeTerms,
+    reaches,
 )
+from quorum.core.model import Node
 from quorum.k8s.convert import newer_or_same
 
 JSON = dict[str, Any]
@@ -208,20 +212,58 @@ def allocated_devices(obj: JSON) -> tuple[DeviceKey, ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class Reach:
+    """The nodes a device of a pool that serves several nodes can be used from: those matching
+    `terms` (a slice's or device's `nodeSelector`), one node (a device's `nodeName`), or all."""
+
+    terms: NodeTerms = ()
+    node: str | None = None
+    all_nodes: bool = False
+
+    def serves(self, node: Node) -> bool:
+        if self.all_nodes:
+            return True
+        if self.node is not None:
+            return node.name == self.node
+        return reaches(self.terms, node)
+
+
+@dataclass(frozen=True, slots=True)
 class Slice:
-    node: str | None  # None: a pool that spans nodes
+    node: str | None  # the node of a slice local to one (`spec.nodeName`)
     driver: str
     pool: str
     generation: int
     slice_count: int
     devices: tuple[Device, ...]
+    # A slice that serves several nodes (`nodeSelector`, `allNodes`, or per device with
+    # `perDeviceNodeSelection`): its devices, by the nodes they serve.
+    reaching: tuple[tuple[Reach, tuple[Device, ...]], ...] = ()
+
+
+def _reach(obj: JSON) -> Reach | None:
+    if obj.get("allNodes"):
+        return Reach(all_nodes=True)
+    if obj.get("nodeSelector"):
+        return Reach(terms=_node_terms(obj["nodeSelector"]))
+    if obj.get("nodeName"):
+        return Reach(node=str(obj["nodeName"]))
+    return None
 
 
 def slice_from_api(obj: JSON) -> Slice:
     spec = obj.get("spec") or {}
     driver, pool = str(spec["driver"]), spec.get("pool") or {}
     name = str(pool.get("name", ""))
-    devices = tuple(device_from_api(driver, name, d) for d in spec.get("devices") or [] if plannable(d))
+    kept = [d for d in spec.get("devices") or [] if plannable(d)]
+    devices = tuple(device_from_api(driver, name, d) for d in kept)
+    reaching: dict[Reach, list[Device]] = {}
+    if spec.get("perDeviceNodeSelection"):
+        for raw, device in zip(kept, devices, strict=True):
+            if (reach := _reach(raw)) is not None:  # the apiserver requires one per device
+                reaching.setdefault(reach, []).append(device)
+    elif not spec.get("nodeName") and (reach := _reach(spec)) is not None:
+        reaching[reach] = list(devices)
     return Slice(
         spec.get("nodeName") or None,
         driver,
@@ -229,6 +271,7 @@ def slice_from_api(obj: JSON) -> Slice:
         int(pool.get("generation") or 0),
         int(pool.get("resourceSliceCount") or 1),
         devices,
+        tuple((reach, tuple(found)) for reach, found in reaching.items()),
     )
 
 
@@ -331,9 +374,14 @@ class DeviceObjects:
         self.classes = _Objects(device_class_from_api)
         self.claims = _Claims()
         self._world: tuple[tuple[int, ...], frozenset[DeviceKey], DeviceWorld] | None = None
-        # The devices and classes, the same objects until a slice or a class changes (what the
-        # planner's selector results are kept for: `DeviceMatcher`).
-        self._devices: tuple[int, Mapping[str, tuple[Device, ...]], frozenset[str]] | None = None
+        # The devices and classes, the same objects until a slice, a class or the nodes a pool
+        # serving several nodes reaches change (what the planner's selector results are kept
+        # for: `DeviceMatcher`): per node, its devices; the pools serving several nodes.
+        self._pools: tuple[int, PoolDevices] | None = None
+        self._devices: tuple[int, Mapping[str, tuple[int, ...]], Mapping[str, tuple[Device, ...]]] | None = (
+            None
+        )
+        self._devices_version = 0
         self._classes: tuple[int, Mapping[str, DeviceClass]] | None = None
         # Devices quorum allocated, until the claim watch shows them taken (or ASSUMED_SECONDS
         # pass): a watch that lags must not make them look free (monotonic deadline per device).
@@ -354,22 +402,42 @@ class DeviceObjects:
                 out[users[0]] = out.get(users[0], ()) + allocated_devices(obj)
         return out
 
-    def world(self, assumed: Iterable[DeviceKey] = ()) -> DeviceWorld:
-        """The world of this moment, with the devices of allocations quorum wrote but the
-        watch has not shown yet (`assumed`) taken too. Assembled again only after a change."""
+    def world(self, nodes: Mapping[str, Node], assumed: Iterable[DeviceKey] = ()) -> DeviceWorld:
+        """The world of this moment on these nodes, with the devices of allocations quorum
+        wrote but the watch has not shown yet (`assumed`) taken too. Assembled again only after
+        a change."""
         if self.assumed:
             now = time.monotonic()
             self.assumed = {k: d for k, d in self.assumed.items() if d > now and k not in self.claims.taken}
         assumed = frozenset(assumed) | frozenset(self.assumed)
-        versions = (self.slices.version, self.classes.version, self.claims.version)
-        if self._world is not None and self._world[:2] == (versions, assumed):
-            return self._world[2]
-        if self._devices is None or self._devices[0] != self.slices.version:
-            found, beyond = local_devices([m for _, m, _ in self.slices.items.values()])
-            self._devices = (self.slices.version, found, beyond)
+        if self._pools is None or self._pools[0] != self.slices.version:
+            self._pools = (self.slices.version, pool_devices([m for _, m, _ in self.slices.items.values()]))
+        pools = self._pools[1]
+        # Which nodes each device of a pool serving several nodes reaches: looked at every pass
+        # (node labels change), the devices' mapping kept while it is the same.
+        reached = (
+            {
+                name: tuple(i for i, (reach, _) in enumerate(pools.reaching) if reach.serves(node))
+                for name, node in nodes.items()
+            }
+            if pools.reaching
+            else {}
+        )
+        if self._devices is None or self._devices[:2] != (self.slices.version, reached):
+            by_node = dict(pools.local)
+            for name, indices in reached.items():
+                if indices:
+                    by_node[name] = by_node.get(name, ()) + tuple(
+                        d for i in indices for d in pools.reaching[i][1]
+                    )
+            self._devices = (self.slices.version, reached, by_node)
+            self._devices_version += 1
         if self._classes is None or self._classes[0] != self.classes.version:
             self._classes = (self.classes.version, {m.name: m for _, m, _ in self.classes.items.values()})
-        _, every, beyond = self._devices
+        versions = (self._devices_version, self.classes.version, self.claims.version)
+        if self._world is not None and self._world[:2] == (versions, assumed):
+            return self._world[2]
+        every = self._devices[2]
         taken = self.claims.taken
         world = DeviceWorld(
             devices={
@@ -379,15 +447,24 @@ class DeviceObjects:
             all_devices=every,
             classes=self._classes[1],
             claims=dict(self.claims.models),
-            drivers_beyond_nodes=beyond,
+            shared_pools=pools.shared,
         )
         self._world = (versions, assumed, world)
         return world
 
 
-def local_devices(slices: Iterable[Slice]) -> tuple[dict[str, tuple[Device, ...]], frozenset[str]]:
-    """Per node, the devices of its pools (the newest generation of each, complete pools only),
-    and the drivers that have pools spanning nodes (not planned on)."""
+@dataclass(frozen=True, slots=True)
+class PoolDevices:
+    """The devices of the complete pools (newest generation): those local to one node, per
+    node; those of slices serving several nodes, by the nodes they serve; and the names of
+    those pools (driver/pool)."""
+
+    local: Mapping[str, tuple[Device, ...]]
+    reaching: tuple[tuple[Reach, tuple[Device, ...]], ...]
+    shared: frozenset[str]
+
+
+def pool_devices(slices: Iterable[Slice]) -> PoolDevices:
     newest: dict[tuple[str, str], int] = {}
     slices = list(slices)
     for s in slices:
@@ -396,17 +473,24 @@ def local_devices(slices: Iterable[Slice]) -> tuple[dict[str, tuple[Device, ...]
     for s in slices:
         if s.generation == newest[(s.driver, s.pool)]:
             seen.setdefault((s.driver, s.pool), []).append(s)
-    every: dict[str, list[Device]] = {}
-    beyond: set[str] = set()
-    for (driver, _pool), pool_slices in seen.items():
+    local: dict[str, list[Device]] = {}
+    reaching: list[tuple[Reach, tuple[Device, ...]]] = []
+    shared: set[str] = set()
+    for (driver, pool), pool_slices in sorted(seen.items()):
         if len(pool_slices) < max(s.slice_count for s in pool_slices):
             continue  # incomplete: not all of its slices are seen yet
         for s in pool_slices:
-            if s.node is None:
-                beyond.add(driver)
-                continue
-            every.setdefault(s.node, []).extend(s.devices)
-    return {node: tuple(devices) for node, devices in every.items()}, frozenset(beyond)
+            if s.node is not None:
+                local.setdefault(s.node, []).extend(s.devices)
+            for reach, devices in s.reaching:
+                if reach.node is not None:  # a device of a node, named per device
+                    local.setdefault(reach.node, []).extend(devices)
+                else:
+                    reaching.append((reach, devices))
+                    shared.add(f"{driver}/{pool}")
+    return PoolDevices(
+        {node: tuple(devices) for node, devices in local.items()}, tuple(reaching), frozenset(shared)
+    )
 
 
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"

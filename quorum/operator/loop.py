@@ -313,7 +313,7 @@ class GangLoop:
             changed=self.changed(),
             now=now,
             composites=composites(self.store, views.values()),
-            devices=self.devices.world(self.ledger.devices()),
+            devices=self.devices.world(nodes, self.ledger.devices()),
         )
         self.lap("snapshot")
         planned = await asyncio.to_thread(plan, snapshot, self.planner, self.pod_models, self.device_nodes)

@@ -147,7 +147,7 @@ def replay(objects: ClusterObjects, key: GangKey, settings: LoopSettings, now: f
         changed=None,
         now=now,
         composites=composites(store, views.values()),
-        devices=devices.world(ledger.devices()),
+        devices=devices.world(nodes, ledger.devices()),
     )
     planner = Observing(settings.planner, key)
     planned = plan(snapshot, planner, PodModels())

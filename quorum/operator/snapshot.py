@@ -7,11 +7,12 @@ planner's models and the plan (`plan`); nothing in it changes while the plan is 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from quorum.core.conditions import NO_ROOM
 from quorum.core.devices import (
+    Ask,
     Assignment,
     DeviceCounts,
     DeviceKey,
@@ -169,6 +170,9 @@ def plan(
     return plan_queue(snapshot, queue, planner, device_nodes or DeviceNodes(), failed)
 
 
+REPLANS_FOR_DEVICES = 2  # a pass plans again at most this often without releases short of devices
+
+
 def plan_queue(
     snapshot: Snapshot,
     queue: list[Gang],
@@ -183,38 +187,72 @@ def plan_queue(
     used = snapshot.used
     if counted.taken:  # the devices allocated, as used
         used = {**used, **{n: add(used.get(n, {}), t) for n, t in counted.taken.items()}}
-    plan = planner.plan(
-        nodes,
-        used,
-        counted.queue,
-        snapshot.now,
-        changed=changed,
-        composites=snapshot.composites,
-    )
     held = [Hold(gang, *counted.held[gang.key]) for gang in queue if gang.key in counted.held]
-    holds = tuple(_with_next_alternative(h, device_nodes.matcher) for h in plan.holds)
-    device_nodes.matcher.forget_alternatives({h.gang.key for h in holds})  # released or gone: done
-    plan = Plan(plan.releases, holds, plan.visits)
+    plan = planner.plan(nodes, used, counted.queue, snapshot.now, changed, snapshot.composites)
     if counted.counts is None:
         return Planned(Plan(plan.releases, (*plan.holds, *held), plan.visits), failed)
-    # The devices of every pod the pass releases, node by node, all the node's pods together
-    # (as the counts were: chosen gang by gang, one gang's could take what another's needs).
-    placed = (placed for release in plan.releases for placed in release.placement)
-    chosen, failed_nodes = counted.counts.assign_placement(placed, counted.asks)
-    releases: list[Release] = []
+    releases, devices, short = choose_devices(plan.releases, counted.counts, counted.asks)
+    # Releases short of devices a pool serving several nodes was counted with on each node:
+    # held, and the rest planned again without them (their room is not theirs), a bounded
+    # number of times; what is still short then is held too.
+    for _ in range(REPLANS_FOR_DEVICES):
+        if not short:
+            break
+        held.extend(Hold(release.gang, *_short_of_devices(snapshot.devices)) for release in short)
+        out = {h.gang.key for h in held}
+        rest = [gang for gang in counted.queue if gang.key not in out]
+        plan = planner.plan(nodes, used, rest, snapshot.now, set(), snapshot.composites)
+        releases, devices, short = choose_devices(plan.releases, counted.counts, counted.asks)
+    held.extend(Hold(release.gang, *_short_of_devices(snapshot.devices)) for release in short)
+    holds = tuple(_with_next_alternative(h, device_nodes.matcher) for h in (*plan.holds, *held))
+    device_nodes.matcher.forget_alternatives({h.gang.key for h in holds})  # released or gone: done
+    return Planned(Plan(tuple(releases), holds, plan.visits), failed, devices, nodes, counted.counts)
+
+
+def choose_devices(
+    releases: Sequence[Release], counts: DeviceCounts, asks: Mapping[str, Sequence[Ask]]
+) -> tuple[list[Release], dict[GangKey, Assignment], list[Release]]:
+    """The devices of every pod the pass releases: the releases whose pods all get theirs (and
+    which), and those that do not. Chosen node by node, each node's pods of every release
+    together, as the counts were (chosen gang by gang, one gang's could take what another's
+    needs). Where that leaves some pods without devices (a device of a pool serving several
+    nodes was counted on each), release by release in plan order instead: each release gets
+    its devices or none, and what one cannot have stays free for the next."""
+    placed = [placed for release in releases for placed in release.placement]
+    chosen, failed_nodes = counts.assign_placement(placed, asks)
+    if not failed_nodes:
+        return list(releases), {r.gang.key: _of_release(r, chosen) for r in releases}, []
+    kept: list[Release] = []
     devices: dict[GangKey, Assignment] = {}
-    for release in plan.releases:
-        if any(node.name in failed_nodes for _, node in release.placement):
-            # The counts said it fits: never expected; held, not half-placed.
-            message = "its pods' devices could not be chosen on the planned nodes"
-            held.append(Hold(release.gang, "PlanningFailed", message))
+    short: list[Release] = []
+    taken: set[DeviceKey] = set()
+    for release in releases:
+        got, failed = counts.assign_placement(release.placement, asks, taken)
+        if failed:
+            short.append(release)
             continue
-        releases.append(release)
-        devices[release.gang.key] = {
-            pod.uid: chosen[pod.uid] for pod, _ in release.placement if pod.uid in chosen
-        }
-    plan = Plan(tuple(releases), (*plan.holds, *held), plan.visits)
-    return Planned(plan, failed, devices, nodes, counted.counts)
+        kept.append(release)
+        devices[release.gang.key] = _of_release(release, got)
+        taken.update(k for per in got.values() for keys in per.values() for k in keys)
+    return kept, devices, short
+
+
+def _of_release(release: Release, chosen: Assignment) -> Assignment:
+    return {pod.uid: chosen[pod.uid] for pod, _ in release.placement if pod.uid in chosen}
+
+
+def _short_of_devices(world: DeviceWorld) -> tuple[str, str]:
+    """Why a release whose pods did not all get devices is held (reason, message)."""
+    if world.shared_pools:  # counted on every node they serve, chosen once: not enough for all
+        pools = ", ".join(sorted(world.shared_pools)[:3]) + ("..." if len(world.shared_pools) > 3 else "")
+        return (
+            "Unschedulable",
+            f"its pods' devices could not all be chosen on the planned nodes: devices of pools "
+            f"that serve several nodes ({pools}) count on each node they serve, and chosen once "
+            "each they are not enough for it this pass",
+        )
+    # The counts said it fits: never expected; held, not half-placed.
+    return "PlanningFailed", "its pods' devices could not be chosen on the planned nodes"
 
 
 def _with_next_alternative(hold: Hold, matcher: DeviceMatcher) -> Hold:

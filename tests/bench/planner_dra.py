@@ -164,10 +164,10 @@ def run(size: int = 5_000, gangs_count: int = 1_000, busy: float = 0.75) -> dict
 
     def claims_changed() -> DeviceWorld:
         objects.claims.version += 1  # as after any claim's change: assembled again
-        return objects.world()
+        return objects.world(nodes)
 
     world_ms = best_ms(claims_changed)
-    world = objects.world()
+    world = objects.world(nodes)
 
     def full(cold: bool) -> Planned:
         device_nodes = DeviceNodes()
@@ -195,22 +195,22 @@ def run(size: int = 5_000, gangs_count: int = 1_000, busy: float = 0.75) -> dict
     planned = plan_queue(snapshot(nodes, world, None), gangs, planner, device_nodes)
     assumed = {k for a in planned.devices.values() for per in a.values() for ks in per.values() for k in ks}
     pending = [h.gang for h in planned.plan.holds]
-    world = objects.world(assumed)
+    world = objects.world(nodes, assumed)
     plan_queue(snapshot(nodes, world, set()), pending, planner, device_nodes)  # settle
     # A claim of a running pod (or, on an idle cluster, one the full pass allocated) goes away.
     freed = running[0] if running else claim("freed", 8, H100, (gpu_nodes[0], [f"gpu-{d}" for d in range(8)]))
 
     def claim_freed() -> None:
         objects.claims.delete(freed)
-        plan_queue(snapshot(nodes, objects.world(assumed), set()), pending, planner, device_nodes)
+        plan_queue(snapshot(nodes, objects.world(nodes, assumed), set()), pending, planner, device_nodes)
         objects.claims.upsert(freed)
-        plan_queue(snapshot(nodes, objects.world(assumed), set()), pending, planner, device_nodes)
+        plan_queue(snapshot(nodes, objects.world(nodes, assumed), set()), pending, planner, device_nodes)
 
     newcomer = replace(gangs[1], name="newcomer", created=1e9)
 
     def gang_arrived() -> None:
         plan_queue(
-            snapshot(nodes, objects.world(assumed), set()), [*pending, newcomer], planner, device_nodes
+            snapshot(nodes, objects.world(nodes, assumed), set()), [*pending, newcomer], planner, device_nodes
         )
 
     gc.unfreeze()

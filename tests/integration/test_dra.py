@@ -15,7 +15,7 @@ from kubernetes_asyncio import client
 from devcluster import dra
 from devcluster.cluster import Instance
 from devcluster.dra import device
-from devcluster.nodes import HOSTNAME_LABEL, TestPool
+from devcluster.nodes import HOSTNAME_LABEL, TEST_POOL_KEY, TestPool
 from tests.integration.test_explain import quorum
 from tests.integration.test_gangs import all_running, assert_as_planned, gang_condition, pods
 from tests.kube import create_podgroup, eventually, raw_json
@@ -398,3 +398,55 @@ async def test_a_claim_a_gangs_pods_share_puts_them_on_one_node_with_its_devices
     results = claim["status"]["allocation"]["devices"]["results"]
     assert {r["pool"] for r in results} == {node} and len(results) == 8
     assert {r["name"] for r in claim["status"]["reservedFor"]} == {"pair-0", "pair-1"}
+
+
+async def test_a_pool_serving_several_nodes_is_counted_once(
+    cluster: Instance, api: client.ApiClient, namespace: str, driver: Any
+) -> None:
+    """Two network devices in one slice that serves every node of the pool (a nodeSelector):
+    a gang of three pods that each ask one is held, saying why, though each node counts two; a
+    later gang of two gets them, one each, allocated by quorum and kept by kube-scheduler."""
+    nics = await driver(3)
+    fabric = {
+        "apiVersion": dra.API_VERSION,
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"fabric-{nics.name}"},
+        "spec": {
+            "driver": nics.name,
+            "pool": {"name": "fabric", "generation": 1, "resourceSliceCount": 1},
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": TEST_POOL_KEY, "operator": "In", "values": [nics.pool.name]}
+                        ]
+                    }
+                ]
+            },
+            "devices": [{"name": f"nic-{i}", "attributes": {"model": {"string": "NIC"}}} for i in range(2)],
+        },
+    }
+    applied = cluster.kubectl(
+        "apply", "-f", "-", input_text=yaml.safe_dump_all([nics.device_class(), fabric])
+    )
+    assert applied.returncode == 0, applied.stderr
+    try:
+        apply(cluster, namespace, nics.template("nic", 1))
+        await create_podgroup(api, namespace, "three", 3)
+        apply(cluster, namespace, *(gang_pod(nics.pool, f"three-{i}", "three", "nic") for i in range(3)))
+        await gang_condition(api, namespace, "pg-three", "Unschedulable", containing="serve several nodes")
+        await create_podgroup(api, namespace, "two", 2)
+        apply(cluster, namespace, *(gang_pod(nics.pool, f"two-{i}", "two", "nic") for i in range(2)))
+        running = await all_running(api, namespace, 2, "pod-group.scheduling.sigs.k8s.io=two")
+        held = await claims(api, namespace)
+        chosen = []
+        for pod in running:
+            (status,) = pod["status"]["resourceClaimStatuses"]
+            claim = held[status["resourceClaimName"]]
+            assert allocated_by(claim) == {"quorum-operator"}
+            chosen += [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]]
+        assert sorted(chosen) == ["nic-0", "nic-1"], "each device once"
+        for pod in await pods(api, namespace, "pod-group.scheduling.sigs.k8s.io=three"):
+            assert pod["spec"].get("schedulingGates") and not pod["spec"].get("nodeName")
+    finally:
+        cluster.kubectl("delete", "resourceslice", "--ignore-not-found", f"fabric-{nics.name}", check=False)

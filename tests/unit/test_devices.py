@@ -405,6 +405,32 @@ def test_the_devices_of_a_passs_releases_on_one_node_are_chosen_together() -> No
     assert planned.devices[("ns", "first")]["p0"][("gpus", "gpu")] == ((DRIVER, "a", "gpu-1"),)
 
 
+def test_a_device_of_a_pool_serving_several_nodes_is_chosen_once() -> None:
+    """One network device (allNodes) is among the devices of nodes a and b. A gang of two pods
+    that each ask one fits the counts (one on each node) but not the device: it is held with
+    why, and a later gang of one pod is planned again without it and gets the device."""
+    from quorum.core.planner import Planner
+    from quorum.operator.snapshot import DeviceNodes, Snapshot, plan_queue
+
+    nic = Device(DRIVER, "fabric", "nic-0", {f"{DRIVER}/model": "NIC"})
+    one = DeviceRequest("nic", "gpu", count=1)
+    devices = replace(
+        world({"a": [nic], "b": [nic]}, [claim(f"c{i}", one) for i in range(3)]),
+        shared_pools=frozenset({f"{DRIVER}/fabric"}),
+    )
+    queue = [
+        replace(gang("pair", pod("p0", made("c0")), pod("p1", made("c1"))), created=0.0),
+        replace(gang("single", pod("p2", made("c2"))), created=1.0),
+    ]
+    snapshot = Snapshot({"a": node("a"), "b": node("b")}, {}, {}, {}, {}, None, 0.0, devices=devices)
+    planned = plan_queue(snapshot, queue, Planner(), DeviceNodes(still_matcher()))
+    assert [r.gang.name for r in planned.plan.releases] == ["single"]
+    assert planned.devices[("ns", "single")]["p2"][("gpus", "nic")] == ((DRIVER, "fabric", "nic-0"),)
+    (hold,) = [h for h in planned.plan.holds if h.gang.name == "pair"]
+    assert hold.reason == "Unschedulable"
+    assert f"pools that serve several nodes ({DRIVER}/fabric)" in hold.message
+
+
 def test_matching_a_new_kind_is_spread_over_passes_and_given_up_past_its_time() -> None:
     """A pass with no time left matches one node of a new kind and goes on from there the next
     pass; a kind whose matching takes longer than the matcher's `kind_seconds` in all is given

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from quorum.core.model import Node
 from quorum.k8s.devices import DeviceObjects, allocation_status, claim_spec, slice_from_api
 
 JSON = dict[str, Any]
@@ -116,7 +117,7 @@ def pool_slice(name: str, node: str | None, generation: int, count: int, devices
     return {"metadata": {"name": name, "uid": name, "resourceVersion": "1"}, "spec": spec}
 
 
-def test_only_a_pools_newest_complete_generation_counts_and_pools_beyond_a_node_are_not_planned() -> None:
+def test_only_a_pools_newest_complete_generation_counts() -> None:
     objects = DeviceObjects()
     objects.slices.replace_all(
         [
@@ -124,20 +125,54 @@ def test_only_a_pools_newest_complete_generation_counts_and_pools_beyond_a_node_
             pool_slice("new-a", "n1", 2, 2, ["gpu-0"]),
         ]
     )
-    assert objects.world().all_devices == {}, "generation 2 has 1 of its 2 slices: incomplete"
+    assert objects.world({}).all_devices == {}, "generation 2 has 1 of its 2 slices: incomplete"
     objects.slices.upsert(pool_slice("new-b", "n1", 2, 2, ["gpu-1"]))
-    assert [d.name for d in objects.world().all_devices["n1"]] == ["gpu-0", "gpu-1"]
+    assert [d.name for d in objects.world({}).all_devices["n1"]] == ["gpu-0", "gpu-1"]
     tainted = pool_slice("t", "n2", 1, 1, ["gpu-0"])
     tainted["spec"]["devices"][0]["taints"] = [{"key": "k", "effect": "NoSchedule"}]
     tainted["spec"]["pool"]["name"] = "other"
     assert slice_from_api(tainted).devices == (), "a device tainted NoSchedule is not planned on"
-    spanning = pool_slice("s", None, 1, 1, ["nic-0"])
-    spanning["spec"]["pool"]["name"] = "net"
-    objects.slices.upsert(spanning)
-    world = objects.world()
-    assert "d" in world.drivers_beyond_nodes and all(
-        d.name != "nic-0" for ds in world.all_devices.values() for d in ds
-    )
+
+
+def test_a_pool_serving_several_nodes_is_among_the_devices_of_each_node_it_serves() -> None:
+    """allNodes, a nodeSelector, and per device: each device once, on every node it reaches;
+    a node's labels changing moves it (the mapping is the same object while nothing moved)."""
+    nodes = {
+        name: Node(name, {"rack": rack}, {}) for name, rack in (("n1", "r1"), ("n2", "r1"), ("n3", "r2"))
+    }
+    everywhere = pool_slice("net", None, 1, 1, ["nic-0"])
+    everywhere["spec"]["pool"]["name"] = "net"
+    rack = pool_slice("rack", None, 1, 1, ["link-0", "link-1"])
+    del rack["spec"]["allNodes"]
+    rack["spec"]["pool"]["name"] = "rack-r1"
+    rack["spec"]["nodeSelector"] = {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "rack", "operator": "In", "values": ["r1"]}]}]
+    }
+    per_device = pool_slice("per", None, 1, 1, ["x-0", "x-1"])
+    del per_device["spec"]["allNodes"]
+    per_device["spec"]["pool"]["name"] = "fabric"
+    per_device["spec"]["perDeviceNodeSelection"] = True
+    per_device["spec"]["devices"][0]["nodeName"] = "n3"
+    per_device["spec"]["devices"][1]["allNodes"] = True
+    objects = DeviceObjects()
+    objects.slices.replace_all([pool_slice("local", "n1", 1, 1, ["gpu-0"]), everywhere, rack, per_device])
+    world = objects.world(nodes)
+    names = {node: sorted(d.name for d in devices) for node, devices in world.all_devices.items()}
+    assert names == {
+        "n1": ["gpu-0", "link-0", "link-1", "nic-0", "x-1"],
+        "n2": ["link-0", "link-1", "nic-0", "x-1"],
+        "n3": ["nic-0", "x-0", "x-1"],
+    }
+    assert world.shared_pools == {"d/net", "d/rack-r1", "d/fabric"}
+    assert objects.world(dict(nodes)).all_devices is world.all_devices, "nothing moved: kept"
+    moved = {**nodes, "n3": Node("n3", {"rack": "r1"}, {})}
+    assert sorted(d.name for d in objects.world(moved).all_devices["n3"]) == [
+        "link-0",
+        "link-1",
+        "nic-0",
+        "x-0",
+        "x-1",
+    ]
 
 
 def test_allocated_devices_are_counted_as_claims_change() -> None:
@@ -153,11 +188,11 @@ def test_allocated_devices_are_counted_as_claims_change() -> None:
         }
 
     objects.claims.upsert(claim("1", []))
-    assert [d.name for d in objects.world().devices["n1"]] == ["gpu-0", "gpu-1"]
+    assert [d.name for d in objects.world({}).devices["n1"]] == ["gpu-0", "gpu-1"]
     objects.claims.upsert(claim("2", ["gpu-1"]))
-    assert [d.name for d in objects.world().devices["n1"]] == ["gpu-0"]
+    assert [d.name for d in objects.world({}).devices["n1"]] == ["gpu-0"]
     objects.claims.delete(claim("3", ["gpu-1"]))
-    assert [d.name for d in objects.world().devices["n1"]] == ["gpu-0", "gpu-1"]
+    assert [d.name for d in objects.world({}).devices["n1"]] == ["gpu-0", "gpu-1"]
     assert not objects.claims.taken
 
 
@@ -165,14 +200,14 @@ def test_devices_quorum_allocated_stay_taken_until_the_claim_watch_shows_them() 
     objects = DeviceObjects()
     objects.slices.replace_all([pool_slice("s", "n1", 1, 1, ["gpu-0", "gpu-1"])])
     objects.assume([("d", "pool", "gpu-0")])  # written; the watch has not delivered it yet
-    assert [d.name for d in objects.world().devices["n1"]] == ["gpu-1"]
+    assert [d.name for d in objects.world({}).devices["n1"]] == ["gpu-1"]
     results = [{"request": "r", "driver": "d", "pool": "pool", "device": "gpu-0"}]
     seen = {
         "metadata": {"name": "c", "namespace": "ns", "uid": "c", "resourceVersion": "2"},
         "status": {"allocation": {"devices": {"results": results}}},
     }
     objects.claims.upsert(seen)
-    assert [d.name for d in objects.world().devices["n1"]] == ["gpu-1"]
+    assert [d.name for d in objects.world({}).devices["n1"]] == ["gpu-1"]
     assert not objects.assumed, "seen: the watch counts it from now on"
     objects.claims.delete(seen)
-    assert [d.name for d in objects.world().devices["n1"]] == ["gpu-0", "gpu-1"]
+    assert [d.name for d in objects.world({}).devices["n1"]] == ["gpu-0", "gpu-1"]
