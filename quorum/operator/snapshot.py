@@ -204,7 +204,12 @@ def plan_queue(
         plan = planner.plan(nodes, used, rest, snapshot.now, set(), snapshot.composites)
         releases, devices, short = choose_devices(plan.releases, counted.counts, counted.asks)
     held.extend(Hold(release.gang, *_short_of_devices(snapshot.devices)) for release in short)
-    holds = tuple(_with_next_alternative(h, device_nodes.matcher) for h in (*plan.holds, *held))
+    holds = tuple(
+        _with_selector_errors(
+            _with_next_alternative(h, device_nodes.matcher), counted.asks, device_nodes.matcher
+        )
+        for h in (*plan.holds, *held)
+    )
     device_nodes.matcher.forget_alternatives({h.gang.key for h in holds})  # released or gone: done
     return Planned(Plan(tuple(releases), holds, plan.visits), failed, devices, nodes, counted.counts)
 
@@ -253,6 +258,21 @@ def _short_of_devices(world: DeviceWorld) -> tuple[str, str]:
         )
     # The counts said it fits: never expected; held, not half-placed.
     return "PlanningFailed", "its pods' devices could not be chosen on the planned nodes"
+
+
+def _with_selector_errors(hold: Hold, asks: Mapping[str, Sequence[Ask]], matcher: DeviceMatcher) -> Hold:
+    """A gang held while a selector it asks failed on some devices says so: those devices are
+    not counted for it (kube-scheduler's allocator fails on them too)."""
+    if not matcher.errors:
+        return hold
+    kinds = {a.kind for pod in hold.gang.pods for a in asks.get(pod.uid, ())}
+    failed = sorted({matcher.errors[k] for k in kinds if k in matcher.errors})
+    if not failed:
+        return hold
+    told = f"a device selector failed on {failed[0]}" + (
+        f" (and {len(failed) - 1} more)" if failed[1:] else ""
+    )
+    return replace(hold, message=f"{hold.message}; {told[:300]}: quorum counts no such device for it")
 
 
 def _with_next_alternative(hold: Hold, matcher: DeviceMatcher) -> Hold:

@@ -163,6 +163,16 @@ async def test_a_gang_is_planned_on_its_devices_and_quorum_allocates_its_claims(
     assert "3 nodes: Insufficient devices of class" in shown.stdout, shown.stdout
     assert "DevicesNotModelled" not in shown.stdout, "its claim was being made: it waited, quietly"
 
+    # A selector that fails on every device (no such attribute): held, saying where it failed.
+    apply(cluster, namespace, gpus.template("broken", 1, f'device.attributes["{gpus.name}"].memoryGiB > 40'))
+    await create_podgroup(api, namespace, "broken", 1)
+    apply(cluster, namespace, gang_pod(gpus.pool, "broken-0", "broken", "broken"))
+    await gang_condition(
+        api, namespace, "pg-broken", "Unschedulable", containing="a device selector failed on"
+    )
+    shown = quorum("explain", f"{namespace}/pg-broken", kubeconfig=cluster.kubeconfig("customer"))
+    assert shown.returncode == 0 and "a device selector failed on" in shown.stdout, shown.stdout
+
 
 async def test_a_gang_that_fits_only_if_its_devices_are_chosen_together(
     cluster: Instance, api: client.ApiClient, namespace: str, driver: Any

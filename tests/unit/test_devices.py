@@ -431,6 +431,24 @@ def test_a_device_of_a_pool_serving_several_nodes_is_chosen_once() -> None:
     assert f"pools that serve several nodes ({DRIVER}/fabric)" in hold.message
 
 
+def test_a_selector_that_fails_on_devices_is_said_on_the_gang() -> None:
+    """A selector reading an attribute the devices do not have fails on each (as in kube-
+    scheduler's allocator): no device counts for the gang, and its hold says which selector
+    failed where."""
+    from quorum.core.planner import Planner
+    from quorum.operator.snapshot import DeviceNodes, Snapshot, plan_queue
+
+    broken = DeviceRequest("gpus", "gpu", (f'device.attributes["{DRIVER}"].memoryGiB > 40',), 1)
+    devices = world({"a": [gpu("a", 0)]}, [claim("c0", broken)])
+    snapshot = Snapshot({"a": node("a")}, {}, {}, {}, {}, None, 0.0, devices=devices)
+    queue = [gang("g", pod("p0", made("c0")))]
+    planned = plan_queue(snapshot, queue, Planner(), DeviceNodes(still_matcher()))
+    (hold,) = planned.plan.holds
+    assert not planned.plan.releases and hold.reason == "Unschedulable"
+    assert f"a device selector failed on {DRIVER}/a/gpu-0" in hold.message, hold.message
+    assert "memoryGiB" in hold.message, hold.message
+
+
 def test_matching_a_new_kind_is_spread_over_passes_and_given_up_past_its_time() -> None:
     """A pass with no time left matches one node of a new kind and goes on from there the next
     pass; a kind whose matching takes longer than the matcher's `kind_seconds` in all is given
