@@ -156,6 +156,7 @@ DEPLOYMENTS = ("quorum-operator", "quorum-webhooks", "quorum-sunk-scheduler")
 # is no longer shipped (README, upgrading): removed too, for installs that still have it.
 FENCES = (
     "quorum-operator-fence",
+    "quorum-operator-claim-fence",
     "quorum-records",
     "quorum-reserved-status",
     "quorum-reserved-tolerations",

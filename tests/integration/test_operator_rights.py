@@ -239,6 +239,77 @@ async def test_rbac_refuses_what_the_operator_does_not_use(
     by_rbac(await refused(group), "patch", "podgroups", where)
 
 
+CLAIM_FENCE = "ValidatingAdmissionPolicy 'quorum-operator-claim-fence'"
+
+
+async def test_the_operator_only_allocates_claims_not_allocated_yet(
+    fenced: Instance, op: client.ApiClient, api: client.ApiClient, namespace: str
+) -> None:
+    """A ResourceClaim: the operator allocates it (finalizer, then status) as it does for a
+    release; it may not then change or remove that allocation, nor touch the claim otherwise."""
+    resource, as_operator = client.ResourceV1Api(api), client.ResourceV1Api(op)
+    request = {"name": "gpus", "exactly": {"deviceClassName": "gpu.example.com", "count": 1}}
+    await resource.create_namespaced_resource_claim(
+        namespace, {"metadata": {"name": "c"}, "spec": {"devices": {"requests": [request]}}}
+    )
+
+    async def read() -> JSON:
+        return await raw_json(resource.read_namespaced_resource_claim("c", namespace, _preload_content=False))
+
+    def allocation(device: str) -> JSON:
+        result = {"request": "gpus", "driver": "gpu.example.com", "pool": "n1", "device": device}
+        return {"devices": {"results": [result]}, "allocationTimestamp": "2026-11-29T00:00:00Z"}
+
+    async def fence_in_force() -> bool:  # the apiserver's policy informer may be a moment behind
+        try:
+            await as_operator.patch_namespaced_resource_claim(
+                "c", namespace, {"metadata": {"labels": {"x": "y"}}}
+            )
+        except ApiException as err:
+            return err.status == 403 and CLAIM_FENCE in str(err.body)
+        return False
+
+    await eventually(fence_in_force, timeout=30, what="the claim fence to refuse the operator a label")
+    # A pod of the claim, held by a gate of its own: the resourceclaim controller keeps the claim
+    # reserved for it (it would free a claim reserved for a pod that does not exist).
+    user = await client.CoreV1Api(api).create_namespaced_pod(
+        namespace,
+        {
+            "metadata": {"name": "p"},
+            "spec": {
+                "schedulingGates": [{"name": "example.com/hold"}],
+                "containers": [{**PAUSE, "resources": {"claims": [{"name": "gpus"}]}}],
+                "resourceClaims": [{"name": "gpus", "resourceClaimName": "c"}],
+            },
+        },
+    )
+    pod = {"resource": "pods", "name": "p", "uid": user.metadata.uid}
+    assert await writes.allocate_claim(
+        op, await read(), {"allocation": allocation("gpu-0"), "reservedFor": [pod]}
+    )
+    claim = await read()
+    assert claim["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+    assert claim["metadata"]["finalizers"] == ["resource.kubernetes.io/delete-protection"]
+
+    # (The apiserver itself refuses a change of an allocation; a removal it allows, not here.)
+    removal = {"status": {"allocation": None, "reservedFor": None}}
+    err = await refused(
+        as_operator.patch_namespaced_resource_claim_status(
+            "c", namespace, removal, _content_type="application/merge-patch+json"
+        )
+    )
+    assert err.status == 403 and CLAIM_FENCE in str(err.body), err.body
+    assert "never changes nor removes an allocation" in str(err.body), err.body
+    unprotect = {"metadata": {"finalizers": None}}
+    err = await refused(
+        as_operator.patch_namespaced_resource_claim(
+            "c", namespace, unprotect, _content_type="application/merge-patch+json"
+        )
+    )
+    assert err.status == 403 and "may only add the finalizer" in str(err.body), err.body
+    assert (await read())["status"]["allocation"]["devices"]["results"][0]["device"] == "gpu-0"
+
+
 FOREIGN = {"key": "dedicated", "value": "x", "effect": "NoSchedule"}
 
 
