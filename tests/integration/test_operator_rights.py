@@ -254,7 +254,10 @@ async def test_the_operator_only_allocates_claims_not_allocated_yet(
     )
 
     async def read() -> JSON:
-        return await raw_json(resource.read_namespaced_resource_claim("c", namespace, _preload_content=False))
+        found: JSON = await raw_json(
+            resource.read_namespaced_resource_claim("c", namespace, _preload_content=False)
+        )
+        return found
 
     def allocation(device: str) -> JSON:
         result = {"request": "gpus", "driver": "gpu.example.com", "pool": "n1", "device": device}
@@ -295,7 +298,10 @@ async def test_the_operator_only_allocates_claims_not_allocated_yet(
     removal = {"status": {"allocation": None, "reservedFor": None}}
     err = await refused(
         as_operator.patch_namespaced_resource_claim_status(
-            "c", namespace, removal, _content_type="application/merge-patch+json"
+            "c",
+            namespace,
+            removal,
+            _content_type="application/merge-patch+json",  # type: ignore[call-arg]
         )
     )
     assert err.status == 403 and CLAIM_FENCE in str(err.body), err.body
@@ -303,7 +309,10 @@ async def test_the_operator_only_allocates_claims_not_allocated_yet(
     unprotect = {"metadata": {"finalizers": None}}
     err = await refused(
         as_operator.patch_namespaced_resource_claim(
-            "c", namespace, unprotect, _content_type="application/merge-patch+json"
+            "c",
+            namespace,
+            unprotect,
+            _content_type="application/merge-patch+json",  # type: ignore[call-arg]
         )
     )
     assert err.status == 403 and "may only add the finalizer" in str(err.body), err.body
