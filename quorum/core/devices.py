@@ -89,8 +89,10 @@ class DeviceRequest:
     # fields above are the first's. A gang's pods take the same one, tried in order pass by pass.
     alternatives: tuple[DeviceRequest, ...] = ()
     # A claim's `matchAttribute` constraint on this request: its devices share this attribute's
-    # value (a qualified name: "gpu.example.com/pcieRoot").
+    # value (a qualified name: "gpu.example.com/pcieRoot"), with those of the other requests
+    # the constraint names (`match_with`, request names; empty: this request alone).
     match_attribute: str | None = None
+    match_with: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +119,9 @@ class Kind:
     extended: str | None = None  # asked as this extended resource, which kube-scheduler allocates
     match_attribute: str | None = None  # a request's devices share this attribute's value
     group_count: int = 0  # with match_attribute: how many a request asks (in one group)
+    # With match_attribute: every request of the constraint (class, selectors, count), this one
+    # among them; their devices all share one value. One request alone: just this one.
+    together: tuple[tuple[str, tuple[str, ...], int], ...] = ()
 
     def label(self) -> str:
         text = f"devices of class {self.device_class}"
@@ -127,6 +132,8 @@ class Kind:
             text += f" matching {selector[:60]}{'...' if len(selector) > 60 else ''}"
         if self.match_attribute is not None:
             text += f", {self.group_count} sharing one {self.match_attribute}"
+            if len(self.together) > 1:
+                text += f" with {len(self.together) - 1} other request{'s' if len(self.together) > 2 else ''}"
         return text
 
 
@@ -236,17 +243,24 @@ def asks_of(
                 )
             if claim.name in counted_already:
                 continue  # its devices are asked once, by the gang's first pod that names it
-        for request in claim.requests:
-            if request.alternatives:
-                request = request.alternatives[min(alternative, len(request.alternatives) - 1)]
+        chosen = [
+            r.alternatives[min(alternative, len(r.alternatives) - 1)] if r.alternatives else r
+            for r in claim.requests
+        ]
+        for request in chosen:
             device_class = world.classes.get(request.device_class)
             if device_class is None:
                 raise DevicesNotModelled(f"DeviceClass {request.device_class} does not exist", WAITING)
+            together: tuple[tuple[str, tuple[str, ...], int], ...] = ()
+            if request.match_attribute is not None:
+                names = request.match_with or (request.name,)
+                together = tuple((r.device_class, r.selectors, r.count) for r in chosen if r.name in names)
             kind = Kind(
                 device_class.name,
                 request.selectors,
                 match_attribute=request.match_attribute,
                 group_count=request.count if request.match_attribute else 0,
+                together=together,
             )
             asks.append(Ask(kind, request.count, request.all_devices, entry.name, request.name))
     for resource, milli_units in sorted(extended.items()):
@@ -482,10 +496,20 @@ class DeviceCounts:
                 return f"a request of all {ask.kind.label()} whose devices other requests also ask"
             if ask.kind.match_attribute is not None and (len(component) > 1 or ask.all_devices):
                 return f"a request of {ask.kind.label()} whose devices other requests also ask"
+            if len(set(members := self.members(ask.kind))) < len(members):
+                return f"a matchAttribute constraint over requests alike ({ask.kind.label()})"
         return None
 
     def group_token(self, kind: Kind) -> str:
-        return f"groups of {kind.label()}"
+        """The resource counting how many requests of the kind's constraint the node can serve
+        (one per constraint: named after its first request)."""
+        return f"groups of {self.members(kind)[0].label()}"
+
+    def members(self, kind: Kind) -> tuple[Kind, ...]:
+        """The kinds of the requests of a kind's `matchAttribute` constraint, in order."""
+        if len(kind.together) < 2:
+            return (kind,)
+        return tuple(replace(kind, device_class=c, selectors=s, group_count=n) for c, s, n in kind.together)
 
     def groups(self, node: str, kind: Kind, keys: Iterable[DeviceKey]) -> dict[object, list[DeviceKey]]:
         """The devices `keys` of a kind with `match_attribute`, by their value of it (a device
@@ -540,16 +564,20 @@ class DeviceCounts:
                 total[name] = every * TOKEN
                 if held:
                     taken[name] = held * TOKEN
-        for kind in self.kinds:
-            if kind.match_attribute is None:
-                continue
-            # How many requests of it the node's free devices can serve, each from one group:
-            # exact, as no other kind shares its devices (`not_modelled`) and all ask as many.
-            by_value = self.groups(
-                node, kind, [k for k, kinds in matches.items() if kind in kinds and k in free]
-            )
-            if slots := sum(len(keys) // kind.group_count for keys in by_value.values()):
-                total[self.group_token(kind)] = slots * TOKEN
+        constraints = {self.members(k) for k in self.kinds if k.match_attribute is not None}
+        for members in constraints:
+            # How many claims of the constraint the node's free devices can serve, each from one
+            # group (a value of the attribute): per group, as many as its scarcest request
+            # allows. Exact, as no other kind shares their devices (`not_modelled`).
+            per_value: Counter[object] | None = None
+            for kind in members:
+                by_value = self.groups(
+                    node, kind, [k for k, kinds in matches.items() if kind in kinds and k in free]
+                )
+                slots = Counter({v: len(keys) // kind.group_count for v, keys in by_value.items()})
+                per_value = slots if per_value is None else per_value & slots
+            if per_value and (slots_total := sum(per_value.values())):
+                total[self.group_token(members[0])] = slots_total * TOKEN
         for kind in self.all_kinds:
             matching = [key for key, kinds in matches.items() if kind in kinds]
             if matching:
@@ -580,8 +608,8 @@ class DeviceCounts:
             for wanted, name in self.sets:
                 if ask.kind in wanted:
                     out[name] = out.get(name, 0) + ask.count * TOKEN
-            if ask.kind.match_attribute is not None:
-                token = self.group_token(ask.kind)
+            if ask.kind.match_attribute is not None and self.members(ask.kind)[0] == ask.kind:
+                token = self.group_token(ask.kind)  # once per claim: asked by its first request
                 out[token] = out.get(token, 0) + TOKEN
         return out
 
@@ -646,19 +674,31 @@ class DeviceCounts:
                     continue
                 if ask.kind not in self.native.get(node, frozenset()):
                     units.extend((uid, i, ask) for _ in range(ask.count))
-        # A request whose devices share an attribute: all from one group, the one with the most
-        # left (no other kind shares them, and `capacity` counted whole requests per group).
-        grouped = [u for u in units if u[2].kind.match_attribute is not None]
+        # The requests of a matchAttribute constraint: all from one group (a value of the
+        # attribute), the one that serves the most such claims after (no other kind shares their
+        # devices, and `capacity` counted whole claims per group).
+        grouped: dict[tuple[str, str, tuple[Kind, ...]], list[Ask]] = {}
+        for uid, _i, ask in dict.fromkeys(u for u in units if u[2].kind.match_attribute is not None):
+            grouped.setdefault((uid, ask.claim, self.members(ask.kind)), []).append(ask)
         units = [u for u in units if u[2].kind.match_attribute is None]
-        for uid, _i, ask in dict.fromkeys(grouped):
-            by_value = self.groups(
-                node, ask.kind, [k for k in free if ask.kind in matches.get(k, frozenset())]
-            )
-            best = max(by_value.values(), key=lambda keys: (len(keys), sorted(keys)), default=None)
-            if best is None or len(best) < ask.count:
+        for (uid, _claim, members), asks in grouped.items():
+            by_kind = {
+                kind: self.groups(node, kind, [k for k in free if kind in matches.get(k, frozenset())])
+                for kind in members
+            }
+            values = [
+                v
+                for v in by_kind[members[0]]
+                if all(len(by_kind[k].get(v, ())) >= k.group_count for k in members)
+            ]
+            if not values:
                 return None
-            out[uid][(ask.claim, ask.request)] = tuple(sorted(best)[: ask.count])
-            free = [k for k in free if k not in out[uid][(ask.claim, ask.request)]]
+            best = max(
+                values, key=lambda v: (min(len(by_kind[k][v]) // k.group_count for k in members), str(v))
+            )
+            for ask in asks:
+                out[uid][(ask.claim, ask.request)] = tuple(sorted(by_kind[ask.kind][best])[: ask.count])
+                free = [k for k in free if k not in out[uid][(ask.claim, ask.request)]]
         owner: dict[DeviceKey, int] = {}  # device -> index of the unit it serves
 
         def augment(u: int, seen: set[DeviceKey]) -> bool:

@@ -129,8 +129,10 @@ def claim_spec(namespace: str, name: str, spec: JSON) -> Claim:
             unmodeled.append("a distinctAttribute constraint is not modelled yet")
             continue
         named = constraint.get("requests") or [r.name for r in requests]
-        if len(named) != 1:
-            unmodeled.append(f"a matchAttribute constraint over {len(named)} requests is not modelled yet")
+        if len(named) > 1:
+            _match_together(requests, [str(n) for n in named], str(attribute), unmodeled)
+            continue
+        if not named:
             continue
         for i, request in enumerate(requests):  # the request, or each of its alternatives
             if request.name == named[0].partition("/")[0]:
@@ -140,6 +142,26 @@ def claim_spec(namespace: str, name: str, spec: JSON) -> Claim:
                 )
                 requests[i] = replace(request, match_attribute=str(attribute), alternatives=alternatives)
     return Claim(namespace, name, tuple(requests), tuple(unmodeled))
+
+
+def _match_together(
+    requests: list[DeviceRequest], named: list[str], attribute: str, unmodeled: list[str]
+) -> None:
+    """A matchAttribute constraint over several requests: each of them gets it, naming the
+    others; what quorum does not model of it goes to `unmodeled`."""
+    found = {r.name: i for i, r in enumerate(requests) if r.name in named}
+    why = ""
+    if len(found) < len(named):
+        why = "names a request that is not one of the claim's (or a firstAvailable alternative)"
+    elif any(requests[i].alternatives or requests[i].all_devices for i in found.values()):
+        why = "names a request with firstAvailable alternatives or of all devices"
+    elif any(requests[i].match_attribute is not None for i in found.values()):
+        why = "names a request another matchAttribute constraint names too"
+    if why:
+        unmodeled.append(f"a matchAttribute constraint over {len(named)} requests {why}: not modelled yet")
+        return
+    for i in found.values():
+        requests[i] = replace(requests[i], match_attribute=attribute, match_with=tuple(named))
 
 
 def _request(label: str, exactly: JSON, unmodeled: list[str]) -> DeviceRequest:

@@ -352,6 +352,62 @@ async def test_first_available_and_a_shared_pcie_root(
     assert any("tried alternative 1 of 2" in m for m in told), told
 
 
+async def test_a_gpu_and_a_nic_on_one_pcie_root(
+    cluster: Instance, api: client.ApiClient, namespace: str, driver: Any
+) -> None:
+    """Claims of 2 GPUs and 1 NIC on one PCIe root (matchAttribute over both requests). Both
+    nodes have GPUs in two roots of 4; only node 0 has NICs, one on each root. A gang of 2 goes
+    to node 0, each pod's GPUs on its NIC's root, one pod per root."""
+    gpus = await driver(2)
+    names = gpus.pool.names
+    nics = []
+    for i in range(2):
+        nic = device(8 + i, "NIC")
+        nic["name"], nic["attributes"]["pcieRoot"] = f"nic-{i}", {"string": f"root-{i}"}
+        nics.append(nic)
+    gpus.publish(cluster, {names[0]: rooted("H100", 4) + nics, names[1]: rooted("H100", 4)})
+    model, root = f'device.attributes["{gpus.name}"].model', f"{gpus.name}/pcieRoot"
+
+    def request(name: str, wanted: str, count: int) -> dict[str, Any]:
+        selector = {"cel": {"expression": f'{model} == "{wanted}"'}}
+        return {
+            "name": name,
+            "exactly": {"deviceClassName": gpus.name, "count": count, "selectors": [selector]},
+        }
+
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gpus-and-nic"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [request("gpus", "H100", 2), request("nic", "NIC", 1)],
+                    "constraints": [{"requests": ["gpus", "nic"], "matchAttribute": root}],
+                }
+            }
+        },
+    }
+    apply(cluster, namespace, template)
+    await create_podgroup(api, namespace, "g", 2)
+    apply(cluster, namespace, *(gang_pod(gpus.pool, f"g-{i}", "g", "gpus-and-nic") for i in range(2)))
+    running = await all_running(api, namespace, 2, "pod-group.scheduling.sigs.k8s.io=g")
+    assert {p["spec"]["nodeName"] for p in running} == {names[0]}, "only node 0 has NICs"
+    held = await claims(api, namespace)
+    roots = set()
+    for pod in running:
+        (status,) = pod["status"]["resourceClaimStatuses"]
+        claim = held[status["resourceClaimName"]]
+        assert allocated_by(claim) == {"quorum-operator"}
+        results = claim["status"]["allocation"]["devices"]["results"]
+        by_request = {r: [x["device"] for x in results if x["request"] == r] for r in ("gpus", "nic")}
+        (nic,) = by_request["nic"]
+        on = {int(d.removeprefix("gpu-")) // 4 for d in by_request["gpus"]}
+        assert len(by_request["gpus"]) == 2 and on == {int(nic.removeprefix("nic-"))}, by_request
+        roots |= on
+    assert roots == {0, 1}, "one pod per root"
+
+
 async def test_a_gang_pod_goes_where_its_shared_claim_was_allocated(
     cluster: Instance, api: client.ApiClient, namespace: str, driver: Any
 ) -> None:

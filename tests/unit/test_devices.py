@@ -353,6 +353,59 @@ def test_a_request_whose_devices_share_an_attribute_takes_them_from_one_group() 
     assert not result.releases, "8 free devices on the quarters node, but no root of 4"
 
 
+def test_requests_that_share_an_attribute_take_their_devices_from_one_group() -> None:
+    """A claim of 2 GPUs and 1 NIC on one PCIe root (matchAttribute over both requests). Node
+    "split" has roots of 4 GPUs and no NIC, and of 4 NICs and no GPU: 8 GPUs and 4 NICs, and
+    no claim fits. Node "paired" has two roots of 4 GPUs and 1 NIC: two claims fit, one per
+    root, not three (though 8 GPUs would serve four pods of 2)."""
+    root = f"{DRIVER}/pcieRoot"
+
+    def device(node_name: str, name: str, model: str, at: str) -> Device:
+        return Device(DRIVER, node_name, name, {f"{DRIVER}/model": model, root: at})
+
+    split = [device("split", f"gpu-{i}", "H100", "r0") for i in range(4)] + [
+        device("split", f"gpu-{i}", "H100", "r1") for i in range(4, 8)
+    ]
+    split += [device("split", f"nic-{i}", "NIC", "r2") for i in range(4)]
+    paired = [device("paired", f"gpu-{i}", "H100", f"r{i // 4}") for i in range(8)]
+    paired += [device("paired", f"nic-{i}", "NIC", f"r{i}") for i in range(2)]
+    gpus = DeviceRequest(
+        "gpus",
+        "gpu",
+        (f'device.attributes["{DRIVER}"].model == "H100"',),
+        2,
+        match_attribute=root,
+        match_with=("gpus", "nic"),
+    )
+    nic = DeviceRequest(
+        "nic",
+        "gpu",
+        (f'device.attributes["{DRIVER}"].model == "NIC"',),
+        1,
+        match_attribute=root,
+        match_with=("gpus", "nic"),
+    )
+    claims = [claim(f"c{i}", gpus, nic) for i in range(3)]
+    devices = world({"split": split, "paired": paired}, claims)
+    pair = gang("pair", pod("p0", made("c0")), pod("p1", made("c1")))
+    result, _ = plan([node("split")], [pair], devices)
+    assert not result.releases, "GPUs and NICs on different roots: no claim fits"
+    counted = count_devices({"paired": node("paired")}, [pair], devices, still_matcher())
+    result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
+    (release,) = result.releases
+    assert counted.counts is not None
+    chosen = counted.counts.assign_release(release.placement, counted.asks)
+    assert chosen is not None
+    by_key = {d.key: d for d in paired}
+    for uid in ("p0", "p1"):
+        picked = [by_key[k] for r in ("gpus", "nic") for k in chosen[uid][("gpus", r)]]
+        assert len(picked) == 3 and len({d.attributes[root] for d in picked}) == 1, picked
+    assert {by_key[chosen[u][("gpus", "nic")][0]].attributes[root] for u in ("p0", "p1")} == {"r0", "r1"}
+    three = gang("three", *(pod(f"p{i}", made(f"c{i}")) for i in range(3)))
+    result, _ = plan([node("paired")], [three], devices)
+    assert not result.releases, "two roots with a NIC each: two claims, not three"
+
+
 def test_many_kinds_on_the_same_devices_hold_only_the_gangs_that_come_later() -> None:
     """Seven different selectors on the same GPUs (seven teams, or one tenant trying): the first
     six in queue order are counted and their gangs planned; the seventh waits, and no other."""

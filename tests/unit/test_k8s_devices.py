@@ -17,7 +17,7 @@ def exactly(name: str, count: int = 1, device_class: str = "gpu") -> JSON:
     return {"name": name, "exactly": {"deviceClassName": device_class, "count": count}}
 
 
-def test_a_match_attribute_constraint_on_one_request_is_modelled_others_are_said() -> None:
+def test_match_attribute_constraints_are_modelled_what_is_not_is_said() -> None:
     one = claim_spec(
         "ns", "c", {"devices": {"requests": [exactly("gpus", 4)], "constraints": [{"matchAttribute": ROOT}]}}
     )
@@ -27,7 +27,25 @@ def test_a_match_attribute_constraint_on_one_request_is_modelled_others_are_said
         "c",
         {"devices": {"requests": [exactly("a"), exactly("b")], "constraints": [{"matchAttribute": ROOT}]}},
     )
-    assert two.unmodeled == ("a matchAttribute constraint over 2 requests is not modelled yet",)
+    assert not two.unmodeled
+    assert [(r.match_attribute, r.match_with) for r in two.requests] == [(ROOT, ("a", "b"))] * 2
+    twice = claim_spec(
+        "ns",
+        "c",
+        {
+            "devices": {
+                "requests": [exactly("a"), exactly("b"), exactly("c")],
+                "constraints": [
+                    {"matchAttribute": ROOT, "requests": ["a", "b"]},
+                    {"matchAttribute": "numa", "requests": ["b", "c"]},
+                ],
+            }
+        },
+    )
+    assert twice.unmodeled == (
+        "a matchAttribute constraint over 2 requests names a request another matchAttribute "
+        "constraint names too: not modelled yet",
+    )
     distinct = claim_spec(
         "ns", "c", {"devices": {"requests": [exactly("a")], "constraints": [{"distinctAttribute": ROOT}]}}
     )
