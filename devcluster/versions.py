@@ -85,6 +85,7 @@ RELEASES: dict[str, Release] = {
             "CompositePodGroup": True,
             "PodGroupPreemptionPolicy": True,
             "WorkloadWithJob": True,
+            "DRAWorkloadResourceClaims": True,  # beta, off by default: PodGroup.spec.resourceClaims
         },
         "api/alpha=true,api/beta=true",
         "protect",

@@ -529,8 +529,8 @@ def allocation_status(
     """The `status` that allocates `claim` to the devices `chosen` per request, on `node`, for
     `pod`, as kube-scheduler's allocator writes it: results in the claim's order of requests,
     the classes' and the claim's configuration, the node, the time (without it kube-scheduler
-    writes one itself, which the apiserver refuses on an allocation once set), and the pod as
-    its consumer."""
+    writes one itself, which the apiserver refuses on an allocation once set), and its
+    consumer (`consumer`)."""
     # Each request as allocated: its own name and class, or those of the alternative chosen.
     allocated: list[tuple[str, str]] = []
     for r in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
@@ -568,7 +568,6 @@ def allocation_status(
     devices: JSON = {"results": results}
     if config:
         devices["config"] = config
-    meta = pod["metadata"]
     return {
         "allocation": {
             "devices": devices,
@@ -579,5 +578,17 @@ def allocation_status(
             },
             "allocationTimestamp": now,
         },
-        "reservedFor": [{"resource": "pods", "name": meta["name"], "uid": meta["uid"]}],
+        "reservedFor": [consumer(claim, pod)],
     }
+
+
+def consumer(claim: JSON, pod: JSON) -> JSON:
+    """Whom an allocated claim is reserved for: the Workload PodGroup a claim was made for
+    (`PodGroup.spec.resourceClaims`, DRAWorkloadResourceClaims), as kube-scheduler reserves
+    it; otherwise the pod."""
+    for owner in claim["metadata"].get("ownerReferences") or []:
+        group = str(owner.get("apiVersion", "")).partition("/")[0]
+        if owner.get("controller") and owner.get("kind") == "PodGroup" and group == "scheduling.k8s.io":
+            return {"apiGroup": group, "resource": "podgroups", "name": owner["name"], "uid": owner["uid"]}
+    meta = pod["metadata"]
+    return {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}

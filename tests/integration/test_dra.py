@@ -18,7 +18,8 @@ from devcluster.dra import device
 from devcluster.nodes import HOSTNAME_LABEL, TEST_POOL_KEY, TestPool
 from tests.integration.test_explain import quorum
 from tests.integration.test_gangs import all_running, assert_as_planned, gang_condition, pods
-from tests.kube import create_podgroup, eventually, raw_json
+from tests.integration.test_workloads import member
+from tests.kube import WorkloadApi, create_podgroup, eventually, raw_json
 
 pytestmark = [pytest.mark.cluster, pytest.mark.kubernetes_1_36]
 
@@ -406,6 +407,44 @@ async def test_a_gpu_and_a_nic_on_one_pcie_root(
         assert len(by_request["gpus"]) == 2 and on == {int(nic.removeprefix("nic-"))}, by_request
         roots |= on
     assert roots == {0, 1}, "one pod per root"
+
+
+async def test_a_podgroups_claim_is_allocated_once_for_the_group(
+    cluster: Instance, api: client.ApiClient, namespace: str, driver: Any
+) -> None:
+    """A Workload PodGroup with a claim of 8 devices (`spec.resourceClaims`, from a template) and
+    two pods that name it: kube-controller-manager makes one claim for the group; quorum puts
+    both pods on the node with 8 devices, allocates the claim there for the PodGroup, and
+    kube-scheduler binds both."""
+    was = await WorkloadApi.of(api)
+    if was.legacy:
+        pytest.skip("PodGroup claims are Kubernetes 1.37's (DRAWorkloadResourceClaims, beta)")
+    gpus = await driver(2)
+    names = gpus.pool.names
+    gpus.publish(cluster, {names[0]: [device(i) for i in range(4)], names[1]: [device(i) for i in range(8)]})
+    apply(cluster, namespace, gpus.template("eight", 8))
+    entry = {"name": "gpus", "resourceClaimTemplateName": "eight"}
+    gang = {"gang": {"minCount": 2}}
+    await was.create(
+        api, namespace, "workloads", was.workload("train", [{"name": "w", "schedulingPolicy": gang}])
+    )
+    group = was.podgroup("train-w", gang, ("train", "w"), resourceClaims=[entry])
+    await was.create(api, namespace, "podgroups", group)
+    pods_of_group = []
+    for i in range(2):
+        pod = member(f"w{i}", "train-w", gpus.pool, 0)
+        pod["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+        pod["spec"]["resourceClaims"] = [entry]
+        pods_of_group.append(pod)
+    apply(cluster, namespace, *({"apiVersion": "v1", "kind": "Pod", **p} for p in pods_of_group))
+    running = await all_running(api, namespace, 2, "app=train-w")
+    assert {p["spec"]["nodeName"] for p in running} == {names[1]}, "the one node with 8 devices"
+    (made,) = {p["status"]["resourceClaimStatuses"][0]["resourceClaimName"] for p in running}
+    claim = (await claims(api, namespace))[made]
+    assert allocated_by(claim) == {"quorum-operator"}
+    assert len(claim["status"]["allocation"]["devices"]["results"]) == 8
+    (reserved,) = claim["status"]["reservedFor"]
+    assert (reserved["resource"], reserved["name"]) == ("podgroups", "train-w"), reserved
 
 
 async def test_a_gang_pod_goes_where_its_shared_claim_was_allocated(

@@ -48,8 +48,8 @@ def test_same_feature_gates_for_apiserver_scheduler_and_controller_manager() -> 
         ),
         (
             "1.37",
-            "CompositePodGroup=true,GenericWorkload=true,PodGroupPreemptionPolicy=true,"
-            "TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true",
+            "CompositePodGroup=true,DRAWorkloadResourceClaims=true,GenericWorkload=true,"
+            "PodGroupPreemptionPolicy=true,TopologyAwareWorkloadScheduling=true,WorkloadWithJob=true",
         ),
     ):
         spec = ClusterSpec(kubernetes=release)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from quorum.core.model import Node
-from quorum.k8s.devices import DeviceObjects, allocation_status, claim_spec, slice_from_api
+from quorum.k8s.devices import DeviceObjects, allocation_status, claim_spec, consumer, slice_from_api
 
 JSON = dict[str, Any]
 ROOT = "gpu.example.com/pcieRoot"
@@ -120,6 +120,21 @@ def test_the_allocation_names_the_alternative_chosen_with_its_class_configuratio
     assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}]}]
     assert allocation["allocationTimestamp"] == "2026-11-29T00:00:00Z"
     assert status["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "u"}]
+
+
+def test_a_claim_made_for_a_workload_podgroup_is_reserved_for_the_podgroup() -> None:
+    """As kube-scheduler reserves it (resourceclaim.BindTo); any other claim for its pod."""
+    owner = {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup", "name": "g", "uid": "gu"}
+    claim = {"metadata": {"name": "c", "namespace": "ns", "ownerReferences": [{**owner, "controller": True}]}}
+    pod = {"metadata": {"name": "p", "uid": "u"}}
+    assert consumer(claim, pod) == {
+        "apiGroup": "scheduling.k8s.io",
+        "resource": "podgroups",
+        "name": "g",
+        "uid": "gu",
+    }
+    other = {"metadata": {"name": "c", "namespace": "ns", "ownerReferences": [{**owner, "kind": "Pod"}]}}
+    assert consumer(other, pod) == {"resource": "pods", "name": "p", "uid": "u"}
 
 
 def pool_slice(name: str, node: str | None, generation: int, count: int, devices: list[str]) -> JSON:
