@@ -357,6 +357,9 @@ class _Claims(_Objects):
         super().__init__(claim_from_api)
         self.taken: Counter[DeviceKey] = Counter()
         self.models: dict[tuple[str, str], Claim] = {}
+        # Devices more than one allocated claim holds: two allocators (quorum and kube-
+        # scheduler, for a pod that is not a gang's) took the same one (docs/dra.md).
+        self.twice: set[DeviceKey] = set()
 
     def upsert(self, obj: JSON) -> None:
         held = self.items.get(obj["metadata"]["uid"])
@@ -367,7 +370,9 @@ class _Claims(_Objects):
         super().upsert(obj)
         model: Claim = self.items[obj["metadata"]["uid"]][1]
         self.models[(model.namespace, model.name)] = model
-        self.taken.update(allocated_devices(obj))
+        devices = allocated_devices(obj)
+        self.taken.update(devices)
+        self.twice.update(key for key in devices if self.taken[key] > 1)
 
     def delete(self, obj: JSON) -> None:
         held = self.items.get(obj["metadata"]["uid"])
@@ -378,14 +383,20 @@ class _Claims(_Objects):
     def _forget(self, obj: JSON) -> None:
         for key in allocated_devices(obj):
             self.taken[key] -= 1
+            if self.taken[key] <= 1:
+                self.twice.discard(key)
             if self.taken[key] <= 0:
                 del self.taken[key]
         meta = obj["metadata"]
         self.models.pop((meta.get("namespace", ""), meta["name"]), None)
 
     def replace_all(self, objs: list[JSON]) -> None:
-        self.taken, self.models = Counter(), {}
+        self.taken, self.models, self.twice = Counter(), {}, set()
         super().replace_all(objs)
+
+    def holding(self, key: DeviceKey) -> list[JSON]:
+        """The allocated claims that hold a device (a scan: for the rare device held twice)."""
+        return [obj for _, _, obj in self.items.values() if key in allocated_devices(obj)]
 
 
 class DeviceObjects:

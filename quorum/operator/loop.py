@@ -30,6 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from quorum.core.devices import DeviceKey
 from quorum.core.model import Gang
 from quorum.core.planner import Hold, Planner
 from quorum.k8s.api import KubeApi
@@ -161,6 +162,7 @@ class GangLoop:
         self.last_pass_end = 0.0
         self.leading = False
         self.reports: set[asyncio.Task[None]] = set()  # Warning Events of failures found by the pass
+        self.told_twice: set[DeviceKey] = set()  # DRA devices allocated twice, told already
         self.catch_up: CatchUp | None = None  # what was listed at the takeover, till the watches show it
 
     def wake(self) -> None:
@@ -278,6 +280,7 @@ class GangLoop:
         now = clock.time()
         self.releaser.start_orphans()
         self.releaser.tell_unclaimed()
+        self.tell_devices_allocated_twice()
         if self.other_schedulers.due(clock.monotonic()) and not self.work.busy(OTHER_SCHEDULERS):
             self.work.start(OTHER_SCHEDULERS, "check", self.other_schedulers.check(now))
         # From here to the plan's snapshot, no await: the usage (`used`) and the nodes it changed
@@ -382,6 +385,26 @@ class GangLoop:
         if entry is not None and entry.complete_at is not None and counts["bound"] >= (view.min_member or 1):
             metrics.BOUND_LATENCY.observe(max(0.0, clock.time() - entry.complete_at))
             entry.complete_at = None
+
+    def tell_devices_allocated_twice(self) -> None:
+        """A device two allocated claims hold (kube-scheduler allocated it to a pod outside
+        gangs while quorum did for a gang, neither seeing the other's write yet): counted in a
+        metric, and a Warning Event on each such claim, once per device."""
+        twice = self.devices.claims.twice
+        metrics.DRA_DEVICES_ALLOCATED_TWICE.set(len(twice))
+        for key in twice - self.told_twice:
+            claims = self.devices.claims.holding(key)
+            names = ", ".join(f"{c['metadata'].get('namespace')}/{c['metadata']['name']}" for c in claims)
+            message = (
+                f"device {'/'.join(key)} is allocated to more than one ResourceClaim ({names}): two "
+                "allocators took it at once; the pods of all but one cannot start on it (docs/dra.md)"
+            )
+            log.warning("%s", message)
+            objects = [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", **c} for c in claims]
+            report = asyncio.create_task(self.events.post_all(objects, "DeviceAllocatedTwice", message, True))
+            self.reports.add(report)
+            report.add_done_callback(self.reports.discard)
+        self.told_twice = set(twice)
 
     # -- failures and garbage -------------------------------------------------------------------
 

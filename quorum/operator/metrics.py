@@ -152,6 +152,12 @@ API_REQUESTS = Counter(
     ("verb", "code"),
     registry=REGISTRY,
 )
+DRA_DEVICES_ALLOCATED_TWICE = Gauge(
+    "quorum_operator_dra_devices_allocated_twice",
+    "DRA devices that more than one allocated ResourceClaim holds (two allocators took the same "
+    "device: quorum for a gang and kube-scheduler for a pod outside gangs, docs/dra.md); should be 0.",
+    registry=REGISTRY,
+)
 CACHE_SYNCED = Gauge(
     "quorum_operator_cache_synced",
     "1 once the watched kind has been listed (its cache is complete), else 0.",

@@ -283,3 +283,35 @@ async def test_a_claim_someone_allocated_on_another_node_is_not_taken_for_done()
     assert not await loop.releaser.allocate_claims(store.pods["a-0"], "n0", chosen, set())
     assert await loop.releaser.allocate_claims(store.pods["a-0"], "n1", chosen, set()), "its own node: done"
     assert api.called("allocate_claim") == []
+
+
+async def test_a_device_two_claims_hold_is_counted_and_told_once_on_each_claim() -> None:
+    """kube-scheduler allocated a device to a pod outside gangs while quorum did for a gang:
+    the metric counts it, a Warning Event goes to each claim, once; freed, it counts no more."""
+    from quorum.operator import metrics
+
+    store, bound = cluster(2, {})
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings())
+    with_devices(store, api, loop, ["n0"], [])
+
+    def allocated(name: str, version: str) -> JSON:
+        claim = claim_of(name)
+        claim["metadata"]["resourceVersion"] = version
+        result = {"request": "gpus", "driver": DRIVER, "pool": "n0", "device": "gpu-3"}
+        claim["status"] = {"allocation": {"devices": {"results": [result]}}}
+        return claim
+
+    loop.devices.claims.upsert(allocated("mine", "11"))
+    loop.devices.claims.upsert(allocated("theirs", "12"))
+    await step(loop)
+    await asyncio.gather(*loop.reports)
+    assert metrics.REGISTRY.get_sample_value("quorum_operator_dra_devices_allocated_twice") == 1
+    told = sorted((name, reason) for name, reason, _, warning in api.events if warning)
+    assert told == [("mine-gpus", "DeviceAllocatedTwice"), ("theirs-gpus", "DeviceAllocatedTwice")]
+    await step(loop)
+    await asyncio.gather(*loop.reports)
+    assert len(api.events) == 2, "told once"
+    loop.devices.claims.delete(allocated("theirs", "13"))
+    await step(loop)
+    assert metrics.REGISTRY.get_sample_value("quorum_operator_dra_devices_allocated_twice") == 0
