@@ -139,6 +139,7 @@ async def test_metrics_show_leader_cache_and_the_operator_metrics(
         "quorum_operator_gang_failures_total",
         "quorum_operator_leader",
         "quorum_operator_api_requests_total",
+        "quorum_operator_dra_devices_allocated_twice",
         "quorum_operator_cache_synced",
         "quorum_operator_preemptions_total",
         "quorum_operator_preemption_past_budgets_total",
