@@ -682,23 +682,28 @@ class DeviceCounts:
             grouped.setdefault((uid, ask.claim, self.members(ask.kind)), []).append(ask)
         units = [u for u in units if u[2].kind.match_attribute is None]
         for (uid, _claim, members), asks in grouped.items():
-            by_kind = {
-                kind: self.groups(node, kind, [k for k in free if kind in matches.get(k, frozenset())])
-                for kind in members
-            }
-            values = [
-                v
-                for v in by_kind[members[0]]
-                if all(len(by_kind[k].get(v, ())) >= k.group_count for k in members)
-            ]
-            if not values:
-                return None
-            best = max(
-                values, key=lambda v: (min(len(by_kind[k][v]) // k.group_count for k in members), str(v))
-            )
-            for ask in asks:
-                out[uid][(ask.claim, ask.request)] = tuple(sorted(by_kind[ask.kind][best])[: ask.count])
-                free = [k for k in free if k not in out[uid][(ask.claim, ask.request)]]
+            pending = list(asks)  # one ask per member for each constraint of this shape
+            while pending:
+                instance = [
+                    pending.pop(next(j for j, a in enumerate(pending) if a.kind == k)) for k in members
+                ]
+                by_kind = {
+                    kind: self.groups(node, kind, [k for k in free if kind in matches.get(k, frozenset())])
+                    for kind in members
+                }
+                values = [
+                    v
+                    for v in by_kind[members[0]]
+                    if all(len(by_kind[k].get(v, ())) >= k.group_count for k in members)
+                ]
+                if not values:
+                    return None
+                best = max(
+                    values, key=lambda v: (min(len(by_kind[k][v]) // k.group_count for k in members), str(v))
+                )
+                for ask in instance:
+                    out[uid][(ask.claim, ask.request)] = tuple(sorted(by_kind[ask.kind][best])[: ask.count])
+                    free = [k for k in free if k not in out[uid][(ask.claim, ask.request)]]
         owner: dict[DeviceKey, int] = {}  # device -> index of the unit it serves
 
         def augment(u: int, seen: set[DeviceKey]) -> bool:

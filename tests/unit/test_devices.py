@@ -406,6 +406,43 @@ def test_requests_that_share_an_attribute_take_their_devices_from_one_group() ->
     assert not result.releases, "two roots with a NIC each: two claims, not three"
 
 
+def test_two_constraints_alike_in_one_claim_take_two_groups() -> None:
+    """One claim, two constraints of the same shape (2 GPUs and a NIC on a root, twice): on a
+    node of two such roots, each constraint gets a root of its own, no device twice."""
+    root = f"{DRIVER}/pcieRoot"
+    devices_of = [
+        Device(DRIVER, "a", f"gpu-{i}", {f"{DRIVER}/model": "H100", root: f"r{i // 4}"}) for i in range(8)
+    ]
+    devices_of += [
+        Device(DRIVER, "a", f"nic-{i}", {f"{DRIVER}/model": "NIC", root: f"r{i}"}) for i in range(2)
+    ]
+
+    def request(name: str, model: str, count: int, group: tuple[str, str]) -> DeviceRequest:
+        selector = (f'device.attributes["{DRIVER}"].model == "{model}"',)
+        return DeviceRequest(name, "gpu", selector, count, match_attribute=root, match_with=group)
+
+    both = claim(
+        "c0",
+        request("g1", "H100", 2, ("g1", "n1")),
+        request("n1", "NIC", 1, ("g1", "n1")),
+        request("g2", "H100", 2, ("g2", "n2")),
+        request("n2", "NIC", 1, ("g2", "n2")),
+    )
+    world_of = world({"a": devices_of}, [both])
+    counted = count_devices({"a": node("a")}, [gang("g", pod("p0", made("c0")))], world_of, still_matcher())
+    result = plan_gangs(list(counted.nodes.values()), counted.taken, counted.queue)
+    (release,) = result.releases
+    assert counted.counts is not None
+    chosen = counted.counts.assign_release(release.placement, counted.asks)
+    assert chosen is not None
+    by_key = {d.key: d for d in devices_of}
+    picked = {r: [by_key[k] for k in keys] for (_, r), keys in chosen["p0"].items()}
+    assert sum(len(v) for v in picked.values()) == len({k for v in chosen["p0"].values() for k in v}) == 6
+    first = {d.attributes[root] for r in ("g1", "n1") for d in picked[r]}
+    second = {d.attributes[root] for r in ("g2", "n2") for d in picked[r]}
+    assert len(first) == len(second) == 1 and first != second, (first, second)
+
+
 def test_many_kinds_on_the_same_devices_hold_only_the_gangs_that_come_later() -> None:
     """Seven different selectors on the same GPUs (seven teams, or one tenant trying): the first
     six in queue order are counted and their gangs planned; the seventh waits, and no other."""
