@@ -245,6 +245,7 @@ class Diagnosis:
     reason: str = ""  # why it waits, in a word (the Admitted condition's reason)
     message: str = ""  # why it waits, in the planner's or the record's words
     shortfall: tuple[tuple[str, int, int], ...] | None = None  # (resource, needed, free); None: not planned
+    too_big: str = ""  # what of one pod no node it may use could hold, even empty
     pod: str = ""  # the pod the node lines are for ("8 nvidia.com/gpu, 1 cpu")
     nodes: tuple[NodeVerdict, ...] = ()
     topology_key: str | None = None
@@ -306,7 +307,9 @@ def render(d: Diagnosis, width: int = MAX_WIDTH, height: int = MAX_LINES) -> lis
         ),
         wrap(f"why: {d.message or 'nothing recorded yet'}", width),
     ]
-    if d.shortfall is not None:
+    if d.too_big:
+        blocks.append(wrap(f"too big: {d.too_big}", width))
+    elif d.shortfall is not None:
         if d.shortfall:
             parts = [
                 f"{resource} needs {amount(resource, need)}, {amount(resource, have)} free "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from quorum.core.index import ShapeEntry
 from quorum.core.model import Gang, Node, Pod, Resources
@@ -37,11 +37,28 @@ def explain(
     with_room, per_node = entry.with_room, entry.most_on_one
     verb = "has" if with_room == 1 else "have"
     parts.append(f"{with_room} {verb} room for one" + (f" (up to {per_node} each)" if per_node > 1 else ""))
+    if with_room == 0 and (bigger := bigger_than_any_node(pod, entry.eligible.values())):
+        parts.append(bigger)
     if entry.total < same:
         parts.append(f"{entry.total} such pods fit in all: short by {same - entry.total}")
     else:
         parts.append(f"only {len(placement)} of the gang's pods fit together")
     return "; ".join(parts)
+
+
+def bigger_than_any_node(pod: Pod, nodes: Iterable[Node]) -> str:
+    """What of one pod no node of `nodes` could hold even empty (its allocatable), or ""."""
+    largest: dict[str, int] = {}
+    for node in nodes:
+        for k, v in node.allocatable.items():
+            largest[k] = max(largest.get(k, 0), v)
+    over = [
+        (k, v, largest.get(k, 0)) for k, v in pod.requests.items() if v > largest.get(k, 0) and k != "pods"
+    ]
+    if not largest or not over:
+        return ""
+    said = ", ".join(f"{amount(k, v)} {k} (the largest has {amount(k, most)})" for k, v, most in over)
+    return f"one pod asks more than any of them can hold even empty: {said}"
 
 
 def amount(resource: str, milli_units: int) -> str:

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 from quorum.core.conditions import NO_ROOM, compose, iso, keep_transition_times
 from quorum.core.diagnosis import Diagnosis, from_status, node_verdicts, plural
-from quorum.core.explain import describe
+from quorum.core.explain import bigger_than_any_node, describe
 from quorum.core.fit import why_not
 from quorum.core.model import Gang, Node
 from quorum.core.planner import (
@@ -198,6 +198,7 @@ def replay(objects: ClusterObjects, key: GangKey, settings: LoopSettings, now: f
     return replace(
         diagnosis,
         shortfall=tuple(resource_shortfall(hold.gang, eligible, free, settings.planner)),
+        too_big=bigger_than_any_node(pod, (nodes[n] for n in eligible)),
         pod=describe(pod.requests),
         nodes=tuple(node_verdicts(pod, nodes.values(), free, settings.planner.fit, hold.gang.topology_key)),
         topology_key=hold.gang.topology_key,

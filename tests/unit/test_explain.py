@@ -203,6 +203,32 @@ async def test_a_gang_that_fits_now_is_said_to_wait_for_the_operator() -> None:
     assert not diagnosis.nodes
 
 
+async def test_a_pod_bigger_than_any_node_is_said_so_not_split_room() -> None:
+    """A gang of 2 pods of 200 CPUs on 128-CPU nodes: the free room in all is plenty, but no
+    node could hold one pod even empty; the Gang and explain say that, with the numbers."""
+    nodes = [node(f"n{i}", gpus=0) for i in range(4)]
+    gang_pods = [pod("huge", i, gpus=0) for i in range(2)]
+    for one in gang_pods:
+        one["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "200"}}
+    store = Store()
+    store.nodes = {n["metadata"]["name"]: n for n in nodes}
+    store.groups[("scheduling.sigs.k8s.io", NS, "huge")] = podgroup("huge", 2)
+    GangPods(store).replace_all(copy.deepcopy(gang_pods))
+    bound = BoundPods()
+    bound.replace_all(copy.deepcopy(gang_pods))
+    await step(GangLoop(FakeApi(store), store, bound, loop_settings()))
+    admitted = next(
+        c for c in store.gangs[(NS, "pg-huge")]["status"]["conditions"] if c["type"] == "Admitted"
+    )
+    said = "one pod asks more than any of them can hold even empty: 200 cpu (the largest has 128)"
+    assert said in admitted["message"], admitted["message"]
+    diagnosis = replay(objects_of(store, nodes, gang_pods), (NS, "pg-huge"), loop_settings(), 1e10)
+    assert diagnosis is not None and diagnosis.too_big.endswith("200 cpu (the largest has 128)")
+    lines = render(diagnosis)
+    assert any(line.startswith("too big: one pod asks more than any") for line in lines), lines
+    assert not any("split over too many nodes" in line for line in lines), lines
+
+
 def test_a_gang_without_pods_has_no_planned_view() -> None:
     assert replay(ClusterObjects(), (NS, "pg-none"), loop_settings(), 0.0) is None
 
