@@ -180,6 +180,9 @@ class Gang:
     disruption_mode: str | None = None
     # The CompositePodGroup (same namespace) whose minGroupCount this gang counts toward.
     composite: str | None = None
+    # Whose gang it is, for fairness between teams (docs/lifecycle.md, "Between tenants"); ""
+    # for its namespace.
+    tenant: str = ""
     # One pod of each shape among its pods, in order (computed once: the planner asks often).
     shapes: tuple[Pod, ...] = field(init=False, repr=False, compare=False)
 
@@ -192,6 +195,11 @@ class Gang:
     @property
     def key(self) -> tuple[str, str]:
         return (self.namespace, self.name)
+
+    @property
+    def owner(self) -> str:
+        """The tenant the gang counts for: its `tenant`, or its namespace."""
+        return self.tenant or f"namespace {self.namespace}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -189,12 +189,40 @@ class PassState:
 
     search_left: int  # node visits of search this pass may still make
     visits: int = 0
+    # Each tenant's share of the pass's search (pass_budget over the tenants with gangs in the
+    # queue), and what its gangs' searches made so far: a gang starts a search only while its
+    # tenant has spent less than its share.
+    tenant_share: int = 0
+    tenant_spent: Counter[str] = field(default_factory=Counter)
     holding: bool = False  # capacity is held for one starving gang at a time
     may_hold: frozenset[tuple[str, str]] = frozenset()  # the starving gangs whose turn it may be
     explained: dict[tuple[object, ...], str] = field(default_factory=dict)  # alike held alike
     touched: set[Shape] = field(default_factory=set)
     undo: list[tuple[str, dict[str, int]]] = field(default_factory=list)  # (node, free before a commit)
     composite_domains_left: int = MAX_COMPOSITE_DOMAINS_PER_PASS
+
+    def why_no_search(self, gang: Gang, settings: PlannerSettings) -> str | None:
+        """Why the gang's search may not start this pass (None: it may)."""
+        if self.search_left <= 0:
+            return (
+                f"{NOT_SEARCHED}: the pass's search budget ({settings.pass_budget} node visits) went "
+                "to gangs ahead of it; it goes first among its priority next pass"
+            )
+        if self.tenant_spent[gang.owner] >= self.tenant_share:
+            return (
+                f"{NOT_SEARCHED}: its tenant's share of the pass's search budget ({self.tenant_share} "
+                f"of {settings.pass_budget} node visits) went to its gangs ahead of it; it goes first "
+                "among its priority next pass"
+            )
+        return None
+
+    def spent(self, gang: Gang, visits: int) -> None:
+        self.search_left -= visits
+        self.visits += visits
+        self.tenant_spent[gang.owner] += visits
+
+
+NOT_SEARCHED = "not searched this pass"
 
 
 class Planner:
@@ -209,6 +237,7 @@ class Planner:
         # held (taken out of `index.free`) for a starving gang, node by node (see `room_for`).
         self.order: dict[tuple[str, str], int] = {}
         self.held_room: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
+        self.unsearched: set[tuple[str, str]] = set()  # gangs the last pass had no search for
 
     def plan(
         self,
@@ -223,11 +252,20 @@ class Planner:
         the previous pass (None: compare everything). `composites`: the CompositePodGroups the
         queue's gangs name; a composite's gangs are planned together, where its first is."""
         self.sync(nodes, used, changed)
-        state = PassState(self.settings.pass_budget, may_hold=self.turn(queue, now))
+        tenants = len({gang.owner for gang in queue})
+        state = PassState(
+            self.settings.pass_budget,
+            may_hold=self.turn(queue, now),
+            tenant_share=self.settings.pass_budget // max(1, tenants),
+        )
         releases: list[Release] = []
         holds: list[Hold] = []
         held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]] = {}
-        ordered = sorted(queue, key=queue_order)
+        # Queue order, except that a gang the last pass did not search goes first within its
+        # priority: a search budget spent on others one pass is its own the next.
+        unsearched = self.unsearched
+        ordered = sorted(queue, key=lambda g: (-g.priority, g.key not in unsearched, *queue_order(g)[1:]))
+        self.unsearched = set()
         self.order = {gang.key: i for i, gang in enumerate(ordered)}
         self.held_room = {}
         family = CompositeFamily.of(ordered, composites or {})
@@ -255,6 +293,8 @@ class Planner:
                     releases.append(one)
                 elif one is not None:
                     holds.append(one)
+                    if one.reason == "BudgetExhausted" and one.message.startswith(NOT_SEARCHED):
+                        self.unsearched.add(one.gang.key)
         self.index.keep_only(state.touched)  # shapes no gang asked for this pass are forgotten
         self.held = held
         return Plan(tuple(releases), tuple(holds), state.visits)
@@ -410,16 +450,23 @@ class Planner:
         return [Hold(g, "WaitingForGroups", message) for g in family.gangs_under(key)]
 
     def turn(self, queue: Sequence[Gang], now: float) -> frozenset[tuple[str, str]]:
-        """The starving gangs that may hold capacity this pass: starving gangs take turns of
-        `starvation_hold_seconds`, in queue order, the first whose turn it is first; the ones
-        after it may hold when it cannot (it needs more than its share, say)."""
-        starving = [
-            g.key for g in sorted(queue, key=queue_order) if self.settings.holds_now(g.held_since, now)
-        ]
+        """The starving gangs that may hold capacity this pass. Turns of
+        `starvation_hold_seconds` go round the tenants with starving gangs (in the queue order
+        of their first), and within a tenant round its starving gangs in queue order: a tenant
+        with many gangs that never fit has one turn in as many as there are such tenants, not
+        one per gang. The gang whose turn it is holds first; when it cannot (it needs more than
+        its share, say), the gangs after it in queue order may."""
+        starving = [g for g in sorted(queue, key=queue_order) if self.settings.holds_now(g.held_since, now)]
         if not starving:
             return frozenset()
-        first = int(now // max(1.0, self.settings.starvation_hold_seconds)) % len(starving)
-        return frozenset(starving[first:])
+        by_tenant: dict[str, list[Gang]] = {}
+        for gang in starving:
+            by_tenant.setdefault(gang.owner, []).append(gang)
+        tenants = list(by_tenant)
+        slot = int(now // max(1.0, self.settings.starvation_hold_seconds))
+        own = by_tenant[tenants[slot % len(tenants)]]
+        chosen = own[(slot // len(tenants)) % len(own)]
+        return frozenset(g.key for g in starving[starving.index(chosen) :])
 
     def sync(
         self, nodes: Mapping[str, Node], used: Mapping[str, Resources], changed: Collection[str] | None
@@ -576,20 +623,18 @@ def _place(
     if len(placement) >= needed:
         return Outcome(placement)
     if len(entries) > 1:
-        if state.search_left <= 0:
+        if (why_not := state.why_no_search(gang, settings)) is not None:
             return Outcome(
                 None,
                 "BudgetExhausted",
-                f"not searched this pass: the pass's search budget ({settings.pass_budget} node visits) "
-                f"went to gangs ahead of it; greedy placement fit {len(placement)} of the needed {needed}",
+                f"{why_not}; greedy placement fit {len(placement)} of the needed {needed}",
                 keep=False,
             )
         budget = Budget(settings.gang_budget)
         try:
             found = _search(pods, needed, entries, free, budget, settings.accelerators)
         finally:
-            state.search_left -= budget.visits
-            state.visits += budget.visits
+            state.spent(gang, budget.visits)
         if found is not None:
             return Outcome(found)
         if budget.exhausted:
@@ -617,7 +662,8 @@ def _place_in_one_domain(
     key = gang.topology_key or ""
     biggest = pods[0].shape
     domains, unlabeled = domains_of(entries, key)
-    budget = Budget(settings.gang_budget) if state.search_left > 0 else None
+    why_not = state.why_no_search(gang, settings)
+    budget = Budget(settings.gang_budget) if why_not is None else None
     skipped = False  # a domain greedy could not fill was not searched: the pass's budget is spent
     try:
         for domain in least_waste_first(domains, biggest):
@@ -639,15 +685,10 @@ def _place_in_one_domain(
                     return Outcome(found)
     finally:
         if budget is not None:
-            state.search_left -= budget.visits
-            state.visits += budget.visits
+            state.spent(gang, budget.visits)
     why = explain_domains(key, needed, domains, biggest, unlabeled)
     if skipped:
-        prefix = (
-            f"not searched this pass: the pass's search budget ({settings.pass_budget} node visits) went "
-            "to gangs ahead of it; "
-        )
-        return Outcome(None, "BudgetExhausted", prefix + why, keep=False)
+        return Outcome(None, "BudgetExhausted", f"{why_not}; {why}", keep=False)
     if budget is not None and budget.exhausted:
         return Outcome(None, "BudgetExhausted", _exhausted(budget) + why)
     return Outcome(None, "Unschedulable", why)

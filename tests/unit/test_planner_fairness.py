@@ -94,6 +94,7 @@ def test_nothing_is_placed_on_the_room_held_for_a_starving_gang(
 # -- the guard bounded: share, turns, rest (docs/threat-model.md, "How quorum is attacked") ------
 
 BOUNDED = PlannerSettings(starvation_seconds=30, starvation_hold_seconds=100, starvation_rest_seconds=100)
+BOUNDED_NO_REST = PlannerSettings(starvation_seconds=30, starvation_hold_seconds=100)
 
 
 def test_a_gang_that_needs_more_than_its_share_holds_nothing_and_the_next_starving_gang_holds() -> None:
@@ -161,3 +162,46 @@ def test_the_room_held_for_a_starving_gang_is_free_to_it_and_to_the_gangs_ahead_
     assert planner.room_for(top.key)["n1"][GPU] == 8000, "planned before the hold"
     assert planner.room_for(starving.key)["n0"][GPU] == 0, "what runs there is not freed"
     assert planner.room_for(("ns", "unknown"))["n1"][GPU] == 0
+
+
+# -- between tenants -------------------------------------------------------------------------------
+
+
+def test_the_search_budget_is_shared_between_tenants() -> None:
+    """Tenant A's three older gangs each exhaust their search. Tenant B's gang is searched in the
+    first pass (half the pass is B's), not left unsearched behind A's pass after pass; A's gang
+    left unsearched goes first the next pass."""
+    from dataclasses import replace
+
+    from tests.unit.test_planner_robustness import fragmented
+
+    nodes = {n.name: n for n in (node(f"n{i:02d}", gpus=8, cpu=130) for i in range(20))}
+    hopeless = [replace(fragmented(f"a{i}", 20, created=i), namespace="team-a") for i in range(3)]
+    other = replace(fragmented("b", 20, created=10), namespace="team-b")
+    planner = Planner(PlannerSettings(gang_budget=5_000, pass_budget=10_000))
+    holds = {h.gang.name: h.message for h in planner.plan(nodes, {}, [*hopeless, other]).holds}
+    assert holds["b"].startswith("search budget exhausted after"), holds["b"]
+    assert holds["a0"].startswith("search budget exhausted after"), holds["a0"]
+    for name in ("a1", "a2"):
+        assert holds[name].startswith("not searched this pass: its tenant's share"), holds[name]
+    again = {h.gang.name: h.message for h in planner.plan(nodes, {}, [*hopeless, other], changed=()).holds}
+    assert again["a1"].startswith("search budget exhausted"), "not searched last pass: goes first now"
+    assert again["a2"].startswith("not searched this pass: its tenant's share"), again["a2"]
+    assert again["b"].startswith("search budget exhausted"), "B keeps its share"
+
+
+def test_starvation_turns_go_round_tenants_not_gangs() -> None:
+    """Tenant A has three starving gangs that never fit, tenant B one: B holds in every other
+    turn (today one in four), and A's gangs share A's turns."""
+    from dataclasses import replace
+
+    nodes = [node(f"n{i}") for i in range(4)]
+    a = [replace(gang(f"a{i}", 2, gpus=8, created=i, held_since=0.0), namespace="team-a") for i in range(3)]
+    b = replace(gang("b", 2, gpus=8, created=10, held_since=0.0), namespace="team-b")
+    holders = []
+    for turn in range(6):  # one pass in each 100 s turn, all after the first 30 s
+        now = 100.0 * (turn + 1) + 10
+        plan = plan_gangs(nodes, busy("n0", "n1", "n2", "n3"), [*a, b], BOUNDED_NO_REST, now=now)
+        holders.append([h.gang.name for h in plan.holds if h.held_nodes])
+    assert [h[0] for h in holders].count("b") == 3, holders
+    assert sorted(h[0] for h in holders if h[0] != "b") == ["a0", "a1", "a2"], holders

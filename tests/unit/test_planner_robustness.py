@@ -113,7 +113,7 @@ def test_the_pass_budget_limits_search_not_the_gangs_of_alike_pods_behind() -> N
     assert holds["second"].reason == "BudgetExhausted"
     assert holds["second"].message == (
         "not searched this pass: the pass's search budget (1 node visits) went to gangs ahead of it; "
-        "greedy placement fit 154 of the needed 155"
+        "it goes first among its priority next pass; greedy placement fit 154 of the needed 155"
     )
     assert plan.visits == 5_000
 
