@@ -240,9 +240,30 @@ def _elsewhere(work: Sequence[Work]) -> str:
 @dataclass(frozen=True, slots=True)
 class NoPreemption:
     gang: Gang
-    reason: str  # NothingToPreempt | WouldNotFit | Fits (nothing is needed)
+    reason: str  # NothingToPreempt | WouldNotFit | Unproven | Fits (nothing is needed)
     message: str
     checks: int = 0
+
+
+# Constraints quorum does not model that can keep a gang from binding however much room there is
+# (a pod it must sit beside that does not exist, a port another pod holds). Volumes and topology
+# spreads, which ordinary training gangs carry, are not among them: such gangs keep preemption.
+BLOCKING_UNMODELED = frozenset({"required pod affinity", "required pod anti-affinity", "host ports"})
+
+
+def unproven_fit(gang: Gang) -> str | None:
+    """Why quorum cannot show that the gang would bind once room is made, or None. Its pods'
+    hard constraints that quorum does not model could keep it pending on any room, and deleting
+    others' work for nothing is the worst quorum can do; so such a gang preempts only once some
+    of its members have been released and bound before (kube-scheduler placed them)."""
+    blocking = sorted({c for pod in gang.pods for c in pod.unmodeled if c in BLOCKING_UNMODELED})
+    if not blocking or gang.released > 0:
+        return None
+    return (
+        f"its pods have {' and '.join(blocking)}, which quorum does not model: it cannot show the gang "
+        "would bind once room is made, so it takes no one's work for it (it does once members of it "
+        "have been placed before)"
+    )
 
 
 def may_take(preemptor_priority: int, preemptor_interruptable: bool, work: Work) -> bool:
@@ -338,6 +359,8 @@ def choose_victims(
     checker = _Checker(gang, eligible, free, planner)
     if checker.placement([]) is not None:
         return NoPreemption(gang, "Fits", "it fits without taking anything", checker.checks)
+    if (unproven := unproven_fit(gang)) is not None:
+        return NoPreemption(gang, "Unproven", unproven)
     lower = [w for w in work if may_take(gang.priority, interruptable, w)]
     useful = [w for w in lower if any(p.node in eligible for p in w.pods)]
     candidates = _within_budgets_first(sorted(useful, key=preference), budgets)

@@ -252,6 +252,7 @@ PREEMPTION_RESULTS = (
     "Expired",
     "NothingToPreempt",
     "WouldNotFit",
+    "Unproven",
     "Fits",
 )
 """The values of quorum_operator_preemptions_total's `result` label."""

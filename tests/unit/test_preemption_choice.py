@@ -159,6 +159,28 @@ def test_never_for_a_gang_that_would_still_not_fit() -> None:
     assert isinstance(result, NoPreemption) and result.reason == "WouldNotFit"
 
 
+def test_no_work_is_taken_for_a_gang_whose_binding_quorum_cannot_show() -> None:
+    """Required pod affinity (to a pod that may not exist) or host ports: quorum cannot show the
+    gang would bind once room is made, so it takes nothing, and says so. Volumes and topology
+    spreads keep preemption; so does a gang whose members were placed before."""
+    from dataclasses import replace
+
+    nodes = [node(0)]
+    pods = [running("a", "n0", priority=1)]
+
+    def constrained(*constraints: str, released: int = 0) -> Gang:
+        g = gang(1)
+        return replace(g, pods=tuple(replace(p, unmodeled=constraints) for p in g.pods), released=released)
+
+    result = choose(constrained("required pod affinity", "volumes (volume node affinity)"), nodes, pods)
+    assert isinstance(result, NoPreemption) and result.reason == "Unproven", result
+    assert result.message.startswith("its pods have required pod affinity, which quorum does not model")
+    assert isinstance(choose(constrained("host ports"), nodes, pods), NoPreemption)
+    ordinary = constrained("volumes (volume node affinity)", "topology spread constraints")
+    assert victims(choose(ordinary, nodes, pods)) == ["a"]
+    assert victims(choose(constrained("required pod affinity", released=1), nodes, pods)) == ["a"]
+
+
 def test_disruption_mode_pod_lets_single_pods_of_a_gang_go() -> None:
     nodes = [node(0), node(1)]
     pods = [running("a", "n0", priority=1, gang="pg-lo"), running("b", "n1", priority=1, gang="pg-lo")]
