@@ -200,6 +200,12 @@ class Preempter:
         # Preemptions in a row that ended without the gang bound: the room they freed went to
         # someone else, so the next waits longer (retry x 2^n), and fewer victims lose their work.
         self.expired: dict[GangKey, int] = {}
+        # The same per tenant (namespace): a tenant's next gang, under any name, backs off as far
+        # as its last one did; and the tenant whose gang preempted last, which waits for the
+        # others' turn before its next (the one preemption in flight is the cluster's, not its).
+        self.expired_tenant: dict[str, int] = {}
+        self.tenant_expired_at: dict[str, float] = {}  # when a tenant's last preemption expired
+        self.last_tenant: str | None = None
         # The nodes this process tainted for each token, before the watch shows the taints.
         self.tainted: dict[str, set[str]] = {}
         # When this process first saw each preemption in flight (monotonic, by token): its
@@ -250,14 +256,22 @@ class Preempter:
             # One at a time; and a reservation taint of a preemption this process does not know
             # is one in flight until a fresh list of the Gangs says otherwise (`look_up_taints`).
             return None
+        may: list[tuple[GangView, Gang]] = []
         for view, gang in holds:
             key = view.key
             if not may_preempt(view):
                 whose = "its PodGroup" if view.preemption_policy == "Never" else "its pods' PriorityClass"
                 self.why_not[key] = f"no preemption: {whose} has preemptionPolicy: Never"
                 continue
-            if now - self.tried.get(key, -1e18) < self.retry_after(key):
+            last = max(self.tried.get(key, -1e18), self.tenant_expired_at.get(key[0], -1e18))
+            if now - last < self.retry_after(key):
                 continue
+            may.append((view, gang))
+        # The first that may, in queue order; but not the tenant of the last preemption while
+        # another tenant's gang may.
+        others = [(v, g) for v, g in may if v.key[0] != self.last_tenant]
+        for view, gang in (others or may)[:1]:
+            key = view.key
             groups = {k: group_facts(v) for k, v in views.items()}
             exclude = busy | {key}  # gangs being released: their room is reserved, not bound
             running = [counted(self.aliased(f.running)) for f in self.bound.facts.values()]
@@ -335,6 +349,7 @@ class Preempter:
                 view = plannable[candidate.key]
                 timeout = work.timeout * (1 + len(outcome.victims) / 16)
                 work.start(candidate.key, "preempt", self.run(view, outcome, now), timeout)
+                self.last_tenant = candidate.key[0]
             elif outcome is not None:
                 self.found_nothing(candidate.key, outcome, now)
 
@@ -586,7 +601,7 @@ class Preempter:
         return out
 
     def retry_after(self, key: GangKey) -> float:
-        doublings = min(self.expired.get(key, 0), 16)
+        doublings = min(max(self.expired.get(key, 0), self.expired_tenant.get(key[0], 0)), 16)
         return float(min(self.settings.retry_seconds * (1 << doublings), EXPIRED_BACKOFF_CAP))
 
     async def end(self, key: GangKey, record: PreemptionRecord, why: str, warn: bool) -> None:
@@ -595,8 +610,12 @@ class Preempter:
         if warn:
             self.tried[key] = clock.time()
             self.expired[key] = self.expired.get(key, 0) + 1
+            self.expired_tenant[key[0]] = self.expired_tenant.get(key[0], 0) + 1
+            self.tenant_expired_at[key[0]] = self.tried[key]
         else:
             self.expired.pop(key, None)
+            self.expired_tenant.pop(key[0], None)
+            self.tenant_expired_at.pop(key[0], None)
         token = record.token
         for name in sorted(self.reserved_nodes(record)):
             node = self.store.nodes.get(name)

@@ -483,3 +483,69 @@ async def test_a_node_that_cannot_be_reserved_ends_the_preemption_unnamed_to_the
     assert taints(store, "n0") == [] and taints(store, "n1") == []
     [ended] = [m for name, r, m, _ in api.events if r == "PreemptionEnded" and name == "pg-high"]
     assert ended == "a node changed or went before it could be reserved"
+
+
+async def test_the_next_preemption_goes_to_another_tenant_than_the_last() -> None:
+    """Tenant ns's gangs a1 and a2 and tenant team-b's b1, all of priority 1000, all held behind
+    two low-priority gangs. a1 preempts first (queue order); once it ends, the next preemption is
+    b1's, though a2 is ahead of it in queue order."""
+    store, bound = cluster(4, {})
+    running(store, bound, "low1", 2, 10, ["n0", "n1"])
+    running(store, bound, "low2", 2, 10, ["n2", "n3"])
+    held(store, "a1", 2, 1000)
+    held(store, "a2", 2, 1000)
+    store.groups[("scheduling.sigs.k8s.io", "team-b", "b1")] = {
+        **podgroup("b1", 2),
+        "metadata": {**podgroup("b1", 2)["metadata"], "namespace": "team-b"},
+    }
+    for i in range(2):
+        p = pod("b1", i, owner=REPLICA_SET)
+        p["metadata"]["namespace"] = "team-b"
+        p["metadata"]["uid"] = f"team-b-b1-{i}"
+        p["spec"]["priority"] = 1000
+        store.pods[p["metadata"]["uid"]] = p
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings())
+    await step(loop)
+    assert store.gangs[(NS, "pg-a1")]["status"].get("preemption"), "the first in queue order"
+    victims_gone(bound, api)
+    await step(loop)
+    bind_released(store, bound, api)
+    await step(loop)  # a1 bound: its preemption ends
+    assert not store.gangs[(NS, "pg-a1")]["status"].get("preemption")
+    await step(loop)
+    assert store.gangs[("team-b", "pg-b1")]["status"].get("preemption"), "another tenant's turn"
+    assert not (store.gangs.get((NS, "pg-a2")) or {}).get("status", {}).get("preemption")
+
+
+async def test_a_new_gang_name_does_not_reset_its_tenants_backoff() -> None:
+    """A preemption ends without its gang bound (the room went to someone else); the tenant
+    deletes that gang and makes another: the new one waits out the same backoff before it may
+    take anyone's work."""
+    with clock.using(clock.ManualClock()) as now:
+        store, bound = cluster(1, {})
+        running(store, bound, "low", 1, 10, ["n0"])
+        held(store, "high", 1, 1000)
+        api = FakeApi(store)
+        timeout = PreemptionLoopSettings().timeout_seconds
+        retry = PreemptionLoopSettings().retry_seconds
+        loop = GangLoop(api, store, bound, settings())
+        await step(loop)  # the preemption starts
+        assert api.victims_deleted == ["low-0"]
+        victims_gone(bound, api)
+        foreign(store, bound, "taker", "n0")
+        now.advance(timeout + 1)
+        await step(loop)  # expired
+        assert not store.gangs[(NS, "pg-high")]["status"].get("preemption")
+        del store.pods["high-0"], store.groups[("scheduling.sigs.k8s.io", NS, "high")]
+        held(store, "renamed", 1, 1000)
+        now.advance(2 * retry - 1)
+        await step(loop)
+        await step(loop)
+        assert api.victims_deleted == ["low-0"], "a new name preempted before its tenant's backoff ended"
+        now.advance(2)
+        for _ in range(3):
+            await step(loop)
+            if len(api.victims_deleted) == 2:
+                break
+        assert api.victims_deleted == ["low-0", "taker"]
