@@ -164,6 +164,9 @@ class OperatorSettingsValues(_Values):
     """After a turn, a starving gang rests this long (0: no rest)."""
     starvation_max_share: float = Field(default=1.0, gt=0, le=1)
     """The largest share of the nodes its pods may use that one starving gang holds."""
+    starvation_idle_seconds: float = Field(default=300.0, ge=0)
+    """A starving gang whose held room has not grown for this long holds nothing for as long (0: no
+    bound)."""
     member_loss_policy: Literal["Replace", "RestartGang"] = "Replace"
     """What a running gang below minMember gets unless its annotation says otherwise (docs/lifecycle.md)."""
 

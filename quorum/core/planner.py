@@ -108,6 +108,12 @@ class PlannerSettings:
     starvation_max_share: float = 1.0
     """The largest share of the nodes its pods may use that one gang holds (1: all of them)."""
 
+    starvation_idle_seconds: float = 300.0
+    """A starving gang whose held room has not grown for this long (no pod finished there for
+    it: it waits on something that does not end) stops holding for as long, then holds again
+    (0: no bound). A gang that spans a whole pool still gets through while the pool's pods keep
+    finishing."""
+
     def holds_now(self, held_since: float | None, now: float) -> bool:
         """Whether a gang held since `held_since` is in a turn of the starvation guard now."""
         if held_since is None or now - held_since < self.starvation_seconds:
@@ -223,6 +229,7 @@ class PassState:
 
 
 NOT_SEARCHED = "not searched this pass"
+IDLE_GAP_SECONDS = 60.0  # a starving gang not in a turn this long starts its idle clock anew
 
 
 class Planner:
@@ -238,6 +245,9 @@ class Planner:
         self.order: dict[tuple[str, str], int] = {}
         self.held_room: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
         self.unsearched: set[tuple[str, str]] = set()  # gangs the last pass had no search for
+        # Per starving gang: the most room its held nodes had free for it, since when, and when
+        # it was last in a turn (a gang back from others' turns starts its clock anew).
+        self.progress: dict[tuple[str, str], tuple[int, float, float]] = {}
 
     def plan(
         self,
@@ -296,6 +306,7 @@ class Planner:
                     if one.reason == "BudgetExhausted" and one.message.startswith(NOT_SEARCHED):
                         self.unsearched.add(one.gang.key)
         self.index.keep_only(state.touched)  # shapes no gang asked for this pass are forgotten
+        self.progress = {k: v for k, v in self.progress.items() if k in self.order}
         self.held = held
         return Plan(tuple(releases), tuple(holds), state.visits)
 
@@ -543,10 +554,11 @@ class Planner:
         eligible = sum(len(c) for c in by_domain.values())
         if len(chosen) > self.settings.starvation_max_share * eligible:
             return hold  # more than its share of the nodes it may use: it holds none
+        free_now = sum(min(take, slots(pod, index.free[name])) for name, take in chosen)
+        if (idle := self.idle(gang.key, free_now, now)) is not None:
+            return replace(hold, held_message=idle)
         held: list[str] = []
-        free_now = 0
         for name, take in chosen:
-            free_now += min(take, slots(pod, index.free[name]))
             held.append(name)
             self.committed.add(name)
             room = {k: v * take for k, v in pod.requests.items() if v > 0}
@@ -559,6 +571,25 @@ class Planner:
             "gangs behind it use only what it cannot"  # the nodes unnamed: its tenant cannot read them
         )
         return Hold(gang, hold.reason, hold.message, tuple(held), message)
+
+    def idle(self, key: tuple[str, str], free_now: int, now: float) -> str | None:
+        """Why a starving gang holds nothing now, though its turn, or None: the room held for
+        it has not grown for `starvation_idle_seconds`; it rests as long, then holds again."""
+        limit = self.settings.starvation_idle_seconds
+        best, since, seen = self.progress.get(key, (-1, now, now))
+        if limit <= 0 or free_now > best or now - seen > IDLE_GAP_SECONDS:
+            self.progress[key] = (free_now, now, now)  # grown, or its first pass holding of late
+            return None
+        self.progress[key] = (best, since, now)
+        if now - since <= limit:
+            return None
+        if now - since > 2 * limit:  # rested: holds again, its clock anew
+            self.progress[key] = (free_now, now, now)
+            return None
+        return (
+            f"the starvation guard holds nothing for it until {limit * 2 - (now - since):.0f}s from now: "
+            f"the room held for it did not grow for {limit:.0f}s (room for {free_now} of its pods)"
+        )
 
 
 def biggest_pod(gang: Gang, settings: PlannerSettings) -> Pod:

@@ -64,6 +64,9 @@ class OperatorSettings(BaseSettings):
     starvation_max_share: float = Field(default=1.0, gt=0, le=1)
     """The largest share of the nodes its pods may use that one starving gang holds; a gang that
     needs more holds none (docs/threat-model.md: a gang that can never fit cannot capture it)."""
+    starvation_idle_seconds: float = Field(default=300.0, ge=0)
+    """A starving gang whose held room has not grown for this long holds nothing for as long,
+    then holds again (0: no bound)."""
     preemption: bool = True
     """Held gangs take the room of lower-priority work (docs/preemption.md); false: they wait."""
     preemption_timeout_seconds: float = Field(default=180.0, gt=0)
@@ -172,6 +175,7 @@ def planner_settings(config: OperatorSettings) -> PlannerSettings:
         starvation_hold_seconds=config.starvation_hold_seconds,
         starvation_rest_seconds=config.starvation_rest_seconds,
         starvation_max_share=config.starvation_max_share,
+        starvation_idle_seconds=config.starvation_idle_seconds,
     )
 
 

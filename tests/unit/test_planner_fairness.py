@@ -205,3 +205,31 @@ def test_starvation_turns_go_round_tenants_not_gangs() -> None:
         holders.append([h.gang.name for h in plan.holds if h.held_nodes])
     assert [h[0] for h in holders].count("b") == 3, holders
     assert sorted(h[0] for h in holders if h[0] != "b") == ["a0", "a1", "a2"], holders
+
+
+def test_a_starving_gang_whose_held_room_does_not_grow_rests_then_holds_again() -> None:
+    """n0 is free, n1 busy with a pod that never ends: the gang of 2 whole nodes holds both,
+    room for 1 of its pods. The room does not grow for 100 s, so it holds nothing for the next
+    100 s (saying so) and then holds again. While pods on its held nodes keep finishing, it holds
+    on."""
+    idle = PlannerSettings(starvation_seconds=30, starvation_hold_seconds=10_000, starvation_idle_seconds=100)
+    nodes = [node("n0"), node("n1"), node("n2")]
+    stuck = gang("stuck", 2, gpus=8, created=0, held_since=0.0)
+    planner = Planner(idle)
+    by_name = {n.name: n for n in nodes}
+    held = {}
+    for now in (40.0, 100.0, 139.0, 141.0, 200.0, 241.0, 250.0):
+        plan = planner.plan(by_name, busy("n1", "n2"), [stuck], now=now)
+        (hold,) = plan.holds
+        held[now] = (len(hold.held_nodes), hold.held_message)
+    assert [held[t][0] for t in (40.0, 100.0, 139.0)] == [2, 2, 2]
+    assert held[141.0][0] == 0 and "did not grow for 100s" in held[141.0][1], held[141.0]
+    assert held[200.0][0] == 0
+    assert held[241.0][0] == 2 and held[250.0][0] == 2, "rested: it holds again"
+
+    four = {f"n{i}": node(f"n{i}") for i in range(4)}
+    three = gang("three", 3, gpus=8, created=0, held_since=0.0)
+    growing = Planner(idle)
+    for now, used in ((40.0, busy("n1", "n2", "n3")), (120.0, busy("n2", "n3")), (200.0, busy("n2", "n3"))):
+        (hold,) = growing.plan(four, used, [three], now=now).holds
+        assert len(hold.held_nodes) == 3, (now, hold.held_message)  # 160 s, but it grew at 120 s
