@@ -326,6 +326,9 @@ def store_groups(store: Store, api_group: str) -> StoreTable:
     return StoreTable(store.groups, lambda obj: (api_group, *namespaced(obj)), (api_group,), typed=typed)
 
 
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"  # Kueue's: removed once the workload fits its quota
+
+
 def other_gates(pod: JSON) -> list[str]:
     """Scheduling gates of others (Kueue's, say): while a pod has one, it is not quorum's to
     release yet, however its gang stands — released, it could not bind, and its gang would time
@@ -407,6 +410,17 @@ class GangView:
         count = sum(1 for p in self.gated if other_gates(p))
         if not count:
             return None
+        if KUEUE_ADMISSION_GATE in gates:  # quota, not room: Kueue admits the workload first
+            return (
+                f"waiting for Kueue to admit it (quota, not room): {count} pods carry Kueue's gate "
+                f"{KUEUE_ADMISSION_GATE}"
+                + (
+                    f" (and {', '.join(g for g in gates if g != KUEUE_ADMISSION_GATE)})"
+                    if len(gates) > 1
+                    else ""
+                )
+                + "; quorum plans them once Kueue has admitted them"
+            )
         return (
             f"{count} pods also carry other scheduling gates ({', '.join(gates)}): quorum plans them "
             f"once those are removed"

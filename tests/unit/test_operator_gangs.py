@@ -142,10 +142,15 @@ def test_pods_with_others_gates_are_not_quorums_to_release_yet() -> None:
     assert [p["metadata"]["name"] for p in view.releasable] == ["a"]
     assert [p.name for p in view.to_core().pods] == ["a"], "the planner never sees pod b"
     assert view.blocked() == (
-        "1 pods also carry other scheduling gates (kueue.x-k8s.io/admission): "
-        "quorum plans them once those are removed"
+        "waiting for Kueue to admit it (quota, not room): 1 pods carry Kueue's gate "
+        "kueue.x-k8s.io/admission; quorum plans them once Kueue has admitted them"
     )
     assert view.counts()["gated"] == 2
+    kueue["spec"]["schedulingGates"][-1] = {"name": "example.com/hold"}
+    (view,) = assemble(store)
+    assert view.blocked() == (
+        "1 pods also carry other scheduling gates (example.com/hold): quorum plans them once those are removed"
+    )
 
 
 def test_the_topology_key_comes_from_the_group() -> None:
