@@ -74,9 +74,10 @@ test-integrations: ## the ML controllers (KubeRay, LeaderWorkerSet, ...) built f
 
 bench: bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk ## all benchmarks (results in bench/results/)
 
-bench-planner: ## the planner alone: full and incremental passes, 1,000-10,000 nodes, 100-5,000 gangs; then on 5,000 DRA nodes x 8 devices
+bench-planner: ## the planner alone: full and incremental passes, 1,000-10,000 nodes, 100-5,000 gangs; then on 5,000 DRA nodes x 8 devices; then fairness between tenants in simulated time
 	@$(PY) -m tests.bench.planner
 	@$(PY) -m tests.bench.planner_dra
+	@$(PY) -m tests.bench.fairness
 
 bench-webhooks: ## quorum-webhooks alone under wrk (needs: apt-get install wrk)
 	@command -v wrk >/dev/null || { echo "installing wrk (Debian package)"; apt-get install -y wrk >/dev/null; }

@@ -245,9 +245,9 @@ class Planner:
         self.order: dict[tuple[str, str], int] = {}
         self.held_room: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
         self.unsearched: set[tuple[str, str]] = set()  # gangs the last pass had no search for
-        # Per starving gang: the most room its held nodes had free for it, since when, and when
-        # it was last in a turn (a gang back from others' turns starts its clock anew).
-        self.progress: dict[tuple[str, str], tuple[int, float, float]] = {}
+        # Per tenant of starving gangs: the most room the nodes held for them had free, since
+        # when, and when one was last in a turn (back from others' turns, the clock starts anew).
+        self.progress: dict[str, tuple[int, float, float]] = {}
 
     def plan(
         self,
@@ -306,7 +306,8 @@ class Planner:
                     if one.reason == "BudgetExhausted" and one.message.startswith(NOT_SEARCHED):
                         self.unsearched.add(one.gang.key)
         self.index.keep_only(state.touched)  # shapes no gang asked for this pass are forgotten
-        self.progress = {k: v for k, v in self.progress.items() if k in self.order}
+        owners = {gang.owner for gang in queue}
+        self.progress = {k: v for k, v in self.progress.items() if k in owners}
         self.held = held
         return Plan(tuple(releases), tuple(holds), state.visits)
 
@@ -555,7 +556,7 @@ class Planner:
         if len(chosen) > self.settings.starvation_max_share * eligible:
             return hold  # more than its share of the nodes it may use: it holds none
         free_now = sum(min(take, slots(pod, index.free[name])) for name, take in chosen)
-        if (idle := self.idle(gang.key, free_now, now)) is not None:
+        if (idle := self.idle(gang.owner, free_now, now)) is not None:
             return replace(hold, held_message=idle)
         held: list[str] = []
         for name, take in chosen:
@@ -572,23 +573,25 @@ class Planner:
         )
         return Hold(gang, hold.reason, hold.message, tuple(held), message)
 
-    def idle(self, key: tuple[str, str], free_now: int, now: float) -> str | None:
+    def idle(self, tenant: str, free_now: int, now: float) -> str | None:
         """Why a starving gang holds nothing now, though its turn, or None: the room held for
-        it has not grown for `starvation_idle_seconds`; it rests as long, then holds again."""
+        its tenant's gangs has not grown for `starvation_idle_seconds`; they rest as long, then
+        hold again (per tenant: its other gangs cannot take the turn over meanwhile)."""
         limit = self.settings.starvation_idle_seconds
-        best, since, seen = self.progress.get(key, (-1, now, now))
+        best, since, seen = self.progress.get(tenant, (-1, now, now))
         if limit <= 0 or free_now > best or now - seen > IDLE_GAP_SECONDS:
-            self.progress[key] = (free_now, now, now)  # grown, or its first pass holding of late
+            self.progress[tenant] = (free_now, now, now)  # grown, or its first pass holding of late
             return None
-        self.progress[key] = (best, since, now)
+        self.progress[tenant] = (best, since, now)
         if now - since <= limit:
             return None
         if now - since > 2 * limit:  # rested: holds again, its clock anew
-            self.progress[key] = (free_now, now, now)
+            self.progress[tenant] = (free_now, now, now)
             return None
+        rest = limit * 2 - (now - since)
         return (
-            f"the starvation guard holds nothing for it until {limit * 2 - (now - since):.0f}s from now: "
-            f"the room held for it did not grow for {limit:.0f}s (room for {free_now} of its pods)"
+            f"the starvation guard holds nothing for its tenant's gangs until {rest:.0f}s from now: the "
+            f"room held for them did not grow for {limit:.0f}s (room for {free_now} of its pods)"
         )
 
 

@@ -149,7 +149,8 @@ def test_pods_with_others_gates_are_not_quorums_to_release_yet() -> None:
     kueue["spec"]["schedulingGates"][-1] = {"name": "example.com/hold"}
     (view,) = assemble(store)
     assert view.blocked() == (
-        "1 pods also carry other scheduling gates (example.com/hold): quorum plans them once those are removed"
+        "1 pods also carry other scheduling gates (example.com/hold): "
+        "quorum plans them once those are removed"
     )
 
 
