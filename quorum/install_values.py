@@ -167,6 +167,9 @@ class OperatorSettingsValues(_Values):
     starvation_idle_seconds: float = Field(default=300.0, ge=0)
     """A starving gang whose held room has not grown for this long holds nothing for as long (0: no
     bound)."""
+    tenant_label: str = Field(default="", max_length=317)
+    """A namespace label whose value names the tenant of its gangs (one team, many namespaces);
+    empty: each namespace is a tenant."""
     member_loss_policy: Literal["Replace", "RestartGang"] = "Replace"
     """What a running gang below minMember gets unless its annotation says otherwise (docs/lifecycle.md)."""
 

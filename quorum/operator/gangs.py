@@ -91,6 +91,10 @@ class Store:
     gangs: dict[tuple[str, str], JSON] = field(default_factory=dict)  # (ns, name) -> Gang object
     pdbs: dict[tuple[str, str], JSON] = field(default_factory=dict)  # (ns, name) -> PodDisruptionBudget
     composites: dict[tuple[str, str], JSON] = field(default_factory=dict)  # (ns, name) -> CompositePodGroup
+    # The namespace label whose value names a gang's tenant (a team of many namespaces is one
+    # tenant, docs/lifecycle.md), and the namespaces by name, watched only where it is set.
+    tenant_label: str = ""
+    namespaces: dict[str, JSON] = field(default_factory=dict)
     # The version of scheduling.k8s.io PodGroup the cluster serves (1.37: v1beta1; 1.36:
     # v1alpha2), None where it serves none; and of CompositePodGroup (1.37: v1alpha3). Kept
     # current by discovery (`quorum.operator.workloads`).
@@ -254,6 +258,21 @@ def namespaced(obj: JSON) -> tuple[str, str]:
     return (obj["metadata"].get("namespace", ""), obj["metadata"]["name"])
 
 
+def store_namespaces(store: Store) -> StoreTable:
+    """The Store's namespaces, by name (their tenant label)."""
+    return StoreTable(store.namespaces, lambda namespace: namespace["metadata"]["name"])
+
+
+def tenant_of(store: Store, namespace: str) -> str:
+    """The tenant of a namespace's gangs: `<label>=<value>` of the tenant label where the
+    namespace has it, else "" (the namespace is the tenant)."""
+    if not store.tenant_label:
+        return ""
+    labels = (store.namespaces.get(namespace) or {}).get("metadata", {}).get("labels") or {}
+    value = labels.get(store.tenant_label)
+    return f"{store.tenant_label}={value}" if isinstance(value, str) and value else ""
+
+
 def store_nodes(store: Store) -> StoreTable:
     """The Store's nodes, by name."""
     return StoreTable(store.nodes, lambda node: node["metadata"]["name"])
@@ -360,6 +379,7 @@ class GangView:
     disruption_mode: str | None = None  # Pod | PodGroup (either version's spelling)
     preemption_policy: str | None = None  # 1.37's PodGroup `preemptionPolicy`
     parent: str | None = None  # 1.37: the CompositePodGroup this gang counts toward
+    tenant: str = ""  # whose gang it is, where the namespace's tenant label says (`tenant_of`)
     min_resources: dict[str, int] = field(default_factory=dict)
     schedule_timeout: int = 60
     topology_key: str | None = None  # all pods in one domain of this node label
@@ -466,6 +486,7 @@ class GangView:
             topology_key=self.topology_key,
             disruption_mode=self.disruption_mode,
             composite=self.parent,
+            tenant=self.tenant,
         )
 
     def priority(self) -> int:
@@ -495,6 +516,7 @@ def assemble(store: Store, just_released: frozenset[str] = frozenset()) -> list[
         if marker is None or (marker.source is GangSource.WORKLOAD_POD_GROUP and not store.workload_api):
             continue  # released as orphans
         view = GangView(namespace, name, marker, pods, just_released=just_released)
+        view.tenant = tenant_of(store, namespace)
         try:
             _attach_group(view, store)
         except Exception as err:  # a shape of input nobody foresaw: this gang's failure only

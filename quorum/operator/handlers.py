@@ -39,6 +39,7 @@ from quorum.operator.gangs import (
     store_composites,
     store_gangs,
     store_groups,
+    store_namespaces,
     store_nodes,
     store_pdbs,
 )
@@ -131,7 +132,9 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
     TASKS.append(asyncio.create_task(COLLECTOR.run(), name="garbage-collector"))
     api = await api_client(trace_configs=(metrics.api_trace_config(),))
     store = Store(
-        owned_group_apis=await owned_group_apis(api), schedulers=quorum_schedulers(config.coscheduler_names)
+        owned_group_apis=await owned_group_apis(api),
+        schedulers=quorum_schedulers(config.coscheduler_names),
+        tenant_label=config.tenant_label,
     )
     bound = BoundPods()
     live = LiveApi(api)
@@ -172,6 +175,8 @@ async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
             [loop.devices.claims],
         ),
     ]
+    if config.tenant_label:  # the namespaces' tenant label (docs/lifecycle.md, "Between tenants")
+        watches.append(("namespaces", core.list_namespace, [store_namespaces(store)]))
     for group, version in GROUP_APIS.values():
         if group == WAS_GROUP:
             continue

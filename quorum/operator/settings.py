@@ -67,6 +67,9 @@ class OperatorSettings(BaseSettings):
     starvation_idle_seconds: float = Field(default=300.0, ge=0)
     """A starving gang whose held room has not grown for this long holds nothing for as long,
     then holds again (0: no bound)."""
+    tenant_label: str = Field(default="", max_length=317)
+    """A namespace label whose value names the tenant of the namespace's gangs, for fairness
+    (namespaces with the same value are one tenant); empty: each namespace is a tenant."""
     preemption: bool = True
     """Held gangs take the room of lower-priority work (docs/preemption.md); false: they wait."""
     preemption_timeout_seconds: float = Field(default=180.0, gt=0)

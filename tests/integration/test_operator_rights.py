@@ -226,7 +226,7 @@ async def test_rbac_refuses_what_the_operator_does_not_use(
     by_rbac(await refused(core.read_namespaced_pod("other", namespace)), "get", "pods", where)
     whole = await client.CoreV1Api(api).read_namespaced_pod("other", namespace)
     by_rbac(await refused(core.replace_namespaced_pod("other", namespace, whole)), "update", "pods", where)
-    by_rbac(await refused(core.list_namespace()), "list", "namespaces", where)
+    by_rbac(await refused(core.list_config_map_for_all_namespaces()), "list", "configmaps", where)
     by_rbac(await refused(core.list_namespaced_secret(namespace)), "list", "secrets", where)
     apps = client.AppsV1Api(op)
     by_rbac(await refused(apps.list_deployment_for_all_namespaces()), "list", "deployments", where)

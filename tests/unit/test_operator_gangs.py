@@ -326,3 +326,27 @@ def test_a_volcano_podgroup_is_read_and_what_quorum_does_not_enforce_is_said() -
     store.schedulers = quorum_schedulers(COSCHEDULER_NAMES)
     assert assemble(store) == [], "without Volcano's dialect the annotation marks no gang"
     assert orphans(store) == [(pod, VOLCANO_OFF)], "a pod gated while it was on is released, told why"
+
+
+def test_a_namespaces_tenant_label_names_its_gangs_tenant() -> None:
+    """With a tenant label set, a namespace labelled with it gives its gangs that tenant (so a
+    team's namespaces are one tenant for fairness); without the label, the namespace is."""
+    from quorum.operator.gangs import store_namespaces
+
+    store = Store(
+        pods={"a": gang_pod("a", "a")},
+        groups={("scheduling.sigs.k8s.io", "ns", "pg1"): podgroup(1)},
+        tenant_label="example.com/team",
+    )
+    namespaces = store_namespaces(store)
+    namespaces.replace_all([{"metadata": {"name": "ns", "labels": {"example.com/team": "vision"}}}])
+    (view,) = assemble(store)
+    gang = view.to_core()
+    assert gang.tenant == "example.com/team=vision" and gang.owner == "example.com/team=vision"
+    namespaces.upsert({"metadata": {"name": "ns", "labels": {}}})
+    (view,) = assemble(store)
+    assert view.to_core().owner == "namespace ns"
+    store.tenant_label = ""
+    namespaces.upsert({"metadata": {"name": "ns", "labels": {"example.com/team": "vision"}}})
+    (view,) = assemble(store)
+    assert view.to_core().owner == "namespace ns", "no tenant label set: the namespace is the tenant"

@@ -343,6 +343,7 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recording]:
         # kopf logs in with kubernetes-asyncio, whose default reads $KUBECONFIG at import.
         patch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(fake.kubeconfig))
         patch.setenv("QUORUM_OPERATOR_LEASE_SECONDS", "3")  # renewed after a second
+        patch.setenv("QUORUM_OPERATOR_TENANT_LABEL", "example.com/team")  # its namespace watch too
         patch.setattr(gc, "freeze", lambda: None)  # not in the test process
         from quorum.operator import collector, handlers
 

@@ -233,3 +233,31 @@ def test_a_starving_gang_whose_held_room_does_not_grow_rests_then_holds_again() 
     for now, used in ((40.0, busy("n1", "n2", "n3")), (120.0, busy("n2", "n3")), (200.0, busy("n2", "n3"))):
         (hold,) = growing.plan(four, used, [three], now=now).holds
         assert len(hold.held_nodes) == 3, (now, hold.held_message)  # 160 s, but it grew at 120 s
+
+
+def test_namespaces_of_one_tenant_share_its_turns() -> None:
+    """The attacker's three gangs in three namespaces, all of tenant `team=a` (the namespaces'
+    tenant label): they share one tenant's turns, and B holds every other turn."""
+    from dataclasses import replace
+
+    nodes = [node(f"n{i}") for i in range(4)]
+    a = [
+        replace(gang(f"a{i}", 2, gpus=8, created=i, held_since=0.0), namespace=f"a-{i}", tenant="team=a")
+        for i in range(3)
+    ]
+    b = replace(gang("b", 2, gpus=8, created=10, held_since=0.0), namespace="team-b")
+    holders = []
+    for turn in range(6):
+        plan = plan_gangs(
+            nodes, busy("n0", "n1", "n2", "n3"), [*a, b], BOUNDED_NO_REST, now=100.0 * (turn + 1) + 10
+        )
+        holders.append(next(h.gang.name for h in plan.holds if h.held_nodes))
+    assert holders.count("b") == 3, holders
+    untagged = [replace(g, tenant="") for g in a]
+    holders = []
+    for turn in range(6):
+        plan = plan_gangs(
+            nodes, busy("n0", "n1", "n2", "n3"), [*untagged, b], BOUNDED_NO_REST, now=100.0 * (turn + 1) + 10
+        )
+        holders.append(next(h.gang.name for h in plan.holds if h.held_nodes))
+    assert holders.count("b") < 3, "without the label, three namespaces are three tenants"
