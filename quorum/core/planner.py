@@ -108,11 +108,11 @@ class PlannerSettings:
     starvation_max_share: float = 1.0
     """The largest share of the nodes its pods may use that one gang holds (1: all of them)."""
 
-    starvation_idle_seconds: float = 300.0
+    starvation_idle_seconds: float = 1800.0
     """A starving gang whose held room has not grown for this long (no pod finished there for
-    it: it waits on something that does not end) stops holding for as long, then holds again
-    (0: no bound). A gang that spans a whole pool still gets through while the pool's pods keep
-    finishing."""
+    it: it waits on something that does not end) makes its tenant's gangs hold nothing for as
+    long, then they hold again (0: no bound). A gang that spans a whole pool still gets through
+    while some pod on its held nodes finishes at least this often."""
 
     def holds_now(self, held_since: float | None, now: float) -> bool:
         """Whether a gang held since `held_since` is in a turn of the starvation guard now."""
@@ -244,10 +244,15 @@ class Planner:
         # held (taken out of `index.free`) for a starving gang, node by node (see `room_for`).
         self.order: dict[tuple[str, str], int] = {}
         self.held_room: dict[tuple[str, str], dict[str, dict[str, int]]] = {}
-        self.unsearched: set[tuple[str, str]] = set()  # gangs the last pass had no search for
-        # Per tenant of starving gangs: the most room the nodes held for them had free, since
-        # when, and when one was last in a turn (back from others' turns, the clock starts anew).
-        self.progress: dict[str, tuple[int, float, float]] = {}
+        # Gangs the last pass had no search for, and for how many passes in a row: the longest
+        # unsearched goes first among its priority (the input of this pass, for a re-plan).
+        self.unsearched: dict[tuple[str, str], int] = {}
+        self.pass_unsearched: dict[tuple[str, str], int] = {}
+        # Per starving gang: the most room its held nodes had free for it, since when, and when
+        # it was last in a turn (back from others' turns, its clock starts anew); per tenant, when
+        # the rest of its gangs' holding ends (`idle`).
+        self.progress: dict[tuple[str, str], tuple[int, float, float]] = {}
+        self.resting: dict[str, float] = {}
 
     def plan(
         self,
@@ -257,25 +262,27 @@ class Planner:
         now: float = 0.0,
         changed: Collection[str] | None = None,
         composites: Mapping[tuple[str, str], Composite] | None = None,
+        replan: bool = False,
     ) -> Plan:
         """Plan the queue. `changed`: the names of the nodes whose usage or object changed since
         the previous pass (None: compare everything). `composites`: the CompositePodGroups the
-        queue's gangs name; a composite's gangs are planned together, where its first is."""
+        queue's gangs name; a composite's gangs are planned together, where its first is.
+        `replan`: the same pass planned again (fewer gangs): in the same order, and what it
+        leaves unsearched is not counted again."""
         self.sync(nodes, used, changed)
+        if not replan:
+            self.pass_unsearched = self.unsearched
+        ordered = sorted(queue, key=self.plan_order)
         tenants = len({gang.owner for gang in queue})
         state = PassState(
             self.settings.pass_budget,
-            may_hold=self.turn(queue, now),
-            tenant_share=self.settings.pass_budget // max(1, tenants),
+            may_hold=self.turn(ordered, now),
+            tenant_share=max(1, self.settings.pass_budget // max(1, tenants)),
         )
         releases: list[Release] = []
         holds: list[Hold] = []
         held: dict[tuple[str, str], tuple[Gang, tuple[int, ...], Hold]] = {}
-        # Queue order, except that a gang the last pass did not search goes first within its
-        # priority: a search budget spent on others one pass is its own the next.
-        unsearched = self.unsearched
-        ordered = sorted(queue, key=lambda g: (-g.priority, g.key not in unsearched, *queue_order(g)[1:]))
-        self.unsearched = set()
+        not_searched: set[tuple[str, str]] = set()
         self.order = {gang.key: i for i, gang in enumerate(ordered)}
         self.held_room = {}
         family = CompositeFamily.of(ordered, composites or {})
@@ -304,10 +311,14 @@ class Planner:
                 elif one is not None:
                     holds.append(one)
                     if one.reason == "BudgetExhausted" and one.message.startswith(NOT_SEARCHED):
-                        self.unsearched.add(one.gang.key)
+                        not_searched.add(one.gang.key)
         self.index.keep_only(state.touched)  # shapes no gang asked for this pass are forgotten
+        if not replan:  # passes in a row each gang was not searched
+            self.unsearched = {k: self.pass_unsearched.get(k, 0) + 1 for k in not_searched}
+        live = {gang.key for gang in queue}
+        self.progress = {k: v for k, v in self.progress.items() if k in live}
         owners = {gang.owner for gang in queue}
-        self.progress = {k: v for k, v in self.progress.items() if k in owners}
+        self.resting = {k: v for k, v in self.resting.items() if k in owners and v > now}
         self.held = held
         return Plan(tuple(releases), tuple(holds), state.visits)
 
@@ -461,14 +472,20 @@ class Planner:
         )
         return [Hold(g, "WaitingForGroups", message) for g in family.gangs_under(key)]
 
-    def turn(self, queue: Sequence[Gang], now: float) -> frozenset[tuple[str, str]]:
+    def plan_order(self, gang: Gang) -> tuple[object, ...]:
+        """Queue order, except that a gang not searched in the last passes goes first within its
+        priority, the longest unsearched first: a search budget spent on others one pass is its
+        own the next."""
+        return (-gang.priority, -self.pass_unsearched.get(gang.key, 0), *queue_order(gang)[1:])
+
+    def turn(self, ordered: Sequence[Gang], now: float) -> frozenset[tuple[str, str]]:
         """The starving gangs that may hold capacity this pass. Turns of
         `starvation_hold_seconds` go round the tenants with starving gangs (in the queue order
         of their first), and within a tenant round its starving gangs in queue order: a tenant
         with many gangs that never fit has one turn in as many as there are such tenants, not
         one per gang. The gang whose turn it is holds first; when it cannot (it needs more than
-        its share, say), the gangs after it in queue order may."""
-        starving = [g for g in sorted(queue, key=queue_order) if self.settings.holds_now(g.held_since, now)]
+        its share, say), the gangs after it in the pass's order (`ordered`) may."""
+        starving = [g for g in ordered if self.settings.holds_now(g.held_since, now)]
         if not starving:
             return frozenset()
         by_tenant: dict[str, list[Gang]] = {}
@@ -556,8 +573,8 @@ class Planner:
         if len(chosen) > self.settings.starvation_max_share * eligible:
             return hold  # more than its share of the nodes it may use: it holds none
         free_now = sum(min(take, slots(pod, index.free[name])) for name, take in chosen)
-        if (idle := self.idle(gang.owner, free_now, now)) is not None:
-            return replace(hold, held_message=idle)
+        if (idle := self.idle(gang, free_now, now)) is not None:
+            return replace(hold, message=f"{hold.message}; {idle}")
         held: list[str] = []
         for name, take in chosen:
             held.append(name)
@@ -573,25 +590,30 @@ class Planner:
         )
         return Hold(gang, hold.reason, hold.message, tuple(held), message)
 
-    def idle(self, tenant: str, free_now: int, now: float) -> str | None:
-        """Why a starving gang holds nothing now, though its turn, or None: the room held for
-        its tenant's gangs has not grown for `starvation_idle_seconds`; they rest as long, then
-        hold again (per tenant: its other gangs cannot take the turn over meanwhile)."""
+    def idle(self, gang: Gang, free_now: int, now: float) -> str | None:
+        """Why a starving gang holds nothing now, though its turn, or None. When the room held
+        for a gang has not grown for `starvation_idle_seconds` (it waits on what does not end),
+        its tenant's gangs all rest as long: another of them cannot take the turn over."""
         limit = self.settings.starvation_idle_seconds
-        best, since, seen = self.progress.get(tenant, (-1, now, now))
-        if limit <= 0 or free_now > best or now - seen > IDLE_GAP_SECONDS:
-            self.progress[tenant] = (free_now, now, now)  # grown, or its first pass holding of late
+        if limit <= 0:
             return None
-        self.progress[tenant] = (best, since, now)
+        if (until := self.resting.get(gang.owner, 0.0)) > now:
+            return (
+                f"the starvation guard holds nothing for its tenant's gangs for {until - now:.0f}s more: "
+                f"the room held for one of them did not grow for {limit:.0f}s"
+            )
+        best, since, seen = self.progress.get(gang.key, (-1, now, now))
+        if free_now > best or now - seen > IDLE_GAP_SECONDS:
+            self.progress[gang.key] = (free_now, now, now)  # grown, or its first pass holding of late
+            return None
         if now - since <= limit:
+            self.progress[gang.key] = (best, since, now)
             return None
-        if now - since > 2 * limit:  # rested: holds again, its clock anew
-            self.progress[tenant] = (free_now, now, now)
-            return None
-        rest = limit * 2 - (now - since)
+        self.resting[gang.owner] = now + limit
+        self.progress.pop(gang.key, None)  # after the rest, its clock starts anew
         return (
-            f"the starvation guard holds nothing for its tenant's gangs until {rest:.0f}s from now: the "
-            f"room held for them did not grow for {limit:.0f}s (room for {free_now} of its pods)"
+            f"the starvation guard holds nothing for its tenant's gangs for {limit:.0f}s: the room held "
+            f"for this gang did not grow for {limit:.0f}s (room for {free_now} of its pods)"
         )
 
 

@@ -246,9 +246,10 @@ class NoPreemption:
 
 
 # Constraints quorum does not model that can keep a gang from binding however much room there is
-# (a pod it must sit beside that does not exist, a port another pod holds). Volumes and topology
-# spreads, which ordinary training gangs carry, are not among them: such gangs keep preemption.
-BLOCKING_UNMODELED = frozenset({"required pod affinity", "required pod anti-affinity", "host ports"})
+# (a pod it must sit beside that does not exist, a port another pod holds). Volumes, topology
+# spreads and pod anti-affinity (one pod per node), which ordinary training gangs carry, are not
+# among them: such gangs keep preemption.
+BLOCKING_UNMODELED = frozenset({"required pod affinity", "host ports"})
 
 
 def unproven_fit(gang: Gang) -> str | None:

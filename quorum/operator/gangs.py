@@ -431,8 +431,9 @@ class GangView:
         if not count:
             return None
         if KUEUE_ADMISSION_GATE in gates:  # quota, not room: Kueue admits the workload first
+            kueue = sum(1 for p in self.gated if KUEUE_ADMISSION_GATE in other_gates(p))
             return (
-                f"waiting for Kueue to admit it (quota, not room): {count} pods carry Kueue's gate "
+                f"waiting for Kueue to admit it (quota, not room): {kueue} pods carry Kueue's gate "
                 f"{KUEUE_ADMISSION_GATE}"
                 + (
                     f" (and {', '.join(g for g in gates if g != KUEUE_ADMISSION_GATE)})"

@@ -92,6 +92,9 @@ class Candidate:
     budgets: Sequence[DisruptionBudget]
 
 
+DONE = "done"  # how the end of a preemption whose gang bound begins
+
+
 def may_preempt(view: GangView) -> bool:
     """`preemptionPolicy: Never` keeps a gang from preempting: its PodGroup's (Kubernetes 1.37),
     or its PriorityClass's (resolved into each pod)."""
@@ -200,10 +203,12 @@ class Preempter:
         # Preemptions in a row that ended without the gang bound: the room they freed went to
         # someone else, so the next waits longer (retry x 2^n), and fewer victims lose their work.
         self.expired: dict[GangKey, int] = {}
-        # The same per tenant (namespace): a tenant's next gang, under any name, backs off as far
-        # as its last one did; and the tenant whose gang preempted last, which waits for the
-        # others' turn before its next (the one preemption in flight is the cluster's, not its).
+        # The same per tenant (`Gang.owner`): a tenant's next gang, under any name, backs off as
+        # far as its last one did; and the tenant whose gang preempted last, whose next waits once
+        # for another tenant's gang of its priority (the one preemption in flight is the
+        # cluster's). Entries go once their backoff has run out (`prune`).
         self.expired_tenant: dict[str, int] = {}
+        self.owners: dict[GangKey, str] = {}  # the tenant of each gang that preempted
         self.tenant_expired_at: dict[str, float] = {}  # when a tenant's last preemption expired
         self.last_tenant: str | None = None
         # The nodes this process tainted for each token, before the watch shows the taints.
@@ -263,15 +268,22 @@ class Preempter:
                 whose = "its PodGroup" if view.preemption_policy == "Never" else "its pods' PriorityClass"
                 self.why_not[key] = f"no preemption: {whose} has preemptionPolicy: Never"
                 continue
-            last = max(self.tried.get(key, -1e18), self.tenant_expired_at.get(key[0], -1e18))
-            if now - last < self.retry_after(key):
+            last = max(self.tried.get(key, -1e18), self.tenant_expired_at.get(gang.owner, -1e18))
+            if now - last < self.retry_after(key, gang.owner):
                 continue
             may.append((view, gang))
-        # The first that may, in queue order; but not the tenant of the last preemption while
-        # another tenant's gang may.
-        others = [(v, g) for v, g in may if v.key[0] != self.last_tenant]
-        for view, gang in (others or may)[:1]:
+        # The first that may, in queue order; but once, the first of another tenant than the
+        # last preemption's, of the same priority, goes before it.
+        chosen = may[:1]
+        if may and may[0][1].owner == self.last_tenant:
+            first = may[0][1]
+            chosen = [(v, g) for v, g in may if g.owner != first.owner and g.priority == first.priority][
+                :1
+            ] or chosen
+            self.last_tenant = None
+        for view, gang in chosen:
             key = view.key
+            self.owners[key] = gang.owner
             groups = {k: group_facts(v) for k, v in views.items()}
             exclude = busy | {key}  # gangs being released: their room is reserved, not bound
             running = [counted(self.aliased(f.running)) for f in self.bound.facts.values()]
@@ -312,7 +324,7 @@ class Preempter:
         """End the preemptions that are done, gone or late; remove reservation taints of none."""
         for key, record, why, warn in self.due_ends(views, now):
             if not work.busy(key):
-                work.start(key, "preempt", self.end(key, record, why, warn))
+                work.start(key, "preempt", self.end(key, record, why, warn, why.startswith(DONE)))
         if (unknown := self.unknown_taints()) and not work.busy(STRAY_TAINTS):
             work.start(STRAY_TAINTS, "preempt", self.look_up_taints(unknown))
 
@@ -349,7 +361,7 @@ class Preempter:
                 view = plannable[candidate.key]
                 timeout = work.timeout * (1 + len(outcome.victims) / 16)
                 work.start(candidate.key, "preempt", self.run(view, outcome, now), timeout)
-                self.last_tenant = candidate.key[0]
+                self.last_tenant = candidate.gang.owner
             elif outcome is not None:
                 self.found_nothing(candidate.key, outcome, now)
 
@@ -592,7 +604,7 @@ class Preempter:
             view = views.get(key)
             need = max(1, (view.min_member or 1) if view is not None else 1)
             if view is not None and view.counts()["bound"] >= need:
-                out.append((key, record, f"done: {view.counts()['bound']} pods bound", False))
+                out.append((key, record, f"{DONE}: {view.counts()['bound']} pods bound", False))
             elif view is None and key not in self.store.gangs:
                 out.append((key, record, "the gang is gone", False))
             elif self.age(record) > self.settings.timeout_seconds:
@@ -600,22 +612,28 @@ class Preempter:
                 out.append((key, record, why, True))
         return out
 
-    def retry_after(self, key: GangKey) -> float:
-        doublings = min(max(self.expired.get(key, 0), self.expired_tenant.get(key[0], 0)), 16)
+    def retry_after(self, key: GangKey, tenant: str) -> float:
+        doublings = min(max(self.expired.get(key, 0), self.expired_tenant.get(tenant, 0)), 16)
         return float(min(self.settings.retry_seconds * (1 << doublings), EXPIRED_BACKOFF_CAP))
 
-    async def end(self, key: GangKey, record: PreemptionRecord, why: str, warn: bool) -> None:
+    async def end(
+        self, key: GangKey, record: PreemptionRecord, why: str, warn: bool, bound: bool = False
+    ) -> None:
         """End a preemption: its reservation taints removed and its record cleared. One that ends
-        without the gang bound (`warn`) counts as tried now, and backs the next one off."""
+        without the gang bound (`warn`) counts as tried now, and backs the next one off; its
+        tenant's next gang too, as does one whose gang went before it bound (not `bound`)."""
+        tenant = self.owners.get(key, f"namespace {key[0]}")
         if warn:
             self.tried[key] = clock.time()
             self.expired[key] = self.expired.get(key, 0) + 1
-            self.expired_tenant[key[0]] = self.expired_tenant.get(key[0], 0) + 1
-            self.tenant_expired_at[key[0]] = self.tried[key]
         else:
             self.expired.pop(key, None)
-            self.expired_tenant.pop(key[0], None)
-            self.tenant_expired_at.pop(key[0], None)
+        if bound:  # only a preemption that got its gang bound clears its tenant's backoff
+            self.expired_tenant.pop(tenant, None)
+            self.tenant_expired_at.pop(tenant, None)
+        else:  # expired, or its gang deleted before it bound: the tenant backs off
+            self.expired_tenant[tenant] = self.expired_tenant.get(tenant, 0) + 1
+            self.tenant_expired_at[tenant] = clock.time()
         token = record.token
         for name in sorted(self.reserved_nodes(record)):
             node = self.store.nodes.get(name)
@@ -716,6 +734,10 @@ class Preempter:
             await self.api.taint_node(node, token, add=False)
 
     def prune(self, live: set[GangKey]) -> None:
-        for table in (self.tried, self.why_not, self.expired):
+        for table in (self.tried, self.why_not, self.expired, self.owners):
             for key in [k for k in table if k not in live]:
                 del table[key]
+        now = clock.time()  # a tenant's backoff that has run out is forgotten, not before
+        for tenant in [t for t, at in self.tenant_expired_at.items() if now - at > EXPIRED_BACKOFF_CAP]:
+            self.tenant_expired_at.pop(tenant, None)
+            self.expired_tenant.pop(tenant, None)

@@ -64,7 +64,7 @@ class OperatorSettings(BaseSettings):
     starvation_max_share: float = Field(default=1.0, gt=0, le=1)
     """The largest share of the nodes its pods may use that one starving gang holds; a gang that
     needs more holds none (docs/threat-model.md: a gang that can never fit cannot capture it)."""
-    starvation_idle_seconds: float = Field(default=300.0, ge=0)
+    starvation_idle_seconds: float = Field(default=1800.0, ge=0)
     """A starving gang whose held room has not grown for this long holds nothing for as long,
     then holds again (0: no bound)."""
     tenant_label: str = Field(default="", max_length=317)

@@ -201,7 +201,7 @@ def plan_queue(
         held.extend(Hold(release.gang, *_short_of_devices(snapshot.devices)) for release in short)
         out = {h.gang.key for h in held}
         rest = [gang for gang in counted.queue if gang.key not in out]
-        plan = planner.plan(nodes, used, rest, snapshot.now, set(), snapshot.composites)
+        plan = planner.plan(nodes, used, rest, snapshot.now, set(), snapshot.composites, replan=True)
         releases, devices, short = choose_devices(plan.releases, counted.counts, counted.asks)
     held.extend(Hold(release.gang, *_short_of_devices(snapshot.devices)) for release in short)
     holds = tuple(

@@ -210,8 +210,8 @@ def test_starvation_turns_go_round_tenants_not_gangs() -> None:
 def test_a_starving_gang_whose_held_room_does_not_grow_rests_then_holds_again() -> None:
     """n0 is free, n1 busy with a pod that never ends: the gang of 2 whole nodes holds both,
     room for 1 of its pods. The room does not grow for 100 s, so it holds nothing for the next
-    100 s (saying so) and then holds again. While pods on its held nodes keep finishing, it holds
-    on."""
+    100 s (its hold says so) and then holds again. While pods on its held nodes keep finishing,
+    it holds on."""
     idle = PlannerSettings(starvation_seconds=30, starvation_hold_seconds=10_000, starvation_idle_seconds=100)
     nodes = [node("n0"), node("n1"), node("n2")]
     stuck = gang("stuck", 2, gpus=8, created=0, held_since=0.0)
@@ -221,10 +221,10 @@ def test_a_starving_gang_whose_held_room_does_not_grow_rests_then_holds_again() 
     for now in (40.0, 100.0, 139.0, 141.0, 200.0, 241.0, 250.0):
         plan = planner.plan(by_name, busy("n1", "n2"), [stuck], now=now)
         (hold,) = plan.holds
-        held[now] = (len(hold.held_nodes), hold.held_message)
+        held[now] = (len(hold.held_nodes), hold.message)
     assert [held[t][0] for t in (40.0, 100.0, 139.0)] == [2, 2, 2]
     assert held[141.0][0] == 0 and "did not grow for 100s" in held[141.0][1], held[141.0]
-    assert held[200.0][0] == 0
+    assert held[200.0][0] == 0 and "for 41s more" in held[200.0][1], held[200.0]
     assert held[241.0][0] == 2 and held[250.0][0] == 2, "rested: it holds again"
 
     four = {f"n{i}": node(f"n{i}") for i in range(4)}
@@ -261,3 +261,19 @@ def test_namespaces_of_one_tenant_share_its_turns() -> None:
         )
         holders.append(next(h.gang.name for h in plan.holds if h.held_nodes))
     assert holders.count("b") < 3, "without the label, three namespaces are three tenants"
+
+
+def test_another_gang_of_a_resting_tenant_does_not_take_the_turn_over() -> None:
+    """The tenant's gang whose held room stopped growing makes its tenant rest: its other
+    starving gang (of smaller pods, whose count of free room differs) holds nothing either."""
+    idle = PlannerSettings(starvation_seconds=30, starvation_hold_seconds=10_000, starvation_idle_seconds=100)
+    nodes = {n.name: n for n in (node("n0"), node("n1"), node("n2"))}
+    big = gang("big", 2, gpus=8, created=0, held_since=0.0)
+    small = gang("small", 4, gpus=4, created=1, held_since=0.0)
+    planner = Planner(idle)
+    for now in (40.0, 100.0, 139.0):
+        planner.plan(nodes, busy("n1", "n2"), [big, small], now=now)
+    plan = planner.plan(nodes, busy("n1", "n2"), [big, small], now=141.0)
+    holds = {h.gang.name: h for h in plan.holds}
+    assert not holds["big"].held_nodes and not holds["small"].held_nodes, holds
+    assert "holds nothing for its tenant's gangs" in holds["small"].message, holds["small"].message

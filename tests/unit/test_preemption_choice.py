@@ -161,8 +161,9 @@ def test_never_for_a_gang_that_would_still_not_fit() -> None:
 
 def test_no_work_is_taken_for_a_gang_whose_binding_quorum_cannot_show() -> None:
     """Required pod affinity (to a pod that may not exist) or host ports: quorum cannot show the
-    gang would bind once room is made, so it takes nothing, and says so. Volumes and topology
-    spreads keep preemption; so does a gang whose members were placed before."""
+    gang would bind once room is made, so it takes nothing, and says so. Volumes, topology
+    spreads and pod anti-affinity keep preemption; so does a gang whose members were placed
+    before."""
     from dataclasses import replace
 
     nodes = [node(0)]
@@ -176,7 +177,9 @@ def test_no_work_is_taken_for_a_gang_whose_binding_quorum_cannot_show() -> None:
     assert isinstance(result, NoPreemption) and result.reason == "Unproven", result
     assert result.message.startswith("its pods have required pod affinity, which quorum does not model")
     assert isinstance(choose(constrained("host ports"), nodes, pods), NoPreemption)
-    ordinary = constrained("volumes (volume node affinity)", "topology spread constraints")
+    ordinary = constrained(
+        "volumes (volume node affinity)", "topology spread constraints", "required pod anti-affinity"
+    )
     assert victims(choose(ordinary, nodes, pods)) == ["a"]
     assert victims(choose(constrained("required pod affinity", released=1), nodes, pods)) == ["a"]
 
