@@ -277,9 +277,8 @@ class Preempter:
         chosen = may[:1]
         if may and may[0][1].owner == self.last_tenant:
             first = may[0][1]
-            chosen = [(v, g) for v, g in may if g.owner != first.owner and g.priority == first.priority][
-                :1
-            ] or chosen
+            others = [(v, g) for v, g in may if g.owner != first.owner and g.priority == first.priority]
+            chosen = others[:1] or chosen
             self.last_tenant = None
         for view, gang in chosen:
             key = view.key
