@@ -163,3 +163,37 @@ async def test_a_low_priority_gang_is_preempted_whole_and_runs_again_when_room_r
     after = {p["metadata"]["uid"] for p in await running(api, ns, "low", 2)}
     assert not after & before, "the victim runs again as new pods, admitted whole"
     await assert_no_overcommit(api)
+
+
+async def test_no_work_is_taken_for_a_gang_that_must_sit_beside_a_pod_that_does_not_exist(
+    preempting: Instance, api: client.ApiClient, ns: str
+) -> None:
+    """A high-priority gang whose pods require pod affinity to a pod that does not exist could
+    never bind, however much room is made: quorum deletes nothing for it and says why."""
+    pool = await make_pool(preempting, 2)
+    await apply_gang(api, ns, "low", 2, pool, LOW)
+    before = {p["metadata"]["uid"] for p in await running(api, ns, "low", 2)}
+    body = gang_deployment("high", 2, pool, HIGH)
+    term = {
+        "labelSelector": {"matchLabels": {"app": "does-not-exist"}},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    body["spec"]["template"]["spec"]["affinity"] = {
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}
+    }
+    await create_podgroup(api, ns, "high", 2)
+    await client.AppsV1Api(api).create_namespaced_deployment(ns, body)
+
+    async def said() -> str | None:
+        gang = await get(api, GANGS, ns, "pg-high")
+        conditions = ((gang or {}).get("status") or {}).get("conditions") or []
+        message = next((c["message"] for c in conditions if c["type"] == "Unschedulable"), "")
+        return message if "no preemption (Unproven)" in message else None
+
+    message = await eventually(
+        said, timeout=60, what="the gang's Unschedulable saying no preemption (Unproven)"
+    )
+    assert "required pod affinity, which quorum does not model" in message, message
+    after = {p["metadata"]["uid"] for p in await running(api, ns, "low", 2)}
+    assert after == before, "the lower-priority gang was not touched"
+    assert not await events(api, ns, "Preempted")
