@@ -317,8 +317,8 @@ class Planner:
             self.unsearched = {k: self.pass_unsearched.get(k, 0) + 1 for k in not_searched}
         live = {gang.key for gang in queue}
         self.progress = {k: v for k, v in self.progress.items() if k in live}
-        owners = {gang.owner for gang in queue}
-        self.resting = {k: v for k, v in self.resting.items() if k in owners and v > now}
+        # A rest lasts its time, whatever the tenant's gangs do meanwhile (gone and made again).
+        self.resting = {k: v for k, v in self.resting.items() if v > now}
         self.held = held
         return Plan(tuple(releases), tuple(holds), state.visits)
 
