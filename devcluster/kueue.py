@@ -49,6 +49,7 @@ from devcluster.cluster import ClusterError, Instance, free_ports
 from devcluster.kubeconfig import probe
 from devcluster.nodes import BLOCK_LABEL, HOSTNAME_LABEL, RACK_LABEL, ZONE_LABEL
 from devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
+from quorum.core.gangs import KUEUE_ADMISSION_GATE
 from quorum.core.quantity import parse_quantity
 from quorum.pki import CertificateAuthority
 
@@ -59,7 +60,7 @@ GROUP = "kueue.x-k8s.io"
 QUEUE_LABEL = f"{GROUP}/queue-name"
 POD_GROUP_LABEL = f"{GROUP}/pod-group-name"
 POD_GROUP_COUNT = f"{GROUP}/pod-group-total-count"
-ADMISSION_GATE = f"{GROUP}/admission"
+ADMISSION_GATE = KUEUE_ADMISSION_GATE
 KUEUE_NAMESPACE = "kueue-system"
 CRD_DIR = "config/components/crd/bases"
 WEBHOOKS = "config/components/webhook/manifests.yaml"

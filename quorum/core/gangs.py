@@ -29,6 +29,9 @@ from typing import Any
 # off, the label naming the pod's gang, and the taint a preemption in flight holds the nodes it
 # freed with (`quorum.dev/reserved=<token>:NoSchedule`, docs/preemption.md).
 GATE = "quorum.dev/gang"
+# Kueue's scheduling gate, removed once the workload fits its ClusterQueue's quota: a gang whose
+# pods carry it waits for quota, not room (docs/integrations.md, "Kueue for quota").
+KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"
 GANG_LABEL = "quorum.dev/gang"
 RESERVED_TAINT = "quorum.dev/reserved"
 

@@ -198,8 +198,14 @@ class Gang:
 
     @property
     def owner(self) -> str:
-        """The tenant the gang counts for: its `tenant`, or its namespace."""
-        return self.tenant or f"namespace {self.namespace}"
+        """The tenant the gang counts for (`tenant_name`)."""
+        return tenant_name(self.namespace, self.tenant)
+
+
+def tenant_name(namespace: str, tenant: str = "") -> str:
+    """The tenant a gang of `namespace` counts for: its tenant label's `<label>=<value>`, or the
+    namespace."""
+    return tenant or f"namespace {namespace}"
 
 
 @dataclass(frozen=True, slots=True)

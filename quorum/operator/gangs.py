@@ -16,6 +16,7 @@ from quorum.core.gangs import GANG_LABEL as GANG_LABEL  # re-exported, as are GA
 from quorum.core.gangs import GATE as GATE
 from quorum.core.gangs import GROUP_APIS as GROUP_APIS  # re-exported: the operator's modules use it
 from quorum.core.gangs import (
+    KUEUE_ADMISSION_GATE,
     MAX_MIN_AVAILABLE,
     QUORUM_SCHEDULER_NAMES,
     GangMarker,
@@ -343,9 +344,6 @@ def store_groups(store: Store, api_group: str) -> StoreTable:
         return f"{api_group}/{version}", "PodGroup"
 
     return StoreTable(store.groups, lambda obj: (api_group, *namespaced(obj)), (api_group,), typed=typed)
-
-
-KUEUE_ADMISSION_GATE = "kueue.x-k8s.io/admission"  # Kueue's: removed once the workload fits its quota
 
 
 def other_gates(pod: JSON) -> list[str]:

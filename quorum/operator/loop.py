@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -401,9 +401,7 @@ class GangLoop:
             )
             log.warning("%s", message)
             objects = [{"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", **c} for c in claims]
-            report = asyncio.create_task(self.events.post_all(objects, "DeviceAllocatedTwice", message, True))
-            self.reports.add(report)
-            report.add_done_callback(self.reports.discard)
+            self.report(self.events.post_all(objects, "DeviceAllocatedTwice", message, True))
         self.told_twice = set(twice)
 
     # -- failures and garbage -------------------------------------------------------------------
@@ -413,9 +411,13 @@ class GangLoop:
         reported the same way."""
         failure = self.work.fail(key, stage, message)
         log.warning("%s/%s: %s", key[0], key[1], failure.sentence())
-        report = asyncio.create_task(self.records.report_failure(key, failure))
-        self.reports.add(report)
-        report.add_done_callback(self.reports.discard)
+        self.report(self.records.report_failure(key, failure))
+
+    def report(self, telling: Coroutine[Any, Any, None]) -> None:
+        """Tell in the background (Events, a status), kept in `reports` until done."""
+        task = asyncio.create_task(telling)
+        self.reports.add(task)
+        task.add_done_callback(self.reports.discard)
 
     def collect_garbage(self, views: dict[GangKey, GangView]) -> None:
         """Forget what is kept per gang once the gang is gone; delete expired label-only Gangs."""

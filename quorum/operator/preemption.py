@@ -45,7 +45,7 @@ from typing import Any
 
 from quorum.core.conditions import iso
 from quorum.core.lifecycle import JobFacts
-from quorum.core.model import Gang, Node, Requirement, Resources
+from quorum.core.model import Gang, Node, Requirement, Resources, tenant_name
 from quorum.core.planner import Plan, PlannerSettings
 from quorum.core.preemption import (
     INTERRUPTABLE_LABEL,
@@ -621,7 +621,7 @@ class Preempter:
         """End a preemption: its reservation taints removed and its record cleared. One that ends
         without the gang bound (`warn`) counts as tried now, and backs the next one off; its
         tenant's next gang too, as does one whose gang went before it bound (not `bound`)."""
-        tenant = self.owners.get(key, f"namespace {key[0]}")
+        tenant = self.owners.get(key) or tenant_name(key[0])
         if warn:
             self.tried[key] = clock.time()
             self.expired[key] = self.expired.get(key, 0) + 1
