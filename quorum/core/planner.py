@@ -109,10 +109,11 @@ class PlannerSettings:
     """The largest share of the nodes its pods may use that one gang holds (1: all of them)."""
 
     starvation_idle_seconds: float = 1800.0
-    """A starving gang whose held room has not grown for this long (no pod finished there for
-    it: it waits on something that does not end) makes its tenant's gangs hold nothing for as
-    long, then they hold again (0: no bound). A gang that spans a whole pool still gets through
-    while some pod on its held nodes finishes at least this often."""
+    """A tenant whose starving gangs have starved this long without the room held for them
+    growing past the largest share of one gang's pods it has had free (over all its gangs and
+    turns: they wait on something that does not end) holds nothing for as long, then holds again
+    (0: no bound). A gang that spans a whole pool still gets through while some pod on its held
+    nodes finishes at least this often."""
 
     def holds_now(self, held_since: float | None, now: float) -> bool:
         """Whether a gang held since `held_since` is in a turn of the starvation guard now."""
@@ -229,7 +230,14 @@ class PassState:
 
 
 NOT_SEARCHED = "not searched this pass"
-IDLE_GAP_SECONDS = 60.0  # a starving gang not in a turn this long starts its idle clock anew
+
+
+@dataclass(frozen=True, slots=True)
+class HoldProgress:
+    """How the room held for a tenant's starving gangs grows (`Planner.idle`)."""
+
+    best: float  # the largest share of one of its gangs' pods the room held for it had free
+    since: float  # when it was reached
 
 
 class Planner:
@@ -248,11 +256,14 @@ class Planner:
         # unsearched goes first among its priority (the input of this pass, for a re-plan).
         self.unsearched: dict[tuple[str, str], int] = {}
         self.pass_unsearched: dict[tuple[str, str], int] = {}
-        # Per starving gang: the most room its held nodes had free for it, since when, and when
-        # it was last in a turn (back from others' turns, its clock starts anew); per tenant, when
-        # the rest of its gangs' holding ends (`idle`).
-        self.progress: dict[tuple[str, str], tuple[int, float, float]] = {}
+        # Per tenant holding for its starving gangs (`idle`): how it progresses, and when a
+        # rest of its gangs' holding ends.
+        self.progress: dict[str, HoldProgress] = {}
         self.resting: dict[str, float] = {}
+        # Starvation turns (`turn`): per tenant starving, the slot of its last turn and how many
+        # it had since it began to starve; whose turn the current slot is.
+        self.turns: dict[str, tuple[int, int]] = {}
+        self.turn_of: tuple[int, str] | None = None
 
     def plan(
         self,
@@ -315,8 +326,10 @@ class Planner:
         self.index.keep_only(state.touched)  # shapes no gang asked for this pass are forgotten
         if not replan:  # passes in a row each gang was not searched
             self.unsearched = {k: self.pass_unsearched.get(k, 0) + 1 for k in not_searched}
-        live = {gang.key for gang in queue}
-        self.progress = {k: v for k, v in self.progress.items() if k in live}
+        # A tenant's clock runs while it has starving gangs: with none, its next starving starts anew.
+        starving = {gang.owner for gang in queue if self.settings.holds_now(gang.held_since, now)}
+        self.progress = {k: v for k, v in self.progress.items() if k in starving}
+        self.turns = {k: v for k, v in self.turns.items() if k in starving}
         # A rest lasts its time, whatever the tenant's gangs do meanwhile (gone and made again).
         self.resting = {k: v for k, v in self.resting.items() if v > now}
         self.held = held
@@ -480,21 +493,28 @@ class Planner:
 
     def turn(self, ordered: Sequence[Gang], now: float) -> frozenset[tuple[str, str]]:
         """The starving gangs that may hold capacity this pass. Turns of
-        `starvation_hold_seconds` go round the tenants with starving gangs (in the queue order
-        of their first), and within a tenant round its starving gangs in queue order: a tenant
-        with many gangs that never fit has one turn in as many as there are such tenants, not
-        one per gang. The gang whose turn it is holds first; when it cannot (it needs more than
-        its share, say), the gangs after it in the pass's order (`ordered`) may."""
+        `starvation_hold_seconds` go to the tenants with starving gangs, the one whose last turn
+        is the oldest first, and a tenant that just began to starve before any that had a turn:
+        however many gangs or namespaces others starve with, it waits one turn at most. Within a
+        tenant, turns go round its starving gangs in queue order. A resting tenant (`idle`) is
+        passed over. The gang whose turn it is
+        holds first; when it cannot (it needs more than its share, say), the gangs after it in
+        the pass's order (`ordered`) may."""
         starving = [g for g in ordered if self.settings.holds_now(g.held_since, now)]
         if not starving:
             return frozenset()
         by_tenant: dict[str, list[Gang]] = {}
         for gang in starving:
             by_tenant.setdefault(gang.owner, []).append(gang)
-        tenants = list(by_tenant)
         slot = int(now // max(1.0, self.settings.starvation_hold_seconds))
-        own = by_tenant[tenants[slot % len(tenants)]]
-        chosen = own[(slot // len(tenants)) % len(own)]
+        owner = self.turn_of[1] if self.turn_of is not None and self.turn_of[0] == slot else None
+        if owner not in by_tenant or self.resting.get(owner, 0.0) > now:
+            awake = [t for t in by_tenant if self.resting.get(t, 0.0) <= now] or list(by_tenant)
+            owner = min(awake, key=lambda t: self.turns.get(t, (-1, 0))[0])  # ties: queue order
+            self.turns[owner] = (slot, self.turns.get(owner, (-1, 0))[1] + 1)
+            self.turn_of = (slot, owner)
+        own = by_tenant[owner]
+        chosen = own[(self.turns[owner][1] - 1) % len(own)]
         return frozenset(g.key for g in starving[starving.index(chosen) :])
 
     def sync(
@@ -573,7 +593,7 @@ class Planner:
         if len(chosen) > self.settings.starvation_max_share * eligible:
             return hold  # more than its share of the nodes it may use: it holds none
         free_now = sum(min(take, slots(pod, index.free[name])) for name, take in chosen)
-        if (idle := self.idle(gang, free_now, now)) is not None:
+        if (idle := self.idle(gang, free_now, needed, now)) is not None:
             return replace(hold, message=f"{hold.message}; {idle}")
         held: list[str] = []
         for name, take in chosen:
@@ -590,30 +610,32 @@ class Planner:
         )
         return Hold(gang, hold.reason, hold.message, tuple(held), message)
 
-    def idle(self, gang: Gang, free_now: int, now: float) -> str | None:
-        """Why a starving gang holds nothing now, though its turn, or None. When the room held
-        for a gang has not grown for `starvation_idle_seconds` (it waits on what does not end),
-        its tenant's gangs all rest as long: another of them cannot take the turn over."""
+    def idle(self, gang: Gang, free_now: int, needed: int, now: float) -> str | None:
+        """Why a starving gang holds nothing now, though its turn, or None. A tenant progresses
+        when the room held for one of its gangs has a larger share of that gang's pods free than
+        any of its holds had since it began to starve: room regained after others' turns, or
+        held for another of its gangs, is not progress. After `starvation_idle_seconds` without
+        progress, its gangs all hold nothing for as long; then its clock starts anew."""
         limit = self.settings.starvation_idle_seconds
         if limit <= 0:
             return None
         if (until := self.resting.get(gang.owner, 0.0)) > now:
             return (
                 f"the starvation guard holds nothing for its tenant's gangs for {until - now:.0f}s more: "
-                f"the room held for one of them did not grow for {limit:.0f}s"
+                f"the room held for them did not grow for {limit:.0f}s"
             )
-        best, since, seen = self.progress.get(gang.key, (-1, now, now))
-        if free_now > best or now - seen > IDLE_GAP_SECONDS:
-            self.progress[gang.key] = (free_now, now, now)  # grown, or its first pass holding of late
+        share = free_now / max(1, needed)
+        last = self.progress.get(gang.owner)
+        if last is None or share > last.best:
+            self.progress[gang.owner] = HoldProgress(share, now)
             return None
-        if now - since <= limit:
-            self.progress[gang.key] = (best, since, now)
+        if now - last.since <= limit:
             return None
         self.resting[gang.owner] = now + limit
-        self.progress.pop(gang.key, None)  # after the rest, its clock starts anew
+        self.progress.pop(gang.owner, None)
         return (
             f"the starvation guard holds nothing for its tenant's gangs for {limit:.0f}s: the room held "
-            f"for this gang did not grow for {limit:.0f}s (room for {free_now} of its pods)"
+            f"for them did not grow for {limit:.0f}s (room for {free_now} of this gang's {needed} pods)"
         )
 
 

@@ -13,10 +13,11 @@ the share of passes in which the guard held nodes for the attacker.
 Three ways:
 
 - **one namespace**: the attacker's gangs all in its namespace (one tenant);
-- **spread**: the same gangs over as many namespaces as gangs (a tenant of many namespaces);
+- **spread**: the same gangs over as many namespaces as gangs, each namespace a tenant;
+- **spread, labelled**: the same, the namespaces labelled as one tenant (the tenant label);
 - **no attacker**: the bystander's own numbers with the attacker gone, as a baseline.
 
-    python -m tests.bench.fairness [--gangs 8] [--minutes 30]
+    python -m tests.bench.fairness [--gangs 8] [--minutes 180]
 """
 
 from __future__ import annotations
@@ -70,16 +71,20 @@ class Outcome:
     worst_pass_ms: float
 
 
-def simulate(attacker_gangs: int, spread: bool, minutes: float) -> Outcome:
+def simulate(attacker_gangs: int, spread: bool, minutes: float, labelled: bool = False) -> Outcome:
     nodes = {n.name: n for n in (node(i) for i in range(NODES))}
     # The attacker's pod that never ends, on n00.
     forever: dict[str, dict[str, int]] = {"n00": resources({GPU: 8, "cpu": 1, "pods": 1})}
     queue: dict[tuple[str, str], Gang] = {}
     for i in range(attacker_gangs):
         namespace = f"attacker-{i}" if spread else "attacker"
-        queue[(namespace, f"all-{i}")] = whole_nodes(namespace, f"all-{i}", NODES, created=i)
+        tenant = "team=attacker" if labelled else ""
+        queue[(namespace, f"all-{i}")] = replace(
+            whole_nodes(namespace, f"all-{i}", NODES, created=i), tenant=tenant
+        )
         if i < 3:
-            queue[(namespace, f"search-{i}")] = exhausting(namespace, f"search-{i}", created=100 + i)
+            search = exhausting(namespace, f"search-{i}", created=100 + i)
+            queue[(namespace, f"search-{i}")] = replace(search, tenant=tenant)
     planner = Planner(PlannerSettings(gang_budget=20_000, pass_budget=60_000))
     arrived: dict[tuple[str, str], float] = {}
     held_since: dict[tuple[str, str], float] = {}
@@ -138,11 +143,12 @@ def summary(outcome: Outcome) -> dict[str, object]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gangs", type=int, default=8, help="the attacker's gangs that never fit")
-    parser.add_argument("--minutes", type=float, default=30.0, help="simulated time")
+    parser.add_argument("--minutes", type=float, default=180.0, help="simulated time")
     args = parser.parse_args()
     ways = {
         "one namespace": simulate(args.gangs, spread=False, minutes=args.minutes),
         "spread": simulate(args.gangs, spread=True, minutes=args.minutes),
+        "spread, labelled": simulate(args.gangs, spread=True, minutes=args.minutes, labelled=True),
         "no attacker": simulate(0, spread=False, minutes=args.minutes),
     }
     rows = {name: summary(outcome) for name, outcome in ways.items()}

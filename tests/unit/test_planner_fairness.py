@@ -115,8 +115,11 @@ def test_starving_gangs_take_turns() -> None:
     first = gang("first", 2, gpus=8, created=0, held_since=0.0)
     second = gang("second", 2, gpus=8, created=1, held_since=0.0)
     holders = []
+    planner = Planner(BOUNDED)
     for now in (40.0, 110.0):  # two slots of 100 s, both within the gangs' first turn (30-130 s)
-        plan = plan_gangs(nodes, busy("n0", "n1", "n2", "n3"), [first, second], BOUNDED, now=now)
+        plan = planner.plan(
+            {n.name: n for n in nodes}, busy("n0", "n1", "n2", "n3"), [first, second], now=now
+        )
         holders.append([h.gang.name for h in plan.holds if h.held_nodes])
     assert holders == [["first"], ["second"]]
 
@@ -199,9 +202,10 @@ def test_starvation_turns_go_round_tenants_not_gangs() -> None:
     a = [replace(gang(f"a{i}", 2, gpus=8, created=i, held_since=0.0), namespace="team-a") for i in range(3)]
     b = replace(gang("b", 2, gpus=8, created=10, held_since=0.0), namespace="team-b")
     holders = []
+    planner = Planner(BOUNDED_NO_REST)
     for turn in range(6):  # one pass in each 100 s turn, all after the first 30 s
         now = 100.0 * (turn + 1) + 10
-        plan = plan_gangs(nodes, busy("n0", "n1", "n2", "n3"), [*a, b], BOUNDED_NO_REST, now=now)
+        plan = planner.plan({n.name: n for n in nodes}, busy("n0", "n1", "n2", "n3"), [*a, b], now=now)
         holders.append([h.gang.name for h in plan.holds if h.held_nodes])
     assert [h[0] for h in holders].count("b") == 3, holders
     assert sorted(h[0] for h in holders if h[0] != "b") == ["a0", "a1", "a2"], holders
@@ -246,18 +250,19 @@ def test_namespaces_of_one_tenant_share_its_turns() -> None:
         for i in range(3)
     ]
     b = replace(gang("b", 2, gpus=8, created=10, held_since=0.0), namespace="team-b")
+    by_name = {n.name: n for n in nodes}
     holders = []
+    planner = Planner(BOUNDED_NO_REST)
     for turn in range(6):
-        plan = plan_gangs(
-            nodes, busy("n0", "n1", "n2", "n3"), [*a, b], BOUNDED_NO_REST, now=100.0 * (turn + 1) + 10
-        )
+        plan = planner.plan(by_name, busy("n0", "n1", "n2", "n3"), [*a, b], now=100.0 * (turn + 1) + 10)
         holders.append(next(h.gang.name for h in plan.holds if h.held_nodes))
     assert holders.count("b") == 3, holders
     untagged = [replace(g, tenant="") for g in a]
     holders = []
+    planner = Planner(BOUNDED_NO_REST)
     for turn in range(6):
-        plan = plan_gangs(
-            nodes, busy("n0", "n1", "n2", "n3"), [*untagged, b], BOUNDED_NO_REST, now=100.0 * (turn + 1) + 10
+        plan = planner.plan(
+            by_name, busy("n0", "n1", "n2", "n3"), [*untagged, b], now=100.0 * (turn + 1) + 10
         )
         holders.append(next(h.gang.name for h in plan.holds if h.held_nodes))
     assert holders.count("b") < 3, "without the label, three namespaces are three tenants"
@@ -277,3 +282,41 @@ def test_another_gang_of_a_resting_tenant_does_not_take_the_turn_over() -> None:
     holds = {h.gang.name: h for h in plan.holds}
     assert not holds["big"].held_nodes and not holds["small"].held_nodes, holds
     assert "holds nothing for its tenant's gangs" in holds["small"].message, holds["small"].message
+
+
+def test_a_tenant_that_begins_to_starve_has_the_next_turn() -> None:
+    """Three tenants (namespaces, no tenant label) starve for ever and have had their turns;
+    a fourth tenant's gang begins to starve: the next turn is its, not the fourth after."""
+    from dataclasses import replace
+
+    nodes = {n.name: n for n in (node(f"n{i}") for i in range(4))}
+    hopeless = [
+        replace(gang(f"a{i}", 2, gpus=8, created=i, held_since=0.0), namespace=f"a-{i}") for i in range(3)
+    ]
+    planner = Planner(BOUNDED_NO_REST)
+    for turn in range(3):
+        planner.plan(nodes, busy("n0", "n1", "n2", "n3"), hopeless, now=100.0 * (turn + 1) + 10)
+    late = replace(gang("late", 2, gpus=8, created=50, held_since=350.0), namespace="b")
+    holders = []
+    for now in (390.0, 410.0):  # starving from 380 s; the next slot begins at 400 s
+        plan = planner.plan(nodes, busy("n0", "n1", "n2", "n3"), [*hopeless, late], now=now)
+        holders.append(next(h.gang.name for h in plan.holds if h.held_nodes))
+    assert holders[1] == "late", holders
+
+
+def test_a_tenants_gangs_taking_turns_do_not_reset_its_idle_clock() -> None:
+    """Tenant A's three gangs never fit (n1 and n2 run pods that never end) and take A's turns
+    of 50 s in a row: the room held for them does not grow for 100 s in all, so A rests (today
+    each gang's clock starts anew in its own turn, and A holds for ever)."""
+    idle = PlannerSettings(starvation_seconds=30, starvation_hold_seconds=50, starvation_idle_seconds=100)
+    nodes = {n.name: n for n in (node("n0"), node("n1"), node("n2"))}
+    gangs = [gang(f"a{i}", 2, gpus=8, created=i, held_since=0.0) for i in range(3)]
+    planner = Planner(idle)
+    holders, rested = [], None
+    for now in range(40, 400, 10):
+        plan = planner.plan(nodes, busy("n1", "n2"), gangs, now=float(now))
+        holders.append({h.gang.name for h in plan.holds if h.held_nodes})
+        if rested is None and any("holds nothing for its tenant's gangs" in h.message for h in plan.holds):
+            rested = now
+    assert {"a0", "a1", "a2"} <= set().union(*holders), "each gang had turns"
+    assert rested is not None and rested <= 150, (rested, holders)
