@@ -8,6 +8,7 @@
 | labels `pod-group.scheduling.sigs.k8s.io/name` + `/min-available` | `lbl-<n>` |
 | `spec.schedulingGroup.podGroupName: <n>` (Kubernetes WAS)       | `wpg-<n>` |
 | annotation `scheduling.k8s.io/group-name: <n>` (Volcano's dialect) | `vpg-<n>` |
+| label `kueue.x-k8s.io/pod-group-name: <n>` + annotation `/pod-group-total-count` (Kueue) | `kpg-<n>` |
 
 A pod with several markers belongs to the first row's group. A pod whose schedulerName belongs
 to another scheduler is not quorum's, whatever its labels: quorum's are the default scheduler
@@ -43,6 +44,10 @@ LABEL_GANG_MIN_AVAILABLE = "pod-group.scheduling.sigs.k8s.io/min-available"
 # and KubeRay write it in their Volcano modes), and its scheduler is called `volcano`.
 VOLCANO_GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 VOLCANO_SCHEDULER = "volcano"
+# Kueue's plain-pod groups: the group's name is a label, its size an annotation (the pods'
+# count, which Kueue admits as one Workload).
+KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
+KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
 
 # On a Gang that quorum-sunk-scheduler writes (a gang Slurm places; docs/sunk.md) this label
 # says `slurm`, and quorum-operator leaves the object alone.
@@ -83,6 +88,20 @@ class GangSource(StrEnum):
     LABELS = "lbl"
     WORKLOAD_POD_GROUP = "wpg"
     VOLCANO_POD_GROUP = "vpg"
+    KUEUE_POD_GROUP = "kpg"
+
+
+# Gangs without a group object: their size is on their pods (a label, or Kueue's annotation),
+# and their Gang record's spec.source names them by this kind.
+SOURCE_KINDS = {GangSource.LABELS: "Labels", GangSource.KUEUE_POD_GROUP: "KueuePodGroup"}
+SIZED_BY_PODS = tuple(SOURCE_KINDS)
+
+
+def size_on_pod(source: GangSource, labels: Mapping[str, str], annotations: Mapping[str, str]) -> str | None:
+    """What a pod of a gang sized by its pods (`SIZED_BY_PODS`) says the gang's size is."""
+    if source is GangSource.KUEUE_POD_GROUP:
+        return annotations.get(KUEUE_POD_GROUP_TOTAL_COUNT)
+    return labels.get(LABEL_GANG_MIN_AVAILABLE)
 
 
 # The API (group, version) of each PodGroup kind a gang can name; label-only gangs have none.
@@ -100,7 +119,7 @@ GROUP_APIS: dict[GangSource, tuple[str, str]] = {
 class GangMarker:
     source: GangSource
     group: str  # the group's name as the user wrote it
-    min_available: str | None = None  # label-only gangs carry their size in a label
+    min_available: str | None = None  # label-only and Kueue gangs carry their size on their pods
 
     @property
     def gang_name(self) -> str:
@@ -114,13 +133,26 @@ class GangMarker:
             GangSource.LABELS: f"label group {self.group}",
             GangSource.WORKLOAD_POD_GROUP: f"PodGroup {self.group} (scheduling.k8s.io)",
             GangSource.VOLCANO_POD_GROUP: f"PodGroup {self.group} (scheduling.volcano.sh)",
+            GangSource.KUEUE_POD_GROUP: f"Kueue pod group {self.group}",
         }[self.source]
+
+    @property
+    def size_key(self) -> str:
+        """Where a gang sized by its pods writes its size (`SIZED_BY_PODS`): "label K"."""
+        if self.source is GangSource.KUEUE_POD_GROUP:
+            return f"annotation {KUEUE_POD_GROUP_TOTAL_COUNT}"
+        return f"label {LABEL_GANG_MIN_AVAILABLE}"
 
 
 def gang_markers(
-    labels: Mapping[str, str], scheduling_group: str | None, annotations: Mapping[str, str] | None = None
+    labels: Mapping[str, str],
+    scheduling_group: str | None,
+    annotations: Mapping[str, str] | None = None,
+    *,
+    volcano: bool = False,
 ) -> list[GangMarker]:
-    """Every group marker on a pod (or pod template), in the table's order of precedence."""
+    """Every group marker on a pod (or pod template), in the table's order of precedence.
+    Volcano's annotation counts only where `volcano` (the install takes its dialect)."""
     found = []
     if value := labels.get(SIGS_POD_GROUP_LABEL):
         found.append(GangMarker(GangSource.SIGS_POD_GROUP, value))
@@ -130,8 +162,11 @@ def gang_markers(
         found.append(GangMarker(GangSource.LABELS, value, labels.get(LABEL_GANG_MIN_AVAILABLE)))
     if scheduling_group:
         found.append(GangMarker(GangSource.WORKLOAD_POD_GROUP, scheduling_group))
-    if annotations and (value := annotations.get(VOLCANO_GROUP_ANNOTATION)):
+    if volcano and annotations and (value := annotations.get(VOLCANO_GROUP_ANNOTATION)):
         found.append(GangMarker(GangSource.VOLCANO_POD_GROUP, value))
+    if value := labels.get(KUEUE_POD_GROUP_LABEL):
+        count = (annotations or {}).get(KUEUE_POD_GROUP_TOTAL_COUNT)
+        found.append(GangMarker(GangSource.KUEUE_POD_GROUP, value, count))
     return found
 
 
@@ -146,27 +181,25 @@ _HOW_TO_WRITE = (
 
 
 class BadMinAvailable(ValueError):
-    """A label-only gang's min-available label is missing or not a size; the message says what
-    is wrong and what to write instead."""
+    """A label-only gang's min-available label (or a Kueue pod group's total-count annotation)
+    is missing or not a size; the message says what is wrong and what to write instead."""
 
 
-def parse_min_available(value: object) -> int:
-    """The size of a label-only gang, from its label `min-available`: "1" to "100000".
-    Anything else ("0", "-1", " 3", "+2", "04", "1.5", "1e9", "0x10", "٣", a missing label)
-    raises BadMinAvailable."""
+def parse_min_available(value: object, key: str = f"label {LABEL_GANG_MIN_AVAILABLE}") -> int:
+    """The size of a gang sized by its pods, from `key` (a label-only gang's label
+    `min-available`, or `GangMarker.size_key`): "1" to "100000". Anything else ("0", "-1",
+    " 3", "+2", "04", "1.5", "1e9", "0x10", "٣", missing) raises BadMinAvailable."""
     if isinstance(value, str) and len(value) <= 6 and _WHOLE_NUMBER.fullmatch(value):
         number = int(value)
         if number <= MAX_MIN_AVAILABLE:
             return number
     if value is None:
-        raise BadMinAvailable(
-            f"label {LABEL_GANG_MIN_AVAILABLE} is missing (the gang takes its size from it); {_HOW_TO_WRITE}"
-        )
+        raise BadMinAvailable(f"{key} is missing (the gang takes its size from it); {_HOW_TO_WRITE}")
     if isinstance(value, str):
         found = repr(value) if len(value) <= 20 else f"{value[:20]!r}… ({len(value)} characters)"
     else:
         found = f"not a string but {type(value).__name__}"
-    raise BadMinAvailable(f"label {LABEL_GANG_MIN_AVAILABLE} is {found}: {_HOW_TO_WRITE}")
+    raise BadMinAvailable(f"{key} is {found}: {_HOW_TO_WRITE}")
 
 
 def is_gated(pod: Mapping[str, Any]) -> bool:
@@ -185,13 +218,11 @@ def gang_marker(
     quorum_schedulers: Collection[str] = QUORUM_SCHEDULER_NAMES,
     annotations: Mapping[str, str] | None = None,
 ) -> GangMarker | None:
-    """The gang a pod belongs to, or None (no marker, or another scheduler's pod). `annotations`
-    count only where the install takes Volcano's dialect (`volcano_dialect`)."""
+    """The gang a pod belongs to, or None (no marker, or another scheduler's pod). Volcano's
+    annotation counts only where the install takes its dialect (`volcano_dialect`)."""
     if not is_quorum_scheduler(scheduler_name, quorum_schedulers):
         return None
-    if not volcano_dialect(quorum_schedulers):
-        annotations = None
-    markers = gang_markers(labels, scheduling_group, annotations)
+    markers = gang_markers(labels, scheduling_group, annotations, volcano=volcano_dialect(quorum_schedulers))
     return markers[0] if markers else None
 
 

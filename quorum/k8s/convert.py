@@ -135,12 +135,14 @@ def running_pod_from_api(pod: JSON, requests: dict[str, int]) -> RunningPod:
     )
 
 
-def gang_record(group: JSON | None, label_group: str, min_member: int) -> tuple[JSON, JSON | None]:
+def gang_record(
+    group: JSON | None, label_group: str, min_member: int, kind: str = "Labels"
+) -> tuple[JSON, JSON | None]:
     """The spec and owner reference of the Gang object that stands for a gang, whoever places
     it: its source is its group object, which owns it (without blocking the group's deletion),
-    or for a label-only gang the name its labels give (no owner)."""
+    or for a gang sized by its pods the kind and name its pods give (no owner)."""
     if group is None:
-        return {"source": {"kind": "Labels", "name": label_group}, "minMember": min_member}, None
+        return {"source": {"kind": kind, "name": label_group}, "minMember": min_member}, None
     meta = group["metadata"]
     source = {
         "apiVersion": group["apiVersion"],

@@ -19,6 +19,8 @@ from quorum.core.gangs import (
     KUEUE_ADMISSION_GATE,
     MAX_MIN_AVAILABLE,
     QUORUM_SCHEDULER_NAMES,
+    SIZED_BY_PODS,
+    SOURCE_KINDS,
     GangMarker,
     GangSource,
     gang_marker,
@@ -28,6 +30,7 @@ from quorum.core.gangs import (
     may_be_legacy,
     parse_min_available,
     queued_since,
+    size_on_pod,
 )
 from quorum.core.gangs import is_gated as is_gated
 from quorum.core.model import Composite, Gang, Pod, resources
@@ -307,6 +310,7 @@ def store_gangs(store: Store) -> StoreTable:
 
 
 _SOURCES = {api: source for source, (api, _) in GROUP_APIS.items()}
+_KINDS_WITHOUT_OBJECT = {kind: source for source, kind in SOURCE_KINDS.items()}
 
 
 def gang_source(gang: JSON) -> GangMarker | None:
@@ -315,8 +319,8 @@ def gang_source(gang: JSON) -> GangMarker | None:
     name = source.get("name")
     if not isinstance(name, str) or not name:
         return None
-    if source.get("kind") == "Labels":
-        return GangMarker(GangSource.LABELS, name)
+    if source.get("kind") in _KINDS_WITHOUT_OBJECT:
+        return GangMarker(_KINDS_WITHOUT_OBJECT[source["kind"]], name)
     api = str(source.get("apiVersion") or "").partition("/")[0]
     kind = _SOURCES.get(api)
     return GangMarker(kind, name) if kind is not None and source.get("kind") == "PodGroup" else None
@@ -597,7 +601,7 @@ def unclaimed_marker(pod: JSON, schedulers: Collection[str]) -> GangMarker | Non
         return None
     group = (spec.get("schedulingGroup") or {}).get("podGroupName")
     meta = pod["metadata"]
-    markers = gang_markers(meta.get("labels") or {}, group, meta.get("annotations"))
+    markers = gang_markers(meta.get("labels") or {}, group, meta.get("annotations"), volcano=True)
     return markers[0] if markers else None
 
 
@@ -633,19 +637,17 @@ def _attach_group(view: GangView, store: Store) -> None:
     """The group's object and what it says; a group that is malformed leaves the gang waiting
     with a sentence that says what to fix (never an exception for the pass)."""
     marker = view.marker
-    if marker.source is GangSource.LABELS:
-        values = {
-            (p["metadata"].get("labels") or {}).get("pod-group.scheduling.sigs.k8s.io/min-available")
-            for p in view.pods
-        }
+    if marker.source in SIZED_BY_PODS:
+        meta = [p["metadata"] for p in view.pods]
+        values = {size_on_pod(marker.source, m.get("labels") or {}, m.get("annotations") or {}) for m in meta}
         try:
             (value,) = values
             # The webhook's rule (it refuses such pods at creation); pods created while it was
             # down, or before it checked, wait here with the same advice.
-            view.min_member = parse_min_available(value)
+            view.min_member = parse_min_available(value, marker.size_key)
         except ValueError:  # BadMinAvailable, or several values
             view.waiting = (
-                f"label pod-group.scheduling.sigs.k8s.io/min-available must be one whole number from 1 to "
+                f"{marker.size_key} must be one whole number from 1 to "
                 f'{MAX_MIN_AVAILABLE} (write "4" for a gang of four) on every pod of the group; found '
                 f"{sorted(str(v)[:20] for v in values)[:5]}"
             )

@@ -34,7 +34,7 @@ from quorum.core.conditions import (
     iso,
     timestamp,
 )
-from quorum.core.gangs import GangSource
+from quorum.core.gangs import SOURCE_KINDS, GangSource
 from quorum.core.planner import Hold
 from quorum.core.record import DECISIONS, Admission, GangRecord, Recovery, Resized
 from quorum.k8s.api import KubeApi
@@ -53,6 +53,9 @@ GangKey = tuple[str, str]
 COUNTERS = ("members", "gated", "released", "bound", "running", "succeeded", "failed")
 # At most this many status intervals after a release, the group's status says it (docs/status.md).
 GROUP_LAG_INTERVALS = 5
+
+
+OWNERLESS = frozenset(SOURCE_KINDS.values())  # Gang records no group object owns
 
 
 @dataclass
@@ -454,7 +457,8 @@ class GangRecords:
 
     async def ensure_gang(self, view: GangView) -> JSON:
         existing = self.store.gangs.get(view.key)
-        spec, owner = gang_record(view.group, view.marker.group, view.min_member or 1)
+        kind = SOURCE_KINDS.get(view.marker.source, "Labels")
+        spec, owner = gang_record(view.group, view.marker.group, view.min_member or 1, kind)
         if existing is not None:
             owners = existing["metadata"].get("ownerReferences") or []
             same = owner is None or any(o.get("uid") == owner["uid"] for o in owners)
@@ -654,12 +658,12 @@ class GangRecords:
         await self.events.post(target, "PlanningFailed", failure.sentence(), warning=True)
 
     def label_gangs_expired(self, live: set[GangKey], retention: float) -> list[GangKey]:
-        """Label-only gangs have no owner: their Gang is deleted once no pod has been left for
-        the retention time (so a recovery that deletes every pod keeps the gang's state)."""
+        """Label-only and Kueue gangs have no owner: their Gang is deleted once no pod has been
+        left for the retention time (so a recovery that deletes every pod keeps the gang's state)."""
         now = clock.monotonic()
         expired = []
         for key, gang in self.store.gangs.items():
-            if key in live or ((gang.get("spec") or {}).get("source") or {}).get("kind") != "Labels":
+            if key in live or ((gang.get("spec") or {}).get("source") or {}).get("kind") not in OWNERLESS:
                 if (entry := self.memory.get(key)) is not None:
                     entry.last_seen = None
                 continue

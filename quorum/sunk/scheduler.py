@@ -34,6 +34,8 @@ from quorum.core.gangs import (
     GROUP_APIS,
     PLACED_BY_LABEL,
     PLACED_BY_SLURM,
+    SIZED_BY_PODS,
+    SOURCE_KINDS,
     BadMinAvailable,
     GangMarker,
     GangSource,
@@ -67,6 +69,8 @@ BIND_LATENCY = prometheus_client.Histogram(
     buckets=(0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 14400.0),
 )
 JSON = dict[str, Any]
+
+OWNERLESS_PREFIXES = tuple(f"{source}-" for source in SOURCE_KINDS)  # gangs no group object owns
 
 
 @dataclass(frozen=True)
@@ -258,7 +262,7 @@ class SunkScheduler:
     def marker(pod: JSON) -> GangMarker | None:
         spec = pod.get("spec") or {}
         group = (spec.get("schedulingGroup") or {}).get("podGroupName")
-        markers = gang_markers(pod["metadata"].get("labels") or {}, group)
+        markers = gang_markers(pod["metadata"].get("labels") or {}, group, pod["metadata"].get("annotations"))
         return markers[0] if markers else None
 
     async def event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None:
@@ -375,9 +379,9 @@ class SunkScheduler:
         marker = self.marker(pod)
         if marker is None:
             return GangGroup(1)
-        if marker.source is GangSource.LABELS:
+        if marker.source in SIZED_BY_PODS:
             try:
-                return GangGroup(parse_min_available(marker.min_available))
+                return GangGroup(parse_min_available(marker.min_available, marker.size_key))
             except BadMinAvailable:
                 return GangGroup(None)  # the webhook refuses such pods; they wait here
         group, version = GROUP_APIS[marker.source]
@@ -420,7 +424,7 @@ class SunkScheduler:
         if mine and group is None:
             group = await self.read_group(key, mine[0])
         gone = not mine and not live
-        if gone and name.startswith(f"{GangSource.LABELS}-"):  # nothing else owns a label gang's Gang
+        if gone and name.startswith(OWNERLESS_PREFIXES):  # nothing else owns a label or Kueue gang's Gang
             await self.api.delete_gang(namespace, name)
             self.forget_gang(key)
             return
@@ -469,7 +473,10 @@ class SunkScheduler:
     ) -> JSON | None:
         """The gang's Gang, made if need be (the same record as quorum-operator's gangs); None if
         one of quorum-operator's has its name."""
-        spec, owner = gang_record(group.group if group else None, name.removeprefix("lbl-"), min_member)
+        source = next((s for s in SOURCE_KINDS if name.startswith(f"{s}-")), GangSource.LABELS)
+        spec, owner = gang_record(
+            group.group if group else None, name.removeprefix(f"{source}-"), min_member, SOURCE_KINDS[source]
+        )
         gang = await self.api.create_gang(namespace, name, spec, owner)
         if (gang["metadata"].get("labels") or {}).get(PLACED_BY_LABEL) != PLACED_BY_SLURM:
             log.warning("Gang %s/%s is quorum-operator's; not writing it", namespace, name)

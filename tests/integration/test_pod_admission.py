@@ -92,8 +92,9 @@ def _fault(pod: dict[str, Any], fault: str) -> None:
     labels, spec = pod["metadata"]["labels"], pod["spec"]
     if fault == "nodeName":  # on a gang pod
         spec["nodeName"] = "node-1"
-    elif fault == "size":  # of a label gang
+    elif fault == "size":  # of a label gang, and of a Kueue group
         labels["pod-group.scheduling.sigs.k8s.io/min-available"] = "04"
+        pod["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = "04"
     elif fault == "forged-label":
         labels["quorum.dev/gang"] = "other"
     elif fault == "forged-annotation":
@@ -121,6 +122,7 @@ def pods(draw: st.DrawFn, faults: st.SearchStrategy[list[str]]) -> dict[str, Any
         "pod-group.scheduling.sigs.k8s.io",
         "scheduling.x-k8s.io/pod-group",
         "pod-group.scheduling.sigs.k8s.io/name",
+        "kueue.x-k8s.io/pod-group-name",  # Kueue's plain-pod group
     ):
         if draw(st.integers(0, 3)) == 0:
             labels[key] = draw(names)
@@ -134,6 +136,8 @@ def pods(draw: st.DrawFn, faults: st.SearchStrategy[list[str]]) -> dict[str, Any
         annotations["quorum.dev/requested-scheduler"] = scheduler  # what quorum itself would write
     if draw(st.integers(0, 4)) == 0:
         annotations["scheduling.k8s.io/group-name"] = draw(names)  # Volcano's group marker
+    if draw(st.booleans()):  # a Kueue group's size
+        annotations["kueue.x-k8s.io/pod-group-total-count"] = draw(st.sampled_from(("2", "100000", "0", "x")))
     gpus = draw(st.sampled_from((None, 0, 1, 8)))
     container: dict[str, Any] = {"name": "main", "image": "example.com/train:1"}
     if gpus is not None:

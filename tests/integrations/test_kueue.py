@@ -2,11 +2,12 @@
 its ClusterQueue's quota by removing its own gate; quorum then places it all or nothing. Real
 Kueue (devcluster/kueue.py builds it from its Go module), its pod integration, plain-pod groups
 as its documentation writes them: the label `kueue.x-k8s.io/queue-name`, the label
-`kueue.x-k8s.io/pod-group-name` and the annotation `kueue.x-k8s.io/pod-group-total-count`.
-quorum reads the group by its own label-only gang labels beside them."""
+`kueue.x-k8s.io/pod-group-name` and the annotation `kueue.x-k8s.io/pod-group-total-count`, and
+nothing of quorum's: quorum reads Kueue's group as gang `kpg-<name>`, sized by the annotation."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -54,7 +55,7 @@ def kueue(cluster: Instance) -> Iterator[None]:
 
 
 def member(pool: TestPool, group: str, i: int, size: int) -> JSON:
-    """A pod of a Kueue plain-pod group of `size`, and of quorum's label-only gang of that name."""
+    """A pod of a Kueue plain-pod group of `size`, as Kueue's documentation writes it."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -63,8 +64,6 @@ def member(pool: TestPool, group: str, i: int, size: int) -> JSON:
             "labels": {
                 QUEUE_LABEL: QUEUE,
                 POD_GROUP_LABEL: group,
-                "pod-group.scheduling.sigs.k8s.io/name": group,
-                "pod-group.scheduling.sigs.k8s.io/min-available": str(size),
             },
             "annotations": {POD_GROUP_COUNT: str(size)},
         },
@@ -103,9 +102,8 @@ async def test_kueue_admits_within_quota_and_quorum_places_whole_or_holds_with_t
     pool: TestPool = await test_pool(count=POOL)
     apply(cluster, namespace, local_queue(namespace))
     blocker = member(pool, "blocker", 0, 1)
-    for key in (QUEUE_LABEL, POD_GROUP_LABEL, "pod-group.scheduling.sigs.k8s.io/name"):
+    for key in (QUEUE_LABEL, POD_GROUP_LABEL):
         blocker["metadata"]["labels"].pop(key)
-    blocker["metadata"]["labels"].pop("pod-group.scheduling.sigs.k8s.io/min-available")
     blocker["metadata"]["annotations"] = {}
     apply(cluster, namespace, blocker)
     core = client.CoreV1Api(api)
@@ -123,9 +121,13 @@ async def test_kueue_admits_within_quota_and_quorum_places_whole_or_holds_with_t
 
     placed = await eventually(a_running, timeout=90, what="gang a admitted by Kueue and placed whole")
     assert len({p["spec"]["nodeName"] for p in placed}) == 2
+    record = await get(api, GANGS, namespace, "kpg-a")
+    assert record is not None, "no Gang kpg-a"
+    assert record["spec"]["source"] == {"kind": "KueuePodGroup", "name": "a"}, record["spec"]
+    assert record["spec"]["minMember"] == 2, "sized by Kueue's total-count annotation"
 
     apply(cluster, namespace, member(pool, "b", 0, 1))
-    held = await gang_says(api, namespace, "lbl-b", "Unschedulable", "needs 1 pods placed together")
+    held = await gang_says(api, namespace, "kpg-b", "Unschedulable", "needs 1 pods placed together")
     (b,) = await pods(api, namespace, f"{POD_GROUP_LABEL}=b")
     gates = [g["name"] for g in b["spec"].get("schedulingGates") or []]
     assert ADMISSION_GATE not in gates and "quorum.dev/gang" in gates, gates
@@ -133,7 +135,7 @@ async def test_kueue_admits_within_quota_and_quorum_places_whole_or_holds_with_t
 
     apply(cluster, namespace, member(pool, "c", 0, 1))
     waiting = await gang_says(
-        api, namespace, "lbl-c", "WaitingForOtherGates", "waiting for Kueue to admit it"
+        api, namespace, "kpg-c", "WaitingForOtherGates", "waiting for Kueue to admit it"
     )
     assert "quota, not room" in admitted(waiting)["message"]
     (c,) = await pods(api, namespace, f"{POD_GROUP_LABEL}=c")
@@ -150,3 +152,22 @@ async def test_kueue_admits_within_quota_and_quorum_places_whole_or_holds_with_t
     await eventually(b_bound, timeout=90, what="gang b placed once room returned")
     (c,) = await pods(api, namespace, f"{POD_GROUP_LABEL}=c")
     assert ADMISSION_GATE in {g["name"] for g in c["spec"]["schedulingGates"]}, "still over the quota"
+
+
+async def test_a_kueue_pod_group_whose_total_count_is_not_a_size_is_refused_with_the_reason(
+    cluster: Instance, kueue: None, namespace: str, test_pool: Callable[..., Any]
+) -> None:
+    """A tenant's pod of a Kueue group whose total-count annotation says "two": refused at
+    creation by quorum's policies, saying what to write (its gang could never form)."""
+    pool: TestPool = await test_pool(count=1)
+    apply(cluster, namespace, local_queue(namespace))
+    bad = member(pool, "bad", 0, 2)
+    bad["metadata"]["annotations"][POD_GROUP_COUNT] = "two"
+    listed = json.dumps({"apiVersion": "v1", "kind": "List", "items": [bad]})
+    refused = cluster.kubectl(
+        "-n", namespace, "apply", "-f", "-", input_text=listed, who="customer", check=False
+    )
+    assert refused.returncode != 0, "created"
+    assert "Kueue pod group bad (gang kpg-bad)" in refused.stderr, refused.stderr
+    assert f"annotation {POD_GROUP_COUNT} is 'two'" in refused.stderr, refused.stderr
+    assert 'write "4" for a gang of four pods' in refused.stderr, refused.stderr

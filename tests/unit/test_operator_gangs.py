@@ -112,6 +112,33 @@ def test_label_only_gang_reads_min_available_and_refuses_nonsense() -> None:
     assert view.waiting is not None and "min-available must be one whole number" in view.waiting
 
 
+def test_a_kueue_pod_group_is_sized_by_its_total_count_annotation() -> None:
+    """Kueue's plain-pod group: the group label names gang kpg-<name>, its size is the
+    total-count annotation; a count that is not a size leaves it waiting with the advice, and
+    its Gang record names its source by kind, with no group object."""
+    from quorum.core.gangs import SOURCE_KINDS, GangSource
+    from quorum.k8s.convert import gang_record
+    from quorum.operator.gangs import gang_source
+
+    member = gang_pod(
+        "a", "a", labels={"kueue.x-k8s.io/pod-group-name": "job", "kueue.x-k8s.io/queue-name": "q"}
+    )
+    member["metadata"]["labels"].pop("pod-group.scheduling.sigs.k8s.io")
+    member["metadata"]["labels"]["quorum.dev/gang"] = "kpg-job"  # as the webhook labels it
+    member["metadata"]["annotations"] = {"kueue.x-k8s.io/pod-group-total-count": "3"}
+    (view,) = assemble(Store(pods={"a": member}))
+    assert view.name == "kpg-job" and view.min_member == 3 and view.waiting is None, view
+    spec, owner = gang_record(None, view.marker.group, 3, SOURCE_KINDS[view.marker.source])
+    assert owner is None and spec["source"] == {"kind": "KueuePodGroup", "name": "job"}
+    back = gang_source({"spec": spec})
+    assert back is not None and back.source is GangSource.KUEUE_POD_GROUP and back.gang_name == "kpg-job"
+    member["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-total-count"] = "3 pods"
+    (view,) = assemble(Store(pods={"a": member}))
+    assert (
+        view.waiting is not None and "annotation kueue.x-k8s.io/pod-group-total-count must be" in view.waiting
+    )
+
+
 def test_pods_whose_scheduling_group_was_dropped_are_orphans() -> None:
     dropped = gang_pod("a", "a")
     dropped["metadata"]["labels"] = {"quorum.dev/gang": "wpg-workers"}

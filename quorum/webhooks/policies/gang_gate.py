@@ -7,14 +7,15 @@ coscheduler names (`cw-coscheduler`, `coscheduler`, `scheduler-plugins-scheduler
 rewritten to the default scheduler (the original kept in the
 annotation `quorum.dev/requested-scheduler`), with or without a group. A gang pod that sets
 `spec.nodeName` is denied: it would bypass every scheduler, and so the gang. So is a pod of a
-label-only gang whose `min-available` label is missing or not a size from 1 to 100000
+label-only gang whose `min-available` label (or a Kueue pod group's pod whose
+`kueue.x-k8s.io/pod-group-total-count` annotation) is missing or not a size from 1 to 100000
 (`quorum.core.gangs.parse_min_available`): its gang could never form."""
 
 from __future__ import annotations
 
 from quorum.core.gangs import (
+    SIZED_BY_PODS,
     BadMinAvailable,
-    GangSource,
     gang_markers,
     is_gated,
     is_quorum_scheduler,
@@ -43,8 +44,12 @@ def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
         return Decision()  # another scheduler's pod, whatever its labels
     labels = labels_of(request.object)
     group = dig(spec, "schedulingGroup", "podGroupName")
-    annotations = annotations_of(request.object) if settings.volcano_dialect else None
-    markers = gang_markers(labels, group if isinstance(group, str) else None, annotations)
+    markers = gang_markers(
+        labels,
+        group if isinstance(group, str) else None,
+        annotations_of(request.object),
+        volcano=settings.volcano_dialect,
+    )
     intents: list[Intent] = []
     warnings: list[str] = []
     requested = annotations_of(request.object).get(REQUESTED_SCHEDULER)
@@ -76,9 +81,9 @@ def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
                     f"a nodeSelector on kubernetes.io/hostname) or remove the group marker."
                 )
             )
-        if gang.source is GangSource.LABELS:
+        if gang.source in SIZED_BY_PODS:
             try:
-                parse_min_available(gang.min_available)
+                parse_min_available(gang.min_available, gang.size_key)
             except BadMinAvailable as err:
                 return Decision(
                     denied=f"pod is a member of {gang.describe()} (gang {gang.gang_name}), but {err}."

@@ -48,7 +48,8 @@ def _expected_on_create(obj: JSONObject, settings: WebhookSettings) -> dict[tupl
     markers = gang_markers(
         labels if isinstance(labels, dict) else {},
         group if isinstance(group, str) else None,
-        annotations_of(obj) if settings.volcano_dialect else None,
+        annotations_of(obj),
+        volcano=settings.volcano_dialect,
     )
     expected: dict[tuple[str, str], object] = {}
     if markers:

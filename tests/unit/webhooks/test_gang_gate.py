@@ -261,3 +261,26 @@ def test_a_non_default_coscheduler_name_is_taken_and_the_defaults_are_not() -> N
     assert SetSchedulerName("default-scheduler") in taken.intents
     assert AddSchedulingGate("quorum.dev/gang") in taken.intents
     assert gang_gate.mutate(request("Pod", seed_pod()), own).intents == []  # cw-coscheduler: another's
+
+
+def kueue_pod(count: str | None = "3") -> dict[str, Any]:
+    """A pod of a Kueue plain-pod group as Kueue's documentation writes it: the queue and group
+    labels, and the group's size in the total-count annotation."""
+    made = pod({"kueue.x-k8s.io/queue-name": "user-queue", "kueue.x-k8s.io/pod-group-name": "sample"})
+    made["metadata"]["annotations"] = {} if count is None else {"kueue.x-k8s.io/pod-group-total-count": count}
+    return made
+
+
+def test_a_kueue_pod_group_is_a_gang_sized_by_its_total_count() -> None:
+    taken = gang_gate.mutate(request("Pod", kueue_pod()), SETTINGS)
+    assert taken.intents == [AddSchedulingGate("quorum.dev/gang"), SetLabel("quorum.dev/gang", "kpg-sample")]
+    for count, said in ((None, "is missing"), ("04", "is '04'"), ("0", "is '0'")):
+        denied = gang_gate.mutate(request("Pod", kueue_pod(count)), SETTINGS).denied
+        assert denied is not None and "Kueue pod group sample (gang kpg-sample)" in denied, denied
+        assert f"annotation kueue.x-k8s.io/pod-group-total-count {said}" in denied, denied
+    # quorum's own label group comes first where a pod names both.
+    both = kueue_pod()
+    both["metadata"]["labels"] |= {LABEL_GANG_NAME: "mine", LABEL_GANG_MIN_AVAILABLE: "3"}
+    decided = gang_gate.mutate(request("Pod", both), SETTINGS)
+    assert SetLabel("quorum.dev/gang", "lbl-mine") in decided.intents
+    assert any("ignores Kueue pod group sample" in w for w in decided.warnings), decided.warnings

@@ -56,6 +56,7 @@ KEYS = (
     "quorum.dev/gang",
     "quorum.dev/other",
     "pod-group.scheduling.sigs.k8s.io",
+    "kueue.x-k8s.io/pod-group-name",
 )
 VALUES = ("true", "false", "a", "b")
 USERS = (
