@@ -232,12 +232,22 @@ class PassState:
 NOT_SEARCHED = "not searched this pass"
 
 
-@dataclass(frozen=True, slots=True)
-class HoldProgress:
-    """How the room held for a tenant's starving gangs grows (`Planner.idle`)."""
+IDLE_GAP_SECONDS = 60.0  # the most one pass adds to a tenant's idle clock (time not starving is not idle)
 
-    best: float  # the largest share of one of its gangs' pods the room held for it had free
-    since: float  # when it was reached
+
+@dataclass(slots=True)
+class TenantGuard:
+    """What the starvation guard keeps of one tenant with starving gangs (`Planner.turn`,
+    `Planner.idle`). Forgotten once one of its starving gangs is released (it got what it
+    waited for), or once it has not starved for `starvation_idle_seconds` (or a turn, if more)
+    and is not resting: gangs deleted and made again do not start it afresh."""
+
+    seen: float  # the last pass it had starving gangs
+    turn_slot: int = -1  # the slot of its last turn (-1: none since it began to starve)
+    turns: int = 0  # turns it had since it began to starve
+    best: float = -1.0  # the largest share of one of its gangs' pods the room held for it had free
+    idle: float = 0.0  # seconds spent starving since `best` was reached
+    rest_until: float = 0.0  # its gangs hold nothing until then
 
 
 class Planner:
@@ -256,13 +266,9 @@ class Planner:
         # unsearched goes first among its priority (the input of this pass, for a re-plan).
         self.unsearched: dict[tuple[str, str], int] = {}
         self.pass_unsearched: dict[tuple[str, str], int] = {}
-        # Per tenant holding for its starving gangs (`idle`): how it progresses, and when a
-        # rest of its gangs' holding ends.
-        self.progress: dict[str, HoldProgress] = {}
-        self.resting: dict[str, float] = {}
-        # Starvation turns (`turn`): per tenant starving, the slot of its last turn and how many
-        # it had since it began to starve; whose turn the current slot is.
-        self.turns: dict[str, tuple[int, int]] = {}
+        # Per tenant with starving gangs, its turns, progress and rest; whose turn the current
+        # slot of `starvation_hold_seconds` is.
+        self.guards: dict[str, TenantGuard] = {}
         self.turn_of: tuple[int, str] | None = None
 
     def plan(
@@ -285,6 +291,13 @@ class Planner:
             self.pass_unsearched = self.unsearched
         ordered = sorted(queue, key=self.plan_order)
         tenants = len({gang.owner for gang in queue})
+        starving = {gang.owner for gang in queue if self.settings.holds_now(gang.held_since, now)}
+        for owner in starving:
+            if (guard := self.guards.get(owner)) is None:
+                self.guards[owner] = TenantGuard(seen=now)
+            else:
+                guard.idle += min(max(0.0, now - guard.seen), IDLE_GAP_SECONDS)
+                guard.seen = now
         state = PassState(
             self.settings.pass_budget,
             may_hold=self.turn(ordered, now),
@@ -326,12 +339,7 @@ class Planner:
         self.index.keep_only(state.touched)  # shapes no gang asked for this pass are forgotten
         if not replan:  # passes in a row each gang was not searched
             self.unsearched = {k: self.pass_unsearched.get(k, 0) + 1 for k in not_searched}
-        # A tenant's clock runs while it has starving gangs: with none, its next starving starts anew.
-        starving = {gang.owner for gang in queue if self.settings.holds_now(gang.held_since, now)}
-        self.progress = {k: v for k, v in self.progress.items() if k in starving}
-        self.turns = {k: v for k, v in self.turns.items() if k in starving}
-        # A rest lasts its time, whatever the tenant's gangs do meanwhile (gone and made again).
-        self.resting = {k: v for k, v in self.resting.items() if v > now}
+        self.forget_guards(releases, now)
         self.held = held
         return Plan(tuple(releases), tuple(holds), state.visits)
 
@@ -506,15 +514,17 @@ class Planner:
         by_tenant: dict[str, list[Gang]] = {}
         for gang in starving:
             by_tenant.setdefault(gang.owner, []).append(gang)
+        guards = {t: self.guards.setdefault(t, TenantGuard(seen=now)) for t in by_tenant}
         slot = int(now // max(1.0, self.settings.starvation_hold_seconds))
         owner = self.turn_of[1] if self.turn_of is not None and self.turn_of[0] == slot else None
-        if owner not in by_tenant or self.resting.get(owner, 0.0) > now:
-            awake = [t for t in by_tenant if self.resting.get(t, 0.0) <= now] or list(by_tenant)
-            owner = min(awake, key=lambda t: self.turns.get(t, (-1, 0))[0])  # ties: queue order
-            self.turns[owner] = (slot, self.turns.get(owner, (-1, 0))[1] + 1)
+        if owner not in guards or guards[owner].rest_until > now:
+            awake = [t for t in by_tenant if guards[t].rest_until <= now] or list(by_tenant)
+            owner = min(awake, key=lambda t: guards[t].turn_slot)  # ties: queue order
+            guards[owner].turn_slot = slot
+            guards[owner].turns += 1
             self.turn_of = (slot, owner)
         own = by_tenant[owner]
-        chosen = own[(self.turns[owner][1] - 1) % len(own)]
+        chosen = own[(guards[owner].turns - 1) % len(own)]
         return frozenset(g.key for g in starving[starving.index(chosen) :])
 
     def sync(
@@ -613,30 +623,41 @@ class Planner:
     def idle(self, gang: Gang, free_now: int, needed: int, now: float) -> str | None:
         """Why a starving gang holds nothing now, though its turn, or None. A tenant progresses
         when the room held for one of its gangs has a larger share of that gang's pods free than
-        any of its holds had since it began to starve: room regained after others' turns, or
-        held for another of its gangs, is not progress. After `starvation_idle_seconds` without
-        progress, its gangs all hold nothing for as long; then its clock starts anew."""
+        any of its holds had: room regained after others' turns, or held for another of its
+        gangs, is not progress. After `starvation_idle_seconds` spent starving without progress,
+        its gangs all hold nothing for as long; then its clock starts anew."""
         limit = self.settings.starvation_idle_seconds
         if limit <= 0:
             return None
-        if (until := self.resting.get(gang.owner, 0.0)) > now:
+        guard = self.guards.setdefault(gang.owner, TenantGuard(seen=now))
+        if guard.rest_until > now:
+            left = guard.rest_until - now
             return (
-                f"the starvation guard holds nothing for its tenant's gangs for {until - now:.0f}s more: "
-                f"the room held for them did not grow for {limit:.0f}s"
+                f"the starvation guard holds nothing for its tenant's gangs for {left:.0f}s more: the room "
+                f"held for them did not grow for {limit:.0f}s"
             )
         share = free_now / max(1, needed)
-        last = self.progress.get(gang.owner)
-        if last is None or share > last.best:
-            self.progress[gang.owner] = HoldProgress(share, now)
+        if share > guard.best:
+            guard.best, guard.idle = share, 0.0
             return None
-        if now - last.since <= limit:
+        if guard.idle <= limit:
             return None
-        self.resting[gang.owner] = now + limit
-        self.progress.pop(gang.owner, None)
+        guard.rest_until, guard.best, guard.idle = now + limit, -1.0, 0.0
         return (
             f"the starvation guard holds nothing for its tenant's gangs for {limit:.0f}s: the room held "
             f"for them did not grow for {limit:.0f}s (room for {free_now} of this gang's {needed} pods)"
         )
+
+    def forget_guards(self, releases: Sequence[Release], now: float) -> None:
+        """A tenant one of whose starving gangs was released starts afresh (a rest still lasts
+        its time); one that has not starved for a while is forgotten."""
+        through = {r.gang.owner for r in releases if self.settings.holds_now(r.gang.held_since, now)}
+        keep_for = max(self.settings.starvation_idle_seconds, self.settings.starvation_hold_seconds)
+        for owner, guard in list(self.guards.items()):
+            if owner in through and guard.rest_until > now:
+                self.guards[owner] = TenantGuard(seen=now, rest_until=guard.rest_until)
+            elif owner in through or (now - guard.seen > keep_for and guard.rest_until <= now):
+                del self.guards[owner]
 
 
 def biggest_pod(gang: Gang, settings: PlannerSettings) -> Pod:

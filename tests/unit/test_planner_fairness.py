@@ -320,3 +320,42 @@ def test_a_tenants_gangs_taking_turns_do_not_reset_its_idle_clock() -> None:
             rested = now
     assert {"a0", "a1", "a2"} <= set().union(*holders), "each gang had turns"
     assert rested is not None and rested <= 150, (rested, holders)
+
+
+def test_a_tenant_that_deletes_and_remakes_its_gang_keeps_its_idle_clock() -> None:
+    """Tenant A's gang never fits (n1 and n2 run pods that never end); every 80 s A deletes it
+    and makes it again, so that it starves anew 30 s later. Its time starving adds up over the
+    gangs: it rests (today its clock starts anew with each gang, and it never rests)."""
+    idle = PlannerSettings(starvation_seconds=30, starvation_hold_seconds=10_000, starvation_idle_seconds=100)
+    nodes = {n.name: n for n in (node("n0"), node("n1"), node("n2"))}
+    planner = Planner(idle)
+    rested = None
+    for now in range(40, 600, 10):
+        made = now // 80 * 80
+        remade = gang(f"a{made}", 2, gpus=8, created=made, held_since=float(made))
+        plan = planner.plan(nodes, busy("n1", "n2"), [remade], now=float(now))
+        if any("holds nothing for its tenant's gangs" in h.message for h in plan.holds):
+            rested = now
+            break
+    assert rested is not None and rested < 400, rested
+
+
+def test_a_tenant_whose_starving_gang_is_admitted_starts_afresh() -> None:
+    """Tenant B's starving gang is admitted: its next starving gang is a new tenant's for the
+    turns (it goes before tenants that had turns), however recently B had one."""
+    from dataclasses import replace
+
+    nodes = {n.name: n for n in (node(f"n{i}") for i in range(4))}
+    hopeless = [
+        replace(gang(f"a{i}", 4, gpus=8, created=i, held_since=0.0), namespace=f"a-{i}") for i in range(2)
+    ]
+    first = replace(gang("first", 2, gpus=8, created=5, held_since=0.0), namespace="b")
+    planner = Planner(BOUNDED_NO_REST)
+    everything = busy("n0", "n1", "n2", "n3")
+    for now in (110.0, 210.0, 310.0):  # a-0, a-1 and b have a turn each
+        planner.plan(nodes, everything, [*hopeless, first], now=now)
+    (admitted,) = planner.plan(nodes, busy("n0", "n1"), [*hopeless, first], now=320.0).releases
+    assert admitted.gang.name == "first"
+    later = replace(gang("later", 2, gpus=8, created=50, held_since=330.0), namespace="b")
+    plan = planner.plan(nodes, everything, [*hopeless, later], now=410.0)
+    assert [h.gang.name for h in plan.holds if h.held_nodes] == ["later"], "b went first again"
