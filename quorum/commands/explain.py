@@ -34,7 +34,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from quorum.commands import session
 from quorum.commands.session import CommandError
 from quorum.core.diagnosis import Diagnosis, event_lines, plural, recorded, render
-from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM
+from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM, GangSource
 from quorum.install import DEFAULT_NAMESPACE
 from quorum.k8s import command_reads
 from quorum.k8s.command_reads import Forbidden
@@ -49,7 +49,7 @@ PLANNING_READS = (
     ("list", "gangs", "quorum.dev", "you cannot list Gangs in every namespace"),
 )
 PLANNING_SECONDS = 60.0  # the planning reads together, at most; then the recorded view
-GANG_PREFIXES = ("pg-", "xpg-", "wpg-", "lbl-")
+GANG_PREFIXES = tuple(f"{source}-" for source in GangSource)  # a Gang is named <prefix>-<group>
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
 
 
