@@ -502,12 +502,12 @@ class Planner:
     def turn(self, ordered: Sequence[Gang], now: float) -> frozenset[tuple[str, str]]:
         """The starving gangs that may hold capacity this pass. Turns of
         `starvation_hold_seconds` go to the tenants with starving gangs, the one whose last turn
-        is the oldest first, and a tenant that just began to starve before any that had a turn:
-        however many gangs or namespaces others starve with, it waits one turn at most. Within a
-        tenant, turns go round its starving gangs in queue order. A resting tenant (`idle`) is
-        passed over. The gang whose turn it is
-        holds first; when it cannot (it needs more than its share, say), the gangs after it in
-        the pass's order (`ordered`) may."""
+        is the oldest first, and one with no turn since it began to starve (`TenantGuard`)
+        before any that had one: however many gangs or namespaces others starve with, it waits
+        one turn at most (tenants that began together take their first turns in queue order).
+        Within a tenant, turns go round its starving gangs in queue order. A resting tenant
+        (`idle`) is passed over. The gang whose turn it is holds first; when it cannot (it needs
+        more than its share, say), the gangs after it in the pass's order (`ordered`) may."""
         starving = [g for g in ordered if self.settings.holds_now(g.held_since, now)]
         if not starving:
             return frozenset()
