@@ -40,11 +40,12 @@ as the nodes drain, it fits and is released. A gang that could not fit even in a
 cluster holds nothing. One starving gang at a time keeps the rest of the cluster working.
 
 The guard cannot be captured by a gang that can never fit (it asks for every node whole while its
-owner keeps one pod running forever, say): starving gangs take turns of `starvation_hold_seconds`
-in queue order, so every gang that waits behind it becomes starving and gets its turn. A platform
-may bound it further: `starvation_rest_seconds` makes a gang rest after each turn, and
-`starvation_max_share` caps the share of the nodes its pods may use that a gang holds (a gang
-that needs more holds nothing).
+owner keeps one pod running forever, say): turns of `starvation_hold_seconds` go round the
+tenants with starving gangs (`Gang.owner`), and round each tenant's gangs, so every gang that
+waits behind it becomes starving and gets its tenant's turn (`Planner.turn`); a tenant whose held
+room stops growing rests (`Planner.idle`). A platform may bound it further:
+`starvation_rest_seconds` makes a gang rest after each turn, and `starvation_max_share` caps the
+share of the nodes its pods may use that a gang holds (a gang that needs more holds nothing).
 """
 
 from __future__ import annotations
