@@ -69,6 +69,12 @@ METRICS_CERT_ENV = "KUEUE_METRICS_CERT_DIR"
 # The webhooks of the pod integration (group "") and of Kueue's own kinds; the rest belong to
 # integrations this setup leaves off (Jobs, Deployments, JobSets, Kubeflow, Ray, ...).
 SERVED_GROUPS = frozenset({"", GROUP})
+# Kueue's integrations (its Configuration's `integrations.frameworks`) and the API group of the
+# kind each manages, whose webhooks Kueue then serves.
+POD_FRAMEWORK = "pod"
+JOB_FRAMEWORK = "batch/job"
+JOBSET_FRAMEWORK = "jobset.x-k8s.io/jobset"
+FRAMEWORK_GROUPS = {POD_FRAMEWORK: "", JOB_FRAMEWORK: "batch", JOBSET_FRAMEWORK: "jobset.x-k8s.io"}
 # What upstream's kustomization adds to the pod webhooks: Kueue leaves these namespaces alone.
 SYSTEM_NAMESPACES = ("kube-system", KUEUE_NAMESPACE)
 RESOURCES = ("cpu", "memory", "nvidia.com/gpu")
@@ -162,11 +168,20 @@ def ensure_kueue(cache: BinaryCache, quiet: bool = False) -> KueueBuild:
     return done
 
 
-def local_webhooks(manifest: str, base_url: str, ca_pem: bytes) -> list[dict[str, Any]]:
+def served_groups(frameworks: tuple[str, ...]) -> frozenset[str]:
+    """The API groups whose webhooks Kueue serves with these integrations on: its own, and
+    each framework's."""
+    return frozenset({GROUP, *(FRAMEWORK_GROUPS[f] for f in frameworks)})
+
+
+def local_webhooks(
+    manifest: str, base_url: str, ca_pem: bytes, groups: frozenset[str] = SERVED_GROUPS
+) -> list[dict[str, Any]]:
     """Kueue's webhook configurations for a local apiserver: only the webhooks it serves here
-    (the pod integration's and its own kinds'), each pointed at `base_url` with `ca_pem`, the
-    pod webhooks leaving the system namespaces alone as upstream's kustomization makes them,
-    and the configurations named for Kueue (upstream's names come from kustomize's prefix)."""
+    (those of `groups`: by default the pod integration's and its own kinds'), each pointed at
+    `base_url` with `ca_pem`, the pod webhooks leaving the system namespaces alone as upstream's
+    kustomization makes them, and the configurations named for Kueue (upstream's names come
+    from kustomize's prefix)."""
     ca_bundle = base64.b64encode(ca_pem).decode()
     out = []
     for doc in yaml.safe_load_all(manifest):
@@ -179,8 +194,8 @@ def local_webhooks(manifest: str, base_url: str, ca_pem: bytes) -> list[dict[str
         doc["metadata"] = {"name": f"kueue-{doc['metadata']['name']}"}
         kept = []
         for webhook in doc["webhooks"]:
-            groups = {g for rule in webhook.get("rules", []) for g in rule.get("apiGroups", [])}
-            if not groups <= SERVED_GROUPS:
+            its_groups = {g for rule in webhook.get("rules", []) for g in rule.get("apiGroups", [])}
+            if not its_groups <= groups:
                 continue
             path = webhook["clientConfig"]["service"].get("path", "/")
             webhook["clientConfig"] = {"url": base_url.rstrip("/") + path, "caBundle": ca_bundle}
@@ -201,12 +216,22 @@ def local_webhooks(manifest: str, base_url: str, ca_pem: bytes) -> list[dict[str
 
 
 def manager_config(
-    *, qps: float, burst: int, webhook_port: int, health_port: int, cert_dir: Path
+    *,
+    qps: float,
+    burst: int,
+    webhook_port: int,
+    health_port: int,
+    cert_dir: Path,
+    frameworks: tuple[str, ...] = (POD_FRAMEWORK,),
+    wait_for_pods_ready: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Kueue's Configuration: the pod integration only, no leader election, no metrics or
-    visibility servers, no internal certificate management (the certificate is given), the
-    instance's client QPS/burst and upstream's controller concurrency."""
-    return {
+    """Kueue's Configuration: the integrations `frameworks` (the pod integration only by
+    default), no leader election, no metrics or visibility servers, no internal certificate
+    management (the certificate is given), the instance's client QPS/burst and upstream's
+    controller concurrency. `wait_for_pods_ready` is its `waitForPodsReady` as Kueue's v1beta2
+    Configuration writes it (`timeout`, `requeuingStrategy`, ...): present, it is on; absent
+    (the default here and in v1beta2), it is off."""
+    config: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
         "namespace": KUEUE_NAMESPACE,
@@ -226,9 +251,12 @@ def manager_config(
                 "ResourceFlavor.kueue.x-k8s.io": 1,
             }
         },
-        "integrations": {"frameworks": ["pod"]},
+        "integrations": {"frameworks": list(frameworks)},
         "featureGates": {"VisibilityOnDemand": False},
     }
+    if wait_for_pods_ready is not None:
+        config["waitForPodsReady"] = copy.deepcopy(wait_for_pods_ready)
+    return config
 
 
 def cluster_queue_objects(
@@ -299,11 +327,19 @@ def pool_quota(nodes: list[dict[str, Any]], labels: dict[str, str] | None = None
 
 
 def start_kueue(
-    instance: Instance, built: KueueBuild, quota: dict[str, str], topology_nodes: dict[str, str] | None = None
+    instance: Instance,
+    built: KueueBuild,
+    quota: dict[str, str],
+    topology_nodes: dict[str, str] | None = None,
+    *,
+    frameworks: tuple[str, ...] = (POD_FRAMEWORK,),
+    wait_for_pods_ready: dict[str, Any] | None = None,
 ) -> ProcessRecord:
-    """Install Kueue's CRDs, run its manager as the admin with the instance's client QPS/burst,
-    register its webhooks, and create its flavor and ClusterQueue (`cluster_queue_objects`);
-    the LocalQueue (`local_queue`) is for whoever creates the namespace."""
+    """Install Kueue's CRDs, run its manager as the admin with the instance's client QPS/burst
+    (its integrations `frameworks` and `wait_for_pods_ready`: see `manager_config`), register
+    the webhooks it then serves, and create its flavor and ClusterQueue
+    (`cluster_queue_objects`); the LocalQueue (`local_queue`) is for whoever creates the
+    namespace."""
     state = instance.state()
     if state is None:
         raise ClusterError(f"instance {instance.name!r} is not up")
@@ -321,6 +357,8 @@ def start_kueue(
         webhook_port=webhook_port,
         health_port=health_port,
         cert_dir=certs,
+        frameworks=frameworks,
+        wait_for_pods_ready=wait_for_pods_ready,
     )
     (root / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
     argv = [str(built.binary), f"--config={root / 'config.yaml'}", "--zap-log-level=info"]
@@ -334,7 +372,12 @@ def start_kueue(
             raise ClusterError(f"{MANAGER_NAME} did not get ready; last lines of {log}:\n{tail(log, 25)}")
         time.sleep(0.2)
     instance.adopt(record)
-    hooks = local_webhooks(built.webhooks.read_text(), f"https://127.0.0.1:{webhook_port}", ca.pair.cert_pem)
+    hooks = local_webhooks(
+        built.webhooks.read_text(),
+        f"https://127.0.0.1:{webhook_port}",
+        ca.pair.cert_pem,
+        served_groups(frameworks),
+    )
     instance.kubectl(
         "apply", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List", "items": hooks})
     )
