@@ -634,8 +634,8 @@ class Planner:
         if guard.rest_until > now:
             left = guard.rest_until - now
             return (
-                f"the starvation guard holds nothing for its tenant's gangs for {left:.0f}s more: the room "
-                f"held for them did not grow for {limit:.0f}s"
+                f"the starvation guard holds nothing for its tenant's gangs ({gang.owner}) for {left:.0f}s "
+                f"more: the room held for them did not grow for {limit:.0f}s"
             )
         share = free_now / max(1, needed)
         if share > guard.best:
@@ -645,8 +645,9 @@ class Planner:
             return None
         guard.rest_until, guard.best, guard.idle = now + limit, -1.0, 0.0
         return (
-            f"the starvation guard holds nothing for its tenant's gangs for {limit:.0f}s: the room held "
-            f"for them did not grow for {limit:.0f}s (room for {free_now} of this gang's {needed} pods)"
+            f"the starvation guard holds nothing for its tenant's gangs ({gang.owner}) for {limit:.0f}s: "
+            f"the room held for them did not grow for {limit:.0f}s (room for {free_now} of this gang's "
+            f"{needed} pods)"
         )
 
     def forget_guards(self, releases: Sequence[Release], now: float) -> None:
