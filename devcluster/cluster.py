@@ -185,6 +185,21 @@ class Instance:
             self._binaries = ensure_binaries(BinaryCache(spec.release.pins))
         return self._binaries
 
+    def wait_established(self, *targets: str) -> None:
+        """`kubectl wait --for=condition=Established` on CRDs (files or `crd/<name>`). A CRD
+        created a moment ago may have no status yet, and the wait then fails at once
+        ("status.conditions accessor error"): it is asked again, for up to a minute."""
+        deadline = time.monotonic() + 60
+        while True:
+            waited = self.kubectl(
+                "wait", "--for=condition=Established", "--timeout=60s", *targets, check=False
+            )
+            if waited.returncode == 0:
+                return
+            if time.monotonic() > deadline:
+                raise ClusterError(f"CRDs not established: {waited.stderr.strip()}")
+            time.sleep(0.5)
+
     def kubectl(
         self, *args: str, who: str = "admin", input_text: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:
@@ -516,7 +531,7 @@ class Instance:
                 raise ClusterError(f"kubectl create -f {crds} failed: {create_if_absent.stderr}")
         for crds in (CRDS, *created):  # each directory's own files (`wait -f DIR` reads below it too)
             files = [f"--filename={f}" for f in sorted(crds.glob("*.yaml"))]
-            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *files)
+            self.wait_established(*files)
         applied = [m for m in APPLIED_MANIFESTS if not (spec.static == "all" and m in PROTECTIVE_MANIFESTS)]
         self.kubectl(
             "apply",

@@ -304,7 +304,7 @@ def start(instance: Instance, controller: Controller, binary: Path) -> Running:
     source = controller.source(instance.binaries)
     files = [f"--filename={f}" for f in crd_files(source, controller.crds)]
     instance.kubectl("apply", "--server-side", *files)
-    instance.kubectl("wait", "--for=condition=Established", "--timeout=60s", *files)
+    instance.wait_established(*files)
     health, metrics, webhook = free_ports(3)
     where = Where(health, metrics, webhook, root, instance.kubeconfig("admin"))
     ca = CertificateAuthority.create(f"{controller.name}-dev-ca")

@@ -236,7 +236,7 @@ def start_coscheduler(
     if state is None:
         raise ClusterError(f"instance {instance.name!r} is not up")
     instance.kubectl("apply", "--server-side", "-f", str(built.crd))
-    instance.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(built.crd))
+    instance.wait_established("-f", str(built.crd))
     root = instance.layout.root / SCHEDULER_NAME
     root.mkdir(parents=True, exist_ok=True)
     kubeconfig = instance.kubeconfig("admin")

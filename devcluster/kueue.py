@@ -344,7 +344,7 @@ def start_kueue(
     if state is None:
         raise ClusterError(f"instance {instance.name!r} is not up")
     instance.kubectl("apply", "--server-side", "-f", str(built.crds))
-    instance.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(built.crds))
+    instance.wait_established("-f", str(built.crds))
     instance.kubectl("create", "namespace", KUEUE_NAMESPACE, check=False)
     root = instance.layout.root / MANAGER_NAME
     certs = root / "certs"

@@ -545,7 +545,7 @@ def start_instance(
             start_podgroup_controller(instance, built)  # as scheduler-plugins' chart runs it
         else:
             instance.kubectl("apply", "--server-side", "-f", str(built.crd))
-            instance.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(built.crd))
+            instance.wait_established("-f", str(built.crd))
     return instance, audit
 
 

@@ -56,7 +56,7 @@ async def test_their_podgroup_crd_stays_and_quorum_writes_none_of_its_status(
     instance = start_instance("t-theircrd")
     instance.kubectl("delete", "crd", CRD)
     instance.kubectl("create", "-f", "-", input_text=json.dumps(their_crd()))
-    instance.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD}")
+    instance.wait_established(f"crd/{CRD}")
     ours = instance.kubectl("create", "-f", str(CRDS / "scheduler-plugins"), check=False)
     assert ours.returncode != 0 and "AlreadyExists" in ours.stderr, ours.stderr
     labels = json.loads(instance.kubectl("get", "crd", CRD, "-o", "json").stdout)["metadata"]["labels"]

@@ -100,10 +100,7 @@ async def test_the_one_manifests_install_with_one_server_side_apply_and_apply_ag
     instance = start_instance("t-manifest", install_manifests=False, webhooks=False, operator=False)
     assert "gangs.quorum.dev" not in instance.kubectl("get", "crd", "-o", "name").stdout
     instance.kubectl("create", "-f", "-", input_text=json.dumps(cert_manager_stand_in()))
-    instance.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/issuers.cert-manager.io")
-    instance.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s", "crd/certificates.cert-manager.io"
-    )
+    instance.wait_established("crd/issuers.cert-manager.io", "crd/certificates.cert-manager.io")
 
     for name in ("quorum.yaml", "quorum-sunk.yaml"):
         manifest = tmp_path / name

@@ -399,7 +399,7 @@ async def test_the_readmes_one_manifest_install_and_uninstall_run_as_written(
     env_file = shell_env(instance, tmp_path / "env")
     instance.kubectl("create", "-f", "-", input_text=json.dumps(cert_manager_stand_in()))
     for crd in ("issuers", "certificates"):
-        instance.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd}.cert-manager.io")
+        instance.wait_established(f"crd/{crd}.cert-manager.io")
 
     for line in commands.manifest_install:
         shell(env_file, line)
