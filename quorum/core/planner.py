@@ -650,6 +650,10 @@ class Planner:
             f"{needed} pods)"
         )
 
+    def resting_tenants(self, now: float) -> list[str]:
+        """The tenants whose starving gangs hold nothing now (`idle`)."""
+        return [owner for owner, guard in self.guards.items() if guard.rest_until > now]
+
     def forget_guards(self, releases: Sequence[Release], now: float) -> None:
         """A tenant one of whose starving gangs was released starts afresh (a rest still lasts
         its time); one that has not starved for a while is forgotten."""

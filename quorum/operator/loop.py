@@ -378,6 +378,8 @@ class GangLoop:
             phases[(status.phase, status.condition("Admitted")["reason"])] += 1
         metrics.set_gangs(phases)
         metrics.GATED_PODS.set(sum(status.counts["gated"] for status in statuses.values()))
+        metrics.STARVATION_HELD_NODES.set(sum(len(hold.held_nodes) for hold in holds.values()))
+        metrics.STARVATION_RESTING_TENANTS.set(len(self.planner.resting_tenants(now)))
 
     def observe_bound(self, view: GangView, counts: Mapping[str, int]) -> None:
         """The time from a released gang's last member to minMember of its pods bound."""

@@ -89,6 +89,18 @@ GATED_PODS = Gauge(
     "Gang pods held at quorum's scheduling gate (not released yet); a count.",
     registry=REGISTRY,
 )
+STARVATION_HELD_NODES = Gauge(
+    "quorum_operator_starvation_held_nodes",
+    "Nodes the starvation guard holds for a starving gang after the last pass (gangs behind it use "
+    "only what it cannot); a count.",
+    registry=REGISTRY,
+)
+STARVATION_RESTING_TENANTS = Gauge(
+    "quorum_operator_starvation_resting_tenants",
+    "Tenants whose starving gangs hold nothing now: the room held for them did not grow for "
+    "starvation_idle_seconds; a count.",
+    registry=REGISTRY,
+)
 RELEASE_LATENCY = Histogram(
     "quorum_operator_release_latency_seconds",
     "Time from the creation of the last member a gang needed (its minMember-th pod) to the gang's "

@@ -230,6 +230,7 @@ def test_a_starving_gang_whose_held_room_does_not_grow_rests_then_holds_again() 
     assert held[141.0][0] == 0 and "did not grow for 100s" in held[141.0][1], held[141.0]
     assert held[200.0][0] == 0 and "for 41s more" in held[200.0][1], held[200.0]
     assert held[241.0][0] == 2 and held[250.0][0] == 2, "rested: it holds again"
+    assert planner.resting_tenants(200.0) == [stuck.owner] and planner.resting_tenants(250.0) == []
 
     four = {f"n{i}": node(f"n{i}") for i in range(4)}
     three = gang("three", 3, gpus=8, created=0, held_since=0.0)
