@@ -391,3 +391,16 @@ def start_kueue(
             return record
         time.sleep(0.2)
     raise ClusterError(f"Kueue's ClusterQueue was not created: {applied.stderr.strip()}")
+
+
+def stop_kueue(instance: Instance, record: ProcessRecord) -> None:
+    """Stop Kueue's manager and delete its webhook configurations: left registered with no
+    server behind them, they would refuse the pods, Jobs and JobSets of whatever runs next."""
+    instance.kubectl(
+        "delete",
+        "mutatingwebhookconfiguration/kueue-mutating-webhook-configuration",
+        "validatingwebhookconfiguration/kueue-validating-webhook-configuration",
+        "--ignore-not-found",
+        check=False,
+    )
+    stop([record])

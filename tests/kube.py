@@ -7,7 +7,8 @@ import os
 import signal
 import time
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 from typing import Any, TypeVar
@@ -16,6 +17,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from devcluster.cluster import Instance, node_is_ready
+from devcluster.config import ClusterSpec
 from devcluster.nodes import TestPool
 from devcluster.process import is_alive
 from quorum.core.quantity import parse_quantity
@@ -299,3 +301,24 @@ class WorkloadApi:
             self.GROUP, self.version, namespace, plural, name
         )
         return found
+
+
+@contextmanager
+def operator_instance(name: str, settings: Mapping[str, str]) -> Iterator[Instance]:
+    """An instance of its own whose quorum-operator runs with `settings`: {"BACKOFF_SECONDS":
+    "3"} sets QUORUM_OPERATOR_BACKOFF_SECONDS=3. Taken down when done."""
+    instance = Instance(name)
+    saved = {key: os.environ.get(f"QUORUM_OPERATOR_{key}") for key in settings}
+    try:
+        os.environ.update({f"QUORUM_OPERATOR_{key}": value for key, value in settings.items()})
+        instance.up(ClusterSpec(name=instance.name))
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(f"QUORUM_OPERATOR_{key}", None)
+            else:
+                os.environ[f"QUORUM_OPERATOR_{key}"] = value
+    try:
+        yield instance
+    finally:
+        instance.down(quiet=True)

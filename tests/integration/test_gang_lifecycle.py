@@ -16,7 +16,6 @@ import pytest
 from kubernetes_asyncio import client
 
 from devcluster.cluster import REPO_ROOT, Instance
-from devcluster.config import ClusterSpec
 from devcluster.nodes import TestPool
 from tests.integration.test_gangs import GANGS, deployment, gated, get, pods
 from tests.kube import (
@@ -26,6 +25,7 @@ from tests.kube import (
     create_podgroup,
     create_pool_nodes,
     eventually,
+    operator_instance,
     raw_json,
 )
 
@@ -37,15 +37,10 @@ STARVATION_SECONDS = 8
 
 @pytest.fixture(scope="module")
 def life() -> Iterator[Instance]:
-    instance = Instance("t-life")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("QUORUM_OPERATOR_BACKOFF_SECONDS", str(BACKOFF_SECONDS))
-        env.setenv("QUORUM_OPERATOR_STARVATION_SECONDS", str(STARVATION_SECONDS))
-        instance.up(ClusterSpec(name=instance.name))
-    try:
+    with operator_instance(
+        "t-life", {"BACKOFF_SECONDS": str(BACKOFF_SECONDS), "STARVATION_SECONDS": str(STARVATION_SECONDS)}
+    ) as instance:
         yield instance
-    finally:
-        instance.down(quiet=True)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import pytest
 from kubernetes_asyncio import client
 
 from devcluster.cluster import Instance
-from devcluster.config import ClusterSpec
 from devcluster.nodes import TestPool
 from tests.integration.test_gang_lifecycle import condition, gang_where, running
 from tests.integration.test_gangs import deployment
@@ -24,6 +23,7 @@ from tests.kube import (
     create_podgroup,
     create_pool_nodes,
     eventually,
+    operator_instance,
     raw_json,
 )
 
@@ -34,14 +34,8 @@ ANNOTATION = "quorum.dev/member-loss-policy"
 
 @pytest.fixture(scope="module")
 def memloss() -> Iterator[Instance]:
-    instance = Instance("t-memloss")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("QUORUM_OPERATOR_MEMBER_LOSS_POLICY", "Replace")
-        instance.up(ClusterSpec(name=instance.name))
-    try:
+    with operator_instance("t-memloss", {"MEMBER_LOSS_POLICY": "Replace"}) as instance:
         yield instance
-    finally:
-        instance.down(quiet=True)
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import pytest
 from kubernetes_asyncio import client
 
 from devcluster.cluster import Instance
-from devcluster.config import ClusterSpec
 from devcluster.nodes import TestPool
 from tests.integration.test_gangs import GANGS, deployment, gated, get, pods
 from tests.kube import (
@@ -22,6 +21,7 @@ from tests.kube import (
     create_podgroup,
     create_pool_nodes,
     eventually,
+    operator_instance,
 )
 
 pytestmark = pytest.mark.cluster
@@ -31,14 +31,8 @@ HIGH, LOW = "quorum-test-high", "quorum-test-low"
 
 @pytest.fixture(scope="module")
 def preempting() -> Iterator[Instance]:
-    instance = Instance("t-preempt")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("QUORUM_OPERATOR_PREEMPTION_RETRY_SECONDS", "2")
-        instance.up(ClusterSpec(name=instance.name))
-    try:
+    with operator_instance("t-preempt", {"PREEMPTION_RETRY_SECONDS": "2"}) as instance:
         yield instance
-    finally:
-        instance.down(quiet=True)
 
 
 @pytest.fixture

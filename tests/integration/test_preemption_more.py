@@ -14,7 +14,6 @@ import pytest
 from kubernetes_asyncio import client
 
 from devcluster.cluster import REPO_ROOT, Instance
-from devcluster.config import ClusterSpec
 from devcluster.nodes import TestPool
 from tests.integration.test_gang_lifecycle import job
 from tests.integration.test_gangs import GANGS, deployment, gated, get, pods
@@ -26,6 +25,7 @@ from tests.kube import (
     create_namespace,
     create_podgroup,
     eventually,
+    operator_instance,
 )
 
 pytestmark = pytest.mark.cluster
@@ -50,14 +50,8 @@ async def running(api: client.ApiClient, ns: str, selector: str, count: int) -> 
 
 @pytest.fixture(scope="module")
 def preempting() -> Iterator[Instance]:
-    instance = Instance("t-preempt-more")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("QUORUM_OPERATOR_PREEMPTION_RETRY_SECONDS", "2")
-        instance.up(ClusterSpec(name=instance.name))
-    try:
+    with operator_instance("t-preempt-more", {"PREEMPTION_RETRY_SECONDS": "2"}) as instance:
         yield instance
-    finally:
-        instance.down(quiet=True)
 
 
 @pytest.fixture

@@ -24,9 +24,9 @@ from devcluster.kueue import (
     ensure_kueue,
     local_queue,
     start_kueue,
+    stop_kueue,
 )
 from devcluster.nodes import TestPool
-from devcluster.process import stop
 from tests.integration.test_gangs import GANGS, admitted, get, pods
 from tests.integrations.helpers import apply
 from tests.kube import assert_no_overcommit, eventually
@@ -43,15 +43,7 @@ def kueue(cluster: Instance) -> Iterator[None]:
     try:
         yield
     finally:
-        # Its webhooks go with it: left registered, they would refuse the later tests' pods.
-        cluster.kubectl(
-            "delete",
-            "mutatingwebhookconfiguration/kueue-mutating-webhook-configuration",
-            "validatingwebhookconfiguration/kueue-validating-webhook-configuration",
-            "--ignore-not-found",
-            check=False,
-        )
-        stop([record])
+        stop_kueue(cluster, record)
 
 
 def member(pool: TestPool, group: str, i: int, size: int) -> JSON:

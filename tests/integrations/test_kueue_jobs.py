@@ -25,9 +25,9 @@ from devcluster.kueue import (
     ensure_kueue,
     local_queue,
     start_kueue,
+    stop_kueue,
 )
 from devcluster.nodes import TestPool
-from devcluster.process import stop
 from tests.integration.test_gangs import GANGS, admitted, get, pods
 from tests.integrations.helpers import apply, list_objects
 from tests.integrations.test_jobset import JOBSETS
@@ -66,15 +66,7 @@ def kueue_jobs(cluster: Instance) -> Iterator[None]:
     try:
         yield
     finally:
-        # Its webhooks go with it: left registered, they would refuse the later tests' Jobs.
-        cluster.kubectl(
-            "delete",
-            "mutatingwebhookconfiguration/kueue-mutating-webhook-configuration",
-            "validatingwebhookconfiguration/kueue-validating-webhook-configuration",
-            "--ignore-not-found",
-            check=False,
-        )
-        stop([record])
+        stop_kueue(cluster, record)
 
 
 def queue_of_its_own(cluster: Instance, namespace: str) -> str:

@@ -14,10 +14,16 @@ import pytest
 from kubernetes_asyncio import client
 
 from devcluster.cluster import Instance
-from devcluster.config import ClusterSpec
 from devcluster.nodes import TestPool
 from tests.integration.test_gangs import GANGS, admitted, get
-from tests.kube import api_client, assert_no_overcommit, create_namespace, create_pool_nodes, eventually
+from tests.kube import (
+    api_client,
+    assert_no_overcommit,
+    create_namespace,
+    create_pool_nodes,
+    eventually,
+    operator_instance,
+)
 
 pytestmark = pytest.mark.cluster
 JSON = dict[str, Any]
@@ -27,17 +33,16 @@ IDLE_SECONDS = 20
 
 @pytest.fixture(scope="module")
 def tenants() -> Iterator[Instance]:
-    instance = Instance("t-tenants")
-    with pytest.MonkeyPatch.context() as env:
-        env.setenv("QUORUM_OPERATOR_STARVATION_SECONDS", "3")
-        env.setenv("QUORUM_OPERATOR_STARVATION_HOLD_SECONDS", "10")
-        env.setenv("QUORUM_OPERATOR_STARVATION_IDLE_SECONDS", str(IDLE_SECONDS))
-        env.setenv("QUORUM_OPERATOR_TENANT_LABEL", TENANT_LABEL)
-        instance.up(ClusterSpec(name=instance.name))
-    try:
+    with operator_instance(
+        "t-tenants",
+        {
+            "STARVATION_SECONDS": "3",
+            "STARVATION_HOLD_SECONDS": "10",
+            "STARVATION_IDLE_SECONDS": str(IDLE_SECONDS),
+            "TENANT_LABEL": TENANT_LABEL,
+        },
+    ) as instance:
         yield instance
-    finally:
-        instance.down(quiet=True)
 
 
 @pytest.fixture
