@@ -1,12 +1,16 @@
 """Admission latency through the apiserver (issues 14 and 29): what quorum's admission adds to
 pod creation, measured by the apiserver itself.
 
-Three ways, each run on a freshly started local control plane (Kubernetes 1.37):
+Four ways, each run on a freshly started local control plane (Kubernetes 1.37):
 - `policies`: quorum installed as `quorum manifests` makes it (the default ClusterSpec): pods are
   mutated inside the apiserver by the MutatingAdmissionPolicy quorum-pod-defaults, judged by
   quorum's ValidatingAdmissionPolicies, and quorum-webhooks is registered for what CEL cannot do;
   quorum-operator off;
 - `webhooks`: the same with `--pod-admission webhooks` (pods.mutate.quorum.dev for every pod);
+- `cks`: no quorum; seed 002's policies alone, as the platform would run them without quorum
+  (tests/bench/cks.py: the CPU toleration as a MutatingAdmissionPolicy, the reserved-domain and
+  interruptable checks as ValidatingAdmissionPolicies): the baseline quorum's own cost is judged
+  against (quorum's default way at most 1.15x it, issue 42);
 - `absent`: no quorum at all (no webhooks, no manifests).
 
 Each run creates 2,000 pods as the customer identity (cluster-admin by RBAC, not
@@ -62,6 +66,7 @@ from kubernetes_asyncio import client
 
 from devcluster.cluster import Instance
 from devcluster.config import ClusterSpec
+from tests.bench.cks import cks_policies
 from tests.bench.histograms import Samples, difference, histograms, parse_samples, summary_ms, total
 from tests.bench.peers import cpu_seconds
 from tests.kube import api_client, create_namespace, raw_json
@@ -89,7 +94,7 @@ APISERVER_HISTOGRAMS = (WEBHOOK, STEP, PLUGIN, MATCH, POLICY_CHECK, REQUEST, QUE
 PLUGINS = ("MutatingAdmissionWebhook", "ValidatingAdmissionWebhook", "ValidatingAdmissionPolicy")
 
 
-WAYS = ("absent", "webhooks", "policies")
+WAYS = ("absent", "cks", "webhooks", "policies")
 
 
 def ways(prefix: str, chosen: tuple[str, ...] = WAYS) -> dict[str, ClusterSpec]:
@@ -97,6 +102,7 @@ def ways(prefix: str, chosen: tuple[str, ...] = WAYS) -> dict[str, ClusterSpec]:
         "absent": ClusterSpec(
             name=f"{prefix}-absent", install_manifests=False, webhooks=False, operator=False
         ),
+        "cks": ClusterSpec(name=f"{prefix}-cks", install_manifests=False, webhooks=False, operator=False),
         "webhooks": ClusterSpec(name=f"{prefix}-webhooks", operator=False, pod_admission="webhooks"),
         "policies": ClusterSpec(name=f"{prefix}-policies", operator=False, pod_admission="policies"),
     }
@@ -377,11 +383,33 @@ def run_once(
         say(f"round {round_}, {way}: starting instance {spec.name} ...")
         instance.up(spec, log=lambda _: None)
         instance.stop_component("kube-scheduler")
+        if way == "cks":
+            install_cks(instance)
         say(f"round {round_}, {way}: creating {WARMUP} + {total} pods, {IN_FLIGHT} in flight ...")
         creates, window, server_window, cpu, stored = asyncio.run(measure(instance, total, cap))
     finally:
         instance.down(quiet=True)
     return Run(way, round_, creates, window, server_window, cpu, stored, load)
+
+
+def install_cks(instance: Instance) -> None:
+    """Apply the `cks` way's policies, and wait until a CPU pod created (dry run) gets the
+    toleration: the apiserver compiles new policies in the background."""
+    listed = {"apiVersion": "v1", "kind": "List", "items": cks_policies()}
+    instance.kubectl("apply", "-f", "-", input_text=json.dumps(listed))
+    probe = pod_body("cks-probe", "cpu", 0)
+    probe["metadata"]["namespace"] = "default"
+    deadline = time.monotonic() + 60
+    while True:
+        made = instance.kubectl(
+            "create", "--dry-run=server", "-o", "json", "-f", "-", input_text=json.dumps(probe), check=False
+        )
+        tolerations = json.loads(made.stdout or "{}").get("spec", {}).get("tolerations") or []
+        if any(t.get("key") == CPU_TOLERATION for t in tolerations):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the cks policies did not take effect: {made.stderr.strip()}")
+        time.sleep(0.5)
 
 
 # -- summaries (pure) ----------------------------------------------------------------------
@@ -446,15 +474,16 @@ def way_summary(runs: list[Run]) -> dict[str, Any]:
 POD_CREATE_WEBHOOKS = ("mutate-pods", "validate-pods", "validate-interruptable")
 
 
-def against_absent(summaries: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Each way with quorum beside `absent`: CPU per pod (all processes), client p50 and pods/s as
-    ratios; and how many calls quorum-webhooks answered for the webhooks that pod creation reaches."""
-    base = summaries.get("absent")
+def against(summaries: dict[str, dict[str, Any]], baseline: str) -> dict[str, dict[str, Any]]:
+    """Each way with quorum beside `baseline` (`absent`, `cks`): CPU per pod (all processes),
+    client p50 and pods/s as ratios; and how many calls quorum-webhooks answered for the webhooks
+    that pod creation reaches."""
+    base = summaries.get(baseline)
     if base is None:
         return {}
     out: dict[str, dict[str, Any]] = {}
     for way, summary in summaries.items():
-        if way == "absent":
+        if way in ("absent", "cks"):
             continue
         served = summary["apiserver"]["webhook_server"]
         out[way] = {
@@ -593,19 +622,21 @@ def main() -> int:
         "seconds": round(time.monotonic() - started, 1),
         "instances": {way: spec.to_json() | {"feature_gates": "default"} for way, spec in specs.items()},
         "ways": summaries,
-        "against_absent": against_absent(summaries),
+        "against_absent": against(summaries, "absent"),
+        "against_cks": against(summaries, "cks"),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     suffix = "" if args.pods == PODS and args.rounds == ROUNDS else f"-{args.pods}x{args.rounds}"
     out = RESULTS / f"{stamp}-admission{suffix}.json"
     out.write_text(json.dumps(data, indent=2) + "\n")
     print(markdown(summaries))
-    for way, figures in data["against_absent"].items():
-        print(
-            f"{way} / absent: CPU per pod {figures['cpu']:g}x, client p50 {figures['p50']:g}x, "
-            f"pods/s {figures['pods_per_second']:g}x; calls to quorum-webhooks for pod creation: "
-            f"{figures['pod_create_calls']}"
-        )
+    for baseline in ("absent", "cks"):
+        for way, figures in data[f"against_{baseline}"].items():
+            print(
+                f"{way} / {baseline}: CPU per pod {figures['cpu']:g}x, client p50 {figures['p50']:g}x, "
+                f"pods/s {figures['pods_per_second']:g}x; calls to quorum-webhooks for pod creation: "
+                f"{figures['pod_create_calls']}"
+            )
     for way, summary in summaries.items():
         for r in summary["rounds"]:
             print(
