@@ -10,7 +10,8 @@
 | annotation `scheduling.k8s.io/group-name: <n>` (Volcano's dialect) | `vpg-<n>` |
 | label `kueue.x-k8s.io/pod-group-name: <n>` + annotation `/pod-group-total-count` (Kueue) | `kpg-<n>` |
 
-A pod with several markers belongs to the first row's group. A pod whose schedulerName belongs
+A pod with several markers belongs to the first row's group. A Kueue group admitted pod by pod
+(annotation `kueue.x-k8s.io/pod-group-fast-admission`) is not a gang. A pod whose schedulerName belongs
 to another scheduler is not quorum's, whatever its labels: quorum's are the default scheduler
 and the coscheduler names of its install (one setting: `coscheduler_names` of the webhooks and
 of the operator, and the CEL of the rendered policies; docs/integrations.md).
@@ -48,6 +49,9 @@ VOLCANO_SCHEDULER = "volcano"
 # count, which Kueue admits as one Workload).
 KUEUE_POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 KUEUE_POD_GROUP_TOTAL_COUNT = "kueue.x-k8s.io/pod-group-total-count"
+# Kueue admits a group with this annotation pod by pod (its StatefulSet integration sets it: the
+# StatefulSet controller makes each pod after the last is Ready): not a gang, quorum leaves it.
+KUEUE_FAST_ADMISSION = "kueue.x-k8s.io/pod-group-fast-admission"
 
 # On a Gang that quorum-sunk-scheduler writes (a gang Slurm places; docs/sunk.md) this label
 # says `slurm`, and quorum-operator leaves the object alone.
@@ -164,7 +168,7 @@ def gang_markers(
         found.append(GangMarker(GangSource.WORKLOAD_POD_GROUP, scheduling_group))
     if volcano and annotations and (value := annotations.get(VOLCANO_GROUP_ANNOTATION)):
         found.append(GangMarker(GangSource.VOLCANO_POD_GROUP, value))
-    if value := labels.get(KUEUE_POD_GROUP_LABEL):
+    if (value := labels.get(KUEUE_POD_GROUP_LABEL)) and KUEUE_FAST_ADMISSION not in (annotations or {}):
         count = (annotations or {}).get(KUEUE_POD_GROUP_TOTAL_COUNT)
         found.append(GangMarker(GangSource.KUEUE_POD_GROUP, value, count))
     return found

@@ -138,6 +138,8 @@ def pods(draw: st.DrawFn, faults: st.SearchStrategy[list[str]]) -> dict[str, Any
         annotations["scheduling.k8s.io/group-name"] = draw(names)  # Volcano's group marker
     if draw(st.booleans()):  # a Kueue group's size
         annotations["kueue.x-k8s.io/pod-group-total-count"] = draw(st.sampled_from(("2", "100000", "0", "x")))
+    if draw(st.integers(0, 3)) == 0:  # a Kueue group admitted pod by pod: not a gang
+        annotations["kueue.x-k8s.io/pod-group-fast-admission"] = "true"
     gpus = draw(st.sampled_from((None, 0, 1, 8)))
     container: dict[str, Any] = {"name": "main", "image": "example.com/train:1"}
     if gpus is not None:

@@ -5,7 +5,7 @@ who wrote it sees it, and say to use `Parallel`."""
 
 from __future__ import annotations
 
-from quorum.core.gangs import BadMinAvailable, GangSource, parse_min_available
+from quorum.core.gangs import SIZED_BY_PODS, BadMinAvailable, parse_min_available
 from quorum.webhooks.objects import dig, gang_of, pod_shape
 from quorum.webhooks.review import AdmissionRequest, Decision
 from quorum.webhooks.settings import WebhookSettings
@@ -29,7 +29,7 @@ def validate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
     replicas = replicas if isinstance(replicas, int) else 1
     if policy != "OrderedReady" or replicas <= 1:
         return Decision()
-    if marker.source is GangSource.LABELS and _size(marker.min_available) == 1:
+    if marker.source in SIZED_BY_PODS and _size(marker.min_available) == 1:
         return Decision()  # a gang of one: each pod is its own gang
     return Decision(
         warnings=[

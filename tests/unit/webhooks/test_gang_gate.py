@@ -278,6 +278,10 @@ def test_a_kueue_pod_group_is_a_gang_sized_by_its_total_count() -> None:
         denied = gang_gate.mutate(request("Pod", kueue_pod(count)), SETTINGS).denied
         assert denied is not None and "Kueue pod group sample (gang kpg-sample)" in denied, denied
         assert f"annotation kueue.x-k8s.io/pod-group-total-count {said}" in denied, denied
+    # A group Kueue admits pod by pod (its StatefulSets') is not a gang: nothing to hold.
+    fast = kueue_pod()
+    fast["metadata"]["annotations"]["kueue.x-k8s.io/pod-group-fast-admission"] = "true"
+    assert gang_gate.mutate(request("Pod", fast), SETTINGS).intents == []
     # quorum's own label group comes first where a pod names both.
     both = kueue_pod()
     both["metadata"]["labels"] |= {LABEL_GANG_NAME: "mine", LABEL_GANG_MIN_AVAILABLE: "3"}

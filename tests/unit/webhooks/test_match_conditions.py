@@ -141,7 +141,14 @@ def metadata(draw: st.DrawFn, owned: bool) -> dict[str, Any]:
         meta["labels"] = found
     annotations = draw(
         st.dictionaries(
-            st.sampled_from(("quorum.dev/x", "note", "scheduling.k8s.io/group-name")),
+            st.sampled_from(
+                (
+                    "quorum.dev/x",
+                    "note",
+                    "scheduling.k8s.io/group-name",
+                    "kueue.x-k8s.io/pod-group-fast-admission",
+                )
+            ),
             st.just("v"),
             max_size=2,
         )
