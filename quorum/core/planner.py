@@ -233,21 +233,24 @@ class PassState:
 NOT_SEARCHED = "not searched this pass"
 
 
-IDLE_GAP_SECONDS = 60.0  # the most one pass adds to a tenant's idle clock (time not starving is not idle)
+IDLE_GAP_SECONDS = 60.0  # the most one pass adds to a tenant's idle clock (time not holding is not idle)
 
 
 @dataclass(slots=True)
 class TenantGuard:
     """What the starvation guard keeps of one tenant with starving gangs (`Planner.turn`,
-    `Planner.idle`). Forgotten once one of its starving gangs is released (it got what it
-    waited for), or once it has not starved for `starvation_idle_seconds` (or a turn, if more)
-    and is not resting: gangs deleted and made again do not start it afresh."""
+    `Planner.idle`). Forgotten only once it has not starved for `starvation_idle_seconds` (or a
+    turn, if more) and is not resting: gangs deleted and made again, or small gangs of it
+    admitted, start nothing afresh. Its idle clock starts afresh when the gang whose held room
+    made its latest progress is admitted (`Planner.admitted`): the guard did its work."""
 
     seen: float  # the last pass it had starving gangs
-    turn_slot: int = -1  # the slot of its last turn (-1: none since it began to starve)
-    turns: int = 0  # turns it had since it began to starve
+    last_turn: int = -1  # the number of its last turn among all tenants' (-1: none)
+    turns: int = 0  # turns it had
     best: float = -1.0  # the largest share of one of its gangs' pods the room held for it had free
-    idle: float = 0.0  # seconds spent starving since `best` was reached
+    best_gang: tuple[str, str] | None = None  # the gang whose held room had it
+    idle: float = 0.0  # seconds spent holding since `best` was reached
+    held_at: float | None = None  # the last pass it held (or would have but for its rest)
     rest_until: float = 0.0  # its gangs hold nothing until then
 
 
@@ -271,6 +274,7 @@ class Planner:
         # slot of `starvation_hold_seconds` is.
         self.guards: dict[str, TenantGuard] = {}
         self.turn_of: tuple[int, str] | None = None
+        self.turns_given = 0
 
     def plan(
         self,
@@ -292,13 +296,8 @@ class Planner:
             self.pass_unsearched = self.unsearched
         ordered = sorted(queue, key=self.plan_order)
         tenants = len({gang.owner for gang in queue})
-        starving = {gang.owner for gang in queue if self.settings.holds_now(gang.held_since, now)}
-        for owner in starving:
-            if (guard := self.guards.get(owner)) is None:
-                self.guards[owner] = TenantGuard(seen=now)
-            else:
-                guard.idle += min(max(0.0, now - guard.seen), IDLE_GAP_SECONDS)
-                guard.seen = now
+        for owner in {gang.owner for gang in queue if self.may_starve(gang, now)}:
+            self.guards.setdefault(owner, TenantGuard(seen=now)).seen = now
         state = PassState(
             self.settings.pass_budget,
             may_hold=self.turn(ordered, now),
@@ -340,7 +339,7 @@ class Planner:
         self.index.keep_only(state.touched)  # shapes no gang asked for this pass are forgotten
         if not replan:  # passes in a row each gang was not searched
             self.unsearched = {k: self.pass_unsearched.get(k, 0) + 1 for k in not_searched}
-        self.forget_guards(releases, now)
+        self.forget_guards(now)
         self.held = held
         return Plan(tuple(releases), tuple(holds), state.visits)
 
@@ -500,28 +499,34 @@ class Planner:
         own the next."""
         return (-gang.priority, -self.pass_unsearched.get(gang.key, 0), *queue_order(gang)[1:])
 
+    def may_starve(self, gang: Gang, now: float) -> bool:
+        """Whether the gang is starving and the guard may hold for it: a gang of a composite
+        never holds (its gangs are placed together or not at all)."""
+        return gang.composite is None and self.settings.holds_now(gang.held_since, now)
+
     def turn(self, ordered: Sequence[Gang], now: float) -> frozenset[tuple[str, str]]:
         """The starving gangs that may hold capacity this pass. Turns of
-        `starvation_hold_seconds` go to the tenants with starving gangs, the one whose last turn
-        is the oldest first, and one with no turn since it began to starve (`TenantGuard`)
-        before any that had one: however many gangs or namespaces others starve with, it waits
-        one turn at most (tenants that began together take their first turns in queue order).
-        Within a tenant, turns go round its starving gangs in queue order. A resting tenant
-        (`idle`) is passed over. The gang whose turn it is holds first; when it cannot (it needs
-        more than its share, say), the gangs after it in the pass's order (`ordered`) may."""
-        starving = [g for g in ordered if self.settings.holds_now(g.held_since, now)]
-        if not starving:
-            return frozenset()
+        `starvation_hold_seconds` go round the tenants with starving gangs, the one whose last
+        turn is the oldest first (one with none yet before any that had one; ties in queue
+        order): with T tenants starving, a tenant's gang that begins to starve waits at most T - 1
+        turns, however many gangs the others have. Within a tenant, turns go round its starving
+        gangs in queue order. A resting tenant (`idle`) is passed over. The gang whose turn it is
+        holds first; when it cannot (it needs more than its share, say), the gangs after it in
+        the pass's order (`ordered`) may."""
+        starving = [g for g in ordered if self.may_starve(g, now)]
         by_tenant: dict[str, list[Gang]] = {}
         for gang in starving:
             by_tenant.setdefault(gang.owner, []).append(gang)
         guards = {t: self.guards.setdefault(t, TenantGuard(seen=now)) for t in by_tenant}
+        awake = [t for t in by_tenant if guards[t].rest_until <= now]
+        if not awake:  # no turn is spent; each gang's hold says how long its tenant rests
+            return frozenset(g.key for g in starving)
         slot = int(now // max(1.0, self.settings.starvation_hold_seconds))
         owner = self.turn_of[1] if self.turn_of is not None and self.turn_of[0] == slot else None
-        if owner not in guards or guards[owner].rest_until > now:
-            awake = [t for t in by_tenant if guards[t].rest_until <= now] or list(by_tenant)
-            owner = min(awake, key=lambda t: guards[t].turn_slot)  # ties: queue order
-            guards[owner].turn_slot = slot
+        if owner not in awake:
+            owner = min(awake, key=lambda t: guards[t].last_turn)  # ties (none yet): queue order
+            guards[owner].last_turn = self.turns_given
+            self.turns_given += 1
             guards[owner].turns += 1
             self.turn_of = (slot, owner)
         own = by_tenant[owner]
@@ -632,18 +637,22 @@ class Planner:
             return None
         guard = self.guards.setdefault(gang.owner, TenantGuard(seen=now))
         if guard.rest_until > now:
+            guard.held_at = None
             left = guard.rest_until - now
             return (
                 f"the starvation guard holds nothing for its tenant's gangs ({gang.owner}) for {left:.0f}s "
                 f"more: the room held for them did not grow for {limit:.0f}s"
             )
+        if guard.held_at is not None:  # a re-plan of the same pass adds nothing
+            guard.idle += min(max(0.0, now - guard.held_at), IDLE_GAP_SECONDS)
+        guard.held_at = now
         share = free_now / max(1, needed)
         if share > guard.best:
-            guard.best, guard.idle = share, 0.0
+            guard.best, guard.best_gang, guard.idle = share, gang.key, 0.0
             return None
         if guard.idle <= limit:
             return None
-        guard.rest_until, guard.best, guard.idle = now + limit, -1.0, 0.0
+        guard.rest_until, guard.best, guard.best_gang, guard.idle = now + limit, -1.0, None, 0.0
         return (
             f"the starvation guard holds nothing for its tenant's gangs ({gang.owner}) for {limit:.0f}s: "
             f"the room held for them did not grow for {limit:.0f}s (room for {free_now} of this gang's "
@@ -654,15 +663,20 @@ class Planner:
         """The tenants whose starving gangs hold nothing now (`idle`)."""
         return [owner for owner, guard in self.guards.items() if guard.rest_until > now]
 
-    def forget_guards(self, releases: Sequence[Release], now: float) -> None:
-        """A tenant one of whose starving gangs was released starts afresh (a rest still lasts
-        its time); one that has not starved for a while is forgotten."""
-        through = {r.gang.owner for r in releases if self.settings.holds_now(r.gang.held_since, now)}
+    def admitted(self, releases: Sequence[Release]) -> None:
+        """The pass's releases, once final (a pass may plan again without some of them, for
+        devices): a tenant whose gang that made its latest progress is admitted starts its idle
+        clock afresh; its turns and any rest stay."""
+        released = {release.gang.key for release in releases}
+        for guard in self.guards.values():
+            if guard.best_gang in released:
+                guard.best, guard.best_gang, guard.idle, guard.held_at = -1.0, None, 0.0, None
+
+    def forget_guards(self, now: float) -> None:
+        """A tenant that has not starved for a while, and is not resting, is forgotten."""
         keep_for = max(self.settings.starvation_idle_seconds, self.settings.starvation_hold_seconds)
         for owner, guard in list(self.guards.items()):
-            if owner in through and guard.rest_until > now:
-                self.guards[owner] = TenantGuard(seen=now, rest_until=guard.rest_until)
-            elif owner in through or (now - guard.seen > keep_for and guard.rest_until <= now):
+            if now - guard.seen > keep_for and guard.rest_until <= now:
                 del self.guards[owner]
 
 

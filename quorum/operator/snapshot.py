@@ -190,6 +190,7 @@ def plan_queue(
     held = [Hold(gang, *counted.held[gang.key]) for gang in queue if gang.key in counted.held]
     plan = planner.plan(nodes, used, counted.queue, snapshot.now, changed, snapshot.composites)
     if counted.counts is None:
+        planner.admitted(plan.releases)
         return Planned(Plan(plan.releases, (*plan.holds, *held), plan.visits), failed)
     releases, devices, short = choose_devices(plan.releases, counted.counts, counted.asks)
     # Releases short of devices a pool serving several nodes was counted with on each node:
@@ -211,6 +212,7 @@ def plan_queue(
         for h in (*plan.holds, *held)
     )
     device_nodes.matcher.forget_alternatives({h.gang.key for h in holds})  # released or gone: done
+    planner.admitted(releases)  # the pass's final releases
     return Planned(Plan(tuple(releases), holds, plan.visits), failed, devices, nodes, counted.counts)
 
 

@@ -107,6 +107,7 @@ def simulate(attacker_gangs: int, spread: bool, minutes: float, labelled: bool =
         gangs = [replace(g, held_since=held_since.get(k)) for k, g in queue.items()]
         started = time.perf_counter()
         plan = planner.plan(nodes, used, gangs, now)
+        planner.admitted(plan.releases)  # as the operator tells it, once the pass's releases are final
         worst = max(worst, (time.perf_counter() - started) * 1000)
         passes += 1
         for release in plan.releases:

@@ -341,22 +341,41 @@ def test_a_tenant_that_deletes_and_remakes_its_gang_keeps_its_idle_clock() -> No
     assert rested is not None and rested < 400, rested
 
 
-def test_a_tenant_whose_starving_gang_is_admitted_starts_afresh() -> None:
-    """Tenant B's starving gang is admitted: its next starving gang is a new tenant's for the
-    turns (it goes before tenants that had turns), however recently B had one."""
+def test_a_small_gang_of_a_tenant_admitted_does_not_give_it_the_next_turn() -> None:
+    """Tenant A's gang never fits; every pass A also makes a 1-GPU gang that has starved and
+    fits at once. Tenant B's gang starves too. The turns still alternate between A and B (had
+    admitting A's small gang started A afresh, A would have had every turn)."""
     from dataclasses import replace
 
     nodes = {n.name: n for n in (node(f"n{i}") for i in range(4))}
-    hopeless = [
-        replace(gang(f"a{i}", 4, gpus=8, created=i, held_since=0.0), namespace=f"a-{i}") for i in range(2)
-    ]
-    first = replace(gang("first", 2, gpus=8, created=5, held_since=0.0), namespace="b")
+    used = busy("n1", "n2", "n3") | busy("n0", gpus=7)  # room for 1 GPU on n0, nothing else
+    never = replace(gang("never", 4, gpus=8, created=0, held_since=0.0), namespace="a")
+    other = replace(gang("other", 2, gpus=8, created=5, held_since=0.0), namespace="b")
     planner = Planner(BOUNDED_NO_REST)
-    everything = busy("n0", "n1", "n2", "n3")
-    for now in (110.0, 210.0, 310.0):  # a-0, a-1 and b have a turn each
-        planner.plan(nodes, everything, [*hopeless, first], now=now)
-    (admitted,) = planner.plan(nodes, busy("n0", "n1"), [*hopeless, first], now=320.0).releases
-    assert admitted.gang.name == "first"
-    later = replace(gang("later", 2, gpus=8, created=50, held_since=330.0), namespace="b")
-    plan = planner.plan(nodes, everything, [*hopeless, later], now=410.0)
-    assert [h.gang.name for h in plan.holds if h.held_nodes] == ["later"], "b went first again"
+    holders = []
+    for turn in range(6):
+        small = replace(gang(f"small-{turn}", 1, gpus=1, created=-1, held_since=0.0), namespace="a")
+        plan = planner.plan(nodes, used, [never, small, other], now=100.0 * (turn + 1) + 10)
+        planner.admitted(plan.releases)
+        assert [r.gang.name for r in plan.releases] == [small.name]
+        holders.append(next(h.gang.name for h in plan.holds if h.held_nodes))
+    assert holders.count("other") == 3, holders
+
+
+def test_a_tenant_whose_progressing_gang_is_admitted_starts_its_idle_clock_afresh() -> None:
+    """Tenant A's gang W holds n0 and n1; at 100 s n0 frees (progress), at 190 s n1 frees and W
+    is admitted. A's next gang X then starves on busy nodes: its clock starts afresh, so it
+    still holds at 250 s (had it gone on from W's, it would rest from about 210 s)."""
+    idle = PlannerSettings(starvation_seconds=30, starvation_hold_seconds=10_000, starvation_idle_seconds=100)
+    nodes = {n.name: n for n in (node("n0"), node("n1"), node("n2"))}
+    w = gang("w", 2, gpus=8, created=0, held_since=0.0)
+    planner = Planner(idle)
+    for now, used in ((40.0, busy("n0", "n1", "n2")), (100.0, busy("n1", "n2")), (180.0, busy("n1", "n2"))):
+        planner.plan(nodes, used, [w], now=now)
+    plan = planner.plan(nodes, busy("n2"), [w], now=190.0)
+    assert [r.gang.name for r in plan.releases] == ["w"]
+    planner.admitted(plan.releases)
+    x = gang("x", 2, gpus=8, created=150, held_since=150.0)
+    for now in (200.0, 230.0, 250.0):
+        (hold,) = planner.plan(nodes, busy("n0", "n1", "n2"), [x], now=now).holds
+    assert hold.held_nodes and "holds nothing" not in hold.message, hold.message
