@@ -38,7 +38,7 @@ JSON = dict[str, Any]
 POOL = 3  # nodes of 8 GPUs; each test's ClusterQueue has a GPU quota of all of them, 24
 WORKLOADS = ("kueue.x-k8s.io", "v1beta2", "workloads")
 JOBS = ("batch", "v1", "jobs")
-PODS_READY_TIMEOUT = 20  # seconds; far below what docs/quota.md says to use, so the test sees it
+PODS_READY_TIMEOUT = 45  # seconds; far below what docs/quota.md says to use, so the test sees it
 BACKOFF_BASE = 10  # seconds before the first requeue after an eviction
 WAIT_FOR_PODS_READY = {
     "timeout": f"{PODS_READY_TIMEOUT}s",
