@@ -129,6 +129,8 @@ async def test_metrics_show_leader_cache_and_the_operator_metrics(
         "quorum_operator_gc_pause_seconds",
         "quorum_operator_gangs",
         "quorum_operator_gated_pods",
+        "quorum_operator_starvation_held_nodes",
+        "quorum_operator_starvation_resting_tenants",
         "quorum_operator_release_latency_seconds",
         "quorum_operator_bound_latency_seconds",
         "quorum_operator_releases_total",
