@@ -300,7 +300,7 @@ class Planner:
             self.guards.setdefault(owner, TenantGuard(seen=now)).seen = now
         state = PassState(
             self.settings.pass_budget,
-            may_hold=self.turn(ordered, now),
+            may_hold=self.turn(ordered, now, replan),
             tenant_share=max(1, self.settings.pass_budget // max(1, tenants)),
         )
         releases: list[Release] = []
@@ -504,7 +504,7 @@ class Planner:
         never holds (its gangs are placed together or not at all)."""
         return gang.composite is None and self.settings.holds_now(gang.held_since, now)
 
-    def turn(self, ordered: Sequence[Gang], now: float) -> frozenset[tuple[str, str]]:
+    def turn(self, ordered: Sequence[Gang], now: float, replan: bool = False) -> frozenset[tuple[str, str]]:
         """The starving gangs that may hold capacity this pass. Turns of
         `starvation_hold_seconds` go round the tenants with starving gangs, the one whose last
         turn is the oldest first (one with none yet before any that had one; ties in queue
@@ -512,7 +512,7 @@ class Planner:
         turns, however many gangs the others have. Within a tenant, turns go round its starving
         gangs in queue order. A resting tenant (`idle`) is passed over. The gang whose turn it is
         holds first; when it cannot (it needs more than its share, say), the gangs after it in
-        the pass's order (`ordered`) may."""
+        the pass's order (`ordered`) may. A re-plan of the pass charges no one a turn."""
         starving = [g for g in ordered if self.may_starve(g, now)]
         by_tenant: dict[str, list[Gang]] = {}
         for gang in starving:
@@ -525,10 +525,11 @@ class Planner:
         owner = self.turn_of[1] if self.turn_of is not None and self.turn_of[0] == slot else None
         if owner not in awake:
             owner = min(awake, key=lambda t: guards[t].last_turn)  # ties (none yet): queue order
-            guards[owner].last_turn = self.turns_given
-            self.turns_given += 1
-            guards[owner].turns += 1
-            self.turn_of = (slot, owner)
+            if not replan:
+                guards[owner].last_turn = self.turns_given
+                self.turns_given += 1
+                guards[owner].turns += 1
+                self.turn_of = (slot, owner)
         own = by_tenant[owner]
         chosen = own[(guards[owner].turns - 1) % len(own)]
         return frozenset(g.key for g in starving[starving.index(chosen) :])
@@ -630,7 +631,7 @@ class Planner:
         """Why a starving gang holds nothing now, though its turn, or None. A tenant progresses
         when the room held for one of its gangs has a larger share of that gang's pods free than
         any of its holds had: room regained after others' turns, or held for another of its
-        gangs, is not progress. After `starvation_idle_seconds` spent starving without progress,
+        gangs, is not progress. After `starvation_idle_seconds` spent holding without progress,
         its gangs all hold nothing for as long; then its clock starts anew."""
         limit = self.settings.starvation_idle_seconds
         if limit <= 0:

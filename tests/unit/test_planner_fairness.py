@@ -379,3 +379,23 @@ def test_a_tenant_whose_progressing_gang_is_admitted_starts_its_idle_clock_afres
     for now in (200.0, 230.0, 250.0):
         (hold,) = planner.plan(nodes, busy("n0", "n1", "n2"), [x], now=now).holds
     assert hold.held_nodes and "holds nothing" not in hold.message, hold.message
+
+
+def test_a_replan_of_the_pass_charges_no_tenant_a_turn() -> None:
+    """The pass plans again without A's gang (it was short of devices, say): B's gang holds in
+    that re-plan, but the turn stays A's, and A's clock gains nothing from the second call."""
+    from dataclasses import replace
+
+    nodes = {n.name: n for n in (node(f"n{i}") for i in range(4))}
+    a = replace(gang("a", 2, gpus=8, created=0, held_since=0.0), namespace="a")
+    b = replace(gang("b", 2, gpus=8, created=1, held_since=0.0), namespace="b")
+    everything = busy("n0", "n1", "n2", "n3")
+    planner = Planner(BOUNDED_NO_REST)
+    first = planner.plan(nodes, everything, [a, b], now=110.0)
+    assert [h.gang.name for h in first.holds if h.held_nodes] == ["a"]
+    again = planner.plan(nodes, everything, [b], now=110.0, replan=True)
+    assert [h.gang.name for h in again.holds if h.held_nodes] == ["b"]
+    assert planner.turn_of == (1, "namespace a") and planner.guards["namespace b"].last_turn == -1
+    assert planner.guards["namespace a"].idle == 0.0
+    nxt = planner.plan(nodes, everything, [a, b], now=210.0)
+    assert [h.gang.name for h in nxt.holds if h.held_nodes] == ["b"], "B's first turn is still to come"
