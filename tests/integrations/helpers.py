@@ -9,12 +9,23 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from devcluster.cluster import Instance
+from devcluster.nodes import TestPool
 from tests.integration.test_gangs import GANGS, admitted, get, pods
 from tests.kube import eventually
 
 JSON = dict[str, Any]
 X_POD_GROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
 VOLCANO_POD_GROUPS = ("scheduling.volcano.sh", "v1beta1", "podgroups")
+
+
+def whole_node_spec(pool: TestPool, **extra: Any) -> JSON:
+    """The spec of a pod that takes one whole node of `pool` (8 GPUs), and `extra` fields."""
+    container = {
+        "name": "c",
+        "image": "registry.k8s.io/pause:3.10",
+        "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"cpu": "1", "memory": "1Gi"}},
+    }
+    return {**extra, "containers": [container], **pool.pod_spec()}
 
 
 def apply(instance: Instance, namespace: str | None, *objs: JSON) -> None:

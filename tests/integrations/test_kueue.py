@@ -28,7 +28,7 @@ from devcluster.kueue import (
 )
 from devcluster.nodes import TestPool
 from tests.integration.test_gangs import GANGS, admitted, get, pods
-from tests.integrations.helpers import apply
+from tests.integrations.helpers import apply, whole_node_spec
 from tests.kube import assert_no_overcommit, eventually
 
 pytestmark = pytest.mark.cluster
@@ -59,19 +59,7 @@ def member(pool: TestPool, group: str, i: int, size: int) -> JSON:
             },
             "annotations": {POD_GROUP_COUNT: str(size)},
         },
-        "spec": {
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {
-                        "limits": {"nvidia.com/gpu": "8"},
-                        "requests": {"cpu": "1", "memory": "1Gi"},
-                    },
-                }
-            ],
-            **pool.pod_spec(),
-        },
+        "spec": whole_node_spec(pool),
     }
 
 

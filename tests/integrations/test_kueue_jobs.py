@@ -29,7 +29,7 @@ from devcluster.kueue import (
 )
 from devcluster.nodes import TestPool
 from tests.integration.test_gangs import GANGS, admitted, get, pods
-from tests.integrations.helpers import apply, list_objects
+from tests.integrations.helpers import apply, list_objects, whole_node_spec
 from tests.integrations.test_jobset import JOBSETS
 from tests.kube import assert_no_overcommit, eventually
 
@@ -92,20 +92,7 @@ def pod_template(pool: TestPool, gang: str, size: int) -> JSON:
                 "pod-group.scheduling.sigs.k8s.io/min-available": str(size),
             }
         },
-        "spec": {
-            "restartPolicy": "Never",
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {
-                        "limits": {"nvidia.com/gpu": "8"},
-                        "requests": {"cpu": "1", "memory": "1Gi"},
-                    },
-                }
-            ],
-            **pool.pod_spec(),
-        },
+        "spec": whole_node_spec(pool, restartPolicy="Never"),
     }
 
 

@@ -16,6 +16,7 @@ from kubernetes_asyncio import client
 from devcluster.cluster import Instance
 from devcluster.nodes import TestPool
 from tests.integration.test_gangs import GANGS, admitted, get
+from tests.integrations.helpers import whole_node_spec
 from tests.kube import (
     api_client,
     assert_no_overcommit,
@@ -57,16 +58,7 @@ def gpu_pod(pool: TestPool, name: str, labels: dict[str, str]) -> JSON:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels},
-        "spec": {
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "registry.k8s.io/pause:3.10",
-                    "resources": {"limits": {"nvidia.com/gpu": "8"}, "requests": {"cpu": "1"}},
-                }
-            ],
-            **pool.pod_spec(),
-        },
+        "spec": whole_node_spec(pool),
     }
 
 
