@@ -56,15 +56,16 @@ PROTECTIVE_MANIFESTS = (
 )
 # How pods are admitted (docs/webhooks.md, "Two ways to admit pods"): `policies`, inside the
 # apiserver (MutatingAdmissionPolicy, manifests/35-pod-defaults.yaml), quorum-webhooks called only
-# for a gang name quorum must shorten; `webhooks`, pods.mutate.quorum.dev for every pod, for a
-# cluster that does not serve MutatingAdmissionPolicy. Everything else is the same in both.
+# for what that policy left undone (a gang name quorum must shorten); `webhooks`,
+# pods.mutate.quorum.dev for every pod, for a cluster that does not serve MutatingAdmissionPolicy.
+# Everything else is the same in both.
 POD_ADMISSION_WAYS = ("policies", "webhooks")
 POD_DEFAULTS_MANIFEST = "35-pod-defaults.yaml"
 POD_DEFAULTS_KINDS = frozenset({"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"})
-SHORTEN_CONDITION = "a-gang-name-quorum-must-shorten"  # pods.mutate.quorum.dev's, in `policies`
-_SHORTEN_CONDITION_TEXT = re.compile(
+FALLBACK_CONDITION = "what-quorum-pod-defaults-left-undone"  # pods.mutate.quorum.dev's, in `policies`
+_FALLBACK_CONDITION_TEXT = re.compile(
     r"^    # With quorum-pod-defaults .*?^    matchConditions:\n      - name: "
-    + re.escape(SHORTEN_CONDITION)
+    + re.escape(FALLBACK_CONDITION)
     + r"\n.*?(?=^---$)",
     re.MULTILINE | re.DOTALL,
 )
@@ -136,16 +137,16 @@ def for_pod_admission(text: str, way: str) -> str:
     loses the condition that leaves it only what quorum-pod-defaults cannot do."""
     if check_pod_admission(way) == "policies":
         return text
-    edited = _SHORTEN_CONDITION_TEXT.sub("", text)
-    if SHORTEN_CONDITION in edited:  # reworded around it: never ship a condition left in place
-        raise ValueError(f"{SHORTEN_CONDITION}: not where `for_pod_admission` expects it in the manifest")
+    edited = _FALLBACK_CONDITION_TEXT.sub("", text)
+    if FALLBACK_CONDITION in edited:  # reworded around it: never ship a condition left in place
+        raise ValueError(f"{FALLBACK_CONDITION}: not where `for_pod_admission` expects it in the manifest")
     return edited
 
 
-def without_shorten_condition(doc: dict[str, Any]) -> dict[str, Any]:
+def without_fallback_condition(doc: dict[str, Any]) -> dict[str, Any]:
     """`for_pod_admission(webhooks)` on a parsed MutatingWebhookConfiguration."""
     for webhook in doc.get("webhooks") or []:
-        kept = [c for c in webhook.get("matchConditions") or [] if c.get("name") != SHORTEN_CONDITION]
+        kept = [c for c in webhook.get("matchConditions") or [] if c.get("name") != FALLBACK_CONDITION]
         if kept:
             webhook["matchConditions"] = kept
         else:

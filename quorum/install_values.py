@@ -522,7 +522,7 @@ def edit(doc: dict[str, Any], values: InstallValues) -> dict[str, Any] | None:
     if kind == "PodDisruptionBudget" and name == "quorum-webhooks" and values.webhooks.replicas < 2:
         return None  # one replica and minAvailable 1 would block every drain of its node
     if kind == "MutatingWebhookConfiguration" and values.webhooks.pod_admission_way == "webhooks":
-        install.without_shorten_condition(doc)
+        install.without_fallback_condition(doc)
     if kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         if values.certificates.mode != "certManager":
             annotations = doc["metadata"].get("annotations") or {}

@@ -12,12 +12,20 @@ must shorten, read from the server's own request counter.
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import http.server
 import json
 import re
+import shutil
 import ssl
+import tempfile
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +36,7 @@ from devcluster.cluster import Instance
 from devcluster.config import ClusterSpec
 from devcluster.kubeconfig import RestClient
 from quorum.core.gangs import COSCHEDULER_NAMES
+from quorum.pki import CertificateAuthority
 
 pytestmark = pytest.mark.kubernetes_1_36  # `make test` runs it again on 1.36 (each way on that release)
 
@@ -336,3 +345,126 @@ def test_in_the_apiserver_way_pod_creation_reaches_quorum_webhooks_only_for_a_sh
     assert code == 201, body
     assert body["metadata"]["labels"]["quorum.dev/gang"].startswith("pg-g1-")  # hashed by the server
     assert webhook_calls(cluster, "mutate-pods") == before + 1
+
+
+# -- a group marker that another mutating webhook adds ---------------------------------------
+
+MARKER_SELECTOR = "test.quorum.dev/marked-by"
+GPU = {"limits": {"nvidia.com/gpu": "1"}}
+
+
+class _MarkerHandler(http.server.BaseHTTPRequestHandler):
+    """A mutating webhook as Kueue's is for LeaderWorkerSet pods: it adds a group marker
+    (a label gang of 2) to the pods it is called for."""
+
+    def do_POST(self) -> None:
+        review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        labels = "/metadata/labels/pod-group.scheduling.sigs.k8s.io~1"
+        patch = [
+            {"op": "add", "path": labels + "name", "value": "marked"},
+            {"op": "add", "path": labels + "min-available", "value": "2"},
+        ]
+        response = {
+            "uid": review["request"]["uid"],
+            "allowed": True,
+            "patchType": "JSONPatch",
+            "patch": base64.b64encode(json.dumps(patch).encode()).decode(),
+        }
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+        body = json.dumps(review)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def group_marker_webhook(instance: Instance, configuration: str) -> Iterator[None]:
+    """A MutatingWebhookConfiguration named `configuration` (the apiserver calls configurations in
+    the order of their names) whose webhook, served here over TLS, marks the pods labelled
+    test.quorum.dev/marked-by=<configuration>."""
+    authority = CertificateAuthority.create("group-marker-ca")
+    serving = authority.issue("group-marker", server_names=("127.0.0.1",), client=False)
+    directory = Path(tempfile.mkdtemp(prefix="group-marker-"))
+    crt, key = serving.write(directory, "serving")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _MarkerHandler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(crt), str(key))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    webhook = {
+        "name": f"{configuration}.test.quorum.dev",
+        "admissionReviewVersions": ["v1"],
+        "sideEffects": "None",
+        "failurePolicy": "Fail",
+        "reinvocationPolicy": "Never",
+        "timeoutSeconds": 5,
+        "clientConfig": {
+            "url": f"https://127.0.0.1:{server.server_address[1]}/mark",
+            "caBundle": base64.b64encode(authority.pair.cert_pem).decode(),
+        },
+        "rules": [
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}
+        ],
+        "objectSelector": {"matchLabels": {MARKER_SELECTOR: configuration}},
+    }
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": configuration},
+        "webhooks": [webhook],
+    }
+    instance.kubectl("apply", "-f", "-", input_text=json.dumps(config))
+    try:
+        yield
+    finally:
+        instance.kubectl("delete", "mutatingwebhookconfiguration", configuration, "--ignore-not-found")
+        server.shutdown()
+        server.server_close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _create_marked(way: Way, configuration: str) -> Created:
+    """A one-GPU pod (quorum-pod-defaults has nothing to do for it) that the webhook
+    `configuration` marks, created (dry run) once the apiserver calls that webhook (it reads new
+    configurations in the background): until then the pod comes back unmarked."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "marked", "labels": {MARKER_SELECTOR: configuration}},
+        "spec": {"containers": [{"name": "main", "image": "example.com/train:1", "resources": GPU}]},
+    }
+    deadline = time.monotonic() + 60
+    while True:
+        code, body, warnings = way.create(pod)
+        marked = code != 201 or "pod-group.scheduling.sigs.k8s.io/name" in body["metadata"].get("labels", {})
+        if marked or time.monotonic() > deadline:
+            return code, body, warnings
+        time.sleep(0.5)
+
+
+def test_a_group_marker_another_webhook_adds_is_gated_in_the_apiserver_way(
+    ways: tuple[Way, Way], cluster: Instance
+) -> None:
+    """quorum-pod-defaults ran before the marker existed and is not invoked again; the fallback
+    condition of pods.mutate.quorum.dev, called after every configuration that sorts before
+    quorum-webhooks, gates the pod. One that sorts after: the pod is refused, saying why."""
+    policies, _ = ways
+    before = webhook_calls(cluster, "mutate-pods")
+    with group_marker_webhook(cluster, "kueue-like-group-marker"):  # before quorum-webhooks
+        code, body, _ = _create_marked(policies, "kueue-like-group-marker")
+    assert code == 201, body
+    assert body["metadata"]["labels"]["pod-group.scheduling.sigs.k8s.io/name"] == "marked"
+    assert body["metadata"]["labels"]["quorum.dev/gang"] == "lbl-marked"
+    assert {"name": "quorum.dev/gang"} in body["spec"]["schedulingGates"]
+    assert webhook_calls(cluster, "mutate-pods") > before  # gated by the server, not the policy
+
+    with group_marker_webhook(cluster, "zz-group-marker"):  # after quorum-webhooks
+        code, body, _ = _create_marked(policies, "zz-group-marker")
+    assert code == 403, body
+    assert "quorum-gang-backstop" in body["message"]
+    assert "must sort before quorum-webhooks" in body["message"]

@@ -23,9 +23,9 @@ def test_the_cks_policies_are_quorums_own_cel_alone() -> None:
         for d in yaml.safe_load_all((MANIFESTS / "35-pod-defaults.yaml").read_text())
         if d and d["kind"] == "MutatingAdmissionPolicy"
     )
-    accelerated = next(v["expression"] for v in defaults["spec"]["variables"] if v["name"] == "accelerated")
+    variables = {v["name"]: v["expression"] for v in defaults["spec"]["variables"]}
     (condition,) = by_name[("MutatingAdmissionPolicy", "cks-cpu-toleration")]["spec"]["matchConditions"]
-    assert condition["expression"].startswith(f"!({accelerated}) && !(")
+    assert condition["expression"] == f"!({variables['accelerated']}) && !({variables['tolerated']})"
     patch = by_name[("MutatingAdmissionPolicy", "cks-cpu-toleration")]["spec"]["mutations"][0]["jsonPatch"]
     assert "quorum.dev" not in patch["expression"] and "is_cpu_compute" in patch["expression"]
     reserved = by_name[("ValidatingAdmissionPolicy", "cks-reserved-labels")]["spec"]

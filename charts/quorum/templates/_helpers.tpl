@@ -150,7 +150,7 @@ drop
 {{- if and (eq $kind "MutatingWebhookConfiguration") (eq (include "quorum.podAdmission" .root) "webhooks") -}}
 {{- range $doc.webhooks -}}
 {{- $kept := list -}}
-{{- range (.matchConditions | default list) -}}{{- if ne .name "a-gang-name-quorum-must-shorten" -}}{{- $kept = append $kept . -}}{{- end -}}{{- end -}}
+{{- range (.matchConditions | default list) -}}{{- if ne .name "what-quorum-pod-defaults-left-undone" -}}{{- $kept = append $kept . -}}{{- end -}}{{- end -}}
 {{- if $kept -}}{{- $_ := set . "matchConditions" $kept -}}{{- else -}}{{- $_ := unset . "matchConditions" -}}{{- end -}}
 {{- end -}}
 {{- end -}}

@@ -11,12 +11,12 @@ import pytest
 import yaml
 
 from quorum.install import (
+    FALLBACK_CONDITION,
     MANIFESTS,
     POD_DEFAULTS_MANIFEST,
-    SHORTEN_CONDITION,
     for_pod_admission,
     render_files,
-    without_shorten_condition,
+    without_fallback_condition,
 )
 from quorum.webhooks.policies.gang_gate import GANG_LABEL, GATE, REQUESTED_SCHEDULER
 from quorum.webhooks.settings import WebhookSettings
@@ -78,11 +78,23 @@ def test_each_way_renders_its_objects(way: str) -> None:
     assert both <= kinds
     assert (in_apiserver <= kinds) == (way == "policies") and not (in_apiserver & kinds and way == "webhooks")
     conditions = [c["name"] for c in mutating_pods_webhook(objects).get("matchConditions", [])]
-    assert conditions == ([SHORTEN_CONDITION] if way == "policies" else [])
+    assert conditions == ([FALLBACK_CONDITION] if way == "policies" else [])
     validating = [
         w["name"] for d in objects if d["kind"] == "ValidatingWebhookConfiguration" for w in d["webhooks"]
     ]
     assert "interruptable.pods.quorum.dev" not in validating  # a policy in both ways
+
+
+def test_quorum_pod_defaults_is_skipped_only_where_its_cpu_toleration_is_not_needed() -> None:
+    """Its condition says the toleration's part with the policy's own `tolerated` and `accelerated`
+    (the rest of the condition, and that it skips no pod with something to change, is
+    tests/integration/test_pod_admission.py: the apiserver evaluates it)."""
+    (policy,) = [d for d in docs(text(POD_DEFAULTS_MANIFEST)) if d["kind"] == "MutatingAdmissionPolicy"]
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    (condition,) = policy["spec"]["matchConditions"]
+    words = lambda cel: " ".join(cel.split())  # noqa: E731 (YAML folds some line breaks)
+    expected = f"(!( {variables['accelerated']} ) && !( {variables['tolerated']} )) ||"
+    assert words(condition["expression"]).startswith(words(expected))
 
 
 def test_the_text_and_the_object_edits_of_the_webhooks_way_agree() -> None:
@@ -90,7 +102,7 @@ def test_the_text_and_the_object_edits_of_the_webhooks_way_agree() -> None:
     the parsed object: both must leave the same webhook."""
     written = text("30-webhook-configurations.yaml")
     by_text = mutating_pods_webhook(docs(for_pod_admission(written, "webhooks")))
-    by_object = mutating_pods_webhook([without_shorten_condition(d) for d in docs(written)])
+    by_object = mutating_pods_webhook([without_fallback_condition(d) for d in docs(written)])
     assert by_text == by_object and "matchConditions" not in by_text
     assert for_pod_admission(written, "policies") == written
     with pytest.raises(ValueError, match="one of policies, webhooks"):
