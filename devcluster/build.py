@@ -15,6 +15,7 @@ second waits and then finds `.complete`. Go's own module and build caches (`go e
 
 from __future__ import annotations
 
+import concurrent.futures
 import fcntl
 import json
 import os
@@ -327,22 +328,30 @@ def ensure_binaries(cache: BinaryCache | None = None, quiet: bool = False) -> Bi
     with exclusive_lock(cache.root / "bin" / f"{cache.pins.cache_key}.lock"):
         if cache.is_complete():  # another process built them while we waited
             return cache
-        builder = Builder(cache)
         staging = cache.bin_dir.with_name(cache.bin_dir.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        steps = (
-            ("etcd", builder.build_etcd),
-            ("kwok", builder.build_kwok),
-            ("kubernetes", builder.build_kubernetes),
-        )
-        for what, step in steps:
+        # The three builds at once, each with its own log: on 2 cores one build's module downloads
+        # and single-threaded link overlap another's compilation (a first run's build is about a
+        # third shorter than one after the other). Go's module and build caches are safe to share.
+        steps = {
+            "etcd": Builder.build_etcd,
+            "kwok": Builder.build_kwok,
+            "kubernetes": Builder.build_kubernetes,
+        }
+
+        def build(what: str) -> None:
+            builder = Builder(cache, cache.build_dir / f"{what}.log")
             started = time.monotonic()
             if not quiet:
                 print(f"building {what} (log: {builder.log}) ...", file=sys.stderr, flush=True)
-            step(staging)
+            steps[what](builder, staging)
             if not quiet:
                 print(f"  {what}: {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(steps)) as pool:
+            for done in [pool.submit(build, what) for what in steps]:
+                done.result()  # the first failure, with its log's last lines
         (staging / ".complete").write_text(json.dumps(cache.pins.__dict__) + "\n")
         shutil.rmtree(cache.bin_dir, ignore_errors=True)
         staging.rename(cache.bin_dir)

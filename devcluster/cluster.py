@@ -9,6 +9,7 @@ that started them; `down()` stops exactly the recorded PIDs.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -30,7 +31,7 @@ from typing import Any
 import yaml
 
 from devcluster import slurm
-from devcluster.build import BinaryCache, ensure_binaries, ensure_helm
+from devcluster.build import BinaryCache, HelmCache, ensure_binaries
 from devcluster.config import (
     ClusterSpec,
     Layout,
@@ -226,10 +227,13 @@ class Instance:
             say(f"instance {self.name!r} is up with other settings; restarting it")
         spec = spec or ClusterSpec(name=self.name)
         self.down(quiet=True)  # whatever is left of an earlier, broken start
-        if spec.slurm:
-            slurm.ensure_installed()
-        if self._binaries is None or self._binaries.pins != spec.release.pins:
-            self._binaries = ensure_binaries(BinaryCache(spec.release.pins))  # build first if needed
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            # apt-get installs Slurm while Go builds the binaries (a first run's two longest waits)
+            slurm_installed = pool.submit(slurm.ensure_installed) if spec.slurm else None
+            if self._binaries is None or self._binaries.pins != spec.release.pins:
+                self._binaries = ensure_binaries(BinaryCache(spec.release.pins))  # build first if needed
+            if slurm_installed is not None:
+                slurm_installed.result()
         started = time.monotonic()
         shutil.rmtree(self.layout.root, ignore_errors=True)
         for d in (self.layout.pki, self.layout.logs, self.layout.etcd_data):
@@ -615,7 +619,7 @@ class Instance:
         shutil.copyfile(self.kubeconfig("admin"), self.state_root / "kubeconfig")
         (self.state_root / "kubeconfig").chmod(0o600)
         bindir = self.binaries.bin_dir
-        helm_dir = ensure_helm().parent
+        helm_dir = HelmCache().bin_dir  # on PATH once built (`make build`, or the chart's tests)
         slurm_conf = self.slurm_layout.conf if self.slurm_layout.conf.exists() else None
         write_env_file(self.state_root, [bindir, helm_dir], slurm_conf)
 
