@@ -25,7 +25,7 @@ help: ## list targets
 venv: ## create the Python venv (outside the repo, reused)
 	@hack/ensure-venv >/dev/null
 
-build: ## build and cache etcd, Kubernetes (1.37 and 1.36) and kwok from Go modules
+build: ## build and cache etcd, Kubernetes (1.37 and 1.36), kwok and Helm from Go modules (make demo builds only what it uses)
 	@$(PY) -m devcluster build --all
 
 up: ## start the local control plane NAME (default `default`) in the background; K8S=1.36 runs 1.36; SLURM=1 adds Slurm

@@ -343,11 +343,11 @@ def ensure_binaries(cache: BinaryCache | None = None, quiet: bool = False) -> Bi
         def build(what: str) -> None:
             builder = Builder(cache, cache.build_dir / f"{what}.log")
             started = time.monotonic()
-            if not quiet:
-                print(f"building {what} (log: {builder.log}) ...", file=sys.stderr, flush=True)
+            if not quiet:  # one write per line: the three threads print at once
+                print(f"building {what} (log: {builder.log}) ...\n", end="", file=sys.stderr, flush=True)
             steps[what](builder, staging)
             if not quiet:
-                print(f"  {what}: {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+                print(f"  {what}: {time.monotonic() - started:.0f}s\n", end="", file=sys.stderr, flush=True)
 
         with concurrent.futures.ThreadPoolExecutor(max_workers=len(steps)) as pool:
             for done in [pool.submit(build, what) for what in steps]:
