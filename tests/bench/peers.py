@@ -165,7 +165,15 @@ def scenarios(quick: bool) -> dict[str, Scenario]:
     k = 4 if quick else 1
     return {
         "throughput": Scenario(
-            "throughput", 500 // k, 8, uniform_gangs(400 // k, 8), False, 3600, 600, "bound"
+            "throughput",
+            500 // k,
+            8,
+            uniform_gangs(400 // k, 8),
+            False,
+            3600,
+            600,
+            "bound",
+            modes=(*PEER_MODES, "was"),
         ),
         "contention": Scenario("contention", 100 // k, 8, mixed_gangs(1200 // k), True, 20, 900, "finished"),
         "contention-dra": Scenario(
