@@ -85,6 +85,11 @@ def test_each_way_renders_its_objects(way: str) -> None:
     assert "interruptable.pods.quorum.dev" not in validating  # a policy in both ways
 
 
+def words(cel: str) -> str:
+    """CEL with its whitespace made single spaces: YAML folds some line breaks."""
+    return " ".join(cel.split())
+
+
 def test_quorum_pod_defaults_is_skipped_only_where_its_cpu_toleration_is_not_needed() -> None:
     """Its condition says the toleration's part with the policy's own `tolerated` and `accelerated`
     (the rest of the condition, and that it skips no pod with something to change, is
@@ -92,7 +97,6 @@ def test_quorum_pod_defaults_is_skipped_only_where_its_cpu_toleration_is_not_nee
     (policy,) = [d for d in docs(text(POD_DEFAULTS_MANIFEST)) if d["kind"] == "MutatingAdmissionPolicy"]
     variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
     (condition,) = policy["spec"]["matchConditions"]
-    words = lambda cel: " ".join(cel.split())  # noqa: E731 (YAML folds some line breaks)
     expected = f"(!( {variables['accelerated']} ) && !( {variables['tolerated']} )) ||"
     assert words(condition["expression"]).startswith(words(expected))
 
