@@ -331,9 +331,9 @@ def ensure_binaries(cache: BinaryCache | None = None, quiet: bool = False) -> Bi
         staging = cache.bin_dir.with_name(cache.bin_dir.name + ".partial")
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir(parents=True)
-        # The three builds at once, each with its own log: on 2 cores one build's module downloads
-        # and single-threaded link overlap another's compilation (a first run's build is about a
-        # third shorter than one after the other). Go's module and build caches are safe to share.
+        # The three builds at once, each with its own log: one build's module downloads and
+        # single-threaded link overlap another's compilation (docs/devcluster.md has the times).
+        # Go's module and build caches are safe to share between concurrent builds.
         steps = {
             "etcd": Builder.build_etcd,
             "kwok": Builder.build_kwok,
