@@ -57,9 +57,8 @@ PROTECTIVE_MANIFESTS = (
 # How pods are admitted (docs/webhooks.md, "Two ways to admit pods"): `policies`, inside the
 # apiserver (MutatingAdmissionPolicy, manifests/35-pod-defaults.yaml), quorum-webhooks called only
 # for what that policy left undone (a gang name quorum must shorten, a gang pod another mutating
-# webhook made after it); `webhooks`,
-# pods.mutate.quorum.dev for every pod, for a cluster that does not serve MutatingAdmissionPolicy.
-# Everything else is the same in both.
+# webhook made after it); `webhooks`, pods.mutate.quorum.dev for every pod, for a cluster that does
+# not serve MutatingAdmissionPolicy. Everything else is the same in both.
 POD_ADMISSION_WAYS = ("policies", "webhooks")
 POD_DEFAULTS_MANIFEST = "35-pod-defaults.yaml"
 POD_DEFAULTS_KINDS = frozenset({"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"})

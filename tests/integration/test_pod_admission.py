@@ -370,8 +370,8 @@ class _MarkerHandler(http.server.BaseHTTPRequestHandler):
             "patchType": "JSONPatch",
             "patch": base64.b64encode(json.dumps(patch).encode()).decode(),
         }
-        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
-        body = json.dumps(review)
+        answer = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+        body = json.dumps(answer)
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.end_headers()
