@@ -47,7 +47,7 @@ from devcluster.kubeconfig import RestClient, probe, write_kubeconfig
 from devcluster.nodes import NodePool, load_pool, node_groups, render_nodes, scale_pool
 from devcluster.process import ProcessRecord, is_alive, spawn, stop, tail
 from devcluster.webhooks import local_webhook_configurations
-from quorum.core.gangs import VOLCANO_SCHEDULER
+from quorum.core.gangs import VOLCANO_SCHEDULER, Placer
 from quorum.install import (
     OPERATOR_SERVICE_ACCOUNT,
     PROTECTIVE_MANIFESTS,
@@ -472,6 +472,8 @@ class Instance:
             "QUORUM_WEBHOOKS_OPERATOR_USERS": json.dumps([operator_username(state.spec.namespace)]),
             "QUORUM_WEBHOOKS_COSCHEDULER_NAMES": json.dumps(list(state.spec.coschedulers)),
             "QUORUM_OPERATOR_COSCHEDULER_NAMES": ",".join(state.spec.coschedulers),
+            "QUORUM_WEBHOOKS_PLACEMENT": state.spec.placement,
+            "QUORUM_OPERATOR_PLACEMENT": state.spec.placement,
         }
         if component == "quorum-sunk-scheduler":
             layout = self.slurm_layout
@@ -492,7 +494,8 @@ class Instance:
     def _register_webhooks(self, ports: Ports, spec: ClusterSpec) -> None:
         text = (MANIFESTS / WEBHOOK_CONFIGURATIONS).read_text()
         manifest = for_pod_admission(
-            render(text, spec.namespace, coschedulers=spec.coschedulers), spec.pod_admission
+            render(text, spec.namespace, coschedulers=spec.coschedulers, placement=Placer(spec.placement)),
+            spec.pod_admission,
         )
         ca_pem = (self.layout.root / "webhooks-pki" / "ca.crt").read_bytes()
         configs = local_webhook_configurations(manifest, f"https://127.0.0.1:{ports.webhooks}", ca_pem)
@@ -542,7 +545,11 @@ class Instance:
             "-f",
             "-",
             input_text=render_files(
-                applied, spec.namespace, pod_admission=spec.pod_admission, coschedulers=spec.coschedulers
+                applied,
+                spec.namespace,
+                pod_admission=spec.pod_admission,
+                coschedulers=spec.coschedulers,
+                placement=Placer(spec.placement),
             ),
         )
         token = self.kubectl(
@@ -566,7 +573,9 @@ class Instance:
     def _static_admission(self, spec: ClusterSpec) -> str:
         """Write the policies the apiserver loads from disk (none, quorum's self-protection, or
         its protective policies too) and return the AdmissionConfiguration that names them."""
-        files = static_admission(spec.static if spec.install_manifests else "off", spec.namespace)
+        files = static_admission(
+            spec.static if spec.install_manifests else "off", spec.namespace, placement=Placer(spec.placement)
+        )
         if not files:
             return admission_config()
         directory = self.layout.static_admission

@@ -61,6 +61,7 @@ class ClusterSpec:
     # The scheduler names quorum takes besides the default scheduler's (chart values `schedulers`);
     # with `volcano`, Volcano's PodGroup CRD is created where absent, as the chart does.
     coschedulers: tuple[str, ...] = COSCHEDULER_NAMES
+    placement: str = "quorum"  # quorum | kube-scheduler (quorum.core.gangs.Placer; docs/placement.md)
 
     @property
     def release(self) -> Release:
@@ -104,6 +105,7 @@ class ClusterSpec:
             "slurm": self.slurm,
             "pod_admission": self.pod_admission,
             "coschedulers": list(self.coschedulers),
+            "placement": self.placement,
         }
 
 
@@ -369,6 +371,7 @@ def spec_from_json(data: Mapping[str, Any]) -> ClusterSpec:
         slurm=data.get("slurm", False),
         pod_admission=data.get("pod_admission", "policies"),
         coschedulers=tuple(data.get("coschedulers", COSCHEDULER_NAMES)),
+        placement=data.get("placement", "quorum"),
     )
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER
+from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER, Placer
 from quorum.core.removal import OPERATOR_SERVICE_ACCOUNT as OPERATOR_SERVICE_ACCOUNT  # named once, there
 
 DEFAULT_NAMESPACE = "quorum-system"
@@ -78,6 +78,27 @@ COSCHEDULERS_TEXT = ", ".join(f"'{name}'" for name in COSCHEDULER_NAMES)
 SCHEDULER_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")  # a DNS subdomain, as Kubernetes has it
 
 
+# The policies' CEL says "placement kube-scheduler" as this comparison, false as written; an
+# install under that placement renders it true (docs/placement.md).
+DELEGATED_TEXT = f"'{Placer.QUORUM}' == '{Placer.KUBE_SCHEDULER}'"
+
+
+def with_placement(text: str, placement: Placer) -> str:
+    """`text` with the policies' placement test made true where kube-scheduler places gangs."""
+    if placement is Placer.QUORUM:
+        return text
+    for written, rendered in (
+        (DELEGATED_TEXT, f"'{placement}' == '{Placer.KUBE_SCHEDULER}'"),
+        (f"\n    placement: {Placer.QUORUM}\n", f"\n    placement: {placement}\n"),  # quorum-webhooks
+        (
+            f"QUORUM_OPERATOR_PLACEMENT, value: {Placer.QUORUM}}}",
+            f"QUORUM_OPERATOR_PLACEMENT, value: {placement}}}",
+        ),
+    ):
+        text = text.replace(written, rendered)
+    return text
+
+
 def with_coschedulers(text: str, names: tuple[str, ...]) -> str:
     """`text` with the install's coscheduler names in place of the defaults."""
     if not names or not all(SCHEDULER_NAME.fullmatch(n) and n != DEFAULT_SCHEDULER for n in names):
@@ -112,12 +133,14 @@ def render(
     apiserver_cidrs: tuple[str, ...] = (),
     slurm_cidrs: tuple[str, ...] = (),
     coschedulers: tuple[str, ...] = COSCHEDULER_NAMES,
+    placement: Placer = Placer.QUORUM,
 ) -> str:
     """`manifest` (written for quorum-system) for `namespace`; with `apiserver_cidrs`, the
     webhook NetworkPolicy admits those address blocks instead of any address; with
     `slurm_cidrs`, quorum-sunk-scheduler's hook port admits those instead of Slurm's namespace;
-    with `coschedulers`, those scheduler names are quorum's instead of the defaults."""
-    text = _NAMESPACE_TOKEN.sub(check_namespace(namespace), manifest)
+    with `coschedulers`, those scheduler names are quorum's instead of the defaults; with
+    `placement`, who places gang pods."""
+    text = with_placement(_NAMESPACE_TOKEN.sub(check_namespace(namespace), manifest), placement)
     if coschedulers != COSCHEDULER_NAMES:
         text = with_coschedulers(text, coschedulers)
     for pattern, cidrs in ((_ANY_ADDRESS, apiserver_cidrs), (_SLURM_NODES, slurm_cidrs)):
@@ -168,6 +191,7 @@ def render_files(
     slurm_cidrs: tuple[str, ...] = (),
     pod_admission: str = "policies",
     coschedulers: tuple[str, ...] = COSCHEDULER_NAMES,
+    placement: Placer = Placer.QUORUM,
 ) -> str:
     """The manifests `names` (default: every manifests/*.yaml, in order) as one stream, for a way
     of admitting pods (`webhooks` leaves out the MutatingAdmissionPolicy)."""
@@ -177,7 +201,8 @@ def render_files(
     return (
         "\n---\n".join(
             for_pod_admission(
-                render(p.read_text(), namespace, apiserver_cidrs, slurm_cidrs, coschedulers), pod_admission
+                render(p.read_text(), namespace, apiserver_cidrs, slurm_cidrs, coschedulers, placement),
+                pod_admission,
             ).strip()
             for p in paths
         )
@@ -200,7 +225,9 @@ def static_policies(text: str) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 
-def static_admission(mode: str, namespace: str, directory: Path = MANIFESTS) -> dict[str, str]:
+def static_admission(
+    mode: str, namespace: str, directory: Path = MANIFESTS, placement: Placer = Placer.QUORUM
+) -> dict[str, str]:
     """The files of the ValidatingAdmissionPolicy plugin's `staticManifestsDir`, by name: with
     `protect`, quorum's self-protection (manifests/static/); with `all`, its protective policies
     too (which are then not applied as API objects)."""
@@ -211,7 +238,7 @@ def static_admission(mode: str, namespace: str, directory: Path = MANIFESTS) -> 
     files = {p.name: render(p.read_text(), namespace) for p in sorted((directory / "static").glob("*.yaml"))}
     if mode == "all":
         files["quorum-fences.yaml"] = static_policies(
-            render_files(list(PROTECTIVE_MANIFESTS), namespace, directory)
+            render_files(list(PROTECTIVE_MANIFESTS), namespace, directory, placement=placement)
         )
     return files
 
@@ -269,6 +296,14 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "quorum-webhooks called for every pod, for a cluster that does not serve "
         "admissionregistration.k8s.io/v1 MutatingAdmissionPolicy (docs/webhooks.md)",
     )
+    parser.add_argument(
+        "--placement",
+        choices=[p.value for p in Placer],
+        default=None,
+        help="who places gang pods: `quorum` (default), each held at quorum's gate until its gang fits; "
+        "`kube-scheduler`, each made to name a Kubernetes PodGroup that kube-scheduler's gang cycle "
+        "places (Kubernetes 1.37+, scheduling.k8s.io/v1beta1 served; docs/placement.md)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -299,16 +334,19 @@ def run(args: argparse.Namespace) -> int:
     args.dir = args.dir or MANIFESTS
     try:
         names = sorted(p.name for p in args.dir.glob("*.yaml"))
+        placement = Placer(args.placement or Placer.QUORUM)
         if args.static_admission is not None:
             args.static_admission.mkdir(parents=True, exist_ok=True)
-            for name, text in static_admission("all", args.namespace, args.dir).items():
+            for name, text in static_admission("all", args.namespace, args.dir, placement).items():
                 (args.static_admission / name).write_text(text)
             names = [n for n in names if n not in PROTECTIVE_MANIFESTS]
         if args.slurm_cidr:
             names.append(SUNK_MANIFEST)
         cidrs = tuple(args.apiserver_cidr), tuple(args.slurm_cidr)
         way = args.pod_admission or "policies"
-        sys.stdout.write(render_files(names, args.namespace, args.dir, *cidrs, pod_admission=way))
+        sys.stdout.write(
+            render_files(names, args.namespace, args.dir, *cidrs, pod_admission=way, placement=placement)
+        )
     except (InvalidNamespace, ValueError) as err:
         print(f"quorum manifests: {err}", file=sys.stderr)
         return 2

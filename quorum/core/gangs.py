@@ -67,6 +67,25 @@ COSCHEDULER_NAMES = ("cw-coscheduler", "coscheduler", "scheduler-plugins-schedul
 QUORUM_SCHEDULER_NAMES = ("", DEFAULT_SCHEDULER, *COSCHEDULER_NAMES)
 
 
+class Placer(StrEnum):
+    """Who places a gang's pods once the gang is whole (docs/placement.md)."""
+
+    QUORUM = "quorum"
+    """The default: every gang pod is created held at quorum's gate, and quorum's planner
+    releases a gang once all of it fits."""
+    KUBE_SCHEDULER = "kube-scheduler"
+    """Delegated: every gang pod is created naming a Kubernetes PodGroup
+    (`spec.schedulingGroup`), which quorum's operator makes for gangs of other dialects, and
+    kube-scheduler's gang cycle places it (Kubernetes 1.37 and later, with Workload Aware
+    Scheduling served). No gate and no second write per pod."""
+
+
+def delegated_pod_group(marker: GangMarker) -> str:
+    """The Kubernetes PodGroup a gang pod names under `Placer.KUBE_SCHEDULER`: its own for a
+    Workload Aware Scheduling gang, else one named as the gang, which quorum's operator makes."""
+    return marker.group if marker.source is GangSource.WORKLOAD_POD_GROUP else marker.gang_name
+
+
 def volcano_dialect(schedulers: Collection[str]) -> bool:
     """Whether the install takes Volcano's dialect: `volcano` is one of its scheduler names. Only
     then does the group annotation mark a gang pod (a cluster that never turned it on gates no
@@ -156,7 +175,9 @@ def gang_markers(
     volcano: bool = False,
 ) -> list[GangMarker]:
     """Every group marker on a pod (or pod template), in the table's order of precedence.
-    Volcano's annotation counts only where `volcano` (the install takes its dialect)."""
+    Volcano's annotation counts only where `volcano` (the install takes its dialect). A
+    `spec.schedulingGroup` that names the first marker's gang is that gang's delegation to
+    kube-scheduler (`delegated_pod_group`), not a group of its own."""
     found = []
     if value := labels.get(SIGS_POD_GROUP_LABEL):
         found.append(GangMarker(GangSource.SIGS_POD_GROUP, value))
@@ -171,6 +192,8 @@ def gang_markers(
     if (value := labels.get(KUEUE_POD_GROUP_LABEL)) and KUEUE_FAST_ADMISSION not in (annotations or {}):
         count = (annotations or {}).get(KUEUE_POD_GROUP_TOTAL_COUNT)
         found.append(GangMarker(GangSource.KUEUE_POD_GROUP, value, count))
+    if scheduling_group and len(found) > 1 and found[0].gang_name == scheduling_group:
+        found = [m for m in found if m.source is not GangSource.WORKLOAD_POD_GROUP]
     return found
 
 

@@ -67,6 +67,15 @@ class KubeApi(Protocol):
 
     async def post_event(self, obj: JSON, reason: str, message: str, warning: bool = False) -> None: ...
 
+    async def ensure_pod_group(
+        self, namespace: str, name: str, version: str, min_count: int, owner: JSON
+    ) -> JSON:
+        """Kubernetes' PodGroup `name` (scheduling.k8s.io/`version`), made as quorum's for a gang
+        kube-scheduler places (gang policy of `min_count`, owned by its Gang), or its minCount set
+        where one of quorum's differs; the object as the apiserver has it then (another's is
+        returned untouched)."""
+        ...
+
     async def delete_pod(self, pod: JSON) -> bool:
         """Delete exactly this version of the pod (uid and resourceVersion preconditions): False
         if it is gone or changed since it was read."""
@@ -121,6 +130,11 @@ class LiveApi:
 
     async def create_gang(self, namespace: str, name: str, spec: JSON, owner: JSON | None) -> JSON:
         return await writes.create_gang(self.api, namespace, name, spec, owner)
+
+    async def ensure_pod_group(
+        self, namespace: str, name: str, version: str, min_count: int, owner: JSON
+    ) -> JSON:
+        return await writes.ensure_pod_group(self.api, namespace, name, version, min_count, owner)
 
     async def delete_gang(self, namespace: str, name: str) -> None:
         await writes.delete_gang(self.api, namespace, name)

@@ -7,7 +7,7 @@ import datetime
 import json
 import logging
 import re
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -15,6 +15,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.gangs import GATE as GATE  # re-exported, as is RESERVED_TAINT
 from quorum.core.gangs import RESERVED_TAINT as RESERVED_TAINT
+from quorum.core.workloads import WAS_GROUP
 from quorum.k8s.devices import DELETE_PROTECTION
 
 log = logging.getLogger("quorum.k8s.writes")
@@ -253,6 +254,65 @@ async def create_gang(
         assert existing is not None
         return existing
     return created
+
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "quorum"}
+
+
+def delegated_pod_group(
+    namespace: str, name: str, version: str, min_count: int, owner: dict[str, Any]
+) -> dict[str, Any]:
+    """The Kubernetes PodGroup quorum makes for a gang kube-scheduler places (docs/placement.md)."""
+    return {
+        "apiVersion": f"{WAS_GROUP}/{version}",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": dict(MANAGED_BY),
+            "ownerReferences": [owner],
+        },
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }
+
+
+def is_quorums(obj: Mapping[str, Any]) -> bool:
+    return ((obj.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/managed-by") == "quorum"
+
+
+async def ensure_pod_group(
+    api: client.ApiClient, namespace: str, name: str, version: str, min_count: int, owner: dict[str, Any]
+) -> dict[str, Any]:
+    custom = client.CustomObjectsApi(api)
+    body = delegated_pod_group(namespace, name, version, min_count, owner)
+    try:
+        made: dict[str, Any] = await custom.create_namespaced_custom_object(
+            WAS_GROUP, version, namespace, "podgroups", body
+        )
+        return made
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    existing: dict[str, Any] = await custom.get_namespaced_custom_object(
+        WAS_GROUP, version, namespace, "podgroups", name
+    )
+    gang = ((existing.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
+    if not is_quorums(existing) or gang.get("minCount") == min_count:
+        return existing
+    # minCount is mutable (a PodGroup resized live); the resourceVersion makes it this version's.
+    patched: dict[str, Any] = await custom.patch_namespaced_custom_object(
+        WAS_GROUP,
+        version,
+        namespace,
+        "podgroups",
+        name,
+        {
+            "metadata": {"resourceVersion": existing["metadata"]["resourceVersion"]},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+        },
+        _content_type=MERGE,  # type: ignore[call-arg]
+    )
+    return patched
 
 
 async def patch_status(

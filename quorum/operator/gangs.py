@@ -23,6 +23,7 @@ from quorum.core.gangs import (
     SOURCE_KINDS,
     GangMarker,
     GangSource,
+    delegated_pod_group,
     gang_marker,
     gang_markers,
     gang_name,
@@ -144,6 +145,11 @@ class Store:
         else:
             self.gangs[key] = gang
             self.saw_gang(gang, present=True)
+
+    def assume_group(self, key: tuple[str, str, str], group: JSON) -> None:
+        """A group object this process made or changed, as the apiserver answered (a Kubernetes
+        PodGroup it makes for a gang kube-scheduler places): read until the watch delivers it."""
+        self.groups[key] = group
 
     def assume_deleting(self, uid: str, at: str) -> None:
         """A pod this process deleted (or whose Job it suspended): shown terminating until the
@@ -417,6 +423,20 @@ class GangView:
     def releasable(self) -> list[JSON]:
         """Gated pods with no gate but quorum's: the ones the planner may place."""
         return [p for p in self.gated if not other_gates(p)]
+
+    @cached_property
+    def delegated_to(self) -> str | None:
+        """The Kubernetes PodGroup quorum makes for this gang of another dialect, where its pods
+        name it (placement kube-scheduler: `quorum.core.gangs.delegated_pod_group`) and none is
+        held at quorum's gate: kube-scheduler places the gang, quorum does not plan it."""
+        if self.marker.source is GangSource.WORKLOAD_POD_GROUP or self.gated:
+            return None
+        name = delegated_pod_group(self.marker)
+        named = any(
+            ((p.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") == name
+            for p in self.active
+        )
+        return name if named else None
 
     @cached_property
     def bound_and_unbound(self) -> tuple[int, list[JSON]]:

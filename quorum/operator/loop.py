@@ -38,6 +38,7 @@ from quorum.k8s.convert import newer_or_same
 from quorum.k8s.devices import DeviceObjects
 from quorum.k8s.usage import BoundPods
 from quorum.operator import clock, metrics
+from quorum.operator.delegation import Delegation
 from quorum.operator.gangs import GangView, Store, assemble, composites
 from quorum.operator.health import Health
 from quorum.operator.holds import Holds
@@ -150,6 +151,7 @@ class GangLoop:
             self.devices,
         )
         self.holds = Holds(api, self.records, self.work, self.recoverer, settings.forming_grace_seconds)
+        self.delegation = Delegation(api, self.records, self.work, settings.placement)
         self.other_schedulers = OtherSchedulers(api, self.events, settings.coscheduler_names)
         self.planner = Planner(settings.planner)  # keeps its node index between passes
         self.pod_models = PodModels()
@@ -299,6 +301,7 @@ class GangLoop:
         nodes = self.node_models.refresh(self.store.nodes)
         self.releaser.start_continued(views, nodes, now)
         self.recoverer.start_due(views, self.work, self.fail, now)
+        self.delegation.start_due(views)
         self.preempter.start_upkeep(views, self.work, now)
         self.lap("recover")
         # Gangs with a task in flight that the planner does not see this pass: their status
@@ -307,6 +310,7 @@ class GangLoop:
         # held, its Unschedulable time and its starvation clock restarted, depending on timing).
         unplanned = {key for key in views if self.work.blocks_planning(key)}
         holds, plannable = self.holds.sort_out(views, now)
+        holds.update(self.delegation.holds(views, holds))
         snapshot = Snapshot(
             nodes=nodes,
             used=self.ledger.usage(self.bound.used),  # with the reservations just made

@@ -13,7 +13,7 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from quorum.core.fit import FitSettings
-from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER
+from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER, Placer
 from quorum.core.lifecycle import BackoffPolicy, MemberLossPolicy
 from quorum.core.planner import PlannerSettings
 from quorum.core.preemption import PreemptionSettings
@@ -81,6 +81,11 @@ class OperatorSettings(BaseSettings):
     quorum.dev/member-loss-policy says otherwise: Replace (its replacements are released alone)
     or RestartGang (the rest is evicted and the gang admitted again whole); docs/lifecycle.md."""
 
+    placement: Placer = Placer.QUORUM
+    """Who places gang pods (docs/placement.md): `quorum`, which releases each gang from its gate
+    once all of it fits; or `kube-scheduler`, whose gang cycle places each gang as the Kubernetes
+    PodGroup its pods name (quorum makes that PodGroup for gangs of other dialects, and reports).
+    The install renders the same value into the webhooks' settings (chart value `placement`)."""
     coscheduler_names: Annotated[tuple[str, ...], NoDecode] = COSCHEDULER_NAMES
     """Scheduler names quorum takes besides the default scheduler's (the webhooks rewrite them to
     it); a gang pod asking for any other is left to that scheduler, with an Event. Written as the
@@ -169,6 +174,7 @@ class LoopSettings:
     # The scheduler names quorum takes besides the default scheduler's (OperatorSettings): another
     # scheduler found running under one of them is told about (quorum.operator.schedulers).
     coscheduler_names: tuple[str, ...] = COSCHEDULER_NAMES
+    placement: Placer = Placer.QUORUM  # who places gang pods (quorum.operator.delegation)
 
 
 def planner_settings(config: OperatorSettings) -> PlannerSettings:
@@ -203,4 +209,5 @@ def loop_settings(config: OperatorSettings) -> LoopSettings:
         ),
         member_loss_policy=config.member_loss_policy,
         coscheduler_names=config.coscheduler_names,
+        placement=config.placement,
     )

@@ -45,7 +45,14 @@ class SetSchedulerName:
     name: str
 
 
-Intent = SetLabel | SetAnnotation | AddToleration | AddSchedulingGate | SetSchedulerName
+@dataclass(frozen=True, slots=True)
+class SetSchedulingGroup:
+    """`spec.schedulingGroup.podGroupName`, where the pod names no scheduling group yet."""
+
+    pod_group: str
+
+
+Intent = SetLabel | SetAnnotation | AddToleration | AddSchedulingGate | SetSchedulerName | SetSchedulingGroup
 
 
 def escape(key: str) -> str:
@@ -82,6 +89,7 @@ def build_patch(obj: JSONObject, intents: list[Intent]) -> list[JSONObject]:
     tolerations: list[dict[str, str]] = []
     gates: list[dict[str, str]] = []
     scheduler: str | None = None
+    scheduling_group: str | None = None
     for intent in intents:
         match intent:
             case SetLabel(key, value):
@@ -97,6 +105,8 @@ def build_patch(obj: JSONObject, intents: list[Intent]) -> list[JSONObject]:
                     gates.append({"name": name})
             case SetSchedulerName(name):
                 scheduler = name
+            case SetSchedulingGroup(pod_group):
+                scheduling_group = pod_group
     metadata = obj.get("metadata")
     metadata = metadata if isinstance(metadata, dict) else {}
     spec = obj.get("spec")
@@ -111,6 +121,9 @@ def build_patch(obj: JSONObject, intents: list[Intent]) -> list[JSONObject]:
     if scheduler is not None and spec.get("schedulerName") != scheduler:
         op = "replace" if "schedulerName" in spec else "add"
         ops.append({"op": op, "path": "/spec/schedulerName", "value": scheduler})
+    if scheduling_group is not None and not spec.get("schedulingGroup"):
+        group = {"podGroupName": scheduling_group}
+        ops.append({"op": "add", "path": "/spec/schedulingGroup", "value": group})
     return ops
 
 

@@ -17,7 +17,13 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER, quorum_schedulers, volcano_dialect
+from quorum.core.gangs import (
+    COSCHEDULER_NAMES,
+    DEFAULT_SCHEDULER,
+    Placer,
+    quorum_schedulers,
+    volcano_dialect,
+)
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 
 ENV_PREFIX = "QUORUM_WEBHOOKS_"
@@ -80,6 +86,11 @@ class WebhookSettings(BaseModel):
     schedulers; a pod asking for any other is not quorum's. The install renders the same list
     into the operator's settings and the policies' CEL (chart values `schedulers`)."""
     default_scheduler: str = DEFAULT_SCHEDULER
+    placement: Placer = Placer.QUORUM
+    """Who places gang pods (docs/placement.md): `quorum`, each held at quorum's gate; or
+    `kube-scheduler`, each made to name a Kubernetes PodGroup (`spec.schedulingGroup`) for
+    kube-scheduler's gang cycle. The install renders the same value into the operator's settings
+    and the policies' CEL (chart value `placement`)."""
     operator_users: tuple[str, ...] = (operator_username(DEFAULT_NAMESPACE),)
     """quorum's own identity: the only one that may change quorum.dev/* labels on a pod (the
     manifests set it for the namespace quorum is installed in)."""

@@ -26,15 +26,19 @@ from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from quorum.core.workloads import WAS_GROUP
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import (
     RESERVED_TAINT,
     Superseded,
     conditional_status_patch,
+    delegated_pod_group,
+    is_quorums,
     release_patch,
     taint_patch,
     untaint_patch,
 )
+from quorum.operator.delegation import min_count as min_count_of
 from quorum.operator.gangs import GANG_LABEL, Store
 
 JSON = dict[str, Any]
@@ -69,7 +73,7 @@ class Fault:
         return self.times != 0 and self.when(*args)
 
 
-KINDS = ("pods", "gangs", "nodes")
+KINDS = ("pods", "gangs", "nodes", "groups")
 
 
 class FakeApi:
@@ -253,6 +257,20 @@ class FakeApi:
         self.server.gangs[(namespace, name)] = gang
         self.changed("gangs", (namespace, name), gang)
         return copy.deepcopy(gang)
+
+    async def ensure_pod_group(
+        self, namespace: str, name: str, version: str, min_count: int, owner: JSON
+    ) -> JSON:
+        await self._call("ensure_pod_group", namespace, name, version, min_count, owner)
+        key = (WAS_GROUP, namespace, name)
+        existing = self.server.groups.get(key)
+        if existing is not None and (not is_quorums(existing) or min_count_of(existing) == min_count):
+            return copy.deepcopy(existing)
+        group = delegated_pod_group(namespace, name, version, min_count, owner)
+        group["metadata"]["uid"] = f"pg-{next(self.uids)}"
+        self.server.groups[key] = group
+        self.changed("groups", key, group)
+        return copy.deepcopy(group)
 
     async def delete_gang(self, namespace: str, name: str) -> None:
         await self._call("delete_gang", namespace, name)

@@ -266,6 +266,8 @@ class RecordingApiserver:
             meta.setdefault("name", f"{meta.get('generateName', 'x')}{next(self._versions)}")
             if access.namespace:
                 meta["namespace"] = access.namespace
+            if (access.group, resource, access.namespace, meta["name"]) in self.objects:
+                return _status(409, "AlreadyExists", f"{resource} {meta['name']!r} already exists")
             if resource == "selfsubjectreviews":  # who the caller is: the kubeconfig's token user
                 body["status"] = {"userInfo": {"username": impersonate or TOKEN_USER}}
             return web.json_response(self.put(access.group, resource, body), status=201)

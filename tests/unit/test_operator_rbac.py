@@ -228,6 +228,11 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
         "create_gang": [lambda: live.create_gang("ml", "new", {"minMember": 2}, None)],
         "patch_gang": [lambda: live.patch_gang("ml", "g", {"spec": {"minMember": 3}})],
         "delete_gang": [lambda: live.delete_gang("ml", "new")],
+        # made, then found made (409) at another size: read and resized
+        "ensure_pod_group": [
+            lambda: live.ensure_pod_group("ml", "pg-new", "v1beta1", 2, {"kind": "Gang", "name": "g", "uid": uid}),
+            lambda: live.ensure_pod_group("ml", "pg-new", "v1beta1", 3, {"kind": "Gang", "name": "g", "uid": uid}),
+        ],
         "patch_gang_status": [lambda: live.patch_gang_status("ml", "g", {"phase": "Pending"})],
         "patch_gang_status_if": [lambda: live.patch_gang_status_if("ml", "g", {"disruption": None}, {})],
         "read_gang": [lambda: live.read_gang("ml", "g")],

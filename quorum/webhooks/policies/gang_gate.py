@@ -9,20 +9,36 @@ annotation `quorum.dev/requested-scheduler`), with or without a group. A gang po
 `spec.nodeName` is denied: it would bypass every scheduler, and so the gang. So is a pod of a
 label-only gang whose `min-available` label (or a Kueue pod group's pod whose
 `kueue.x-k8s.io/pod-group-total-count` annotation) is missing or not a size from 1 to 100000
-(`quorum.core.gangs.parse_min_available`): its gang could never form."""
+(`quorum.core.gangs.parse_min_available`): its gang could never form.
+
+Under `placement: kube-scheduler` (docs/placement.md) a gang pod gets no gate: it is made to
+name a Kubernetes PodGroup instead (`spec.schedulingGroup`, `quorum.core.gangs.delegated_pod_group`),
+which holds it in kube-scheduler's queue until the PodGroup exists and minCount pods are there;
+a gang pod of another dialect that already names a different scheduling group is denied (it
+would be placed as that group, not as its gang)."""
 
 from __future__ import annotations
 
 from quorum.core.gangs import (
     SIZED_BY_PODS,
     BadMinAvailable,
+    GangSource,
+    Placer,
+    delegated_pod_group,
     gang_markers,
     is_gated,
     is_quorum_scheduler,
     parse_min_available,
 )
 from quorum.webhooks.objects import annotations_of, dig, labels_of
-from quorum.webhooks.patch import AddSchedulingGate, Intent, SetAnnotation, SetLabel, SetSchedulerName
+from quorum.webhooks.patch import (
+    AddSchedulingGate,
+    Intent,
+    SetAnnotation,
+    SetLabel,
+    SetSchedulerName,
+    SetSchedulingGroup,
+)
 from quorum.webhooks.review import AdmissionRequest, Decision, shown
 from quorum.webhooks.settings import WebhookSettings
 
@@ -94,8 +110,25 @@ def mutate(request: AdmissionRequest, settings: WebhookSettings) -> Decision:
                 f"pod names several groups; it joins {gang.describe()} (gang {gang.gang_name}) "
                 f"and ignores {others}"
             )
-        intents += [AddSchedulingGate(GATE), SetLabel(GANG_LABEL, gang.gang_name)]
+        if settings.placement is Placer.QUORUM:
+            intents.append(AddSchedulingGate(GATE))
+        elif gang.source is not GangSource.WORKLOAD_POD_GROUP:
+            if isinstance(group, str) and group and group != delegated_pod_group(gang):
+                return Decision(denied=named_elsewhere(gang.gang_name, gang.describe(), group))
+            intents.append(SetSchedulingGroup(delegated_pod_group(gang)))
+        intents.append(SetLabel(GANG_LABEL, gang.gang_name))
     return Decision(intents=intents, warnings=warnings)
+
+
+def named_elsewhere(gang: str, group: str, pod_group: str) -> str:
+    """The refusal of a pod whose gang kube-scheduler would not see as a gang (the same words in
+    quorum-gang-pods, manifests/36-pod-policies.yaml)."""
+    return (
+        f"pod is a member of gang {gang} ({group}) but sets spec.schedulingGroup.podGroupName="
+        f"{shown(pod_group)}: with placement kube-scheduler, quorum makes the pod name the Kubernetes "
+        f"PodGroup {gang}, which kube-scheduler places as one gang. Remove spec.schedulingGroup, or "
+        f"remove the other group marker."
+    )
 
 
 def forged(keys: list[str]) -> str:

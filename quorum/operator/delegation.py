@@ -1,0 +1,155 @@
+"""The operator's side of `placement: kube-scheduler` (docs/placement.md): kube-scheduler's gang
+cycle places each gang, as the Kubernetes PodGroup its pods name, and quorum keeps the rest.
+
+- **The PodGroup.** A gang of another dialect (a scheduler-plugins PodGroup, a label gang, a
+  Kueue or Volcano group) has its pods named to the PodGroup `<gang name>` at admission; this
+  module makes that PodGroup (gang policy, minCount the gang's minMember, labelled as quorum's,
+  owned by the gang's Gang) and keeps its minCount at the gang's size. kube-scheduler holds the
+  pods until it exists. A PodGroup of that name that is not quorum's is left alone, and the gang
+  says so. A Workload Aware Scheduling gang names its own PodGroup: nothing to make.
+- **Why it waits.** A gang kube-scheduler has not bound whole is held, in the Gang's
+  conditions, with kube-scheduler's own words (a pod's `PodScheduled` condition).
+- quorum plans none of these gangs, records no decision for them, and so neither recovers nor
+  preempts for them: kube-scheduler's Permit binds a gang whole or not at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from quorum.core.gangs import GangSource, Placer
+from quorum.core.model import Gang
+from quorum.core.planner import Hold
+from quorum.core.workloads import WAS_GROUP
+from quorum.k8s.api import KubeApi
+from quorum.k8s.writes import GANG_GROUP, GANG_VERSION, is_quorums
+from quorum.operator.gangs import GangView, Store
+from quorum.operator.status import GangRecords
+from quorum.operator.work import GangWork
+
+GangKey = tuple[str, str]
+WAITING = "WaitingForKubeScheduler"
+
+
+def min_count(group: Mapping[str, Any]) -> object:
+    return (((group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}).get("minCount")
+
+
+def unschedulable_message(pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """kube-scheduler's latest word on why a pod of the gang does not fit, or None."""
+    for pod in pods:
+        if (pod.get("spec") or {}).get("nodeName"):
+            continue
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            if (
+                condition.get("type") == "PodScheduled"
+                and condition.get("status") == "False"
+                and condition.get("reason") == "Unschedulable"
+            ):
+                return str(condition.get("message") or "")[:600]
+    return None
+
+
+def kube_scheduler_hold(
+    key: GangKey,
+    min_member: int,
+    counts: Mapping[str, int],
+    pod_group: str,
+    group: Mapping[str, Any] | None,
+    unschedulable: str | None,
+) -> Hold | None:
+    """Why a gang kube-scheduler places is not running whole yet, or None where at least
+    minMember of its pods are bound. `group`: the PodGroup it names, as the watch shows it."""
+    if counts["bound"] >= min_member:
+        return None
+    gang = Gang(*key, min_member, ())
+    if counts["members"] < min_member:
+        return Hold(
+            gang,
+            "WaitingForMembers",
+            f"{counts['members']} of {min_member} members exist (minMember {min_member})",
+        )
+    if group is not None and not is_quorums(group) and min_count(group) != min_member:
+        return Hold(
+            gang,
+            "PodGroupNotQuorums",
+            f"PodGroup {pod_group} (scheduling.k8s.io) exists and is not quorum's: kube-scheduler places "
+            f"the pods by its minCount {min_count(group)!r}, not the gang's {min_member}. Delete it to have "
+            f"quorum make it, or give it minCount {min_member}",
+        )
+    if unschedulable is not None:
+        return Hold(gang, "Unschedulable", f"kube-scheduler: {unschedulable}")
+    made = "" if group is not None else "; quorum is making it"
+    return Hold(
+        gang,
+        WAITING,
+        f"kube-scheduler places it whole as PodGroup {pod_group} (placement kube-scheduler){made}: "
+        f"{counts['bound']} of {counts['members']} pods bound (minMember {min_member})",
+    )
+
+
+class Delegation:
+    def __init__(self, api: KubeApi, records: GangRecords, work: GangWork, placement: Placer) -> None:
+        self.api = api
+        self.records = records
+        self.store: Store = records.store
+        self.work = work
+        self.placement = placement
+
+    def pod_group(self, view: GangView) -> str | None:
+        """The PodGroup kube-scheduler places the gang by, or None where quorum places it."""
+        if view.delegated_to is not None:
+            return view.delegated_to
+        if (
+            self.placement is Placer.KUBE_SCHEDULER
+            and view.marker.source is GangSource.WORKLOAD_POD_GROUP
+            and not view.gated
+            and self.records.record(view.key).admission is None
+        ):
+            return view.marker.group
+        return None
+
+    def start_due(self, views: Mapping[GangKey, GangView]) -> None:
+        """Make (or resize) the PodGroup of each gang of another dialect that names one, as that
+        gang's task."""
+        version = self.store.pod_group_version
+        if version is None or version == "v1alpha2":
+            return  # no PodGroup kube-scheduler reads by spec.schedulingGroup: the hold says so
+        for key, view in views.items():
+            name = view.delegated_to
+            if name is None or view.min_member is None or view.waiting is not None or view.failure:
+                continue
+            if self.work.busy(key) or self.work.backing_off(key):
+                continue
+            group = self.store.groups.get((WAS_GROUP, view.namespace, name))
+            if group is not None and (not is_quorums(group) or min_count(group) == view.min_member):
+                continue
+            self.work.start(key, "delegate", self.make(view, name, version, view.min_member))
+
+    async def make(self, view: GangView, name: str, version: str, size: int) -> None:
+        gang = await self.records.ensure_gang(view)
+        owner = {
+            "apiVersion": f"{GANG_GROUP}/{GANG_VERSION}",
+            "kind": "Gang",
+            "name": gang["metadata"]["name"],
+            "uid": gang["metadata"]["uid"],
+        }
+        made = await self.api.ensure_pod_group(view.namespace, name, version, size, owner)
+        self.store.assume_group((WAS_GROUP, view.namespace, name), made)
+
+    def holds(self, views: Mapping[GangKey, GangView], held: Mapping[GangKey, Hold]) -> dict[GangKey, Hold]:
+        """Why each gang kube-scheduler places waits, where no other hold says why already."""
+        found: dict[GangKey, Hold] = {}
+        for key, view in views.items():
+            if key in held or view.min_member is None or view.waiting is not None:
+                continue
+            if (name := self.pod_group(view)) is None:
+                continue
+            group = self.store.groups.get((WAS_GROUP, view.namespace, name))
+            hold = kube_scheduler_hold(
+                key, view.min_member, view.counts(), name, group, unschedulable_message(view.active)
+            )
+            if hold is not None:
+                found[key] = hold
+        return found
