@@ -215,6 +215,7 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
     pod = fake.objects[("", "pods", "ml", "p-0")]
     gang = fake.objects[(GANG_GROUP, GANG_PLURAL, "ml", "g")]
     uid = fake.objects[("batch", "jobs", "ml", "train")]["metadata"]["uid"]
+    owner = {"apiVersion": "quorum.dev/v1alpha1", "kind": "Gang", "name": "g", "uid": "gang-uid"}
     groups = [(g, v) for g, v in GROUP_APIS.values()] + [
         ("scheduling.k8s.io", v) for v in ("v1alpha2", "v1alpha3")
     ]
@@ -230,8 +231,8 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
         "delete_gang": [lambda: live.delete_gang("ml", "new")],
         # made, then found made (409) at another size: read and resized
         "ensure_pod_group": [
-            lambda: live.ensure_pod_group("ml", "pg-new", "v1beta1", 2, {"kind": "Gang", "name": "g", "uid": uid}),
-            lambda: live.ensure_pod_group("ml", "pg-new", "v1beta1", 3, {"kind": "Gang", "name": "g", "uid": uid}),
+            lambda: live.ensure_pod_group("ml", "pg-new", "v1beta1", 2, owner),
+            lambda: live.ensure_pod_group("ml", "pg-new", "v1beta1", 3, owner),
         ],
         "patch_gang_status": [lambda: live.patch_gang_status("ml", "g", {"phase": "Pending"})],
         "patch_gang_status_if": [lambda: live.patch_gang_status_if("ml", "g", {"disruption": None}, {})],

@@ -1,0 +1,185 @@
+"""`placement: kube-scheduler` (docs/placement.md): the webhook names the gang's PodGroup instead
+of gating the pod, the gang's markers read the same, and the operator makes the PodGroup (once,
+at the gang's size, never over another's), plans and releases nothing, and says why the gang
+waits in kube-scheduler's words."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from quorum.core.gangs import GangSource, Placer, delegated_pod_group, gang_markers
+from quorum.core.workloads import WAS_GROUP
+from quorum.operator.delegation import kube_scheduler_hold, unschedulable_message
+from quorum.operator.gangs import Store
+from quorum.operator.loop import GangLoop
+from quorum.webhooks.patch import AddSchedulingGate, SetLabel, SetSchedulingGroup, apply_patch, build_patch
+from quorum.webhooks.policies import gang_gate
+from quorum.webhooks.settings import WebhookSettings
+from tests.unit.fake_api import FakeApi, server_error
+from tests.unit.test_loop import NS, cluster, settings, step
+from tests.unit.webhooks.factories import pod, request
+
+JSON = dict[str, Any]
+DELEGATED = WebhookSettings(placement=Placer.KUBE_SCHEDULER)
+
+
+def test_a_gang_pod_names_its_gangs_pod_group_instead_of_the_gate() -> None:
+    decision = gang_gate.mutate(request("Pod", pod({"pod-group.scheduling.sigs.k8s.io": "pg1"})), DELEGATED)
+    assert decision.intents == [SetSchedulingGroup("pg-pg1"), SetLabel("quorum.dev/gang", "pg-pg1")]
+    assert not any(isinstance(i, AddSchedulingGate) for i in decision.intents)
+    original = pod({"pod-group.scheduling.sigs.k8s.io": "pg1"})
+    patched = apply_patch(original, build_patch(original, decision.intents))
+    assert patched["spec"]["schedulingGroup"] == {"podGroupName": "pg-pg1"}
+    # Admitted again (a reinvocation), the pod needs nothing more.
+    again = gang_gate.mutate(request("Pod", patched), DELEGATED)
+    assert again.allowed and build_patch(patched, again.intents) == []
+
+
+def test_a_workload_aware_gang_pod_keeps_its_own_pod_group_and_gets_no_gate() -> None:
+    workers = pod({}, schedulingGroup={"podGroupName": "workers"})
+    decision = gang_gate.mutate(request("Pod", workers), DELEGATED)
+    assert decision.intents == [SetLabel("quorum.dev/gang", "wpg-workers")]
+
+
+def test_a_gang_pod_that_names_another_scheduling_group_is_refused_saying_why() -> None:
+    other = pod({"pod-group.scheduling.sigs.k8s.io": "pg1"}, schedulingGroup={"podGroupName": "other"})
+    decision = gang_gate.mutate(request("Pod", other), DELEGATED)
+    assert decision.denied is not None
+    assert "sets spec.schedulingGroup.podGroupName='other'" in decision.denied
+    assert "Remove spec.schedulingGroup" in decision.denied
+    # Under the default placement the pod is gated as before (the second group is only warned of).
+    assert (
+        AddSchedulingGate("quorum.dev/gang")
+        in gang_gate.mutate(request("Pod", other), WebhookSettings()).intents
+    )
+
+
+@given(
+    st.sampled_from(["pod-group.scheduling.sigs.k8s.io", "scheduling.x-k8s.io/pod-group"]),
+    st.from_regex(r"[a-z][a-z0-9.]{0,70}", fullmatch=True),
+)
+def test_a_pod_group_named_as_the_gang_is_not_a_second_group(label: str, group: str) -> None:
+    (first,) = gang_markers({label: group}, None)
+    markers = gang_markers({label: group}, delegated_pod_group(first))
+    assert markers == [first]
+    assert gang_markers({label: group}, "someone-elses")[1].source is GangSource.WORKLOAD_POD_GROUP
+
+
+def counts(members: int, bound: int) -> dict[str, int]:
+    return {
+        "members": members,
+        "gated": 0,
+        "released": members,
+        "bound": bound,
+        "running": bound,
+        "succeeded": 0,
+        "failed": 0,
+    }
+
+
+def test_why_a_gang_kube_scheduler_places_waits() -> None:
+    key = (NS, "lbl-a")
+    ours = {
+        "metadata": {"labels": {"app.kubernetes.io/managed-by": "quorum"}},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}},
+    }
+    assert kube_scheduler_hold(key, 3, counts(3, 3), "lbl-a", ours, None) is None
+    short = kube_scheduler_hold(key, 3, counts(2, 0), "lbl-a", ours, None)
+    assert short is not None and short.reason == "WaitingForMembers"
+    no_room = kube_scheduler_hold(
+        key, 3, counts(3, 0), "lbl-a", ours, "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    )
+    assert no_room is not None and no_room.reason == "Unschedulable"
+    assert no_room.message == "kube-scheduler: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+    waiting = kube_scheduler_hold(key, 3, counts(3, 1), "lbl-a", None, None)
+    assert (
+        waiting is not None
+        and waiting.reason == "WaitingForKubeScheduler"
+        and "quorum is making it" in waiting.message
+    )
+    theirs = {"metadata": {}, "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}}
+    other = kube_scheduler_hold(key, 3, counts(3, 0), "lbl-a", theirs, None)
+    assert other is not None and other.reason == "PodGroupNotQuorums" and "Delete it" in other.message
+
+
+def test_kube_schedulers_word_is_taken_from_an_unbound_pod_only() -> None:
+    said = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no room"}
+    bound = {"spec": {"nodeName": "n0"}, "status": {"conditions": [said]}}
+    assert unschedulable_message([bound]) is None
+    assert unschedulable_message([bound, {"spec": {}, "status": {"conditions": [said]}}]) == "no room"
+
+
+def delegated_cluster(nodes: int, size: int) -> tuple[Store, Any]:
+    """A label-less gang (scheduler-plugins PodGroup `a`) as placement kube-scheduler admits it:
+    no gate, naming PodGroup pg-a."""
+    store, bound = cluster(nodes, {"a": size})
+    for uid, p in list(store.pods.items()):
+        p = copy.deepcopy(p)
+        p["spec"]["schedulingGates"] = []
+        p["spec"]["schedulingGroup"] = {"podGroupName": "pg-a"}
+        store.pods[uid] = p
+    bound.replace_all(list(store.pods.values()))
+    return store, bound
+
+
+async def test_the_operator_makes_the_pod_group_once_and_releases_nothing() -> None:
+    store, bound = delegated_cluster(nodes=3, size=3)
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings(placement=Placer.KUBE_SCHEDULER))
+    await step(loop)
+    (made,) = api.called("ensure_pod_group")
+    assert made[:4] == (NS, "pg-a", "v1beta1", 3)
+    assert made[4]["kind"] == "Gang" and made[4]["name"] == "pg-a"
+    group = store.groups[(WAS_GROUP, NS, "pg-a")]
+    assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 3}}
+    assert not api.called("release_pod") and not api.pinned
+    await step(loop)
+    assert len(api.called("ensure_pod_group")) == 1, "made again although the watch shows it"
+    gang = store.gangs[(NS, "pg-a")]
+    admitted = next(c for c in gang["status"]["conditions"] if c["type"] == "Admitted")
+    assert (admitted["status"], admitted["reason"]) == ("False", "WaitingForKubeScheduler")
+    # kube-scheduler binds the three: the gang is admitted, and still nothing was released by quorum.
+    for i, uid in enumerate(sorted(store.pods)):
+        p = copy.deepcopy(store.pods[uid])
+        p["spec"]["nodeName"] = f"n{i}"
+        p["status"]["phase"] = "Running"
+        store.pods[uid] = p
+        bound.upsert(p)
+    await step(loop)
+    gang = store.gangs[(NS, "pg-a")]
+    admitted = next(c for c in gang["status"]["conditions"] if c["type"] == "Admitted")
+    assert admitted["status"] == "True"
+    assert "admission" not in gang["status"], "a decision recorded for a gang quorum did not place"
+    assert not api.called("release_pod") and not api.called("delete_pod")
+
+
+async def test_a_failed_pod_group_write_is_the_gangs_failure_and_is_made_again() -> None:
+    store, bound = delegated_cluster(nodes=3, size=3)
+    api = FakeApi(store)
+    api.fail("ensure_pod_group", times=1, error=server_error())
+    loop = GangLoop(api, store, bound, settings(placement=Placer.KUBE_SCHEDULER))
+    await step(loop)
+    assert (WAS_GROUP, NS, "pg-a") not in store.groups
+    assert loop.work.failure_message((NS, "pg-a")) is not None
+    while (WAS_GROUP, NS, "pg-a") not in store.groups:  # its backoff is 0.05 s in these settings
+        await step(loop)
+    assert len(api.called("ensure_pod_group")) == 2
+
+
+async def test_a_pod_group_that_is_not_quorums_is_left_alone_and_the_gang_says_so() -> None:
+    store, bound = delegated_cluster(nodes=3, size=3)
+    store.groups[(WAS_GROUP, NS, "pg-a")] = {
+        "metadata": {"name": "pg-a", "namespace": NS},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}},
+    }
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings(placement=Placer.KUBE_SCHEDULER))
+    await step(loop)
+    assert not api.called("ensure_pod_group")
+    gang = store.gangs[(NS, "pg-a")]
+    admitted = next(c for c in gang["status"]["conditions"] if c["type"] == "Admitted")
+    assert admitted["reason"] == "PodGroupNotQuorums"
