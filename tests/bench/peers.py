@@ -120,7 +120,10 @@ from tests.bench.peer_workloads import (
 from tests.kube import WorkloadApi, api_client, assert_no_overcommit, create_namespace, raw_json
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
-MODES = ("quorum", "coscheduling", "kueue", "kueue-tas", "default", "was")
+MODES = ("quorum", "coscheduling", "kueue", "kueue-tas", "default", "was", "delegated")
+# quorum installed with `placement: kube-scheduler` (docs/placement.md): the same objects as
+# `quorum`'s, placed by kube-scheduler's gang cycle; Kubernetes 1.37 and later.
+DELEGATED_KUBERNETES = "1.37"
 PEER_MODES = MODES[:5]  # the ways of the scenarios on GPUs in allocatable
 DRA_MODES = ("quorum", "default", "was")
 KUEUE_PREFERRED_LEVEL = BLOCK_LABEL  # kueue-tas: a block is 8 nodes, 64 GPUs (the largest mixed gang)
@@ -173,7 +176,7 @@ def scenarios(quick: bool) -> dict[str, Scenario]:
             3600,
             600,
             "bound",
-            modes=(*PEER_MODES, "was"),
+            modes=(*PEER_MODES, "was", "delegated"),
         ),
         "contention": Scenario("contention", 100 // k, 8, mixed_gangs(1200 // k), True, 20, 900, "finished"),
         "contention-dra": Scenario(
@@ -510,8 +513,9 @@ def start_instance(
     pool = write_pool(tmp / "pool.yaml", scenario.gpu_nodes, scenario.cpu_nodes, not scenario.dra)
     (tmp / "audit-policy.yaml").write_text(AUDIT_POLICY)
     audit = tmp / "audit.log"
-    with_quorum = mode == "quorum"
+    with_quorum = mode in ("quorum", "delegated")
     spec = ClusterSpec(
+        placement="kube-scheduler" if mode == "delegated" else "quorum",
         name=f"{name_prefix}-{mode}",
         kubernetes=kubernetes,
         pool_file=pool,
@@ -829,6 +833,10 @@ def main() -> int:
             print(f"{name}: none of the ways asked runs it ({', '.join(scenario.modes)} do)", file=sys.stderr)
             continue
         kubernetes = args.kubernetes or scenario.kubernetes
+        if "delegated" in modes and kubernetes < DELEGATED_KUBERNETES:
+            if args.mode and "delegated" in args.mode:
+                parser.error(f"--mode delegated needs --kubernetes {DELEGATED_KUBERNETES} or later")
+            modes.remove("delegated")
         rounds = [
             [measure(mode, scenario, args.quick, kubernetes, args.name_prefix) for mode in modes]
             for _ in range(max(1, args.rounds) if name == "throughput" else 1)
