@@ -12,6 +12,9 @@ A gang that ran whole and lost members below minMember is restarted if its polic
 rest is recovered by owner kind as above, once per decision, recorded in `status.recovery`
 with reason `MemberLost` (no failure counted, no backoff), a `Restarted` condition and a
 `GangRestarted` warning Event.
+
+A gang kube-scheduler places (placement kube-scheduler, `quorum.operator.delegation`) is neither
+recovered nor restarted: quorum deletes nothing of a gang it did not place.
 """
 
 from __future__ import annotations
@@ -201,6 +204,11 @@ class Recoverer:
             and not recovery.suspended_jobs
         ):
             return None  # a person released the gang by hand after quorum's decision: theirs now
+        if view.delegated_to is not None and not recovery.suspended_jobs:
+            # kube-scheduler places it (placement kube-scheduler, docs/placement.md): its Permit
+            # binds the gang whole or not at all, and quorum deletes, evicts or suspends nothing
+            # of a gang it did not place (a decision recorded before the switch included).
+            return None
         if growing(view.min_member, gang, view.bound_and_unbound[0]):
             # Its group's minCount grew: the new size is planned first, never a loss; a pod
             # released before and never bound is still made again (or reported), as below.

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from quorum.core.gangs import GangSource, Placer, delegated_pod_group, gang_markers
 from quorum.core.workloads import WAS_GROUP
+from quorum.operator import clock
 from quorum.operator.delegation import kube_scheduler_hold, unschedulable_message
 from quorum.operator.gangs import Store
 from quorum.operator.loop import GangLoop
@@ -20,18 +21,22 @@ from quorum.webhooks.patch import AddSchedulingGate, SetLabel, SetSchedulingGrou
 from quorum.webhooks.policies import gang_gate
 from quorum.webhooks.settings import WebhookSettings
 from tests.unit.fake_api import FakeApi, server_error
-from tests.unit.test_loop import NS, cluster, settings, step
-from tests.unit.webhooks.factories import pod, request
+from tests.unit.test_loop import NS, REPLICA_SET, cluster, pod, settings, step
+from tests.unit.test_member_loss import gang_of_four, lose, running_whole
+from tests.unit.webhooks.factories import pod as webhook_pod
+from tests.unit.webhooks.factories import request
 
 JSON = dict[str, Any]
 DELEGATED = WebhookSettings(placement=Placer.KUBE_SCHEDULER)
 
 
 def test_a_gang_pod_names_its_gangs_pod_group_instead_of_the_gate() -> None:
-    decision = gang_gate.mutate(request("Pod", pod({"pod-group.scheduling.sigs.k8s.io": "pg1"})), DELEGATED)
+    decision = gang_gate.mutate(
+        request("Pod", webhook_pod({"pod-group.scheduling.sigs.k8s.io": "pg1"})), DELEGATED
+    )
     assert decision.intents == [SetSchedulingGroup("pg-pg1"), SetLabel("quorum.dev/gang", "pg-pg1")]
     assert not any(isinstance(i, AddSchedulingGate) for i in decision.intents)
-    original = pod({"pod-group.scheduling.sigs.k8s.io": "pg1"})
+    original = webhook_pod({"pod-group.scheduling.sigs.k8s.io": "pg1"})
     patched = apply_patch(original, build_patch(original, decision.intents))
     assert patched["spec"]["schedulingGroup"] == {"podGroupName": "pg-pg1"}
     # Admitted again (a reinvocation), the pod needs nothing more.
@@ -40,13 +45,15 @@ def test_a_gang_pod_names_its_gangs_pod_group_instead_of_the_gate() -> None:
 
 
 def test_a_workload_aware_gang_pod_keeps_its_own_pod_group_and_gets_no_gate() -> None:
-    workers = pod({}, schedulingGroup={"podGroupName": "workers"})
+    workers = webhook_pod({}, schedulingGroup={"podGroupName": "workers"})
     decision = gang_gate.mutate(request("Pod", workers), DELEGATED)
     assert decision.intents == [SetLabel("quorum.dev/gang", "wpg-workers")]
 
 
 def test_a_gang_pod_that_names_another_scheduling_group_is_refused_saying_why() -> None:
-    other = pod({"pod-group.scheduling.sigs.k8s.io": "pg1"}, schedulingGroup={"podGroupName": "other"})
+    other = webhook_pod(
+        {"pod-group.scheduling.sigs.k8s.io": "pg1"}, schedulingGroup={"podGroupName": "other"}
+    )
     decision = gang_gate.mutate(request("Pod", other), DELEGATED)
     assert decision.denied is not None
     assert "sets spec.schedulingGroup.podGroupName='other'" in decision.denied
@@ -183,3 +190,32 @@ async def test_a_pod_group_that_is_not_quorums_is_left_alone_and_the_gang_says_s
     gang = store.gangs[(NS, "pg-a")]
     admitted = next(c for c in gang["status"]["conditions"] if c["type"] == "Admitted")
     assert admitted["reason"] == "PodGroupNotQuorums"
+
+
+async def test_a_gang_kube_scheduler_places_loses_a_member_and_quorum_deletes_nothing() -> None:
+    """RestartGang, a gang that quorum placed before the switch to placement kube-scheduler (its
+    decision on record): a member is lost and its replacement names the gang's PodGroup, so
+    kube-scheduler places it. quorum neither restarts the gang nor deletes the replacement it
+    did not place, however long it stays unbound."""
+    with clock.using(clock.ManualClock()) as now:
+        store, bound, api = gang_of_four("RestartGang")
+        loop = GangLoop(api, store, bound, settings(placement=Placer.KUBE_SCHEDULER))
+        await running_whole(loop, store, bound, api)
+        assert store.gangs[(NS, "pg-a")]["status"]["admission"]["attempt"] == 1
+        lose(store, bound, "a-1")
+        replacement = pod("a", 4, owner=REPLICA_SET)
+        replacement["spec"]["schedulingGates"] = []
+        replacement["spec"]["schedulingGroup"] = {"podGroupName": "pg-a"}
+        store.pods["a-4"] = replacement
+        await step(loop)
+        # Looked at: the operator made the PodGroup the replacement names.
+        assert store.groups[(WAS_GROUP, NS, "pg-a")]["spec"]["schedulingPolicy"] == {"gang": {"minCount": 4}}
+        now.advance(3600)  # far past the gang's scheduleTimeoutSeconds
+        await step(loop)
+        await step(loop)
+        assert not api.called("delete_pod") and not api.called("set_job_suspend")
+        assert "GangRestarted" not in api.reasons("pg-a")
+        admitted = next(
+            c for c in store.gangs[(NS, "pg-a")]["status"]["conditions"] if c["type"] == "Admitted"
+        )
+        assert (admitted["status"], admitted["reason"]) == ("False", "WaitingForKubeScheduler")
