@@ -375,6 +375,8 @@ def _run_with_values(args: argparse.Namespace) -> int:
             flags["sunk"] = {"enabled": True, "slurmCidrs": cidrs}
         if args.pod_admission is not None:
             flags["webhooks"] = {"podAdmission": args.pod_admission}
+        if args.placement is not None:
+            flags["schedulers"] = {"placement": args.placement}
         files = [install_values.read_values_file(path) for path in args.values]
         values = install_values.load_values(*files, flags)
         leave_out: frozenset[str] = frozenset()

@@ -41,7 +41,7 @@ from pydantic.alias_generators import to_camel, to_snake
 
 from quorum import __version__, install
 from quorum.core import removal
-from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER, VOLCANO_SCHEDULER
+from quorum.core.gangs import COSCHEDULER_NAMES, DEFAULT_SCHEDULER, VOLCANO_SCHEDULER, Placer
 
 REPO = Path(__file__).resolve().parents[1]
 CRDS = REPO / "crds"
@@ -298,6 +298,10 @@ class SchedulersValues(_Values):
     MPI Operator in their Volcano modes): schedulerName `volcano`, the group annotation
     scheduling.k8s.io/group-name and scheduling.volcano.sh PodGroups, whose CRD is installed
     where absent."""
+    placement: Placer = Placer.QUORUM
+    """Who places gang pods (docs/placement.md): `quorum`, each held at quorum's gate until its
+    gang fits; `kube-scheduler`, each made to name a Kubernetes PodGroup that kube-scheduler's
+    gang cycle places (Kubernetes 1.37+, scheduling.k8s.io/v1beta1 served)."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -476,6 +480,7 @@ def substituted(text: str, values: InstallValues) -> str:
         tuple(values.network_policy.apiserver_cidrs),
         tuple(values.sunk.slurm_cidrs),
         values.schedulers.names,
+        values.schedulers.placement,
     )
     return platform_identities(text, values.platform)
 

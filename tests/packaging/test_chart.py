@@ -66,6 +66,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "coschedulerNames": ["cw-coscheduler", "gang-scheduler", "scheduler-plugins-scheduler"],
             "schedulerPlugins": True,
             "volcano": True,
+            "placement": "kube-scheduler",
         },
     },
     "cert-manager-sunk": {
@@ -254,6 +255,19 @@ def test_the_value_sets_change_what_they_say(helm: Path, values_files: dict[str,
     assert (
         "scheduler-plugins-scheduler" not in policies
         and "'cw-coscheduler', 'gang-scheduler', 'volcano'" in policies
+    )
+    # placement kube-scheduler: in the webhooks' and the operator's settings and every policy's CEL.
+    assert (
+        settings["placement"] == "kube-scheduler"
+        and env_names["QUORUM_OPERATOR_PLACEMENT"] == "kube-scheduler"
+    )
+    assert (
+        "'quorum' == 'kube-scheduler'" not in policies and "'kube-scheduler' == 'kube-scheduler'" in policies
+    )
+    unchanged = json.dumps([v for k, v in defaults.items() if "Policy" in k[0] or "Webhook" in k[0]])
+    assert (
+        "'quorum' == 'kube-scheduler'" in unchanged
+        and "'kube-scheduler' == 'kube-scheduler'" not in unchanged
     )
     assert ("CustomResourceDefinition", "", "podgroups.scheduling.volcano.sh") in elsewhere
     assert ("CustomResourceDefinition", "", "podgroups.scheduling.volcano.sh") not in defaults

@@ -9,8 +9,10 @@ import yaml
 
 from devcluster.config import admission_config
 from quorum.cli import main
+from quorum.core.gangs import Placer
 from quorum.install import (
     DEFAULT_NAMESPACE,
+    DELEGATED_TEXT,
     STATIC_SUFFIX,
     InvalidNamespace,
     operator_username,
@@ -131,3 +133,23 @@ def test_without_a_checkout_it_says_so_instead_of_printing_nothing(
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert "renders a checkout's manifests/ and crds/" in err and "Helm chart" in err, err
+
+
+def test_placement_kube_scheduler_turns_every_placement_test_and_setting_and_nothing_else(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    default = render_files(None, DEFAULT_NAMESPACE)
+    delegated = render_files(None, DEFAULT_NAMESPACE, placement=Placer.KUBE_SCHEDULER)
+    tests = default.count(DELEGATED_TEXT)
+    assert tests >= 5, "the MAP, its patch, the fallback condition, the backstop and quorum-gang-pods"
+    assert DELEGATED_TEXT not in delegated
+    assert delegated.count("'kube-scheduler' == 'kube-scheduler'") == tests
+    changed = [(a, b) for a, b in zip(default.splitlines(), delegated.splitlines(), strict=True) if a != b]
+    assert len(changed) == tests + 2  # and the two settings
+    settings = {b.strip() for a, b in changed if DELEGATED_TEXT not in a}
+    assert settings == {
+        "placement: kube-scheduler",
+        "- {name: QUORUM_OPERATOR_PLACEMENT, value: kube-scheduler}",
+    }
+    assert main(["manifests", "--placement", "kube-scheduler"]) == 0
+    assert capsys.readouterr().out == delegated

@@ -56,6 +56,11 @@ blocks, and the platform identities the given ones. Called with (dict "root" $ "
 {{- $text = regexReplaceAll "(?m)^( *)- namespaceSelector: \\{matchLabels: \\{kubernetes\\.io/metadata\\.name: tenant-slurm\\}\\}  # the Slurm nodes\\n" $text $blocks -}}
 {{- end -}}
 {{- $text = replace "'cw-coscheduler', 'coscheduler', 'scheduler-plugins-scheduler'" (include "quorum.coschedulerItems" $root) $text -}}
+{{- if eq $root.Values.schedulers.placement "kube-scheduler" -}}
+{{- $text = replace "'quorum' == 'kube-scheduler'" "'kube-scheduler' == 'kube-scheduler'" $text -}}
+{{- $text = replace "\n    placement: quorum\n" "\n    placement: kube-scheduler\n" $text -}}
+{{- $text = replace "QUORUM_OPERATOR_PLACEMENT, value: quorum}" "QUORUM_OPERATOR_PLACEMENT, value: kube-scheduler}" $text -}}
+{{- end -}}
 {{- $users := include "quorum.celStrings" $root.Values.platform.users -}}
 {{- $groups := include "quorum.celStrings" $root.Values.platform.groups -}}
 {{- $text = replace "['quorum:node-lifecycle']" $users $text -}}
