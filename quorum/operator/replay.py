@@ -38,6 +38,7 @@ from quorum.k8s.command_reads import ClusterObjects
 from quorum.k8s.devices import DeviceObjects
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import RESERVED_TAINT
+from quorum.operator.delegation import Delegation
 from quorum.operator.gangs import (
     GangPods,
     GangView,
@@ -133,6 +134,7 @@ def replay(objects: ClusterObjects, key: GangKey, settings: LoopSettings, now: f
     if view is None:
         return None
     holds, plannable = holds_of.sort_out(views, now)
+    holds.update(Delegation(api, records, work, settings.placement).holds(views, holds))
     nodes = NodeModels().refresh(store.nodes)
     devices = DeviceObjects()
     devices.slices.replace_all(objects.resource_slices)

@@ -6,6 +6,7 @@ waits in kube-scheduler's words. Each way of admitting pods is an instance of it
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from devcluster.cluster import Instance
 from devcluster.nodes import TestPool
+from quorum.commands.explain import diagnose
 from quorum.core.gangs import GATE
 from tests.kube import api_client, create_namespace, create_pool_nodes, eventually
 
@@ -135,6 +137,11 @@ async def test_kube_scheduler_places_a_label_gang_whole_as_the_pod_group_quorum_
         assert not [p for p in await gang_pods(customer, "lbl-waits") if p["spec"].get("nodeName")]
         admission = await gang_condition(custom, "lbl-waits", "Admitted")
         assert admission["status"] == "False", admission
+        # `quorum explain` replays the pass: the same hold, in kube-scheduler's words.
+        diagnosis = await diagnose(customer, NAMESPACE, "lbl-waits", time.time())
+        assert diagnosis.reason == "Unschedulable" and diagnosis.message.startswith("kube-scheduler: "), (
+            diagnosis
+        )
 
         # Room for both: they bind together.
         for i in range(3):
@@ -143,6 +150,13 @@ async def test_kube_scheduler_places_a_label_gang_whole_as_the_pod_group_quorum_
             lambda: all_bound("lbl-waits", 2), timeout=90, what="gang lbl-waits bound once room frees"
         )
         await eventually(lambda: admitted("lbl-waits"), timeout=30, what="Gang lbl-waits Admitted")
+
+        # A member lost and made again (member-loss policy Replace): kube-scheduler places the
+        # replacement alone, the bound member counting toward minCount; quorum deletes nothing.
+        await core.delete_namespaced_pod("waits-0", NAMESPACE, grace_period_seconds=0)
+        await core.create_namespaced_pod(NAMESPACE, label_gang_pod("waits-2", "waits", 2, pool))
+        bound = await eventually(lambda: all_bound("lbl-waits", 2), timeout=60, what="the replacement bound")
+        assert sorted(p["metadata"]["name"] for p in bound) == ["waits-1", "waits-2"]
 
         # A gang pod may name no other scheduling group: kube-scheduler would place it as that one.
         with pytest.raises(ApiException) as refused:
