@@ -109,6 +109,22 @@ async def test_kube_scheduler_places_a_label_gang_whole_as_the_pod_group_quorum_
         assert group["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "quorum"
         (owner,) = group["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["name"]) == ("Gang", "lbl-fits")
+        # The tenant lowers its minCount (a gang of one, placed pod by pod): quorum sets it back.
+        await custom.patch_namespaced_custom_object(
+            "scheduling.k8s.io",
+            "v1beta1",
+            NAMESPACE,
+            "podgroups",
+            "lbl-fits",
+            {"spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}},
+            _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+        )
+
+        async def restored() -> bool:
+            found = await pod_group()
+            return found is not None and found["spec"]["schedulingPolicy"] == {"gang": {"minCount": 3}}
+
+        await eventually(restored, timeout=30, what="the PodGroup's minCount set back to the gang's")
 
         async def all_bound(gang: str, count: int) -> list[JSON] | None:
             pods = await gang_pods(customer, gang)
