@@ -18,7 +18,7 @@ from devcluster.cluster import Instance
 from devcluster.nodes import TestPool
 from quorum.commands.explain import diagnose
 from quorum.core.gangs import GATE
-from tests.kube import api_client, create_namespace, create_pool_nodes, eventually
+from tests.kube import WorkloadApi, api_client, create_namespace, create_pool_nodes, eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -84,6 +84,17 @@ async def test_kube_scheduler_places_a_label_gang_whole_as_the_pod_group_quorum_
         await create_pool_nodes(platform, pool)
         await create_namespace(api, NAMESPACE)
         core, custom = client.CoreV1Api(customer), client.CustomObjectsApi(customer)
+
+        # The platform's own policies are the same in this way: a CPU pod gets the CPU toleration.
+        cpu = await core.create_namespaced_pod(
+            NAMESPACE,
+            {
+                "metadata": {"name": "cpu"},
+                "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]},
+            },
+            dry_run="All",
+        )
+        assert any(t.key == "is_cpu_compute" and t.effect == "NoSchedule" for t in cpu.spec.tolerations or [])
 
         # Three pods of 8 GPUs on three 8-GPU nodes: created without quorum's gate, naming the
         # PodGroup lbl-fits, which the operator makes; kube-scheduler binds all three.
@@ -173,6 +184,17 @@ async def test_kube_scheduler_places_a_label_gang_whole_as_the_pod_group_quorum_
         await core.create_namespaced_pod(NAMESPACE, label_gang_pod("waits-2", "waits", 2, pool))
         bound = await eventually(lambda: all_bound("lbl-waits", 2), timeout=60, what="the replacement bound")
         assert sorted(p["metadata"]["name"] for p in bound) == ["waits-1", "waits-2"]
+
+        # A Workload Aware Scheduling gang names its own PodGroup: no gate, kube-scheduler binds it.
+        was = await WorkloadApi.of(customer)
+        await was.create(customer, NAMESPACE, "podgroups", was.podgroup("native", {"gang": {"minCount": 1}}))
+        native = label_gang_pod("native-0", "x", 1, pool, {"schedulingGroup": {"podGroupName": "native"}})
+        native["metadata"]["labels"] = {}
+        made = await core.create_namespaced_pod(NAMESPACE, native)
+        assert GATE not in [g.name for g in made.spec.scheduling_gates or []]
+        assert made.metadata.labels["quorum.dev/gang"] == "wpg-native"
+        await eventually(lambda: all_bound("wpg-native", 1), timeout=60, what="gang wpg-native bound")
+        await eventually(lambda: admitted("wpg-native"), timeout=30, what="Gang wpg-native Admitted")
 
         # A gang pod may name no other scheduling group: kube-scheduler would place it as that one.
         with pytest.raises(ApiException) as refused:
