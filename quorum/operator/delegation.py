@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from quorum.core.gangs import GangSource, Placer
+from quorum.core.gangs import Placer
 from quorum.core.model import Gang
 from quorum.core.planner import Hold
 from quorum.core.workloads import WAS_GROUP
@@ -97,19 +97,6 @@ class Delegation:
         self.work = work
         self.placement = placement
 
-    def pod_group(self, view: GangView) -> str | None:
-        """The PodGroup kube-scheduler places the gang by, or None where quorum places it."""
-        if view.delegated_to is not None:
-            return view.delegated_to
-        if (
-            self.placement is Placer.KUBE_SCHEDULER
-            and view.marker.source is GangSource.WORKLOAD_POD_GROUP
-            and not view.gated
-            and self.records.record(view.key).admission is None
-        ):
-            return view.marker.group
-        return None
-
     def start_due(self, views: Mapping[GangKey, GangView]) -> None:
         """Make (or resize) the PodGroup of each gang of another dialect that names one, as that
         gang's task."""
@@ -144,7 +131,7 @@ class Delegation:
         for key, view in views.items():
             if key in held or view.min_member is None or view.waiting is not None:
                 continue
-            if (name := self.pod_group(view)) is None:
+            if (name := view.kube_scheduler_group(self.placement)) is None:
                 continue
             group = self.store.groups.get((WAS_GROUP, view.namespace, name))
             hold = kube_scheduler_hold(

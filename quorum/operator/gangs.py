@@ -23,6 +23,7 @@ from quorum.core.gangs import (
     SOURCE_KINDS,
     GangMarker,
     GangSource,
+    Placer,
     delegated_pod_group,
     gang_marker,
     gang_markers,
@@ -437,6 +438,17 @@ class GangView:
             for p in self.active
         )
         return name if named else None
+
+    def kube_scheduler_group(self, placement: Placer) -> str | None:
+        """The PodGroup kube-scheduler places this gang by, or None where quorum places it: a
+        gang of another dialect whose pods name the one quorum makes (`delegated_to`), or, under
+        placement kube-scheduler, a Workload Aware Scheduling gang none of whose pods is held
+        at quorum's gate (a gang quorum placed before the switch included)."""
+        if self.delegated_to is not None:
+            return self.delegated_to
+        if placement is Placer.KUBE_SCHEDULER and self.marker.source is GangSource.WORKLOAD_POD_GROUP:
+            return None if self.gated else self.marker.group
+        return None
 
     @cached_property
     def bound_and_unbound(self) -> tuple[int, list[JSON]]:

@@ -125,7 +125,7 @@ class GangLoop:
         self.records = GangRecords(api, store, settings.status_interval_seconds, self.memory)
         self.events = self.records.events
         self.recoverer = Recoverer(
-            api, self.records, settings.backoff, self.ledger, settings.member_loss_policy
+            api, self.records, settings.backoff, self.ledger, settings.member_loss_policy, settings.placement
         )
         self.preempter = Preempter(api, self.records, bound, settings.preemption, settings.planner)
         self.work = GangWork(

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from quorum.core.conditions import iso, iso_deadline
+from quorum.core.gangs import Placer
 from quorum.core.lifecycle import (
     MEMBER_LOSS_ANNOTATION,
     Action,
@@ -150,8 +151,10 @@ class Recoverer:
         backoff: BackoffPolicy,
         ledger: Ledger,
         policy: MemberLossPolicy = MemberLossPolicy.REPLACE,
+        placement: Placer = Placer.QUORUM,
     ) -> None:
         self.api = api
+        self.placement = placement  # gangs kube-scheduler places are not recovered
         self.records = records
         self.memory = records.memory  # what this term knows of each gang: recovered, backoff, ...
         self.backoff = backoff
@@ -204,7 +207,7 @@ class Recoverer:
             and not recovery.suspended_jobs
         ):
             return None  # a person released the gang by hand after quorum's decision: theirs now
-        if view.delegated_to is not None and not recovery.suspended_jobs:
+        if view.kube_scheduler_group(self.placement) is not None and not recovery.suspended_jobs:
             # kube-scheduler places it (placement kube-scheduler, docs/placement.md): its Permit
             # binds the gang whole or not at all, and quorum deletes, evicts or suspends nothing
             # of a gang it did not place (a decision recorded before the switch included).

@@ -126,7 +126,9 @@ def replay(objects: ClusterObjects, key: GangKey, settings: LoopSettings, now: f
     work = GangWork(
         settings.gang_concurrency, settings.gang_timeout_seconds, settings.failure_backoff, lambda: None
     )
-    recoverer = Recoverer(api, records, settings.backoff, ledger, settings.member_loss_policy)
+    recoverer = Recoverer(
+        api, records, settings.backoff, ledger, settings.member_loss_policy, settings.placement
+    )
     holds_of = Holds(api, records, work, recoverer, settings.forming_grace_seconds)
     preempter = Preempter(api, records, bound, settings.preemption, settings.planner)
     views = {v.key: v for v in assemble(store, ledger.uids)}
