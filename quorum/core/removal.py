@@ -157,6 +157,7 @@ DEPLOYMENTS = ("quorum-operator", "quorum-webhooks", "quorum-sunk-scheduler")
 FENCES = (
     "quorum-operator-fence",
     "quorum-operator-claim-fence",
+    "quorum-operator-podgroup-fence",
     "quorum-records",
     "quorum-reserved-status",
     "quorum-reserved-tolerations",

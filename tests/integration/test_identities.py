@@ -80,8 +80,12 @@ async def test_operator_runs_with_its_service_account_token(cluster: Instance) -
         "default",
         subresource="status",
     )
-    # It reads users' PodGroups and writes only their status.
-    assert not await can_i(cluster, "quorum-operator", "patch", "podgroups", "scheduling.k8s.io", "default")
+    # It reads users' PodGroups and writes only their status; of Kubernetes' own it may make and
+    # resize those of gangs kube-scheduler places (RBAC; quorum-operator-podgroup-fence narrows it
+    # to its own: test_operator_rights.py), and delete none.
+    assert not await can_i(cluster, "quorum-operator", "patch", "podgroups", "scheduling.x-k8s.io", "default")
+    assert await can_i(cluster, "quorum-operator", "patch", "podgroups", "scheduling.k8s.io", "default")
+    assert not await can_i(cluster, "quorum-operator", "delete", "podgroups", "scheduling.k8s.io", "default")
     assert await can_i(cluster, "quorum-operator", "update", "leases", "coordination.k8s.io", "quorum-system")
     assert not await can_i(cluster, "quorum-operator", "update", "leases", "coordination.k8s.io", "default")
     assert not await can_i(cluster, "quorum-operator", "create", "nodes")

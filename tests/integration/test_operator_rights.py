@@ -24,9 +24,10 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from devcluster.cluster import Instance
 from quorum.install import OPERATOR_SERVICE_ACCOUNT, WEBHOOKS_SERVICE_ACCOUNT, render_files
 from quorum.k8s import writes
+from quorum.k8s.api import LiveApi
 from quorum.k8s.writes import REQUIRED
 from tests.integration.test_gangs import gated, pods
-from tests.kube import api_client, eventually, raw_json
+from tests.kube import WorkloadApi, api_client, eventually, raw_json
 
 pytestmark = pytest.mark.cluster
 
@@ -455,3 +456,75 @@ async def test_the_webhook_servers_identity_may_do_nothing(fenced: Instance, api
             }
         )
         assert not review.status.allowed, (verb, group, resource)
+
+
+PODGROUP_FENCE = "ValidatingAdmissionPolicy 'quorum-operator-podgroup-fence'"
+
+
+async def test_the_operator_makes_and_resizes_only_its_own_kubernetes_podgroups(
+    fenced: Instance, op: client.ApiClient, api: client.ApiClient, namespace: str
+) -> None:
+    """Under placement kube-scheduler the operator may create and patch scheduling.k8s.io
+    PodGroups (RBAC); the fence leaves it only PodGroups labelled as quorum's and owned by a Gang,
+    and their spec: a user's PodGroup, and the labels and owners of its own, are not its to change."""
+    was = await WorkloadApi.of(api)
+    if was.legacy:
+        pytest.skip("Kubernetes 1.37's PodGroup (this plane runs 1.36)")
+    spec = {"minMember": 2, "source": {"kind": "Labels", "name": "mine"}}
+    gang = await writes.create_gang(op, namespace, "lbl-mine", spec, None)
+    owner = {
+        "apiVersion": "quorum.dev/v1alpha1",
+        "kind": "Gang",
+        "name": "lbl-mine",
+        "uid": gang["metadata"]["uid"],
+    }
+    live = LiveApi(op)
+    made = await live.ensure_pod_group(namespace, "lbl-mine", was.version, 2, owner)
+    assert made["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "quorum"
+    resized = await live.ensure_pod_group(namespace, "lbl-mine", was.version, 3, owner)
+    assert resized["spec"]["schedulingPolicy"] == {"gang": {"minCount": 3}}
+
+    custom = client.CustomObjectsApi(op)
+    mine = {"spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}}
+    await was.create(api, namespace, "podgroups", was.podgroup("theirs", {"gang": {"minCount": 2}}))
+    for call, says in [
+        (
+            custom.patch_namespaced_custom_object(
+                "scheduling.k8s.io",
+                was.version,
+                namespace,
+                "podgroups",
+                "theirs",
+                mine,
+                _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+            ),
+            "not its own",
+        ),
+        (
+            custom.patch_namespaced_custom_object(
+                "scheduling.k8s.io",
+                was.version,
+                namespace,
+                "podgroups",
+                "lbl-mine",
+                {"metadata": {"labels": {"app.kubernetes.io/managed-by": "me"}}},
+                _content_type="application/merge-patch+json",  # type: ignore[call-arg]
+            ),
+            "not its own",
+        ),
+        (
+            custom.create_namespaced_custom_object(
+                "scheduling.k8s.io",
+                was.version,
+                namespace,
+                "podgroups",
+                {"metadata": {"name": "unowned"}, "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}},
+            ),
+            "owned by a Gang",
+        ),
+    ]:
+        err = await refused(call)
+        assert err.status == 403 and PODGROUP_FENCE in str(err.body) and says in str(err.body), err.body
+    # Their PodGroup as it was.
+    theirs = await was.get(api, namespace, "podgroups", "theirs")
+    assert theirs["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}

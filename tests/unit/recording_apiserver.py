@@ -266,7 +266,11 @@ class RecordingApiserver:
             meta.setdefault("name", f"{meta.get('generateName', 'x')}{next(self._versions)}")
             if access.namespace:
                 meta["namespace"] = access.namespace
-            if (access.group, resource, access.namespace, meta["name"]) in self.objects:
+            # The one create whose 409 the operator reads (ensure_pod_group); others create anew.
+            if (
+                resource == "podgroups"
+                and (access.group, resource, access.namespace, meta["name"]) in self.objects
+            ):
                 return _status(409, "AlreadyExists", f"{resource} {meta['name']!r} already exists")
             if resource == "selfsubjectreviews":  # who the caller is: the kubeconfig's token user
                 body["status"] = {"userInfo": {"username": impersonate or TOKEN_USER}}
