@@ -36,6 +36,20 @@ def min_count(group: Mapping[str, Any]) -> object:
     return (((group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}).get("minCount")
 
 
+def pod_group_size(min_member: int, pods: Iterable[Mapping[str, Any]], pod_group: str) -> int:
+    """minCount of the PodGroup quorum makes: the gang's minMember, less its members bound without
+    naming it (placed by quorum before the switch to placement kube-scheduler: kube-scheduler
+    counts only the pods that name the group), and at least 1. A gang admitted under this
+    placement has every pod naming it, so its minCount is its minMember."""
+    running_before = sum(
+        1
+        for pod in pods
+        if (pod.get("spec") or {}).get("nodeName")
+        and ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") != pod_group
+    )
+    return max(1, min_member - running_before)
+
+
 def unschedulable_message(pods: Iterable[Mapping[str, Any]]) -> str | None:
     """kube-scheduler's latest word on why a pod of the gang does not fit, or None."""
     for pod in pods:
@@ -109,10 +123,11 @@ class Delegation:
                 continue
             if self.work.busy(key) or self.work.backing_off(key):
                 continue
+            size = pod_group_size(view.min_member, view.active, name)
             group = self.store.groups.get((WAS_GROUP, view.namespace, name))
-            if group is not None and (not is_quorums(group) or min_count(group) == view.min_member):
+            if group is not None and (not is_quorums(group) or min_count(group) == size):
                 continue
-            self.work.start(key, "delegate", self.make(view, name, version, view.min_member))
+            self.work.start(key, "delegate", self.make(view, name, version, size))
 
     async def make(self, view: GangView, name: str, version: str, size: int) -> None:
         gang = await self.records.ensure_gang(view)

@@ -52,6 +52,7 @@ from quorum.core.workloads import (
     topology_of,
 )
 from quorum.k8s.convert import newer_or_same, pod_from_api
+from quorum.k8s.writes import pinned_node
 
 TOPOLOGY_ANNOTATION = "quorum.dev/topology-key"
 JSON = dict[str, Any]
@@ -438,6 +439,16 @@ class GangView:
             for p in self.active
         )
         return name if named else None
+
+    def kube_scheduler_places(self, pod: JSON, placement: Placer) -> bool:
+        """Whether kube-scheduler, not quorum, places this pod of the gang (quorum recovers none
+        such): it names the PodGroup quorum makes for the gang, or, under placement
+        kube-scheduler, it is a Workload Aware Scheduling pod that quorum never held nor
+        released (no gate, no release's pin)."""
+        spec = pod.get("spec") or {}
+        if self.marker.source is not GangSource.WORKLOAD_POD_GROUP:
+            return (spec.get("schedulingGroup") or {}).get("podGroupName") == delegated_pod_group(self.marker)
+        return placement is Placer.KUBE_SCHEDULER and not self.is_gated(pod) and pinned_node(spec) is None
 
     def kube_scheduler_group(self, placement: Placer) -> str | None:
         """The PodGroup kube-scheduler places this gang by, or None where quorum places it: a

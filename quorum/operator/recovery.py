@@ -13,8 +13,10 @@ rest is recovered by owner kind as above, once per decision, recorded in `status
 with reason `MemberLost` (no failure counted, no backoff), a `Restarted` condition and a
 `GangRestarted` warning Event.
 
-A gang kube-scheduler places (placement kube-scheduler, `quorum.operator.delegation`) is neither
-recovered nor restarted: quorum deletes nothing of a gang it did not place.
+Under placement kube-scheduler (`quorum.operator.delegation`) a gang admitted so has no decision
+of quorum's, so nothing here acts on it; of a gang quorum placed before the switch, only the pods
+quorum released are recovered or restarted, never one kube-scheduler places
+(`GangView.kube_scheduler_places`).
 """
 
 from __future__ import annotations
@@ -207,11 +209,6 @@ class Recoverer:
             and not recovery.suspended_jobs
         ):
             return None  # a person released the gang by hand after quorum's decision: theirs now
-        if view.kube_scheduler_group(self.placement) is not None and not recovery.suspended_jobs:
-            # kube-scheduler places it (placement kube-scheduler, docs/placement.md): its Permit
-            # binds the gang whole or not at all, and quorum deletes, evicts or suspends nothing
-            # of a gang it did not place (a decision recorded before the switch included).
-            return None
         if growing(view.min_member, gang, view.bound_and_unbound[0]):
             # Its group's minCount grew: the new size is planned first, never a loss; a pod
             # released before and never bound is still made again (or reported), as below.
@@ -271,7 +268,7 @@ class Recoverer:
             return False
         if self.records.since_decision(view.key, record.attempt) <= view.schedule_timeout:
             return False
-        return any(p["metadata"]["uid"] not in self.stuck for p in view.bound_and_unbound[1])
+        return any(p["metadata"]["uid"] not in self.stuck for p in self.bound_and_unbound(view)[1])
 
     def start_due(
         self,
@@ -386,13 +383,21 @@ class Recoverer:
         by_quorum = record.preempted is not None and record.preempted.under(record.admission)
         bound = seen[1] if seen is not None and seen[0] == attempt else {}
         return member_loss(
-            members_of(view, bound), min_member=view.min_member, was_whole=was_whole, preempted=by_quorum
+            members_of(view, bound, self.placement),
+            min_member=view.min_member,
+            was_whole=was_whole,
+            preempted=by_quorum,
         )
 
-    @staticmethod
-    def bound_and_unbound(view: GangView) -> tuple[int, list[JSON]]:
+    def bound_and_unbound(self, view: GangView) -> tuple[int, list[JSON]]:
+        """Bound pods; released pods not bound yet, but those kube-scheduler places (a gang's
+        pods admitted under placement kube-scheduler: never quorum's to recover)."""
         bound, unbound = view.bound_and_unbound  # computed once per view
-        return bound, list(unbound)
+        return bound, [p for p in unbound if not view.kube_scheduler_places(p, self.placement)]
+
+    def quorums(self, view: GangView, pods: Iterable[JSON]) -> list[JSON]:
+        """The pods quorum may recover: not those kube-scheduler places."""
+        return [p for p in pods if not view.kube_scheduler_places(p, self.placement)]
 
     async def check(self, view: GangView, gang: JSON, now: float) -> None:
         """Do what `due` says (it is asked again: the gang may have moved on meanwhile)."""
@@ -438,7 +443,7 @@ class Recoverer:
         """A partially placed gang (or, `composite`, a gang whose CompositePodGroup is): all its
         pods recovered by owner kind, then a backoff."""
         metrics.PARTIAL_PLACEMENTS.inc()
-        plan, pods, jobs = await self.plan(view, view.active)
+        plan, pods, jobs = await self.plan(view, self.quorums(view, view.active))
         failures = recovery.failures + 1
         delay = self.backoff.delay(failures)
         names = ", ".join(sorted(p["metadata"]["name"] for p in unbound)[:5])
@@ -670,7 +675,7 @@ class Recoverer:
     ) -> None:
         """RestartGang: the members that still hold their place are recovered by owner kind, so
         that the gang is admitted again whole; once per decision, recorded, told."""
-        held = [p for p in view.active if not view.is_gated(p)]
+        held = self.quorums(view, [p for p in view.active if not view.is_gated(p)])
         owners = [(p["metadata"]["name"], controller_of(p)) for p in held]
         _, _, already = await self.read_jobs(view.namespace, owners)
         if already:  # someone else suspended its Job: every pod of it goes, the gang re-forms whole
@@ -761,10 +766,13 @@ class Recoverer:
         await self.records.patch_recovery(key, {}, recovery, dropped)
 
 
-def members_of(view: GangView, bound: dict[str, tuple[str, str]]) -> list[Member]:
+def members_of(
+    view: GangView, bound: dict[str, tuple[str, str]], placement: Placer = Placer.QUORUM
+) -> list[Member]:
     """The gang's members as the member-loss rule sees them. `bound`: the pods bound when this
     process last saw the gang whole (uid -> (name, node)); those now gone are lost members, and
-    then pods that failed or went before that are not counted as lost."""
+    then pods that failed or went before that are not counted as lost. A pod kube-scheduler has
+    yet to place (placement kube-scheduler) waits as a gated one does."""
     members = []
     for pod in view.pods:
         meta, spec = pod["metadata"], pod.get("spec") or {}
@@ -775,7 +783,7 @@ def members_of(view: GangView, bound: dict[str, tuple[str, str]]) -> list[Member
             state = MemberState.FAILED
         elif meta.get("deletionTimestamp"):
             state = MemberState.DELETED
-        elif view.is_gated(pod):
+        elif view.is_gated(pod) or (not spec.get("nodeName") and view.kube_scheduler_places(pod, placement)):
             state = MemberState.GATED
         else:
             state = MemberState.HELD

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from quorum.core.gangs import GangSource, Placer, delegated_pod_group, gang_markers
 from quorum.core.workloads import WAS_GROUP
 from quorum.operator import clock
-from quorum.operator.delegation import kube_scheduler_hold, unschedulable_message
+from quorum.operator.delegation import kube_scheduler_hold, pod_group_size, unschedulable_message
 from quorum.operator.gangs import Store
 from quorum.operator.loop import GangLoop
 from quorum.webhooks.patch import AddSchedulingGate, SetLabel, SetSchedulingGroup, apply_patch, build_patch
@@ -192,30 +192,49 @@ async def test_a_pod_group_that_is_not_quorums_is_left_alone_and_the_gang_says_s
     assert admitted["reason"] == "PodGroupNotQuorums"
 
 
-async def test_a_gang_kube_scheduler_places_loses_a_member_and_quorum_deletes_nothing() -> None:
-    """RestartGang, a gang that quorum placed before the switch to placement kube-scheduler (its
-    decision on record): a member is lost and its replacement names the gang's PodGroup, so
-    kube-scheduler places it. quorum neither restarts the gang nor deletes the replacement it
-    did not place, however long it stays unbound."""
+async def switched_with_a_replacement(policy: str | None) -> tuple[Store, Any, FakeApi, GangLoop]:
+    """A gang of four quorum placed before the switch to placement kube-scheduler (its decision
+    on record); then a member is lost, and its replacement names the gang's PodGroup."""
+    store, bound, api = gang_of_four(policy)
+    loop = GangLoop(api, store, bound, settings(placement=Placer.KUBE_SCHEDULER))
+    await running_whole(loop, store, bound, api)
+    assert store.gangs[(NS, "pg-a")]["status"]["admission"]["attempt"] == 1
+    lose(store, bound, "a-1")
+    replacement = pod("a", 4, owner=REPLICA_SET)
+    replacement["spec"]["schedulingGates"] = []
+    replacement["spec"]["schedulingGroup"] = {"podGroupName": "pg-a"}
+    store.pods["a-4"] = replacement
+    return store, bound, api, loop
+
+
+async def test_a_replacement_kube_scheduler_places_is_never_deleted_however_long_it_waits() -> None:
     with clock.using(clock.ManualClock()) as now:
-        store, bound, api = gang_of_four("RestartGang")
-        loop = GangLoop(api, store, bound, settings(placement=Placer.KUBE_SCHEDULER))
-        await running_whole(loop, store, bound, api)
-        assert store.gangs[(NS, "pg-a")]["status"]["admission"]["attempt"] == 1
-        lose(store, bound, "a-1")
-        replacement = pod("a", 4, owner=REPLICA_SET)
-        replacement["spec"]["schedulingGates"] = []
-        replacement["spec"]["schedulingGroup"] = {"podGroupName": "pg-a"}
-        store.pods["a-4"] = replacement
+        store, _, api, loop = await switched_with_a_replacement(None)
         await step(loop)
-        # Looked at: the operator made the PodGroup the replacement names.
-        assert store.groups[(WAS_GROUP, NS, "pg-a")]["spec"]["schedulingPolicy"] == {"gang": {"minCount": 4}}
+        # Looked at: the operator made the PodGroup the replacement names, of minCount 1: the
+        # three members quorum placed run, and kube-scheduler counts only pods that name it.
+        assert store.groups[(WAS_GROUP, NS, "pg-a")]["spec"]["schedulingPolicy"] == {"gang": {"minCount": 1}}
         now.advance(3600)  # far past the gang's scheduleTimeoutSeconds
         await step(loop)
         await step(loop)
         assert not api.called("delete_pod") and not api.called("set_job_suspend")
-        assert "GangRestarted" not in api.reasons("pg-a")
-        admitted = next(
-            c for c in store.gangs[(NS, "pg-a")]["status"]["conditions"] if c["type"] == "Admitted"
-        )
-        assert (admitted["status"], admitted["reason"]) == ("False", "WaitingForKubeScheduler")
+        assert "StuckPodReplaced" not in api.reasons("pg-a")
+
+
+async def test_restart_gang_restarts_the_members_quorum_placed_and_leaves_kube_schedulers() -> None:
+    store, _, api, loop = await switched_with_a_replacement("RestartGang")
+    await step(loop)
+    deleted = sorted(args[0]["metadata"]["name"] for args in api.called("delete_pod"))
+    assert deleted == ["a-0", "a-2", "a-3"], "the members quorum placed, recorded and told"
+    assert store.gangs[(NS, "pg-a")]["status"]["recovery"]["reason"] == "MemberLost"
+    assert "GangRestarted" in api.reasons("pg-a")
+
+
+def test_a_pod_group_counts_the_members_quorum_placed_before_the_switch() -> None:
+    named = {"spec": {"schedulingGroup": {"podGroupName": "pg-a"}}}
+    before = {"spec": {"nodeName": "n0"}}
+    assert pod_group_size(4, [named] * 4, "pg-a") == 4, "admitted under this placement: its minMember"
+    assert pod_group_size(4, [before] * 3 + [named], "pg-a") == 1
+    assert pod_group_size(4, [before] * 2 + [named] * 2, "pg-a") == 2
+    assert pod_group_size(2, [before] * 5, "pg-a") == 1, "never below 1"
+    assert pod_group_size(4, [{"spec": {"nodeName": "n0", **named["spec"]}}] * 2 + [named] * 2, "pg-a") == 4

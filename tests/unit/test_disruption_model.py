@@ -7,7 +7,9 @@ recovery and preemption both delete pods and suspend Jobs). Its rules interleave
 and finishing, nodes cordoned, filled by foreign pods or failing, member evictions, preemption
 (gangs of higher priority), leader failover after any write (a new leader relists and resumes
 while the old one's tasks are cut off wherever they were), each watch delivered late and on its
-own, write failures, and time passing.
+own, write failures, and time passing; and the platform's switch to placement kube-scheduler
+(docs/placement.md) as a failover to a leader with that setting, after which new pods name their
+gang's PodGroup instead of the gate and a fake kube-scheduler places each PodGroup whole.
 
 The rule it holds (docs/lifecycle.md, "When quorum removes a pod"), checked by the fake
 apiserver at the moment of every delete (a preemption's victims too) and Job suspension, against what the
@@ -22,7 +24,9 @@ apiserver holds then:
   preemption is named by a preemption recorded on its preemptor's Gang and marked
   `DisruptionTarget` (reason `PreemptionByQuorum`) before it is deleted;
 - quorum never promises the same room twice: it releases no pod onto a node whose bound and
-  released gang pods leave no room for it.
+  released gang pods leave no room for it;
+- quorum deletes no pod that kube-scheduler places (one naming its gang's PodGroup) for a
+  recovery: that gang is kube-scheduler's.
 
 And after a quiet spell (faults healed, watches caught up, a few passes): every act above is
 followed by an Event that names it, and no gang stays released but short of minMember bound
@@ -39,7 +43,7 @@ import concurrent.futures
 import copy
 import os
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -48,6 +52,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from quorum.core.gangs import Placer
 from quorum.core.lifecycle import BackoffPolicy
 from quorum.k8s.api import KubeApi
 from quorum.k8s.convert import timestamp
@@ -84,6 +89,7 @@ WRITES = (
     "mark_disruption_target",
     "clear_disruption_target",
     "taint_node",
+    "ensure_pod_group",
 )
 TOLD = {  # the Events that name each kind of act, and whether they must come after it
     "delete": ({"PartiallyPlaced", "GangRestarted", "StuckPodReplaced"}, True),
@@ -157,6 +163,7 @@ class AuditedApi(FakeApi):
         self.min_at_read: dict[str, int] = {}
         self.deleted_bound: dict[tuple[str, int], set[str]] = {}  # (gang, attempt) -> bound pods deleted
         self.lost: set[str] = set()  # gangs a running member of which someone else took
+        self.delegated = False  # the platform switched to placement kube-scheduler
         self.skip = set(os.environ.get("QUORUM_MODEL_SKIP", "").split(","))  # checks left out, to explore
 
     def tick(self) -> int:
@@ -255,6 +262,8 @@ class AuditedApi(FakeApi):
             or meta.get("resourceVersion") != current["metadata"]["resourceVersion"]
         ):
             return  # refused: gone, or changed since quorum read it
+        if placed_by_kube_scheduler(current, self.delegated, self.pinned):
+            self.violate(f"deleted pod {meta['name']} of {gang}, which kube-scheduler places", "delegated")
         status = self.gang_object(gang)
         admission = status.get("admission") or {}
         attempt = int(admission.get("attempt") or 0)
@@ -470,6 +479,19 @@ class AuditedApi(FakeApi):
         self.event_log.append((self.tick(), obj["metadata"]["name"], reason))
 
 
+def placed_by_kube_scheduler(p: JSON, delegated: bool, released: Collection[str]) -> bool:
+    """A pod admitted under placement kube-scheduler (`delegated`: the platform switched): a seed
+    gang's that names its gang's PodGroup, or a Kubernetes PodGroup's never held at quorum's gate
+    (not gated, never released by quorum: not in `released`)."""
+    group = ((p.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+    label = (p["metadata"].get("labels") or {}).get(GANG_LABEL)
+    if group is None:
+        return False
+    if group == label:
+        return True
+    return delegated and not _gated(p) and p["metadata"]["uid"] not in released
+
+
 def controller_uid(p: JSON) -> str | None:
     return next((o["uid"] for o in p["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
 
@@ -482,8 +504,9 @@ def _gated(p: JSON) -> bool:
     return any(g.get("name") == "quorum.dev/gang" for g in p["spec"].get("schedulingGates") or [])
 
 
-def loop_settings() -> LoopSettings:
+def loop_settings(placement: Placer = Placer.QUORUM) -> LoopSettings:
     return LoopSettings(
+        placement=placement,
         forming_grace_seconds=0.0,
         status_interval_seconds=0.0,
         gang_timeout_seconds=30.0,
@@ -532,6 +555,7 @@ class DisruptionMachine(RuleBasedStateMachine):
         self.api.server = server
         store, bound = self.api.relist()
         self.session = LeaderApi(self.api)
+        self.placement = Placer.QUORUM  # the platform's setting: what the webhook and a new leader use
         self.loop = GangLoop(cast(KubeApi, self.session), store, bound, loop_settings())
         self.loop.resume()
         self.deposed: list[GangLoop] = []  # leaders that lost the Lease and have not noticed yet
@@ -604,8 +628,8 @@ class DisruptionMachine(RuleBasedStateMachine):
         """A 1.37 CompositePodGroup of two gangs (a launcher and its workers, each a ReplicaSet
         of Kubernetes PodGroup pods), admitted whole and recovered whole."""
         live = [g for g in self.model.gangs.values() if not g.finished]
-        if len(live) >= 3 or self.model.created >= 6:
-            return
+        if len(live) >= 3 or self.model.created >= 6 or self.placement is Placer.KUBE_SCHEDULER:
+            return  # (kube-scheduler's composite cycle is not modelled)
         composite = f"c{self.model.created}"
         self.model.created += 1
         body = {
@@ -643,6 +667,9 @@ class DisruptionMachine(RuleBasedStateMachine):
         if spec.composite:
             p["metadata"]["labels"] = {GANG_LABEL: spec.gang}
             p["spec"]["schedulingGroup"] = {"podGroupName": spec.name}
+        if self.placement is Placer.KUBE_SCHEDULER:  # the webhook names the PodGroup, no gate
+            p["spec"]["schedulingGates"] = []
+            p["spec"].setdefault("schedulingGroup", {"podGroupName": spec.gang})
         spec.made += 1
         self.api.server.pods[p["metadata"]["uid"]] = p
         self.api.changed("pods", p["metadata"]["uid"], p)
@@ -786,6 +813,62 @@ class DisruptionMachine(RuleBasedStateMachine):
             self.api.bound_at[uid] = self.api.tick()
             self.api.changed("pods", uid, bound)
 
+    @rule()
+    def kube_scheduler_places_pod_groups(self) -> None:
+        """kube-scheduler's gang cycle: the unbound pods that name a PodGroup are bound together,
+        first fit, once the pods naming it reach its minCount and all of them fit; else none."""
+        by_group: dict[str, list[JSON]] = {}
+        for _, p in sorted(self.api.server.pods.items()):
+            group = ((p["spec"].get("schedulingGroup") or {}).get("podGroupName")) if not _gated(p) else None
+            if group is not None and p["status"].get("phase") not in ("Succeeded", "Failed"):
+                by_group.setdefault(group, []).append(p)
+        for group, pods in by_group.items():
+            obj = self.api.server.groups.get((WAS, NS, group))
+            unbound = [
+                p
+                for p in pods
+                if not p["spec"].get("nodeName") and p["metadata"]["uid"] not in self.api.pinned
+            ]
+            if obj is None or not unbound:
+                continue
+            if len(pods) < int(obj["spec"]["schedulingPolicy"]["gang"]["minCount"]):
+                continue
+            free = {
+                name: GPUS - self.used(name)
+                for name, n in sorted(self.api.server.nodes.items())
+                if not n["spec"].get("unschedulable")
+                and not any(t.get("key") == RESERVED_TAINT for t in n["spec"].get("taints") or [])
+            }
+            placement: list[tuple[JSON, str]] = []
+            for p in unbound:
+                target = next((name for name, left in free.items() if left >= gpus(p)), None)
+                if target is None:
+                    break
+                free[target] -= gpus(p)
+                placement.append((p, target))
+            if len(placement) < len(unbound):
+                continue
+            event("kube-scheduler placed a PodGroup")
+            for p, target in placement:
+                uid = p["metadata"]["uid"]
+                bound = copy.deepcopy(p)
+                bound["spec"]["nodeName"] = target
+                bound["status"] = {"phase": "Running"}
+                self.api.server.pods[uid] = bound
+                self.api.bound_at[uid] = self.api.tick()
+                self.api.changed("pods", uid, bound)
+
+    @rule()
+    def the_platform_moves_to_kube_scheduler_placement(self) -> None:
+        """The operator's Deployment is rolled out with placement kube-scheduler (a new leader,
+        with what its watches had), and the webhook admits new pods so from now on."""
+        if self.placement is Placer.KUBE_SCHEDULER:
+            return
+        self.placement = Placer.KUBE_SCHEDULER
+        self.api.delegated = True
+        event("the platform moved to placement kube-scheduler")
+        self.the_leader_fails_over(frozenset(), lingers=True)
+
     def used(self, node_name: str) -> int:
         return sum(
             gpus(p)
@@ -848,7 +931,7 @@ class DisruptionMachine(RuleBasedStateMachine):
     def tasks_run_to_the_end(self) -> None:
         self.run(settle(self.loop))
 
-    @rule(kind=st.sampled_from(["pods", "gangs", "nodes"]), n=st.integers(1, 6))
+    @rule(kind=st.sampled_from(["pods", "gangs", "nodes", "groups"]), n=st.integers(1, 6))
     def a_watch_delivers(self, kind: str, n: int) -> None:
         self.api.deliver(kind, n)
 
@@ -880,7 +963,7 @@ class DisruptionMachine(RuleBasedStateMachine):
         store, bound = self.api.standby(relisted)
         self.led_since = self.clock.time()
         self.session = LeaderApi(self.api)
-        self.loop = GangLoop(cast(KubeApi, self.session), store, bound, loop_settings())
+        self.loop = GangLoop(cast(KubeApi, self.session), store, bound, loop_settings(self.placement))
         for _ in range(100):  # as its run() does: it lists afresh until a list gets through
             try:
                 self.run(self.loop.take_over())
@@ -935,6 +1018,7 @@ class DisruptionMachine(RuleBasedStateMachine):
             self.run(self.loop.step())
             self.run(settle(self.loop))
             self.kube_scheduler_binds()
+            self.kube_scheduler_places_pod_groups()
             self.controllers_act()
             self.clock.advance(WAS_TIMEOUT if composites and i == 3 else 5)
         self.api.deliver_all()
@@ -971,7 +1055,13 @@ class DisruptionMachine(RuleBasedStateMachine):
             gang = spec.gang
             pods = self.api.gang_pods(gang)
             bound = sum(1 for p in pods if p["spec"].get("nodeName"))
-            stuck = [p for p in pods if not _gated(p) and not p["spec"].get("nodeName")]
+            stuck = [
+                p
+                for p in pods
+                if not _gated(p)
+                and not p["spec"].get("nodeName")
+                and not placed_by_kube_scheduler(p, self.api.delegated, self.api.pinned)
+            ]
             admission = self.api.gang_object(gang).get("admission") or {}
             decided = timestamp(admission.get("time"))
             # A leader that took over since counts the timeout from its own first sight of the
