@@ -72,9 +72,11 @@ def kube_scheduler_hold(
     pod_group: str,
     group: Mapping[str, Any] | None,
     unschedulable: str | None,
+    served: bool = True,
 ) -> Hold | None:
     """Why a gang kube-scheduler places is not running whole yet, or None where at least
-    minMember of its pods are bound. `group`: the PodGroup it names, as the watch shows it."""
+    minMember of its pods are bound. `group`: the PodGroup it names, as the watch shows it;
+    `served`: the cluster serves a PodGroup version kube-scheduler places by."""
     if counts["bound"] >= min_member:
         return None
     gang = Gang(*key, min_member, ())
@@ -83,6 +85,15 @@ def kube_scheduler_hold(
             gang,
             "WaitingForMembers",
             f"{counts['members']} of {min_member} members exist (minMember {min_member})",
+        )
+    if not served:
+        return Hold(
+            gang,
+            "PodGroupNotServed",
+            f"its pods name PodGroup {pod_group} (placement kube-scheduler), but this cluster serves no "
+            f"scheduling.k8s.io/v1beta1 PodGroup for quorum to make: serve it (Kubernetes 1.37+, "
+            f"--runtime-config=scheduling.k8s.io/v1beta1=true, feature gate GenericWorkload) or install "
+            f"quorum with placement quorum",
         )
     if group is not None and not is_quorums(group) and min_count(group) != min_member:
         return Hold(
@@ -150,7 +161,13 @@ class Delegation:
                 continue
             group = self.store.groups.get((WAS_GROUP, view.namespace, name))
             hold = kube_scheduler_hold(
-                key, view.min_member, view.counts(), name, group, unschedulable_message(view.active)
+                key,
+                view.min_member,
+                view.counts(),
+                name,
+                group,
+                unschedulable_message(view.active),
+                served=self.store.pod_group_version not in (None, "v1alpha2"),
             )
             if hold is not None:
                 found[key] = hold

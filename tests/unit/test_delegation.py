@@ -108,6 +108,8 @@ def test_why_a_gang_kube_scheduler_places_waits() -> None:
         and waiting.reason == "WaitingForKubeScheduler"
         and "quorum is making it" in waiting.message
     )
+    unserved = kube_scheduler_hold(key, 3, counts(3, 0), "lbl-a", None, None, served=False)
+    assert unserved is not None and unserved.reason == "PodGroupNotServed" and "v1beta1" in unserved.message
     theirs = {"metadata": {}, "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}}
     other = kube_scheduler_hold(key, 3, counts(3, 0), "lbl-a", theirs, None)
     assert other is not None and other.reason == "PodGroupNotQuorums" and "Delete it" in other.message
