@@ -3,8 +3,9 @@ cycle places each gang, as the Kubernetes PodGroup its pods name, and quorum kee
 
 - **The PodGroup.** A gang of another dialect (a scheduler-plugins PodGroup, a label gang, a
   Kueue or Volcano group) has its pods named to the PodGroup `<gang name>` at admission; this
-  module makes that PodGroup (gang policy, minCount the gang's minMember, labelled as quorum's,
-  owned by the gang's Gang) and keeps its minCount at the gang's size. kube-scheduler holds the
+  module makes that PodGroup (gang policy, minCount the gang's minMember, less the members quorum
+  placed before a switch; labelled as quorum's, owned by the gang's Gang) and keeps its minCount
+  in step. kube-scheduler holds the
   pods until it exists. A PodGroup of that name that is not quorum's is left alone, and the gang
   says so. A Workload Aware Scheduling gang names its own PodGroup: nothing to make.
 - **Why it waits.** A gang kube-scheduler has not bound whole is held, in the Gang's
@@ -73,10 +74,12 @@ def kube_scheduler_hold(
     group: Mapping[str, Any] | None,
     unschedulable: str | None,
     served: bool = True,
+    makes: bool = True,
 ) -> Hold | None:
     """Why a gang kube-scheduler places is not running whole yet, or None where at least
-    minMember of its pods are bound. `group`: the PodGroup it names, as the watch shows it;
-    `served`: the cluster serves a PodGroup version kube-scheduler places by."""
+    minMember of its pods are bound. `makes`: quorum makes its PodGroup (a gang of another
+    dialect; a WAS gang names its own); `group`: that PodGroup as the watch shows it (None: not
+    there yet); `served`: the cluster serves a PodGroup version kube-scheduler places by."""
     if counts["bound"] >= min_member:
         return None
     gang = Gang(*key, min_member, ())
@@ -95,7 +98,7 @@ def kube_scheduler_hold(
             f"--runtime-config=scheduling.k8s.io/v1beta1=true, feature gate GenericWorkload) or install "
             f"quorum with placement quorum",
         )
-    if group is not None and not is_quorums(group) and min_count(group) != min_member:
+    if makes and group is not None and not is_quorums(group) and min_count(group) != min_member:
         return Hold(
             gang,
             "PodGroupNotQuorums",
@@ -105,7 +108,7 @@ def kube_scheduler_hold(
         )
     if unschedulable is not None:
         return Hold(gang, "Unschedulable", f"kube-scheduler: {unschedulable}")
-    made = "" if group is not None else "; quorum is making it"
+    made = "; quorum is making it" if makes and group is None else ""
     return Hold(
         gang,
         WAITING,
@@ -168,6 +171,7 @@ class Delegation:
                 group,
                 unschedulable_message(view.active),
                 served=self.store.pod_group_version not in (None, "v1alpha2"),
+                makes=view.delegated_to is not None,
             )
             if hold is not None:
                 found[key] = hold
