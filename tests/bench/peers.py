@@ -178,7 +178,17 @@ def scenarios(quick: bool) -> dict[str, Scenario]:
             "bound",
             modes=(*PEER_MODES, "was", "delegated"),
         ),
-        "contention": Scenario("contention", 100 // k, 8, mixed_gangs(1200 // k), True, 20, 900, "finished"),
+        "contention": Scenario(
+            "contention",
+            100 // k,
+            8,
+            mixed_gangs(1200 // k),
+            True,
+            20,
+            900,
+            "finished",
+            modes=(*PEER_MODES, "delegated"),
+        ),
         "contention-dra": Scenario(
             "contention-dra",
             100 // k,
@@ -193,7 +203,16 @@ def scenarios(quick: bool) -> dict[str, Scenario]:
             kubernetes=DRA_KUBERNETES,
         ),
         "large-gang": Scenario(
-            "large-gang", 100 // k, 8, uniform_gangs(1, 512 // k), False, 3600, 300, "bound", 200 // k
+            "large-gang",
+            100 // k,
+            8,
+            uniform_gangs(1, 512 // k),
+            False,
+            3600,
+            300,
+            "bound",
+            200 // k,
+            modes=(*PEER_MODES, "delegated"),
         ),
         "together-dra": Scenario(
             "together-dra",
