@@ -11,6 +11,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from devcluster.cluster import Instance
+from quorum.core.gangs import PLACED_BY_LABEL, PLACED_BY_SLURM
 from quorum.k8s import writes
 from quorum.k8s.api import LiveApi
 from quorum.k8s.writes import Superseded
@@ -21,6 +22,9 @@ from tests.kube import api_client
 pytestmark = pytest.mark.cluster
 
 DISRUPTION = {"reason": "PartiallyPlaced", "attempt": 1, "time": "2026-11-28T00:00:00Z", "message": "m"}
+# Gangs the running quorum-operator does not watch (it leaves Slurm's to quorum-sunk-scheduler):
+# it would otherwise finish the disruption recorded here on a Gang without pods, mid-test.
+UNWATCHED = {PLACED_BY_LABEL: PLACED_BY_SLURM}
 
 
 async def test_a_record_is_written_only_while_the_gang_holds_its_decision(
@@ -29,7 +33,12 @@ async def test_a_record_is_written_only_while_the_gang_holds_its_decision(
     operator = await api_client(cluster.kubeconfig("quorum-operator"))
     async with operator:
         await writes.create_gang(
-            operator, namespace, "pg-a", {"minMember": 1, "source": {"kind": "Labels", "name": "a"}}, None
+            operator,
+            namespace,
+            "pg-a",
+            {"minMember": 1, "source": {"kind": "Labels", "name": "a"}},
+            None,
+            UNWATCHED,
         )
         assert await writes.patch_gang_status(operator, namespace, "pg-a", {"admission": {"attempt": 1}})
         expect = {"admission/attempt": 1, "disruption": None}
@@ -58,7 +67,12 @@ async def test_a_record_is_written_only_while_the_gang_holds_its_decision(
         assert gang is not None and gang["status"]["disruption"]["attempt"] == 1
 
         await writes.create_gang(
-            operator, namespace, "pg-b", {"minMember": 1, "source": {"kind": "Labels", "name": "a"}}, None
+            operator,
+            namespace,
+            "pg-b",
+            {"minMember": 1, "source": {"kind": "Labels", "name": "a"}},
+            None,
+            UNWATCHED,
         )
         records = GangRecords(LiveApi(operator), Store())
         assert await records.record_if(

@@ -24,7 +24,8 @@ apiserver holds then:
   preemption is named by a preemption recorded on its preemptor's Gang and marked
   `DisruptionTarget` (reason `PreemptionByQuorum`) before it is deleted;
 - quorum never promises the same room twice: it releases no pod onto a node whose bound and
-  released gang pods leave no room for it;
+  released gang pods leave no room for it (those kube-scheduler placed count as another
+  scheduler's pods do: quorum may not have seen them yet);
 - quorum deletes no pod that kube-scheduler places (one naming its gang's PodGroup) for a
   recovery: that gang is kube-scheduler's.
 
@@ -389,6 +390,8 @@ class AuditedApi(FakeApi):
                 return False
             if GANG_LABEL not in (p["metadata"].get("labels") or {}):
                 return False
+            if placed_by_kube_scheduler(p, self.delegated, self.pinned):
+                return False  # kube-scheduler's, as a foreign pod: quorum may not know of it yet
             if p["spec"].get("nodeName"):
                 return bool(p["spec"]["nodeName"] == node_name)
             return not _gated(p) and self.pinned.get(uid) == node_name
