@@ -44,6 +44,10 @@ CONDITION_TYPES = (
 # Hold reasons that mean "no room for the whole gang now": Unschedulable=True, and the
 # starvation guard's clock runs. SlurmResources: Slurm holds a gang it places for lack of nodes.
 NO_ROOM = ("Unschedulable", "BudgetExhausted", "SlurmResources")
+# A gang kube-scheduler places (placement kube-scheduler) that it has not bound whole yet: its
+# normal path, as a release is the gate's, so it is told by the status alone, no Event, and not
+# written at all if kube-scheduler binds it within the forming grace.
+WAITING_FOR_KUBE_SCHEDULER = "WaitingForKubeScheduler"
 
 
 @dataclass(frozen=True)

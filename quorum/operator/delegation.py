@@ -3,15 +3,16 @@ cycle places each gang, as the Kubernetes PodGroup its pods name, and quorum kee
 
 - **The PodGroup.** A gang of another dialect (a scheduler-plugins PodGroup, a label gang, a
   Kueue or Volcano group) has its pods named to the PodGroup `<gang name>` at admission; this
-  module makes that PodGroup (gang policy, minCount the gang's minMember, less the members quorum
-  placed before a switch; labelled as quorum's, owned by the gang's Gang) and keeps its minCount
-  in step. kube-scheduler holds the
-  pods until it exists. A PodGroup of that name that is not quorum's is left alone, and the gang
-  says so. A Workload Aware Scheduling gang names its own PodGroup: nothing to make.
+  module makes that PodGroup once the gang has its members (gang policy, minCount the gang's
+  minMember, less the members quorum placed before a switch; labelled as quorum's, owned by the
+  gang's group object, or by its Gang where it has none) and keeps its minCount in step.
+  kube-scheduler holds the pods until it exists. A PodGroup of that name that is not quorum's
+  is left alone, and the gang says so. A Workload Aware Scheduling gang names its own.
 - **Why it waits.** A gang kube-scheduler has not bound whole is held, in the Gang's
-  conditions, with kube-scheduler's own words (a pod's `PodScheduled` condition).
-- quorum plans none of these gangs, records no decision for them, and so neither recovers nor
-  preempts for them: kube-scheduler's Permit binds a gang whole or not at all.
+  conditions, with kube-scheduler's own words (a pod's `PodScheduled` condition); one it binds
+  within the forming grace is written once, admitted.
+- quorum plans none of these gangs and records no decision for them; its recovery never takes a
+  pod kube-scheduler places (`quorum.operator.recovery`), and its preemption is not for them.
 """
 
 from __future__ import annotations
@@ -19,18 +20,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from quorum.core.conditions import WAITING_FOR_KUBE_SCHEDULER
 from quorum.core.gangs import Placer
 from quorum.core.model import Gang
 from quorum.core.planner import Hold
 from quorum.core.workloads import WAS_GROUP
 from quorum.k8s.api import KubeApi
+from quorum.k8s.convert import gang_record
 from quorum.k8s.writes import GANG_GROUP, GANG_VERSION, is_quorums
 from quorum.operator.gangs import GangView, Store
 from quorum.operator.status import GangRecords
 from quorum.operator.work import GangWork
 
 GangKey = tuple[str, str]
-WAITING = "WaitingForKubeScheduler"
 
 
 def min_count(group: Mapping[str, Any]) -> object:
@@ -111,7 +113,7 @@ def kube_scheduler_hold(
     made = "; quorum is making it" if makes and group is None else ""
     return Hold(
         gang,
-        WAITING,
+        WAITING_FOR_KUBE_SCHEDULER,
         f"kube-scheduler places it whole as PodGroup {pod_group} (placement kube-scheduler){made}: "
         f"{counts['bound']} of {counts['members']} pods bound (minMember {min_member})",
     )
@@ -138,19 +140,27 @@ class Delegation:
             if self.work.busy(key) or self.work.backing_off(key):
                 continue
             size = pod_group_size(view.min_member, view.active, name)
+            if len(view.active) < size:
+                continue  # kube-scheduler would hold its pods anyway: made once the gang is whole
             group = self.store.groups.get((WAS_GROUP, view.namespace, name))
             if group is not None and (not is_quorums(group) or min_count(group) == size):
                 continue
             self.work.start(key, "delegate", self.make(view, name, version, size))
 
     async def make(self, view: GangView, name: str, version: str, size: int) -> None:
-        gang = await self.records.ensure_gang(view)
-        owner = {
-            "apiVersion": f"{GANG_GROUP}/{GANG_VERSION}",
-            "kind": "Gang",
-            "name": gang["metadata"]["name"],
-            "uid": gang["metadata"]["uid"],
-        }
+        """The PodGroup, owned by the gang's group object (as its Gang is), or by its Gang where
+        the gang has none (a label or Kueue gang): it goes with the gang."""
+        _, owner = gang_record(view.group, view.marker.group, size)
+        if owner is None:
+            gang = await self.records.ensure_gang(view)
+            owner = {
+                "apiVersion": f"{GANG_GROUP}/{GANG_VERSION}",
+                "kind": "Gang",
+                "name": gang["metadata"]["name"],
+                "uid": gang["metadata"]["uid"],
+                "blockOwnerDeletion": False,
+                "controller": False,
+            }
         made = await self.api.ensure_pod_group(view.namespace, name, version, size, owner)
         self.store.assume_group((WAS_GROUP, view.namespace, name), made)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from quorum.core.conditions import backoff_message, iso_deadline
+from quorum.core.conditions import WAITING_FOR_KUBE_SCHEDULER, backoff_message, iso_deadline
 from quorum.core.model import Gang
 from quorum.core.planner import Hold
 from quorum.core.record import Recovery
@@ -75,8 +75,9 @@ class Holds:
         return holds, plannable
 
     def forming(self, live: set[GangKey], holds: dict[GangKey, Hold], now: float) -> set[GangKey]:
-        """Gangs short of members, first seen less than the grace ago, with nothing written yet:
-        their writes wait (a pass is due when the first grace ends)."""
+        """Gangs short of members (or waiting for kube-scheduler's first placement), first seen
+        less than the grace ago, with nothing written yet: their writes wait (a pass is due when
+        the first grace ends)."""
         for key, entry in self.memory.items():
             if key not in live:
                 entry.first_seen = None  # gone (its pods): back again, a new grace
@@ -89,7 +90,7 @@ class Holds:
             key
             for key in live
             if (hold := holds.get(key)) is not None
-            and hold.reason in ("WaitingForMembers", "WaitingForClaims")
+            and hold.reason in ("WaitingForMembers", "WaitingForClaims", WAITING_FOR_KUBE_SCHEDULER)
             and key not in self.store.gangs
             and now - first_seen[key] < grace
         }

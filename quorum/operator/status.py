@@ -27,6 +27,7 @@ from typing import Any
 from quorum.core.conditions import (
     NO_ROOM,
     VOLCANO_PHASES,
+    WAITING_FOR_KUBE_SCHEDULER,
     GangState,
     GangStatus,
     compose,
@@ -346,7 +347,7 @@ class GangRecords:
         if not self.pacing.may_write(view.key, clock.monotonic()):
             return None
         events: list[tuple[str, str, bool]] = []
-        if hold is not None and entry.reason != hold.reason:
+        if hold is not None and entry.reason != hold.reason and hold.reason != WAITING_FOR_KUBE_SCHEDULER:
             events.append((hold.reason, hold.message, hold.reason in NO_ROOM))
         held = hold is not None and bool(hold.held_nodes)
         if held and hold is not None and not entry.capacity_held:

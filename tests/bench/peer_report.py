@@ -83,8 +83,10 @@ HEADERS = {
     "kueue-tas": "Kueue, topology-aware",
     "default": "kube-scheduler alone",
     "was": "kube-scheduler, Workload PodGroups",
+    "delegated": "quorum, placed by kube-scheduler",
 }
 RATIOS = ("coscheduling", "kueue", "kueue-tas", "was")  # quorum / each of these, when both ran
+OURS = ("quorum", "delegated")  # quorum's ways, each compared with the peers
 
 
 def cell(value: Any) -> str:
@@ -110,6 +112,7 @@ def markdown(data: dict[str, Any]) -> str:
         runs = {r["mode"]: r for r in scenario["runs"]}
         modes = [m for m in HEADERS if m in runs]
         peers = [p for p in RATIOS if p in runs] or ["coscheduling"]
+        ours = [o for o in OURS if o in runs] or ["quorum"]
         lines += [
             f"## {TITLES.get(name, name)}",
             "",
@@ -117,14 +120,13 @@ def markdown(data: dict[str, Any]) -> str:
             f"{scenario['pods']} pods"
             + (f", Kubernetes {scenario['kubernetes']}." if scenario.get("kubernetes") else "."),
             "",
-            "| | " + " | ".join(HEADERS[m] for m in modes) + " | " + ratio_headers(peers) + " |",
-            "|---|" + "---:|" * (len(modes) + len(peers)),
+            "| | " + " | ".join(HEADERS[m] for m in modes) + " | " + ratio_headers(ours, peers) + " |",
+            "|---|" + "---:|" * (len(modes) + len(ours) * len(peers)),
         ]
         rows = [*ROWS.get(name, []), ("finished", "all pods done within the deadline")]
         for key, label in rows:
             values = [runs[m].get(key) for m in modes]
-            ours = runs.get("quorum", {}).get(key)
-            ratios = [ratio(ours, runs.get(p, {}).get(key)) for p in peers]
+            ratios = [ratio(runs.get(o, {}).get(key), runs.get(p, {}).get(key)) for o in ours for p in peers]
             lines.append(
                 f"| {label} | " + " | ".join(cell(v) for v in values) + " | " + " | ".join(ratios) + " |"
             )
@@ -133,8 +135,8 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def ratio_headers(peers: list[str]) -> str:
-    return " | ".join(f"quorum / {HEADERS[p]}" for p in peers)
+def ratio_headers(ours: list[str], peers: list[str]) -> str:
+    return " | ".join(f"{HEADERS[o]} / {HEADERS[p]}" for o in ours for p in peers)
 
 
 def rounds_table(rounds: list[list[dict[str, Any]]]) -> list[str]:
@@ -144,19 +146,21 @@ def rounds_table(rounds: list[list[dict[str, Any]]]) -> list[str]:
         return []
     modes = [m for m in HEADERS if any(r["mode"] == m for r in rounds[0])]
     peers = [p for p in RATIOS if p in modes] or ["coscheduling"]
+    ours = [o for o in OURS if o in modes] or ["quorum"]
+    pairs = [(o, p) for o in ours for p in peers]
     lines = [
         f"{len(rounds)} rounds, the ways one after another in each: pods bound per second.",
         "",
-        "| round | " + " | ".join(HEADERS[m] for m in modes) + " | " + ratio_headers(peers) + " |",
-        "|---|" + "---:|" * (len(modes) + len(peers)),
+        "| round | " + " | ".join(HEADERS[m] for m in modes) + " | " + ratio_headers(ours, peers) + " |",
+        "|---|" + "---:|" * (len(modes) + len(pairs)),
     ]
-    ratios: dict[str, list[float]] = {p: [] for p in peers}
+    ratios: dict[tuple[str, str], list[float]] = {pair: [] for pair in pairs}
     for number, runs in enumerate(rounds, 1):
         speed = {r["mode"]: r.get("pods_bound_per_second") for r in runs}
-        within = {p: ratio(speed.get("quorum"), speed.get(p)) for p in peers}
-        for p, value in within.items():
+        within = {(o, p): ratio(speed.get(o), speed.get(p)) for o, p in pairs}
+        for pair, value in within.items():
             if value != "-":
-                ratios[p].append(float(value))
+                ratios[pair].append(float(value))
         cells = " | ".join(cell(speed.get(m)) for m in modes)
         lines.append(f"| {number} | {cells} | " + " | ".join(within.values()) + " |")
     if any(ratios.values()):

@@ -465,7 +465,7 @@ async def test_the_operator_makes_and_resizes_only_its_own_kubernetes_podgroups(
     fenced: Instance, op: client.ApiClient, api: client.ApiClient, namespace: str
 ) -> None:
     """Under placement kube-scheduler the operator may create and patch scheduling.k8s.io
-    PodGroups (RBAC); the fence leaves it only PodGroups labelled as quorum's and owned by a Gang,
+    PodGroups (RBAC); the fence leaves it only PodGroups labelled as quorum's and owned by their gang,
     and their spec: a user's PodGroup, and the labels and owners of its own, are not its to change."""
     was = await WorkloadApi.of(api)
     if was.legacy:
@@ -520,7 +520,7 @@ async def test_the_operator_makes_and_resizes_only_its_own_kubernetes_podgroups(
                 "podgroups",
                 {"metadata": {"name": "unowned"}, "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}},
             ),
-            "owned by a Gang",
+            "owned by its gang",
         ),
     ]:
         err = await refused(call)

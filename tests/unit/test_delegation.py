@@ -142,7 +142,7 @@ async def test_the_operator_makes_the_pod_group_once_and_releases_nothing() -> N
     await step(loop)
     (made,) = api.called("ensure_pod_group")
     assert made[:4] == (NS, "pg-a", "v1beta1", 3)
-    assert made[4]["kind"] == "Gang" and made[4]["name"] == "pg-a"
+    assert (made[4]["kind"], made[4]["name"]) == ("PodGroup", "a"), "owned by the gang's group, as its Gang"
     group = store.groups[(WAS_GROUP, NS, "pg-a")]
     assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 3}}
     assert not api.called("release_pod") and not api.pinned
@@ -151,6 +151,7 @@ async def test_the_operator_makes_the_pod_group_once_and_releases_nothing() -> N
     gang = store.gangs[(NS, "pg-a")]
     admitted = next(c for c in gang["status"]["conditions"] if c["type"] == "Admitted")
     assert (admitted["status"], admitted["reason"]) == ("False", "WaitingForKubeScheduler")
+    assert "WaitingForKubeScheduler" not in api.reasons("pg-a"), "its normal path: no Event"
     # kube-scheduler binds the three: the gang is admitted, and still nothing was released by quorum.
     for i, uid in enumerate(sorted(store.pods)):
         p = copy.deepcopy(store.pods[uid])
@@ -164,6 +165,27 @@ async def test_the_operator_makes_the_pod_group_once_and_releases_nothing() -> N
     assert admitted["status"] == "True"
     assert "admission" not in gang["status"], "a decision recorded for a gang quorum did not place"
     assert not api.called("release_pod") and not api.called("delete_pod")
+
+
+async def test_a_gang_kube_scheduler_binds_within_the_forming_grace_is_written_once_admitted() -> None:
+    with clock.using(clock.ManualClock()) as now:
+        store, bound = delegated_cluster(nodes=3, size=3)
+        api = FakeApi(store)
+        loop = GangLoop(
+            api, store, bound, settings(placement=Placer.KUBE_SCHEDULER, forming_grace_seconds=2.0)
+        )
+        await step(loop)
+        assert api.called("ensure_pod_group") and (NS, "pg-a") not in store.gangs, "nothing written yet"
+        for i, uid in enumerate(sorted(store.pods)):
+            p = copy.deepcopy(store.pods[uid])
+            p["spec"]["nodeName"] = f"n{i}"
+            store.pods[uid] = p
+            bound.upsert(p)
+        now.advance(1)
+        await step(loop)
+        gang = store.gangs[(NS, "pg-a")]
+        assert next(c for c in gang["status"]["conditions"] if c["type"] == "Admitted")["status"] == "True"
+        assert len(api.called("patch_gang_status")) == 1 and not api.events
 
 
 async def test_a_failed_pod_group_write_is_the_gangs_failure_and_is_made_again() -> None:
