@@ -86,15 +86,25 @@ class Holds:
                 self.memory[key].first_seen = now
         first_seen = self.first_seen
         grace = self.forming_grace
+        since: dict[GangKey, float] = {}
+        for key in live:
+            entry = self.memory[key]
+            hold = holds.get(key)
+            if hold is not None and hold.reason == WAITING_FOR_KUBE_SCHEDULER:
+                entry.placing_since = entry.placing_since or now  # whole now: kube-scheduler's turn
+                since[key] = entry.placing_since
+            else:
+                entry.placing_since = None
+                since[key] = first_seen[key]
         forming = {
             key
             for key in live
             if (hold := holds.get(key)) is not None
             and hold.reason in ("WaitingForMembers", "WaitingForClaims", WAITING_FOR_KUBE_SCHEDULER)
             and key not in self.store.gangs
-            and now - first_seen[key] < grace
+            and now - since[key] < grace
         }
-        self.next_forming_due = min((first_seen[k] + grace for k in forming), default=0.0)
+        self.next_forming_due = min((since[k] + grace for k in forming), default=0.0)
         return forming
 
     def explain(self, view: GangView, hold: Hold) -> Hold:

@@ -45,6 +45,9 @@ class GangMemory:
     polled: float | None = None  # monotonic: a suspended Job last looked at
     whole: tuple[int, dict[str, tuple[str, str]]] | None = None  # seen whole: attempt, bound pods
     warned_policy: bool = False  # told its member-loss annotation is wrong
+    # delegation.py: since when (pass time) kube-scheduler has had the whole gang to place; its
+    # forming grace counts from there, not from its first pod (placement kube-scheduler).
+    placing_since: float | None = None
     # recovery.py and preemption.py: `status.recovery` is written by both, one write at a time,
     # each on top of the other's last (a preemption records a victim's Job there before it
     # suspends it; a recovery's write from an older copy must not drop it).

@@ -188,6 +188,32 @@ async def test_a_gang_kube_scheduler_binds_within_the_forming_grace_is_written_o
         assert len(api.called("patch_gang_status")) == 1 and not api.events
 
 
+async def test_the_forming_grace_of_a_gang_kube_scheduler_places_counts_from_when_it_is_whole() -> None:
+    with clock.using(clock.ManualClock()) as now:
+        store, bound = delegated_cluster(nodes=3, size=3)
+        last = store.pods.pop("a-2")
+        bound.replace_all(list(store.pods.values()))
+        api = FakeApi(store)
+        loop = GangLoop(
+            api, store, bound, settings(placement=Placer.KUBE_SCHEDULER, forming_grace_seconds=2.0)
+        )
+        await step(loop)  # 2 of 3 members: waits, unwritten
+        now.advance(1.9)
+        store.pods["a-2"] = last
+        bound.upsert(last)
+        await step(loop)  # whole: its PodGroup made, kube-scheduler's turn from now
+        assert api.called("ensure_pod_group")
+        now.advance(1.0)  # 2.9 s after its first pod, 1 s after it was whole
+        await step(loop)
+        assert (NS, "pg-a") not in store.gangs, "written before kube-scheduler had its grace"
+        now.advance(1.5)
+        await step(loop)
+        gang = store.gangs[(NS, "pg-a")]
+        assert next(c for c in gang["status"]["conditions"] if c["type"] == "Admitted")["reason"] == (
+            "WaitingForKubeScheduler"
+        )
+
+
 async def test_a_failed_pod_group_write_is_the_gangs_failure_and_is_made_again() -> None:
     store, bound = delegated_cluster(nodes=3, size=3)
     api = FakeApi(store)
