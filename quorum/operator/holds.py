@@ -23,6 +23,12 @@ from quorum.operator.status import GangRecords
 from quorum.operator.work import GangWork
 
 GangKey = tuple[str, str]
+# A whole gang kube-scheduler places (placement kube-scheduler) is written as waiting only once it
+# has waited this long beyond the forming grace (kube-scheduler says at once when it finds no
+# room: that hold, `Unschedulable`, is written without delay): its normal path is to be bound
+# within seconds, and a write of each gang's wait costs the apiserver as much as the rest of
+# quorum's work on it (docs/benchmarks.md).
+KUBE_SCHEDULER_GRACE_SECONDS = 30.0
 
 
 class Holds:
@@ -96,15 +102,21 @@ class Holds:
             else:
                 entry.placing_since = None
                 since[key] = first_seen[key]
+
+        def grace_of(key: GangKey) -> float:
+            hold = holds.get(key)
+            placing = hold is not None and hold.reason == WAITING_FOR_KUBE_SCHEDULER
+            return grace + KUBE_SCHEDULER_GRACE_SECONDS if placing else grace
+
         forming = {
             key
             for key in live
             if (hold := holds.get(key)) is not None
             and hold.reason in ("WaitingForMembers", "WaitingForClaims", WAITING_FOR_KUBE_SCHEDULER)
             and key not in self.store.gangs
-            and now - since[key] < grace
+            and now - since[key] < grace_of(key)
         }
-        self.next_forming_due = min((since[k] + grace for k in forming), default=0.0)
+        self.next_forming_due = min((since[k] + grace_of(k) for k in forming), default=0.0)
         return forming
 
     def explain(self, view: GangView, hold: Hold) -> Hold:

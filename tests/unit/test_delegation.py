@@ -16,6 +16,7 @@ from quorum.core.workloads import WAS_GROUP
 from quorum.operator import clock
 from quorum.operator.delegation import kube_scheduler_hold, pod_group_size, unschedulable_message
 from quorum.operator.gangs import Store
+from quorum.operator.holds import KUBE_SCHEDULER_GRACE_SECONDS
 from quorum.operator.loop import GangLoop
 from quorum.webhooks.patch import AddSchedulingGate, SetLabel, SetSchedulingGroup, apply_patch, build_patch
 from quorum.webhooks.policies import gang_gate
@@ -136,6 +137,11 @@ def delegated_cluster(nodes: int, size: int) -> tuple[Store, Any]:
 
 
 async def test_the_operator_makes_the_pod_group_once_and_releases_nothing() -> None:
+    with clock.using(clock.ManualClock()) as now:
+        await makes_the_pod_group_once(now)
+
+
+async def makes_the_pod_group_once(now: clock.ManualClock) -> None:
     store, bound = delegated_cluster(nodes=3, size=3)
     api = FakeApi(store)
     loop = GangLoop(api, store, bound, settings(placement=Placer.KUBE_SCHEDULER))
@@ -148,6 +154,9 @@ async def test_the_operator_makes_the_pod_group_once_and_releases_nothing() -> N
     assert not api.called("release_pod") and not api.pinned
     await step(loop)
     assert len(api.called("ensure_pod_group")) == 1, "made again although the watch shows it"
+    assert (NS, "pg-a") not in store.gangs, "its wait is written only once it lasts"
+    now.advance(KUBE_SCHEDULER_GRACE_SECONDS + 1)
+    await step(loop)
     gang = store.gangs[(NS, "pg-a")]
     admitted = next(c for c in gang["status"]["conditions"] if c["type"] == "Admitted")
     assert (admitted["status"], admitted["reason"]) == ("False", "WaitingForKubeScheduler")
@@ -206,6 +215,9 @@ async def test_the_forming_grace_of_a_gang_kube_scheduler_places_counts_from_whe
         now.advance(1.0)  # 2.9 s after its first pod, 1 s after it was whole
         await step(loop)
         assert (NS, "pg-a") not in store.gangs, "written before kube-scheduler had its grace"
+        now.advance(KUBE_SCHEDULER_GRACE_SECONDS)
+        await step(loop)
+        assert (NS, "pg-a") not in store.gangs, "its wait is counted from when it was whole"
         now.advance(1.5)
         await step(loop)
         gang = store.gangs[(NS, "pg-a")]
