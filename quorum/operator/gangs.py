@@ -434,10 +434,7 @@ class GangView:
         if self.marker.source is GangSource.WORKLOAD_POD_GROUP or self.gated:
             return None
         name = delegated_pod_group(self.marker)
-        named = any(
-            ((p.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") == name
-            for p in self.active
-        )
+        named = any(names_unreleased(p, name) for p in self.active)
         return name if named else None
 
     def kube_scheduler_places(self, pod: JSON, placement: Placer) -> bool:
@@ -445,9 +442,9 @@ class GangView:
         such): it names the PodGroup quorum makes for the gang, or, under placement
         kube-scheduler, it is a Workload Aware Scheduling pod that quorum never held nor
         released (no gate, no release's pin)."""
-        spec = pod.get("spec") or {}
         if self.marker.source is not GangSource.WORKLOAD_POD_GROUP:
-            return (spec.get("schedulingGroup") or {}).get("podGroupName") == delegated_pod_group(self.marker)
+            return names_unreleased(pod, delegated_pod_group(self.marker))
+        spec = pod.get("spec") or {}
         return placement is Placer.KUBE_SCHEDULER and not self.is_gated(pod) and pinned_node(spec) is None
 
     def kube_scheduler_group(self, placement: Placer) -> str | None:
@@ -545,6 +542,15 @@ class GangView:
             # platform's quota on those classes, so a group object alone cannot claim one.
             return own if own <= HIGHEST_USER_PRIORITY else min(own, pods)
         return pods
+
+
+def names_unreleased(pod: JSON, pod_group: str) -> bool:
+    """The pod names `pod_group` (spec.schedulingGroup) and quorum never released it (no
+    release's pin): a pod admitted under placement kube-scheduler. A pod quorum released stays
+    quorum's whatever it names: a tenant cannot take its pods out of recovery by naming a group."""
+    spec = pod.get("spec") or {}
+    named = (spec.get("schedulingGroup") or {}).get("podGroupName") == pod_group
+    return named and not is_gated(pod) and pinned_node(spec) is None
 
 
 def assemble(store: Store, just_released: frozenset[str] = frozenset()) -> list[GangView]:

@@ -81,9 +81,10 @@ class Holds:
         return holds, plannable
 
     def forming(self, live: set[GangKey], holds: dict[GangKey, Hold], now: float) -> set[GangKey]:
-        """Gangs short of members (or waiting for kube-scheduler's first placement), first seen
-        less than the grace ago, with nothing written yet: their writes wait (a pass is due when
-        the first grace ends)."""
+        """Gangs short of members, first seen less than the grace ago, or whole and waiting for
+        kube-scheduler's first placement less than the grace and `KUBE_SCHEDULER_GRACE_SECONDS`
+        ago, with nothing written yet: their writes wait (a pass is due when the first grace
+        ends)."""
         for key, entry in self.memory.items():
             if key not in live:
                 entry.first_seen = None  # gone (its pods): back again, a new grace

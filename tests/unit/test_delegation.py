@@ -22,7 +22,7 @@ from quorum.webhooks.patch import AddSchedulingGate, SetLabel, SetSchedulingGrou
 from quorum.webhooks.policies import gang_gate
 from quorum.webhooks.settings import WebhookSettings
 from tests.unit.fake_api import FakeApi, server_error
-from tests.unit.test_loop import NS, REPLICA_SET, cluster, pod, settings, step
+from tests.unit.test_loop import NS, REPLICA_SET, bind, cluster, pod, settings, step
 from tests.unit.test_member_loss import gang_of_four, lose, running_whole
 from tests.unit.webhooks.factories import pod as webhook_pod
 from tests.unit.webhooks.factories import request
@@ -300,3 +300,25 @@ def test_a_pod_group_counts_the_members_quorum_placed_before_the_switch() -> Non
     assert pod_group_size(4, [before] * 2 + [named] * 2, "pg-a") == 2
     assert pod_group_size(2, [before] * 5, "pg-a") == 1, "never below 1"
     assert pod_group_size(4, [{"spec": {"nodeName": "n0", **named["spec"]}}] * 2 + [named] * 2, "pg-a") == 4
+
+
+async def test_a_tenant_cannot_take_its_pods_out_of_recovery_by_naming_its_gangs_pod_group() -> None:
+    """The gate way: a tenant's gang pods name `pg-a` in spec.schedulingGroup themselves (the
+    webhook lets a group named as the gang pass). quorum releases them as usual; the one that
+    never binds is still recovered at its timeout, and quorum makes no PodGroup for the gang."""
+    with clock.using(clock.ManualClock()) as now:
+        store, bound = cluster(2, {"a": 2}, owner=REPLICA_SET)
+        for uid, p in list(store.pods.items()):
+            p = copy.deepcopy(p)
+            p["spec"]["schedulingGroup"] = {"podGroupName": "pg-a"}
+            store.pods[uid] = p
+        bound.replace_all(list(store.pods.values()))
+        api = FakeApi(store)
+        loop = GangLoop(api, store, bound, settings())
+        await step(loop)
+        assert len(api.called("release_pod")) == 2
+        bind(store, bound, api, ["a-0"])  # a-1 never binds
+        now.advance(61)  # its timeout ends
+        await step(loop)
+        assert store.gangs[(NS, "pg-a")]["status"]["recovery"]["failures"] == 1, "recovered as any gang"
+        assert api.called("delete_pod") and not api.called("ensure_pod_group")
