@@ -809,12 +809,17 @@ class DisruptionMachine(RuleBasedStateMachine):
                 continue
             if self.used(target or "") + gpus(p) > GPUS:
                 continue
-            bound = copy.deepcopy(p)
-            bound["spec"]["nodeName"] = target
-            bound["status"] = {"phase": "Running"}
-            self.api.server.pods[uid] = bound
-            self.api.bound_at[uid] = self.api.tick()
-            self.api.changed("pods", uid, bound)
+            self.bind(p, str(target))
+
+    def bind(self, p: JSON, node_name: str) -> None:
+        """kube-scheduler binds the pod to the node; kwok runs it."""
+        uid = p["metadata"]["uid"]
+        bound = copy.deepcopy(p)
+        bound["spec"]["nodeName"] = node_name
+        bound["status"] = {"phase": "Running"}
+        self.api.server.pods[uid] = bound
+        self.api.bound_at[uid] = self.api.tick()
+        self.api.changed("pods", uid, bound)
 
     @rule()
     def kube_scheduler_places_pod_groups(self) -> None:
@@ -853,13 +858,7 @@ class DisruptionMachine(RuleBasedStateMachine):
                 continue
             event("kube-scheduler placed a PodGroup")
             for p, target in placement:
-                uid = p["metadata"]["uid"]
-                bound = copy.deepcopy(p)
-                bound["spec"]["nodeName"] = target
-                bound["status"] = {"phase": "Running"}
-                self.api.server.pods[uid] = bound
-                self.api.bound_at[uid] = self.api.tick()
-                self.api.changed("pods", uid, bound)
+                self.bind(p, target)
 
     @rule()
     def the_platform_moves_to_kube_scheduler_placement(self) -> None:
