@@ -143,15 +143,23 @@ def gang_record(
     or for a gang sized by its pods the kind and name its pods give (no owner)."""
     if group is None:
         return {"source": {"kind": kind, "name": label_group}, "minMember": min_member}, None
-    meta = group["metadata"]
-    source = {
-        "apiVersion": group["apiVersion"],
-        "kind": group["kind"],
+    owner = owner_reference(group)
+    source = {k: owner[k] for k in ("apiVersion", "kind", "name", "uid")}
+    return {"source": source, "minMember": min_member}, owner
+
+
+def owner_reference(obj: JSON) -> JSON:
+    """An owner reference to `obj` that neither controls nor blocks its deletion: the group object
+    of a gang's Gang, or the owner of the PodGroup quorum makes for it (its group, or its Gang)."""
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
         "name": meta["name"],
         "uid": meta["uid"],
+        "blockOwnerDeletion": False,
+        "controller": False,
     }
-    owner = {**source, "blockOwnerDeletion": False, "controller": False}
-    return {"source": source, "minMember": min_member}, owner
 
 
 def newer_or_same(version: str, than: str) -> bool | None:

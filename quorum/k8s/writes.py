@@ -276,6 +276,11 @@ def delegated_pod_group(
     }
 
 
+def pod_group_min_count(group: Mapping[str, Any]) -> object:
+    """A Kubernetes PodGroup's `spec.schedulingPolicy.gang.minCount` as written (None: none)."""
+    return (((group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}).get("minCount")
+
+
 def is_quorums(obj: Mapping[str, Any]) -> bool:
     return ((obj.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/managed-by") == "quorum"
 
@@ -296,8 +301,7 @@ async def ensure_pod_group(
     existing: dict[str, Any] = await custom.get_namespaced_custom_object(
         WAS_GROUP, version, namespace, "podgroups", name
     )
-    gang = ((existing.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
-    if not is_quorums(existing) or gang.get("minCount") == min_count:
+    if not is_quorums(existing) or pod_group_min_count(existing) == min_count:
         return existing
     # minCount is mutable (a PodGroup resized live); the resourceVersion makes it this version's.
     patched: dict[str, Any] = await custom.patch_namespaced_custom_object(

@@ -26,17 +26,14 @@ from quorum.core.model import Gang
 from quorum.core.planner import Hold
 from quorum.core.workloads import WAS_GROUP
 from quorum.k8s.api import KubeApi
-from quorum.k8s.convert import gang_record
-from quorum.k8s.writes import GANG_GROUP, GANG_VERSION, is_quorums
+from quorum.k8s.convert import owner_reference
+from quorum.k8s.writes import is_quorums
+from quorum.k8s.writes import pod_group_min_count as min_count
 from quorum.operator.gangs import GangView, Store
 from quorum.operator.status import GangRecords
 from quorum.operator.work import GangWork
 
 GangKey = tuple[str, str]
-
-
-def min_count(group: Mapping[str, Any]) -> object:
-    return (((group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}).get("minCount")
 
 
 def pod_group_size(min_member: int, pods: Iterable[Mapping[str, Any]], pod_group: str) -> int:
@@ -150,17 +147,7 @@ class Delegation:
     async def make(self, view: GangView, name: str, version: str, size: int) -> None:
         """The PodGroup, owned by the gang's group object (as its Gang is), or by its Gang where
         the gang has none (a label or Kueue gang): it goes with the gang."""
-        _, owner = gang_record(view.group, view.marker.group, size)
-        if owner is None:
-            gang = await self.records.ensure_gang(view)
-            owner = {
-                "apiVersion": f"{GANG_GROUP}/{GANG_VERSION}",
-                "kind": "Gang",
-                "name": gang["metadata"]["name"],
-                "uid": gang["metadata"]["uid"],
-                "blockOwnerDeletion": False,
-                "controller": False,
-            }
+        owner = owner_reference(view.group or await self.records.ensure_gang(view))
         made = await self.api.ensure_pod_group(view.namespace, name, version, size, owner)
         self.store.assume_group((WAS_GROUP, view.namespace, name), made)
 

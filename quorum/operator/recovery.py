@@ -393,7 +393,7 @@ class Recoverer:
         """Bound pods; released pods not bound yet, but those kube-scheduler places (a gang's
         pods admitted under placement kube-scheduler: never quorum's to recover)."""
         bound, unbound = view.bound_and_unbound  # computed once per view
-        return bound, [p for p in unbound if not view.kube_scheduler_places(p, self.placement)]
+        return bound, self.quorums(view, unbound)
 
     def quorums(self, view: GangView, pods: Iterable[JSON]) -> list[JSON]:
         """The pods quorum may recover: not those kube-scheduler places."""

@@ -34,11 +34,11 @@ from quorum.k8s.writes import (
     conditional_status_patch,
     delegated_pod_group,
     is_quorums,
+    pod_group_min_count,
     release_patch,
     taint_patch,
     untaint_patch,
 )
-from quorum.operator.delegation import min_count as min_count_of
 from quorum.operator.gangs import GANG_LABEL, Store
 
 JSON = dict[str, Any]
@@ -264,7 +264,7 @@ class FakeApi:
         await self._call("ensure_pod_group", namespace, name, version, min_count, owner)
         key = (WAS_GROUP, namespace, name)
         existing = self.server.groups.get(key)
-        if existing is not None and (not is_quorums(existing) or min_count_of(existing) == min_count):
+        if existing is not None and (not is_quorums(existing) or pod_group_min_count(existing) == min_count):
             return copy.deepcopy(existing)
         group = delegated_pod_group(namespace, name, version, min_count, owner)
         group["metadata"]["uid"] = f"pg-{next(self.uids)}"
