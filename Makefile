@@ -6,7 +6,8 @@ SIZE ?=
 SLURM ?=
 PYTEST_ARGS ?=
 DIST ?= dist
-# `make bench-scale NODES="200 1000" MODE=coscheduling`: sizes (GPU nodes) and way of the scale benchmark.
+# `make bench-scale NODES="200 1000" MODE="quorum was" K8S=1.37`: sizes (GPU nodes), ways and Kubernetes
+# minor of the scale benchmark (1.36 by default there; delegated and was need 1.37).
 NODES ?= 5000
 MODE ?= quorum
 # `make up K8S=1.36`: another Kubernetes minor for the local control plane (default 1.37).
@@ -104,8 +105,8 @@ bench-preemption: ## 6 high-priority gangs preempting low-priority ones in a ful
 bench-sunk: ## pods through a real Slurm (quorum-sunk-scheduler) beside quorum's gang path: pods/s, create->bind p50/p99 for 1- and 16-pod gangs (~5 min)
 	@$(PY) -m tests.bench.sunk
 
-bench-scale: ## 2,000 gangs (one of 4,096 pods) arriving over 5 min on 5,000 kwok GPU nodes, to all bound; NODES="200 1000" other sizes, MODE=coscheduling scheduler-plugins (not in `make bench`)
-	@$(PY) -m tests.bench.scale $(foreach n,$(NODES),--nodes $(n)) $(foreach m,$(MODE),--mode $(m))
+bench-scale: ## 2,000 gangs (one of 4,096 pods) arriving over 5 min on 5,000 kwok GPU nodes, to all bound; NODES="200 1000" other sizes, MODE="coscheduling kueue delegated was" other ways, K8S=1.37 (not in `make bench`)
+	@$(PY) -m tests.bench.scale $(foreach n,$(NODES),--nodes $(n)) $(foreach m,$(MODE),--mode $(m)) $(if $(K8S),--kubernetes $(K8S))
 
 bench-control-plane: ## local control plane start-up time and memory, 22 and 1,000 nodes
 	@$(PY) -m tests.bench.control_plane

@@ -26,8 +26,14 @@ Measured:
 - apiserver requests per pod, from the audit log (Lease renewals are not audited: kwok's node
   heartbeats would dominate the log at 5,000 nodes and grow with nodes and time, not pods).
 
-`--mode coscheduling` runs scheduler-plugins' Coscheduling on the same workload instead (as
-`make bench-peers` runs it), Kubernetes 1.36 for both (scheduler-plugins builds against 1.36).
+Ways (`--mode`, as `make bench-peers` names them): `quorum` (the gate, the default);
+`coscheduling`, scheduler-plugins' Coscheduling on the same workload; and on Kubernetes 1.37
+(`--kubernetes 1.37`) `delegated`, quorum with `placement: kube-scheduler` (the same PodGroups
+and pods as `quorum`), and `was`, no quorum: each gang a Kubernetes PodGroup placed by
+kube-scheduler's own gang cycle. Kubernetes 1.36 by default (scheduler-plugins builds against
+1.36 and runs one minor behind on 1.37). `kueue`: Kueue's pod integration in front of
+kube-scheduler (its pod groups, one ClusterQueue whose quota is the pool), as `make bench-peers`
+runs it.
 
 Bounded: each run waits at most `--deadline` seconds (default: the arrival window + 600 s)
 after its first arrival; the instance is stopped in any case. Writes
@@ -74,16 +80,29 @@ from devcluster.coscheduler import (
     start_coscheduler,
     start_podgroup_controller,
 )
+from devcluster.kueue import QUEUE, ensure_kueue, local_queue, pool_quota, start_kueue
+from devcluster.nodes import load_pool, render_nodes
 from devcluster.process import is_alive
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s.watch import watch_objects
 from tests.bench.histograms import difference, histogram_quantile, histograms, parse_samples
-from tests.bench.peer_workloads import GROUP, GangSpec, gang_pod, podgroup, write_pool
-from tests.bench.peers import cpu_seconds
-from tests.kube import api_client, create_namespace, overcommitted_nodes
+from tests.bench.peer_workloads import (
+    GROUP,
+    GangSpec,
+    gang_pod,
+    in_workload_podgroup,
+    kueue_gang_pod,
+    podgroup,
+    workload_podgroup,
+    write_pool,
+)
+from tests.bench.peers import coscheduler_binaries, cpu_seconds
+from tests.kube import WorkloadApi, api_client, create_namespace, overcommitted_nodes
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
-MODES = ("quorum", "coscheduling")
+MODES = ("quorum", "coscheduling", "kueue", "delegated", "was")
+WITH_QUORUM = ("quorum", "delegated")
+NEEDS_137 = ("delegated", "was")  # kube-scheduler's gang cycle, beta from 1.37
 REFERENCE_NODES, REFERENCE_GANGS, REFERENCE_BIG_GANG = 5000, 2000, 4096
 GPUS_PER_NODE, CPU_NODES = 8, 8
 GANG_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -225,7 +244,7 @@ class Run:
 async def drive(instance: Instance, mode: str, gangs: list[Gang], deadline: float) -> Run:
     """Create the gangs at their arrival times and wait until every pod is bound, or `deadline`
     seconds after the start."""
-    scheduler = SCHEDULER_NAME  # quorum's webhook hands these pods to kube-scheduler
+    scheduler = "default-scheduler" if mode == "was" else SCHEDULER_NAME  # quorum's rewrites it
     times = PodTimes(sum(g.size for g in gangs))
     arrived: dict[str, float] = {}
     retries, error = 0, ""
@@ -233,6 +252,12 @@ async def drive(instance: Instance, mode: str, gangs: list[Gang], deadline: floa
     async with api:
         await create_namespace(api, NAMESPACE)
         core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+        workloads = await WorkloadApi.of(api) if mode == "was" else None
+        if mode == "kueue":
+            body = local_queue(NAMESPACE)
+            await custom.create_namespaced_custom_object(
+                "kueue.x-k8s.io", "v1beta2", NAMESPACE, "localqueues", body
+            )
         follower = asyncio.create_task(times.follow(api))
         await asyncio.sleep(1)  # the watch is open
         gate = asyncio.Semaphore(IN_FLIGHT)
@@ -263,16 +288,25 @@ async def drive(instance: Instance, mode: str, gangs: list[Gang], deadline: floa
         async def arrive(gang: Gang) -> None:
             await asyncio.sleep(max(0.0, start + gang.arrival - time.time()))
             arrived[gang.name] = time.time()
-            body = podgroup(gang.spec, PERMIT_WAITING_SECONDS)
-            await create(
-                functools.partial(
-                    custom.create_namespaced_custom_object, GROUP, "v1alpha1", NAMESPACE, "podgroups"
-                ),
-                body,
-            )
-            await asyncio.gather(
-                *(create_pod(gang_pod(gang.spec, i, scheduler, gang.run_seconds)) for i in range(gang.size))
-            )
+            pods = [gang_pod(gang.spec, i, scheduler, gang.run_seconds) for i in range(gang.size)]
+            if mode == "kueue":  # its own pod groups: labels, no group object
+                pods = [kueue_gang_pod(gang.spec, i, gang.run_seconds, QUEUE) for i in range(gang.size)]
+            elif workloads is not None:  # Kubernetes' own PodGroup, of the version served
+                version = workloads.version
+                await create(
+                    functools.partial(workloads.create, api, NAMESPACE, "podgroups"),
+                    workload_podgroup(gang.spec, version),
+                )
+                pods = [in_workload_podgroup(pod, gang.spec) for pod in pods]
+            else:
+                body = podgroup(gang.spec, PERMIT_WAITING_SECONDS)
+                await create(
+                    functools.partial(
+                        custom.create_namespaced_custom_object, GROUP, "v1alpha1", NAMESPACE, "podgroups"
+                    ),
+                    body,
+                )
+            await asyncio.gather(*(create_pod(pod) for pod in pods))
 
         start = time.time()
 
@@ -460,14 +494,15 @@ def count_requests(audit_log: Path, start: float, end: float) -> tuple[Counter[s
 # -- one run -----------------------------------------------------------------------------------
 
 
-def start_instance(mode: str, nodes: int, tmp: Path) -> tuple[Instance, Path]:
+def start_instance(mode: str, nodes: int, tmp: Path, kubernetes: str = "1.36") -> tuple[Instance, Path]:
     pool = write_pool(tmp / "pool.yaml", nodes, CPU_NODES)
     (tmp / "audit-policy.yaml").write_text(AUDIT_POLICY)
     audit = tmp / "audit.log"
-    with_quorum = mode == "quorum"
+    with_quorum = mode in WITH_QUORUM
     spec = ClusterSpec(
         name=f"scale-{mode}-{nodes}",
-        kubernetes="1.36",
+        kubernetes=kubernetes,
+        placement="kube-scheduler" if mode == "delegated" else "quorum",
         pool_file=pool,
         client_qps=QPS,
         client_burst=BURST,
@@ -492,35 +527,39 @@ def start_instance(mode: str, nodes: int, tmp: Path) -> tuple[Instance, Path]:
     instance = Instance(spec.name)
     instance.down(quiet=True)
     instance.up(spec, log=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
-    if not with_quorum:
-        built = ensure_coscheduler(instance.binaries)
-        start_coscheduler(instance, built, verbosity=0)
+    if mode == "coscheduling":
+        binaries = coscheduler_binaries(instance)
+        built = ensure_coscheduler(binaries)
+        start_coscheduler(instance, built, verbosity=0, own_gates=binaries.pins == instance.binaries.pins)
         start_podgroup_controller(instance, built)
+    elif mode == "kueue":
+        start_kueue(instance, ensure_kueue(instance.binaries), pool_quota(render_nodes(load_pool(pool))))
     return instance, audit
 
 
 def measure(
-    mode: str, nodes: int, arrival_seconds: float, deadline: float | None, seed: int
+    mode: str, nodes: int, arrival_seconds: float, deadline: float | None, seed: int, kubernetes: str = "1.36"
 ) -> dict[str, Any]:
     gangs = workload(nodes, arrival_seconds, seed)
     bound = deadline if deadline is not None else arrival_seconds + AFTER_ARRIVALS
     pods = sum(g.size for g in gangs)
     print(
-        f"{nodes} nodes / {mode}: {len(gangs)} gangs, {pods} pods, arriving over {arrival_seconds:.0f} s; "
+        f"{nodes} nodes / {mode} / Kubernetes {kubernetes}: {len(gangs)} gangs, {pods} pods, "
+        f"arriving over {arrival_seconds:.0f} s; "
         f"waiting at most {bound:.0f} s; starting a fresh instance ...",
         file=sys.stderr,
         flush=True,
     )
     wall = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="quorum-scale-") as tmp:
-        instance, audit = start_instance(mode, nodes, Path(tmp))
+        instance, audit = start_instance(mode, nodes, Path(tmp), kubernetes)
         up_seconds = time.monotonic() - wall
         try:
             state = instance.state()
             assert state is not None
             processes = list(state.processes)
             operator_url = f"http://127.0.0.1:{state.ports.operator}/metrics"
-            before_metrics = scrape(operator_url) if mode == "quorum" else ""
+            before_metrics = scrape(operator_url) if mode in WITH_QUORUM else ""
             before_cpu, before_oom = cpu_seconds(instance), oom_kills()
             before_served = served_requests(instance)
             run = asyncio.run(drive(instance, mode, gangs, bound))
@@ -529,12 +568,12 @@ def measure(
             dead = sorted(p.name for p in processes if not is_alive(p))
             memory = {p.name: proc_status(p.pid) for p in processes if is_alive(p)}
             extra: dict[str, Any] = {}
-            if mode == "quorum" and "quorum-operator" not in dead:
+            if mode in WITH_QUORUM and "quorum-operator" not in dead:
                 extra["operator"] = operator_figures(before_metrics, scrape(operator_url))
                 log = instance.layout.log("quorum-operator")
                 with log.open(errors="replace") as lines:
                     extra["operator"] |= operator_log(lines)
-            if mode == "quorum" and "quorum-webhooks" not in dead:
+            if mode in WITH_QUORUM and "quorum-webhooks" not in dead:
                 extra["webhooks"] = webhook_figures(
                     scrape(f"https://127.0.0.1:{state.ports.webhooks}/metrics")
                 )
@@ -547,6 +586,7 @@ def measure(
     cpu = {k: round(after_cpu[k] - before_cpu.get(k, 0.0), 1) for k in after_cpu}
     result = summarise(mode, nodes, gangs, run, requests)
     result |= {
+        "kubernetes": instance.binaries.pins.kubernetes,
         "arrival_seconds": arrival_seconds,
         "deadline_seconds": bound,
         "instance_up_seconds": round(up_seconds, 1),
@@ -740,14 +780,14 @@ def figure(run: dict[str, Any], spec: str) -> str:
 
 
 def markdown(data: dict[str, Any]) -> str:
-    runs = sorted(data["runs"], key=lambda r: (MODES.index(r["mode"]), r["nodes"]))
+    runs = sorted(data["runs"], key=lambda r: (minor(r), MODES.index(r["mode"]), r["nodes"]))
     lines = [
         f"# quorum at scale ({data['date']})",
         "",
         "`make bench-scale` (tests/bench/scale.py): each column one run on a fresh instance; 1 GPU per pod, "
         "gangs arriving over the arrival window, run until every gang pod is bound.",
         "",
-        "| | " + " | ".join(f"{r['nodes']:,} nodes, {r['mode']}" for r in runs) + " |",
+        "| | " + " | ".join(f"{r['nodes']:,} nodes, {r['mode']} ({minor(r)})" for r in runs) + " |",
         "|---" + "|---:" * len(runs) + "|",
     ]
     for label, spec in ROWS:
@@ -755,10 +795,16 @@ def markdown(data: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def minor(run: dict[str, Any]) -> str:
+    """The run's Kubernetes minor version ("1.36" for runs recorded before it was)."""
+    return ".".join(run.get("kubernetes", "v1.36").lstrip("v").split(".")[:2])
+
+
 def merge(existing: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The day's runs with `new` in: a run of the same size and way replaces the older one."""
-    keys = {(r["mode"], r["nodes"]) for r in new}
-    return [r for r in existing if (r["mode"], r["nodes"]) not in keys] + new
+    """The day's runs with `new` in: a run of the same size, way and Kubernetes minor replaces the
+    older one."""
+    keys = {(r["mode"], r["nodes"], minor(r)) for r in new}
+    return [r for r in existing if (r["mode"], r["nodes"], minor(r)) not in keys] + new
 
 
 def main() -> int:
@@ -768,7 +814,12 @@ def main() -> int:
     parser.add_argument(
         "--nodes", type=int, action="append", help="GPU nodes (repeat: one run per size; 5000)"
     )
-    parser.add_argument("--mode", action="append", choices=MODES, help="quorum (default) or coscheduling")
+    parser.add_argument(
+        "--mode", action="append", choices=MODES, help="quorum (default), coscheduling, kueue, delegated, was"
+    )
+    parser.add_argument(
+        "--kubernetes", choices=("1.36", "1.37"), default="1.36", help="delegated and was need 1.37"
+    )
     parser.add_argument("--arrival-seconds", type=float, default=ARRIVAL_SECONDS)
     parser.add_argument(
         "--deadline", type=float, help="seconds to wait after the start (arrival window + 600)"
@@ -778,12 +829,14 @@ def main() -> int:
         "--out", type=Path, help="the JSON to write (default bench/results/<date>-scale.json)"
     )
     args = parser.parse_args()
+    if args.kubernetes == "1.36" and set(args.mode or ()) & set(NEEDS_137):
+        parser.error(f"{', '.join(NEEDS_137)} need kube-scheduler's gang cycle: add --kubernetes 1.37")
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     out: Path = args.out or RESULTS / f"{stamp}-scale.json"
     runs = []
     for mode in args.mode or ["quorum"]:
         for nodes in args.nodes or [REFERENCE_NODES]:
-            result = measure(mode, nodes, args.arrival_seconds, args.deadline, args.seed)
+            result = measure(mode, nodes, args.arrival_seconds, args.deadline, args.seed, args.kubernetes)
             print(json.dumps(result, indent=2), flush=True)
             runs.append(result)
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -123,7 +123,10 @@ def test_the_report_has_a_column_per_run_in_order() -> None:
     runs = merge([run("quorum", 1000), run("coscheduling", 200)], [run("quorum", 200)])
     table = markdown({"date": "2026-11-26", "runs": runs})
     header = next(line for line in table.splitlines() if line.startswith("| |"))
-    assert header == "| | 200 nodes, quorum | 1,000 nodes, quorum | 200 nodes, coscheduling |"
+    assert (
+        header
+        == "| | 200 nodes, quorum (1.36) | 1,000 nodes, quorum (1.36) | 200 nodes, coscheduling (1.36) |"
+    )
     assert "| release: last created -> gates removed, p50 / p99 (s) | 0.250 / 1.5 |" in table
     assert "| quorum-operator requests per pod | 2.50 |" in table
     assert "| processes dead at the end / OOM kills | none / 0 |" in table
@@ -137,3 +140,14 @@ def test_a_new_run_replaces_the_same_size_and_way() -> None:
     merged = merge(old, [new])
     assert len(merged) == 2
     assert [r for r in merged if r["nodes"] == 200] == [new]
+
+
+def test_runs_on_another_kubernetes_are_kept_beside_and_tabled_after() -> None:
+    old = [run("quorum", 200), run("delegated", 200) | {"kubernetes": "v1.37.2"}]
+    new = run("quorum", 200) | {"kubernetes": "v1.37.2"}
+    merged = merge(old, [new])
+    assert len(merged) == 3
+    header = next(
+        line for line in markdown({"date": "d", "runs": merged}).splitlines() if line.startswith("| |")
+    )
+    assert header == "| | 200 nodes, quorum (1.36) | 200 nodes, quorum (1.37) | 200 nodes, delegated (1.37) |"
