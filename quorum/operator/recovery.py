@@ -48,6 +48,7 @@ from quorum.core.lifecycle import (
     plan_recovery,
 )
 from quorum.core.record import Disruption, GangRecord, Recovery, Target
+from quorum.core.times import timestamp
 from quorum.core.workloads import InvalidWorkloadObject, composite_facts
 from quorum.k8s.api import KubeApi
 from quorum.operator import clock, metrics
@@ -74,26 +75,54 @@ EVENTS = {  # the Event that tells a disruption done: (reason, warning)
 }
 
 
+# A leader knows of a recovery its predecessor made only from the Gang's record, in that leader's
+# wall clock; it takes a sibling along only if the sibling's decision is on record at least this
+# much earlier. Leaders' clocks differ by far less, and a gang is recovered a whole
+# scheduleTimeout after its decision, so a sibling admitted with it is well inside.
+RECORDED_ORDER_MARGIN_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class PartialSibling:
+    """A gang of a composite found partially placed under its current decision: due for recovery
+    now (neither time), recovered by this process (`at`, monotonic), or recovered by an earlier
+    leader, as its record says (`recorded_at`, epoch seconds)."""
+
+    name: str
+    at: float | None = None
+    recorded_at: float | None = None
+
+    def takes(self, decided_at: float, decided_on_record: float | None) -> bool:
+        """Whether it takes along a sibling whose decision this process first saw at
+        `decided_at` (monotonic), recorded at `decided_on_record` (epoch seconds)."""
+        if self.at is not None:
+            return decided_at <= self.at
+        if self.recorded_at is not None:
+            return decided_on_record is not None and (
+                decided_on_record <= self.recorded_at - RECORDED_ORDER_MARGIN_SECONDS
+            )
+        return True
+
+
 @dataclass(frozen=True)
 class CompositeState:
     """A CompositePodGroup of gangs, as one pass sees it: its gangs (key -> minMember), how many
-    run whole, and which were found partially placed under their current decision: due for
-    recovery now (None), or recovered by this process at a time (monotonic)."""
+    run whole, and which were found partially placed under their current decision."""
 
     name: str
     min_group_count: int
     gangs: Mapping[GangKey, int]
     whole: int
-    partial: tuple[tuple[str, float | None], ...]
+    partial: tuple[PartialSibling, ...]
 
-    def recovers(self, decided_at: float) -> tuple[str, ...]:
-        """The partially placed gangs that take a sibling whose decision this process first saw
-        at `decided_at` (monotonic) with them, while fewer than minGroupCount run whole: one due
-        now, or one recovered after that decision. A sibling admitted after the recovery (the
-        composite planned again) is a new try, never taken for the old one."""
+    def recovers(self, decided_at: float, decided_on_record: float | None = None) -> tuple[str, ...]:
+        """The partially placed gangs that take a sibling with them, while fewer than
+        minGroupCount run whole: one due now, or one recovered after the sibling's decision
+        (`PartialSibling.takes`). A sibling admitted after the recovery (the composite planned
+        again) is a new try, never taken for the old one."""
         if self.whole >= self.min_group_count:
             return ()
-        return tuple(name for name, at in self.partial if at is None or decided_at <= at)
+        return tuple(p.name for p in self.partial if p.takes(decided_at, decided_on_record))
 
 
 def disruption(
@@ -231,7 +260,8 @@ class Recoverer:
             withdrawn = recovery.withdrawn and recovery.attempt == attempt
             if withdrawn and self.since_withdrawal(view.key, attempt) < view.schedule_timeout:
                 recovered = True  # found running at its last look: not taken again at once
-            if composite is not None and composite.recovers(decided_at) and not recovered:
+            on_record = timestamp(admission.time) or None
+            if composite is not None and composite.recovers(decided_at, on_record) and not recovered:
                 return "recover-composite"
             if recovery.failures:
                 return "clean-slate"
@@ -331,7 +361,7 @@ class Recoverer:
                 facts = None
             if facts is None:
                 continue
-            whole, partial = 0, list[tuple[str, float | None]]()
+            whole, partial = 0, list[PartialSibling]()
             for view in children:
                 gang = self.records.gang(view.key)
                 record = GangRecord.of(gang)
@@ -342,9 +372,14 @@ class Recoverer:
                 if view.bound_and_unbound[0] >= view.min_member:
                     whole += 1
                 elif entry.recovered == record.attempt and entry.recovered_at is not None:
-                    partial.append((view.name, entry.recovered_at))
+                    partial.append(PartialSibling(view.name, at=entry.recovered_at))
+                elif record.recovery is not None and record.recovery.recovered(record.attempt):
+                    # recovered by an earlier leader (its siblings may not have been, yet); a
+                    # record without a readable time takes no sibling along
+                    if recorded_at := timestamp(record.recovery.time):
+                        partial.append(PartialSibling(view.name, recorded_at=recorded_at))
                 elif self.due(view, gang, now) == "recover":
-                    partial.append((view.name, None))
+                    partial.append(PartialSibling(view.name))
             gangs = {v.key: v.min_member or 1 for v in children}
             self.composites[key] = CompositeState(key[1], facts.min_group_count, gangs, whole, tuple(partial))
             for view in children:
@@ -418,7 +453,8 @@ class Recoverer:
         elif what == "recover-composite":
             composite = self.composites[self.composite_of[view.key]]
             decided_at = clock.monotonic() - self.records.since_decision(view.key, record.attempt)
-            taken_with = composite.recovers(decided_at)
+            on_record = timestamp(record.admission.time) if record.admission is not None else None
+            taken_with = composite.recovers(decided_at, on_record or None)
             await self.recover(view, gang, recovery, record.attempt, 0, [], now, (composite, taken_with))
         elif what == "restart-gang" and (loss := self.loss(view, gang)) is not None:
             await self.restart(view, gang, recovery, record.attempt, loss, now)

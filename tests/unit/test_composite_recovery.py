@@ -83,12 +83,29 @@ def test_a_gang_admitted_after_its_siblings_recovery_is_a_new_try_not_taken_for_
     """Found by review: with spare gangs, one recovered gang (`a`) stayed "partially placed" until
     its next decision, so each sibling the composite admitted again afterwards was recovered
     with it as soon as it ran whole, before the others bound."""
-    from quorum.operator.recovery import CompositeState
+    from quorum.operator.recovery import CompositeState, PartialSibling
 
-    state = CompositeState("job", 3, {}, whole=1, partial=(("a", 100.0),))
+    state = CompositeState("job", 3, {}, whole=1, partial=(PartialSibling("a", at=100.0),))
     assert state.recovers(decided_at=90.0) == ("a",), "decided before a's recovery: it goes with it"
     assert state.recovers(decided_at=110.0) == (), "admitted again after it: a new try"
-    due = CompositeState("job", 3, {}, whole=1, partial=(("a", None),))
+    due = CompositeState("job", 3, {}, whole=1, partial=(PartialSibling("a"),))
     assert due.recovers(decided_at=110.0) == ("a",), "a partially placed now takes every sibling"
-    whole = CompositeState("job", 1, {}, whole=1, partial=(("a", None),))
+    whole = CompositeState("job", 1, {}, whole=1, partial=(PartialSibling("a"),))
     assert whole.recovers(decided_at=0.0) == (), "minGroupCount run whole: nothing"
+
+
+def test_a_sibling_recovered_by_an_earlier_leader_is_ordered_by_the_records_with_a_margin() -> None:
+    """A new leader knows of a predecessor's recovery only by its record (wall clock, whole
+    seconds): it takes along a sibling whose decision is on record well before that recovery,
+    never one admitted about then or after (another leader's clock may run ahead), and none
+    whose decision has no readable time."""
+    from quorum.operator.recovery import RECORDED_ORDER_MARGIN_SECONDS as MARGIN
+    from quorum.operator.recovery import CompositeState, PartialSibling
+
+    state = CompositeState("job", 2, {}, whole=1, partial=(PartialSibling("a", recorded_at=1000.0),))
+    late = 10_000.0  # this process first saw every decision after the failover
+    assert state.recovers(late, 1000.0 - 60) == ("a",), "admitted a timeout before: goes with it"
+    assert state.recovers(late, 1000.0 - MARGIN) == ("a",)
+    assert state.recovers(late, 1000.0 - MARGIN + 1) == (), "within the margin: not taken"
+    assert state.recovers(late, 1010.0) == (), "admitted again after it: a new try"
+    assert state.recovers(late, None) == (), "no time on record: not taken"

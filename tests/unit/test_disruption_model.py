@@ -1170,7 +1170,7 @@ def test_the_model_sees_a_composite_recovered_gang_by_gang(monkeypatch: pytest.M
     from quorum.operator.recovery import CompositeState
 
     monkeypatch.setattr(sys.modules[__name__], "event", lambda *_: None)
-    monkeypatch.setattr(CompositeState, "recovers", lambda self, decided_at: ())
+    monkeypatch.setattr(CompositeState, "recovers", lambda self, *_: ())
     machine = DisruptionMachine()
     try:
         composite_left_partially_placed(machine)
@@ -1182,6 +1182,31 @@ def test_the_model_sees_a_composite_recovered_gang_by_gang(monkeypatch: pytest.M
             AssertionError, match=r"keeps \['c0-launcher-0'\] bound beside a sibling recovered"
         ):
             machine.a_quiet_spell()
+    finally:
+        machine.teardown()
+
+
+def test_a_new_leader_takes_a_sibling_of_a_gang_its_predecessor_recovered(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The workers of a composite are recovered for their partial placement; the write that
+    records the launcher's recovery with them fails, and the leader fails over. The new leader
+    knows of the workers' recovery from their records only: it must still take the launcher,
+    admitted before that recovery, rather than leave it holding its node."""
+    monkeypatch.setattr(sys.modules[__name__], "event", lambda *_: None)
+    machine = DisruptionMachine()
+    try:
+        composite_left_partially_placed(machine)
+        machine.api.fail("patch_gang_status_if", when=lambda _ns, name, *_: "launcher" in name)
+        machine.a_pass()  # the workers recovered; the launcher's record refused
+        machine.tasks_run_to_the_end()
+        assert {a.pod for a in machine.api.acts} == {"c0-workers-0", "c0-workers-1"}
+        machine.api.heal()
+        machine.the_leader_fails_over()
+        for i in range(NODES):  # no room for the workers to come back to
+            machine.a_node_is_cordoned(i)
+        machine.a_quiet_spell()
+        assert ("c0-launcher-0", "CompositePartiallyPlaced") in {(a.pod, a.reason) for a in machine.api.acts}
     finally:
         machine.teardown()
 
