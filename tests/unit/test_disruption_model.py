@@ -1082,8 +1082,10 @@ class DisruptionMachine(RuleBasedStateMachine):
 
     def composites_recover_whole(self, now: float) -> None:
         """Once a gang of a CompositePodGroup was recovered for its partial placement (a pass or
-        more ago), a sibling admitted before that keeps no pod bound, unless minGroupCount of
-        the composite's gangs run whole: it is recovered with it, not left holding its nodes."""
+        more ago), a sibling admitted before that and running whole does not keep running, unless
+        minGroupCount of the composite's gangs run whole: it is recovered with it, not left
+        holding its nodes. (A sibling short of members, one lost after the recovery, waits for
+        its replacement under its member-loss policy, as a gang of no composite does.)"""
         for spec in self.model.gangs.values():
             if not spec.composite or spec.finished:
                 continue
@@ -1105,7 +1107,8 @@ class DisruptionMachine(RuleBasedStateMachine):
             ]
             decided = timestamp((self.api.gang_object(spec.gang).get("admission") or {}).get("time"))
             before = [at for at in recovered if decided < at - 1]
-            assert not (before and bound and whole < need), (
+            runs = len(bound) >= self.api.min_member(spec.gang)
+            assert not (before and runs and whole < need), (
                 f"{spec.gang} keeps {bound} bound beside a sibling recovered {now - max(before):.0f}s ago: "
                 f"{whole} of minGroupCount {need} gangs of {spec.composite} whole"
             )
@@ -1207,6 +1210,47 @@ def test_a_new_leader_takes_a_sibling_of_a_gang_its_predecessor_recovered(
             machine.a_node_is_cordoned(i)
         machine.a_quiet_spell()
         assert ("c0-launcher-0", "CompositePartiallyPlaced") in {(a.pod, a.reason) for a in machine.api.acts}
+    finally:
+        machine.teardown()
+
+
+class PickWhere:
+    """Stands in for hypothesis's `data` in a replayed case: draws the first element `matches`."""
+
+    def __init__(self, matches: Callable[[Any], bool]) -> None:
+        self.matches = matches
+
+    def draw(self, strategy: Any) -> Any:
+        return next(e for e in strategy.elements if self.matches(e))
+
+
+def test_a_composite_sibling_that_lost_a_member_after_the_recovery_keeps_its_running_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by `make soak`: composite c1 (minGroupCount 1) ran whole by its workers when its
+    launcher missed its node and was recovered, so the workers stayed. A node failure then took
+    one of the workers' two pods and left no room for its replacement. The surviving pod runs and
+    waits for its replacement under the member-loss policy (Replace), as a gang of no composite
+    does: no rule of the docs deletes it, and the model no longer asked for it."""
+    monkeypatch.setattr(sys.modules[__name__], "event", lambda *_: None)
+    machine = DisruptionMachine()
+    try:
+        machine.a_first_gang(size=2, gpu=4, extra=1, restart=False, job=False)
+        machine.a_composite_arrives(gpu=8, min_groups=1, sizes=(1, 2))
+        machine.the_leader_fails_over(lingers=False, relisted=frozenset(["pods"]))
+        machine.a_pass()
+        machine.a_pass()
+        machine.a_gang_finishes(data=PickWhere(lambda g: g.name == "g0"))
+        machine.a_composite_arrives(gpu=4, min_groups=1, sizes=(1, 1))
+        for _ in range(4):
+            machine.a_pass()
+        machine.a_composites_pod_misses_its_node(
+            data=PickWhere(lambda p: p["metadata"]["name"] == "c1-launcher-0")
+        )
+        machine.a_node_fails(i=0)  # c1-workers-0 goes with it
+        machine.a_quiet_spell()
+        assert [(a.pod, a.reason) for a in machine.api.acts] == [("c1-launcher-0", "PartiallyPlaced")]
+        assert machine.api.server.pods["c1-workers-1"]["spec"].get("nodeName") == "n1", "kept running"
     finally:
         machine.teardown()
 
