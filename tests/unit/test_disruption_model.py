@@ -1214,16 +1214,6 @@ def test_a_new_leader_takes_a_sibling_of_a_gang_its_predecessor_recovered(
         machine.teardown()
 
 
-class PickWhere:
-    """Stands in for hypothesis's `data` in a replayed case: draws the first element `matches`."""
-
-    def __init__(self, matches: Callable[[Any], bool]) -> None:
-        self.matches = matches
-
-    def draw(self, strategy: Any) -> Any:
-        return next(e for e in strategy.elements if self.matches(e))
-
-
 def test_a_composite_sibling_that_lost_a_member_after_the_recovery_keeps_its_running_pod(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -1240,12 +1230,12 @@ def test_a_composite_sibling_that_lost_a_member_after_the_recovery_keeps_its_run
         machine.the_leader_fails_over(lingers=False, relisted=frozenset(["pods"]))
         machine.a_pass()
         machine.a_pass()
-        machine.a_gang_finishes(data=PickWhere(lambda g: g.name == "g0"))
+        machine.a_gang_finishes(data=Chosen(lambda g: g.name == "g0"))
         machine.a_composite_arrives(gpu=4, min_groups=1, sizes=(1, 1))
         for _ in range(4):
             machine.a_pass()
         machine.a_composites_pod_misses_its_node(
-            data=PickWhere(lambda p: p["metadata"]["name"] == "c1-launcher-0")
+            data=Chosen(lambda p: p["metadata"]["name"] == "c1-launcher-0")
         )
         machine.a_node_fails(i=0)  # c1-workers-0 goes with it
         machine.a_quiet_spell()
