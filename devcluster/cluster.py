@@ -201,6 +201,23 @@ class Instance:
                 raise ClusterError(f"CRDs not established: {waited.stderr.strip()}")
             time.sleep(0.5)
 
+    def wait_type_checked(self, *policies: str, timeout: float = 60.0) -> bool:
+        """Wait until the apiserver's type checker has written its status on the named
+        ValidatingAdmissionPolicies (every one, without names): that write lands whenever the
+        checker gets to it. Whether it had within `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            listed = self.kubectl("get", "validatingadmissionpolicies", *policies, "-o", "json", check=False)
+            items = json.loads(listed.stdout or "{}").get("items") or []
+            if listed.returncode == 0 and all(
+                (p.get("status") or {}).get("observedGeneration") == p["metadata"]["generation"]
+                for p in items
+            ):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
+
     def kubectl(
         self, *args: str, who: str = "admin", input_text: str | None = None, check: bool = True
     ) -> subprocess.CompletedProcess[str]:

@@ -255,13 +255,12 @@ class Recoverer:
         if bound >= view.min_member:
             if policy is MemberLossPolicy.RESTART_GANG:
                 self.memory[view.key].whole = (attempt, self.bound_members(view))
+            self.records.since_decision(view.key, attempt)  # its first sight counts from now, if not yet
             composite = self.composites.get(self.composite_of.get(view.key, ("", "")))
-            decided_at = clock.monotonic() - self.records.since_decision(view.key, attempt)
             withdrawn = recovery.withdrawn and recovery.attempt == attempt
             if withdrawn and self.since_withdrawal(view.key, attempt) < view.schedule_timeout:
                 recovered = True  # found running at its last look: not taken again at once
-            on_record = timestamp(admission.time) or None
-            if composite is not None and composite.recovers(decided_at, on_record) and not recovered:
+            if composite is not None and self.taken_with(view, record, composite) and not recovered:
                 return "recover-composite"
             if recovery.failures:
                 return "clean-slate"
@@ -282,6 +281,13 @@ class Recoverer:
         ):
             return "recover"
         return None
+
+    def taken_with(self, view: GangView, record: GangRecord, composite: CompositeState) -> tuple[str, ...]:
+        """The partially placed siblings that take this gang with them (`CompositeState.recovers`),
+        by when this process first saw its decision and when the decision is on record."""
+        decided_at = clock.monotonic() - self.records.since_decision(view.key, record.attempt)
+        on_record = timestamp(record.admission.time) if record.admission is not None else 0.0
+        return composite.recovers(decided_at, on_record or None)
 
     def since_withdrawal(self, key: GangKey, attempt: int) -> float:
         """Seconds since this process first knew the recovery of `attempt` withdrawn (monotonic):
@@ -452,9 +458,7 @@ class Recoverer:
             await self.recover(view, gang, recovery, record.attempt, bound, unbound, now)
         elif what == "recover-composite":
             composite = self.composites[self.composite_of[view.key]]
-            decided_at = clock.monotonic() - self.records.since_decision(view.key, record.attempt)
-            on_record = timestamp(record.admission.time) if record.admission is not None else None
-            taken_with = composite.recovers(decided_at, on_record or None)
+            taken_with = self.taken_with(view, record, composite)
             await self.recover(view, gang, recovery, record.attempt, 0, [], now, (composite, taken_with))
         elif what == "restart-gang" and (loss := self.loss(view, gang)) is not None:
             await self.restart(view, gang, recovery, record.attempt, loss, now)

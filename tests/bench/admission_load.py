@@ -407,14 +407,7 @@ def settle(instance: Instance) -> float:
     using less than QUIET_CORES over a second. Bounded (SETTLE_SECONDS); the seconds it took."""
     start = time.monotonic()
     deadline = start + SETTLE_SECONDS
-    while time.monotonic() < deadline:
-        listed = instance.kubectl("get", "validatingadmissionpolicies", "-o", "json", check=False)
-        items = json.loads(listed.stdout or "{}").get("items") or []
-        if all(
-            (p.get("status") or {}).get("observedGeneration") == p["metadata"]["generation"] for p in items
-        ):
-            break
-        time.sleep(0.5)
+    instance.wait_type_checked(timeout=SETTLE_SECONDS)
     while time.monotonic() < deadline:
         before = cpu_seconds(instance)
         time.sleep(1.0)

@@ -19,7 +19,6 @@ import pytest
 import yaml
 
 from devcluster.cluster import REPO_ROOT, Instance
-from tests.kube import eventually
 
 pytestmark = pytest.mark.cluster
 
@@ -86,23 +85,6 @@ def live(instance: Instance, path: Path) -> dict[Key, dict[str, Any]]:
     return out
 
 
-async def policies_type_checked(instance: Instance, path: Path) -> None:
-    """Wait until the apiserver's type checker has written its status on every
-    ValidatingAdmissionPolicy of the file: that write lands whenever the checker gets to it, and
-    a `kubectl diff` that reads the live object before it and the dry run after shows it."""
-    names = [name for kind, _, name in objects_of(path) if kind == "ValidatingAdmissionPolicy"]
-
-    async def checked() -> bool:
-        got = json.loads(instance.kubectl("get", "validatingadmissionpolicy", *names, "-o", "json").stdout)
-        return all(
-            (p.get("status") or {}).get("observedGeneration") == p["metadata"]["generation"]
-            for p in got["items"]
-        )
-
-    if names:
-        await eventually(checked, timeout=60, what=f"type checks of {len(names)} policies")
-
-
 async def test_the_one_manifests_install_with_one_server_side_apply_and_apply_again_as_a_no_op(
     start_instance: Callable[..., Instance], tmp_path: Path
 ) -> None:
@@ -128,7 +110,10 @@ async def test_the_one_manifests_install_with_one_server_side_apply_and_apply_ag
         namespace = json.loads(instance.kubectl("get", "namespace", "quorum-system", "-o", "json").stdout)
         assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
-        await policies_type_checked(instance, manifest)
+        # The type checker's status write lands whenever it gets to it: between the diff's read
+        # of the live object and its dry run, it would show as a change.
+        policies = [n for kind, _, n in objects_of(manifest) if kind == "ValidatingAdmissionPolicy"]
+        assert instance.wait_type_checked(*policies), f"{name}: policies not type-checked in 60 s"
         diff = instance.kubectl("diff", "--server-side", "-f", str(manifest), check=False)
         assert diff.returncode == 0, f"{name}: applying again would change:\n{diff.stdout}{diff.stderr}"
 
