@@ -20,8 +20,9 @@ mutating webhook adds the CPU toleration), 24 % 8-GPU pods, 26 % pods of label g
 the webhook gates them), 10 % pods carrying `qos.coreweave.cloud/interruptable: "true"` (two
 validating webhooks are called for them). Gangs are created pod after pod, in a seeded shuffle
 with the single pods. 64 pods of the same mix are created first, unmeasured (TLS connections,
-CEL compilation, caches). The ways run in turn, 3 rounds (`--rounds`): this machine's speed
-drifts from minute to minute.
+CEL compilation, caches). The ways run in turn, 3 rounds (`--rounds`), every other round in
+reverse order (`round_order`): this machine's speed drifts from minute to minute, and a way that
+always ran last would always meet the drift of the whole round.
 
 Held still during the window, in every way: quorum-operator (off: gang pods stay gated; its
 releases would add pod UPDATEs and Gang writes in one way only) and kube-scheduler (stopped once
@@ -613,6 +614,11 @@ def markdown(ways_: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def round_order(ways_: tuple[str, ...], round_: int) -> tuple[str, ...]:
+    """The order the ways run in round `round_` (from 1): as given, reversed every other round."""
+    return ways_ if round_ % 2 else ways_[::-1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -634,8 +640,8 @@ def main() -> int:
     specs = ways(args.name_prefix, tuple(args.way) if args.way else WAYS)
     runs: dict[str, list[Run]] = {way: [] for way in specs}
     for round_ in range(1, max(1, args.rounds) + 1):
-        for way, spec in specs.items():
-            runs[way].append(run_once(way, spec, round_, args.pods, args.cap, say))
+        for way in round_order(tuple(specs), round_):
+            runs[way].append(run_once(way, specs[way], round_, args.pods, args.cap, say))
     summaries = {way: way_summary(r) for way, r in runs.items()}
     stamp = datetime.now(UTC).strftime("%Y-%m-%d")
     data = {

@@ -18,6 +18,11 @@ X_POD_GROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
 VOLCANO_POD_GROUPS = ("scheduling.volcano.sh", "v1beta1", "podgroups")
 
 
+# kwok runs a Job's pod to completion as soon as it runs, unless this annotation (a Go duration)
+# says how long it runs first (devcluster/data/stages/pod-complete.yaml).
+KWOK_RUNS_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
+
+
 def whole_node_spec(pool: TestPool, **extra: Any) -> JSON:
     """The spec of a pod that takes one whole node of `pool` (8 GPUs), and `extra` fields."""
     container = {

@@ -29,7 +29,7 @@ from devcluster.kueue import (
 )
 from devcluster.nodes import TestPool
 from tests.integration.test_gangs import GANGS, admitted, get, pods
-from tests.integrations.helpers import apply, list_objects, whole_node_spec
+from tests.integrations.helpers import KWOK_RUNS_FOR, apply, list_objects, whole_node_spec
 from tests.integrations.test_jobset import JOBSETS
 from tests.kube import assert_no_overcommit, eventually
 
@@ -83,22 +83,24 @@ def _listed(items: list[JSON]) -> str:
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
 
 
-def pod_template(pool: TestPool, gang: str, size: int) -> JSON:
-    """A pod of quorum's label-only gang `gang` of `size`, 8 GPUs, on the test pool."""
-    return {
-        "metadata": {
-            "labels": {
-                "pod-group.scheduling.sigs.k8s.io/name": gang,
-                "pod-group.scheduling.sigs.k8s.io/min-available": str(size),
-            }
-        },
-        "spec": whole_node_spec(pool, restartPolicy="Never"),
+def pod_template(pool: TestPool, gang: str, size: int, runs_for: str | None = None) -> JSON:
+    """A pod of quorum's label-only gang `gang` of `size`, 8 GPUs, on the test pool; kwok runs it
+    to completion at once, or after `runs_for` (a Go duration)."""
+    metadata: JSON = {
+        "labels": {
+            "pod-group.scheduling.sigs.k8s.io/name": gang,
+            "pod-group.scheduling.sigs.k8s.io/min-available": str(size),
+        }
     }
+    if runs_for is not None:
+        metadata["annotations"] = {KWOK_RUNS_FOR: runs_for}
+    return {"metadata": metadata, "spec": whole_node_spec(pool, restartPolicy="Never")}
 
 
-def kueue_job(pool: TestPool, queue: str, name: str, size: int) -> JSON:
+def kueue_job(pool: TestPool, queue: str, name: str, size: int, runs_for: str | None = None) -> JSON:
     """An indexed Job of `size` pods in Kueue's LocalQueue `queue`, as Kueue's documentation
-    writes one (created suspended; Kueue unsuspends it once admitted)."""
+    writes one (created suspended; Kueue unsuspends it once admitted); its pods run for
+    `runs_for` (see `pod_template`)."""
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -109,7 +111,7 @@ def kueue_job(pool: TestPool, queue: str, name: str, size: int) -> JSON:
             "completionMode": "Indexed",
             "backoffLimit": 0,
             "suspend": True,
-            "template": pod_template(pool, name, size),
+            "template": pod_template(pool, name, size, runs_for),
         },
     }
 
@@ -158,10 +160,11 @@ async def test_a_kueue_managed_job_within_quota_is_placed_whole_and_one_over_it_
     """A GPU quota of 24 on a pool of 3 nodes of 8. Job a (2 pods, 16 GPUs) is admitted by
     Kueue, unsuspended, and its pods are placed whole by quorum. Job b (2 pods) is over what is
     left of the quota: its Workload is not admitted, the Job stays suspended and has no pod.
-    Job a deleted, Kueue admits b and quorum places it whole."""
+    Job a deleted, Kueue admits b and quorum places it whole. a's pods run for 10 minutes: a Job
+    that finished would give its quota back before b is tried."""
     pool: TestPool = await test_pool(count=POOL)
     queue = queue_of_its_own(cluster, namespace)
-    apply(cluster, namespace, kueue_job(pool, queue, "a", 2))
+    apply(cluster, namespace, kueue_job(pool, queue, "a", 2, runs_for="600s"))
 
     async def a_admitted() -> JSON | None:
         wl = await workload_of(api, namespace, "Job", "a")

@@ -18,6 +18,7 @@ from devcluster.controllers import MPI_OPERATOR
 from tests.integration.test_explain import quorum
 from tests.integration.test_gangs import admitted, get, pods
 from tests.integrations.helpers import (
+    KWOK_RUNS_FOR,
     X_POD_GROUPS,
     apply,
     condition_true,
@@ -30,7 +31,6 @@ from tests.kube import assert_no_overcommit, eventually
 pytestmark = pytest.mark.cluster
 JSON = dict[str, Any]
 MPI_JOBS = ("kubeflow.org", "v2beta1", "mpijobs")
-KWOK_RUNS_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"
 
 
 def sample(instance: Instance) -> JSON:

@@ -19,6 +19,7 @@ from tests.bench.admission_load import (
     mix,
     percentile,
     plan,
+    round_order,
 )
 from tests.bench.histograms import Samples, total
 
@@ -97,3 +98,10 @@ def test_the_report_sums_over_unnamed_labels_and_keeps_the_admission_plugins() -
     assert list(report["admission_plugins"]) == ["ValidatingAdmissionPolicy CREATE"]
     assert report["pod_create_request"]["POST"]["count"] == 7
     assert report["policy_checks"] == {}
+
+
+def test_every_other_round_runs_the_ways_in_reverse_so_none_always_follows_the_same() -> None:
+    ways = ("absent", "cks", "webhooks", "policies")
+    assert round_order(ways, 1) == ways
+    assert round_order(ways, 2) == ("policies", "webhooks", "cks", "absent")
+    assert round_order(ways, 3) == ways
