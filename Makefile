@@ -18,7 +18,7 @@ endif
 PY = PYTHONPATH="$(CURDIR)" "$$(hack/ensure-venv)/bin/python"
 VENV_BIN = "$$(hack/ensure-venv)/bin"
 
-.PHONY: help venv build up down status demo jobset-demo integrations-demo test test-integrations lint typecheck hadolint unit integration soak bench bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk bench-scale release-manifests clean
+.PHONY: help venv build up down status demo jobset-demo integrations-demo test test-integrations lint typecheck hadolint unit integration soak bench bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk bench-scale bench-memory release-manifests clean
 
 help: ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-11s %s\n", $$1, $$2}'
@@ -73,7 +73,7 @@ test: lint typecheck hadolint ## everything: lint, types, Dockerfile, unit, pack
 test-integrations: ## the ML controllers (KubeRay, LeaderWorkerSet, ...) built from their Go modules and run with quorum (docs/integrations.md; .ci/run runs it after `make test`)
 	@QUORUM_INTEGRATIONS=1 $(PY) -m pytest tests/integrations -p no:cacheprovider --durations=5 $(PYTEST_ARGS)
 
-bench: bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk ## all benchmarks (results in bench/results/)
+bench: bench-planner bench-webhooks bench-control-plane bench-e2e bench-poison bench-peers bench-admission bench-fuzz bench-preemption bench-sunk bench-memory ## all benchmarks (results in bench/results/)
 
 bench-planner: ## the planner alone: full and incremental passes, 1,000-10,000 nodes, 100-5,000 gangs; then on 5,000 DRA nodes x 8 devices; then fairness between tenants in simulated time
 	@$(PY) -m tests.bench.planner
@@ -107,6 +107,9 @@ bench-sunk: ## pods through a real Slurm (quorum-sunk-scheduler) beside quorum's
 
 bench-scale: ## 2,000 gangs (one of 4,096 pods) arriving over 5 min on 5,000 kwok GPU nodes, to all bound; NODES="200 1000" other sizes, MODE="coscheduling kueue delegated was" other ways, K8S=1.37 (not in `make bench`)
 	@$(PY) -m tests.bench.scale $(foreach n,$(NODES),--nodes $(n)) $(foreach m,$(MODE),--mode $(m)) $(if $(K8S),--kubernetes $(K8S))
+
+bench-memory: ## what quorum-operator holds per gang pod and per node, and a relisting's peak, on its own indexes (no cluster); PODS=23631 NODES=5000 bench-scale's largest
+	@$(PY) -m tests.bench.operator_memory $(if $(PODS),--pods $(PODS)) $(if $(NODES),--nodes $(NODES))
 
 bench-control-plane: ## local control plane start-up time and memory, 22 and 1,000 nodes
 	@$(PY) -m tests.bench.control_plane

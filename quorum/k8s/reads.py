@@ -148,7 +148,7 @@ class ServedListing:
         self.__name__ = f"{plural}.{group}"
 
     async def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if not kwargs.get("watch"):
+        if not kwargs.get("watch") and not kwargs.get("_continue"):  # a new listing, not its next page
             served = await served_versions(self.api, self.group)
             self.version = next((v for v in self.versions if v in served), None)
             self.on_version(self.version)

@@ -12,7 +12,7 @@ import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.k8s import reads
-from quorum.k8s.watch import watch_objects
+from quorum.k8s.watch import LIST_PAGE, watch_objects
 from quorum.operator.gangs import Store, store_composites, store_groups
 from quorum.operator.handlers import served
 
@@ -221,3 +221,42 @@ async def test_quorums_own_gangs_are_never_taken_for_not_installed() -> None:
     await asyncio.wait_for(synced.wait(), 10)
     task.cancel()
     assert listings == [0], "synced only by the real listing"
+
+
+async def test_a_listing_comes_in_pages_and_the_indexes_take_it_whole() -> None:
+    """Lists ask for LIST_PAGE objects at a time (a listing parsed in one piece costs many times
+    its body); the indexes take all pages at once, and a continue token that expired between
+    pages (410 Gone) starts the listing again from its first page."""
+    a, b, c = ({"metadata": {"name": n, "namespace": "x"}} for n in "abc")
+    pages: dict[str | None, tuple[list[Any], str | None]] = {None: ([a, b], "t1"), "t1": ([c], None)}
+    expired = [True]
+    calls: list[tuple[Any, Any]] = []
+    seen: list[list[Any]] = []
+
+    class Index:
+        def upsert(self, obj: Any) -> None:
+            seen[-1].append(obj)
+
+        def delete(self, obj: Any) -> None: ...
+
+        def replace_all(self, objs: list[Any]) -> None:
+            seen.append(list(objs))
+
+    async def list_call(**kwargs: Any) -> Answer:
+        if kwargs.get("watch"):
+            await asyncio.sleep(3600)
+        token = kwargs.get("_continue")
+        calls.append((kwargs.get("limit"), token))
+        if token == "t1" and expired[0]:
+            expired[0] = False
+            return Answer(410, {"kind": "Status", "code": 410, "reason": "Expired"})
+        items, following = pages[token]
+        metadata = {"resourceVersion": "7"} | ({"continue": following} if following else {})
+        return Answer(200, {"items": items, "metadata": metadata})
+
+    synced = asyncio.Event()
+    task = asyncio.create_task(watch_objects(list_call, [Index()], synced, lambda: None, "pods"))
+    await asyncio.wait_for(synced.wait(), 5)
+    task.cancel()
+    assert calls == [(LIST_PAGE, None), (LIST_PAGE, "t1"), (LIST_PAGE, None), (LIST_PAGE, "t1")]
+    assert seen == [[a, b, c]], "one listing, whole: nothing taken from the expired one"
