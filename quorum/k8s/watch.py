@@ -155,6 +155,8 @@ async def watch_objects(
                 index.replace_all([])
             for obj in items:
                 apply(indexes, "ADDED", obj, what)
+            if listed:  # the watch expired (410 Gone) or failed: worth seeing when it is often
+                log.info("%s listed again: %d objects", what, len(items))
             del items
             listed = True
             synced.set()

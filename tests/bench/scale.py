@@ -444,11 +444,14 @@ def operator_log(log_lines: Iterable[str]) -> dict[str, Any]:
     """From quorum-operator's log: its passes over 1 s (it logs where their time went): how
     many, and the worst with its timings; how often it lost its leader Lease (each loss cancels
     the work under way and the next term resumes from the API); releases the apiserver refused
-    (a pod gone, or already changed: the patch's `test` failed)."""
-    count, worst, where, lost, refused = 0, 0.0, "", 0, 0
+    (a pod gone, or already changed: the patch's `test` failed); its watches' relistings (each
+    holds a second copy of what it lists while it lists)."""
+    count, worst, where, lost, refused, relisted = 0, 0.0, "", 0, 0, 0
     for line in log_lines:
         if "leader election failed" in line:
             lost += 1
+        elif " listed again: " in line:
+            relisted += 1
         elif " not released: " in line:
             refused += 1
         elif match := SLOW_PASS.search(line):
@@ -461,6 +464,7 @@ def operator_log(log_lines: Iterable[str]) -> dict[str, Any]:
         "slowest_logged_pass": where[:400],
         "leader_losses": lost,
         "releases_refused": refused,
+        "relistings": relisted,
     }
 
 

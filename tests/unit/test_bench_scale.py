@@ -90,6 +90,7 @@ def test_what_the_operator_log_tells() -> None:
         "2026-11-26 08:00:02,000 INFO quorum.operator: slow pass: 3.25s ({'plan': 3.0})",
         "2026-11-26 08:00:03,000 ERROR quorum.operator.leader: leader election failed; campaigning again",
         "2026-11-26 08:00:04,000 INFO quorum.k8s.writes: pod scale/g0200-1 not released: Invalid",
+        "2026-11-26 08:00:05,000 INFO quorum.k8s.watch: pods listed again: 23631 objects",
     ]
     assert operator_log(lines) == {
         "slow_passes": 2,
@@ -97,6 +98,7 @@ def test_what_the_operator_log_tells() -> None:
         "slowest_logged_pass": "{'plan': 3.0}",
         "leader_losses": 1,
         "releases_refused": 1,
+        "relistings": 1,
     }
 
 
