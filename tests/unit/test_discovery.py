@@ -30,6 +30,22 @@ class Answer:
         return orjson.dumps(self.body)
 
 
+class Listings:
+    """A watch's index that keeps every listing it is given, in order: each `replace_all` starts
+    one, the upserts after it fill it."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[Any]] = []
+
+    def upsert(self, obj: Any) -> None:
+        self.seen[-1].append(obj)
+
+    def delete(self, obj: Any) -> None: ...
+
+    def replace_all(self, objs: list[Any]) -> None:
+        self.seen.append(list(objs))
+
+
 class Discovery:
     def __init__(self, *answers: Answer) -> None:
         self.answers = list(answers)
@@ -84,16 +100,7 @@ async def test_an_error_answer_to_a_list_is_retried_not_taken_for_an_empty_listi
             {"items": [{"metadata": {"name": "a", "namespace": "n"}}], "metadata": {"resourceVersion": "1"}},
         ),
     ]
-    seen: list[list[Any]] = []
-
-    class Index:
-        def upsert(self, obj: Any) -> None:
-            seen[-1].append(obj)
-
-        def delete(self, obj: Any) -> None: ...
-
-        def replace_all(self, objs: list[Any]) -> None:
-            seen.append(list(objs))
+    index = Listings()
 
     async def list_call(**kwargs: Any) -> Answer:
         if kwargs.get("watch"):
@@ -101,18 +108,18 @@ async def test_an_error_answer_to_a_list_is_retried_not_taken_for_an_empty_listi
         return answers.pop(0)
 
     synced = asyncio.Event()
-    task = asyncio.create_task(watch_objects(list_call, [Index()], synced, lambda: None, "things"))
+    task = asyncio.create_task(watch_objects(list_call, [index], synced, lambda: None, "things"))
     await asyncio.wait_for(synced.wait(), 5)
     task.cancel()
-    assert seen == [[{"metadata": {"name": "a", "namespace": "n"}}]], "the 403 filled nothing"
+    assert index.seen == [[{"metadata": {"name": "a", "namespace": "n"}}]], "the 403 filled nothing"
 
     answers[:] = [Answer(404, {"kind": "Status", "code": 404})]
     synced = asyncio.Event()
-    seen.clear()
-    task = asyncio.create_task(watch_objects(list_call, [Index()], synced, lambda: None, "things"))
+    index.seen.clear()
+    task = asyncio.create_task(watch_objects(list_call, [index], synced, lambda: None, "things"))
     await asyncio.wait_for(synced.wait(), 5)
     task.cancel()
-    assert seen == [[]]
+    assert index.seen == [[]]
 
 
 def test_podgroups_listed_without_apiversion_and_kind_get_the_served_ones() -> None:
@@ -231,16 +238,7 @@ async def test_a_listing_comes_in_pages_and_the_indexes_take_it_whole() -> None:
     pages: dict[str | None, tuple[list[Any], str | None]] = {None: ([a, b], "t1"), "t1": ([c], None)}
     expired = [True]
     calls: list[tuple[Any, Any]] = []
-    seen: list[list[Any]] = []
-
-    class Index:
-        def upsert(self, obj: Any) -> None:
-            seen[-1].append(obj)
-
-        def delete(self, obj: Any) -> None: ...
-
-        def replace_all(self, objs: list[Any]) -> None:
-            seen.append(list(objs))
+    index = Listings()
 
     async def list_call(**kwargs: Any) -> Answer:
         if kwargs.get("watch"):
@@ -255,8 +253,8 @@ async def test_a_listing_comes_in_pages_and_the_indexes_take_it_whole() -> None:
         return Answer(200, {"items": items, "metadata": metadata})
 
     synced = asyncio.Event()
-    task = asyncio.create_task(watch_objects(list_call, [Index()], synced, lambda: None, "pods"))
+    task = asyncio.create_task(watch_objects(list_call, [index], synced, lambda: None, "pods"))
     await asyncio.wait_for(synced.wait(), 5)
     task.cancel()
     assert calls == [(LIST_PAGE, None), (LIST_PAGE, "t1"), (LIST_PAGE, None), (LIST_PAGE, "t1")]
-    assert seen == [[a, b, c]], "one listing, whole: nothing taken from the expired one"
+    assert index.seen == [[a, b, c]], "one listing, whole: nothing taken from the expired one"
