@@ -105,7 +105,8 @@ def measure(pods: int, nodes: int) -> dict[str, Any]:
     mark = tracemalloc.take_snapshot()
     for raw in node_events:
         node_table.upsert(orjson.loads(raw))
-    NodeModels().refresh(store.nodes)  # kept by the loop between passes
+    node_models = NodeModels()  # kept by the loop between passes
+    node_models.refresh(store.nodes)
     nodes_held = held(mark)
     mark = tracemalloc.take_snapshot()
     models = PodModels()
