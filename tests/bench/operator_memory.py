@@ -1,6 +1,7 @@
 """What quorum-operator keeps per gang pod and per node, measured on the operator's own indexes
 (no cluster): N copies of a bound GPU gang pod and M of a GPU node, as a 200-node `make
-bench-scale` run had them (tests/bench/data/, managedFields dropped as the watch drops them), each
+bench-scale` run had them (tests/bench/data/: a pod of the scheduler-plugins way with the
+quorum.dev/gang label added; managedFields dropped as the watch drops them), each
 parsed anew by orjson as the watch parses events, fed to the indexes the watch feeds (the Store's
 gang pods and nodes, the bound pods' usage) and to the planner's models (`NodeModels`,
 `PodModels`). tracemalloc gives the bytes held per object once fed, and the peak of a relisting
