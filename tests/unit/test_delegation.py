@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,6 +24,7 @@ from quorum.webhooks.policies import gang_gate
 from quorum.webhooks.settings import WebhookSettings
 from tests.unit.fake_api import FakeApi, server_error
 from tests.unit.test_loop import NS, REPLICA_SET, bind, cluster, pod, settings, step
+from tests.unit.test_loop_preemption import held, running
 from tests.unit.test_member_loss import gang_of_four, lose, running_whole
 from tests.unit.webhooks.factories import pod as webhook_pod
 from tests.unit.webhooks.factories import request
@@ -322,3 +324,59 @@ async def test_a_tenant_cannot_take_its_pods_out_of_recovery_by_naming_its_gangs
         await step(loop)
         assert store.gangs[(NS, "pg-a")]["status"]["recovery"]["failures"] == 1, "recovered as any gang"
         assert api.called("delete_pod") and not api.called("ensure_pod_group")
+
+
+@pytest.mark.parametrize("placement", [Placer.QUORUM, Placer.KUBE_SCHEDULER])
+async def test_quorum_preempts_only_for_the_gangs_it_places(placement: Placer) -> None:
+    """placement.md's table: quorum's whole-gang preemption is not for a gang kube-scheduler
+    places (kube-scheduler's own preemption applies to its pods). The same cluster, a running
+    low-priority gang and a high-priority one with no room, under each placement."""
+    with clock.using(clock.ManualClock()) as now:
+        store, bound = cluster(2, {})
+        running(store, bound, "low", 2, 10, ["n0", "n1"])
+        held(store, "high", 2, 1000)
+        said = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no room"}
+        if placement is Placer.KUBE_SCHEDULER:
+            for name in ("high-0", "high-1"):  # admitted so, and tried by kube-scheduler
+                p = store.pods[name]
+                p["spec"].update(schedulingGates=[], schedulingGroup={"podGroupName": "pg-high"})
+                p["status"] = {"phase": "Pending", "conditions": [said]}
+        api = FakeApi(store)
+        loop = GangLoop(api, store, bound, settings(placement=placement))
+        await step(loop)
+        now.advance(KUBE_SCHEDULER_GRACE_SECONDS + 1)
+        await step(loop)
+        status = store.gangs[(NS, "pg-high")]["status"]
+        admitted = next(c for c in status["conditions"] if c["type"] == "Admitted")
+        if placement is Placer.QUORUM:
+            assert sorted(api.victims_deleted) == ["low-0", "low-1"] and status["preemption"]
+            return
+        # Looked at and judged: its PodGroup made, its wait in kube-scheduler's words.
+        assert api.called("ensure_pod_group")
+        assert (admitted["reason"], admitted["message"]) == ("Unschedulable", "kube-scheduler: no room")
+        assert not api.victims_deleted and not api.disruption_targets and not api.called("delete_pod")
+        assert not status.get("preemption") and "Preempting" not in api.reasons("pg-high")
+
+
+@pytest.mark.parametrize("placement", [Placer.QUORUM, Placer.KUBE_SCHEDULER])
+async def test_quorum_orders_only_the_gangs_it_places(placement: Placer) -> None:
+    """placement.md's table: queue order (and the starvation guard, fairness, topology and
+    reserved room that act through it) is quorum's only where quorum releases. Two gangs, room
+    for one: under placement quorum the planner lets the higher priority through and holds the
+    other; under kube-scheduler quorum writes no pod of either, and what binds first is
+    kube-scheduler's choice (their pods carry no gate, as the first test of this file shows)."""
+    store, bound = cluster(1, {})
+    held(store, "low", 1, 10)
+    held(store, "high", 1, 1000)
+    if placement is Placer.KUBE_SCHEDULER:
+        for name, group in (("low-0", "pg-low"), ("high-0", "pg-high")):
+            store.pods[name]["spec"].update(schedulingGates=[], schedulingGroup={"podGroupName": group})
+    api = FakeApi(store)
+    loop = GangLoop(api, store, bound, settings(placement=placement))
+    await step(loop)
+    if placement is Placer.QUORUM:
+        assert list(api.pinned) == ["high-0"], "quorum's order: the higher priority first"
+        return
+    made = sorted(args[1] for args in api.called("ensure_pod_group"))
+    assert made == ["pg-high", "pg-low"], "both looked at: each gang's PodGroup made"
+    assert not api.called("release_pod") and not api.pinned
