@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from quorum.core.delegation import Member, PodGroupSeen
 from quorum.core.model import Node, Pod, PodClaim, Requirement, Taint, Toleration, resources
 from quorum.core.preemption import INTERRUPTABLE_LABEL, PREEMPTIBLE_ANNOTATION, RunningPod
 from quorum.core.requests import pod_requests as pod_requests  # re-exported: the operator reads it here
@@ -146,6 +147,30 @@ def gang_record(
     owner = owner_reference(group)
     source = {k: owner[k] for k in ("apiVersion", "kind", "name", "uid")}
     return {"source": source, "minMember": min_member}, owner
+
+
+def delegation_member(pod: JSON) -> Member:
+    """A gang pod as placement kube-scheduler's decisions read it."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    said = next(
+        (
+            str(c.get("message") or "")
+            for c in status.get("conditions") or []
+            if c.get("type") == "PodScheduled"
+            and c.get("status") == "False"
+            and c.get("reason") == "Unschedulable"
+        ),
+        None,
+    )
+    group = (spec.get("schedulingGroup") or {}).get("podGroupName")
+    return Member(bool(spec.get("nodeName")), group if isinstance(group, str) else None, said)
+
+
+def pod_group_seen(group: JSON) -> PodGroupSeen:
+    """A Kubernetes PodGroup (scheduling.k8s.io) as placement kube-scheduler's decisions read it."""
+    labels = (group.get("metadata") or {}).get("labels") or {}
+    gang = ((group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}
+    return PodGroupSeen(labels.get("app.kubernetes.io/managed-by") == "quorum", gang.get("minCount"))
 
 
 def owner_reference(obj: JSON) -> JSON:

@@ -7,7 +7,7 @@ import datetime
 import json
 import logging
 import re
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from typing import Any
 
 from kubernetes_asyncio import client
@@ -16,6 +16,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from quorum.core.gangs import GATE as GATE  # re-exported, as is RESERVED_TAINT
 from quorum.core.gangs import RESERVED_TAINT as RESERVED_TAINT
 from quorum.core.workloads import WAS_GROUP
+from quorum.k8s.convert import pod_group_seen
 from quorum.k8s.devices import DELETE_PROTECTION
 
 log = logging.getLogger("quorum.k8s.writes")
@@ -276,15 +277,6 @@ def delegated_pod_group(
     }
 
 
-def pod_group_min_count(group: Mapping[str, Any]) -> object:
-    """A Kubernetes PodGroup's `spec.schedulingPolicy.gang.minCount` as written (None: none)."""
-    return (((group.get("spec") or {}).get("schedulingPolicy") or {}).get("gang") or {}).get("minCount")
-
-
-def is_quorums(obj: Mapping[str, Any]) -> bool:
-    return ((obj.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/managed-by") == "quorum"
-
-
 async def ensure_pod_group(
     api: client.ApiClient, namespace: str, name: str, version: str, min_count: int, owner: dict[str, Any]
 ) -> dict[str, Any]:
@@ -301,7 +293,7 @@ async def ensure_pod_group(
     existing: dict[str, Any] = await custom.get_namespaced_custom_object(
         WAS_GROUP, version, namespace, "podgroups", name
     )
-    if not is_quorums(existing) or pod_group_min_count(existing) == min_count:
+    if pod_group_seen(existing).left_as_is(min_count):
         return existing
     # minCount is mutable (a PodGroup resized live); the resourceVersion makes it this version's.
     patched: dict[str, Any] = await custom.patch_namespaced_custom_object(

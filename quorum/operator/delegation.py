@@ -17,103 +17,19 @@ cycle places each gang, as the Kubernetes PodGroup its pods name, and quorum kee
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Mapping
 
-from quorum.core.conditions import WAITING_FOR_KUBE_SCHEDULER
+from quorum.core.delegation import kube_scheduler_hold, pod_group_size, unschedulable_message
 from quorum.core.gangs import Placer
-from quorum.core.model import Gang
 from quorum.core.planner import Hold
 from quorum.core.workloads import WAS_GROUP
 from quorum.k8s.api import KubeApi
-from quorum.k8s.convert import owner_reference
-from quorum.k8s.writes import is_quorums
-from quorum.k8s.writes import pod_group_min_count as min_count
+from quorum.k8s.convert import delegation_member, owner_reference, pod_group_seen
 from quorum.operator.gangs import GangView, Store
 from quorum.operator.status import GangRecords
 from quorum.operator.work import GangWork
 
 GangKey = tuple[str, str]
-
-
-def pod_group_size(min_member: int, pods: Iterable[Mapping[str, Any]], pod_group: str) -> int:
-    """minCount of the PodGroup quorum makes: the gang's minMember, less its members bound without
-    naming it (placed by quorum before the switch to placement kube-scheduler: kube-scheduler
-    counts only the pods that name the group), and at least 1. A gang admitted under this
-    placement has every pod naming it, so its minCount is its minMember."""
-    running_before = sum(
-        1
-        for pod in pods
-        if (pod.get("spec") or {}).get("nodeName")
-        and ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName") != pod_group
-    )
-    return max(1, min_member - running_before)
-
-
-def unschedulable_message(pods: Iterable[Mapping[str, Any]]) -> str | None:
-    """kube-scheduler's latest word on why a pod of the gang does not fit, or None."""
-    for pod in pods:
-        if (pod.get("spec") or {}).get("nodeName"):
-            continue
-        for condition in (pod.get("status") or {}).get("conditions") or []:
-            if (
-                condition.get("type") == "PodScheduled"
-                and condition.get("status") == "False"
-                and condition.get("reason") == "Unschedulable"
-            ):
-                return str(condition.get("message") or "")[:600]
-    return None
-
-
-def kube_scheduler_hold(
-    key: GangKey,
-    min_member: int,
-    counts: Mapping[str, int],
-    pod_group: str,
-    group: Mapping[str, Any] | None,
-    unschedulable: str | None,
-    served: bool = True,
-    makes: bool = True,
-) -> Hold | None:
-    """Why a gang kube-scheduler places is not running whole yet, or None where at least
-    minMember of its pods are bound. `makes`: quorum makes its PodGroup (a gang of another
-    dialect; a WAS gang names its own); `group`: that PodGroup as the watch shows it (None: not
-    there yet); `served`: the cluster serves a PodGroup version kube-scheduler places by."""
-    if counts["bound"] >= min_member:
-        return None
-    gang = Gang(*key, min_member, ())
-    if counts["members"] < min_member:
-        return Hold(
-            gang,
-            "WaitingForMembers",
-            f"{counts['members']} of {min_member} members exist (minMember {min_member})",
-        )
-    if not served:
-        return Hold(
-            gang,
-            "PodGroupNotServed",
-            f"its pods name PodGroup {pod_group} (placement kube-scheduler), but this cluster serves no "
-            f"scheduling.k8s.io/v1beta1 PodGroup for quorum to make: serve it (Kubernetes 1.37+, "
-            f"--runtime-config=scheduling.k8s.io/v1beta1=true, feature gate GenericWorkload) or install "
-            f"quorum with placement quorum",
-        )
-    if makes and group is not None and not is_quorums(group) and min_count(group) != min_member:
-        return Hold(
-            gang,
-            "PodGroupNotQuorums",
-            f"PodGroup {pod_group} (scheduling.k8s.io) exists and is not quorum's: kube-scheduler places "
-            f"the pods by its minCount {min_count(group)!r}, not the gang's {min_member}. Delete it to have "
-            f"quorum make it, or give it minCount {min_member}",
-        )
-    if unschedulable is not None:
-        return Hold(gang, "Unschedulable", f"kube-scheduler: {unschedulable}")
-    made = "; quorum is making it" if makes and group is None else ""
-    return Hold(
-        gang,
-        WAITING_FOR_KUBE_SCHEDULER,
-        f"kube-scheduler places it whole as PodGroup {pod_group} (placement kube-scheduler){made}: "
-        f"{counts['bound']} of {counts['members']} pods bound (minMember {min_member})",
-    )
 
 
 class Delegation:
@@ -136,11 +52,11 @@ class Delegation:
                 continue
             if self.work.busy(key) or self.work.backing_off(key):
                 continue
-            size = pod_group_size(view.min_member, view.active, name)
+            size = pod_group_size(view.min_member, map(delegation_member, view.active), name)
             if len(view.active) < size:
                 continue  # kube-scheduler would hold its pods anyway: made once the gang is whole
             group = self.store.groups.get((WAS_GROUP, view.namespace, name))
-            if group is not None and (not is_quorums(group) or min_count(group) == size):
+            if group is not None and pod_group_seen(group).left_as_is(size):
                 continue
             self.work.start(key, "delegate", self.make(view, name, version, size))
 
@@ -160,13 +76,15 @@ class Delegation:
             if (name := view.kube_scheduler_group(self.placement)) is None:
                 continue
             group = self.store.groups.get((WAS_GROUP, view.namespace, name))
+            counts = view.counts()
             hold = kube_scheduler_hold(
                 key,
                 view.min_member,
-                view.counts(),
+                counts["members"],
+                counts["bound"],
                 name,
-                group,
-                unschedulable_message(view.active),
+                None if group is None else pod_group_seen(group),
+                unschedulable_message(map(delegation_member, view.active)),
                 served=self.store.pod_group_version not in (None, "v1alpha2"),
                 makes=view.delegated_to is not None,
             )

@@ -27,14 +27,13 @@ from typing import Any
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from quorum.core.workloads import WAS_GROUP
+from quorum.k8s.convert import pod_group_seen
 from quorum.k8s.usage import BoundPods
 from quorum.k8s.writes import (
     RESERVED_TAINT,
     Superseded,
     conditional_status_patch,
     delegated_pod_group,
-    is_quorums,
-    pod_group_min_count,
     release_patch,
     taint_patch,
     untaint_patch,
@@ -264,7 +263,7 @@ class FakeApi:
         await self._call("ensure_pod_group", namespace, name, version, min_count, owner)
         key = (WAS_GROUP, namespace, name)
         existing = self.server.groups.get(key)
-        if existing is not None and (not is_quorums(existing) or pod_group_min_count(existing) == min_count):
+        if existing is not None and pod_group_seen(existing).left_as_is(min_count):
             return copy.deepcopy(existing)
         group = delegated_pod_group(namespace, name, version, min_count, owner)
         group["metadata"]["uid"] = f"pg-{next(self.uids)}"

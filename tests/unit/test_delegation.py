@@ -12,10 +12,18 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from quorum.core.delegation import (
+    Member,
+    PodGroupSeen,
+    kube_scheduler_hold,
+    pod_group_size,
+    unschedulable_message,
+)
 from quorum.core.gangs import GangSource, Placer, delegated_pod_group, gang_markers
 from quorum.core.workloads import WAS_GROUP
+from quorum.k8s.convert import delegation_member, pod_group_seen
+from quorum.k8s.writes import delegated_pod_group as delegated_pod_group_object
 from quorum.operator import clock
-from quorum.operator.delegation import kube_scheduler_hold, pod_group_size, unschedulable_message
 from quorum.operator.gangs import Store
 from quorum.operator.holds import KUBE_SCHEDULER_GRACE_SECONDS
 from quorum.operator.loop import GangLoop
@@ -79,50 +87,51 @@ def test_a_pod_group_named_as_the_gang_is_not_a_second_group(label: str, group: 
     assert gang_markers({label: group}, "someone-elses")[1].source is GangSource.WORKLOAD_POD_GROUP
 
 
-def counts(members: int, bound: int) -> dict[str, int]:
-    return {
-        "members": members,
-        "gated": 0,
-        "released": members,
-        "bound": bound,
-        "running": bound,
-        "succeeded": 0,
-        "failed": 0,
-    }
-
-
 def test_why_a_gang_kube_scheduler_places_waits() -> None:
     key = (NS, "lbl-a")
-    ours = {
-        "metadata": {"labels": {"app.kubernetes.io/managed-by": "quorum"}},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}},
-    }
-    assert kube_scheduler_hold(key, 3, counts(3, 3), "lbl-a", ours, None) is None
-    short = kube_scheduler_hold(key, 3, counts(2, 0), "lbl-a", ours, None)
+    ours = PodGroupSeen(quorums=True, min_count=3)
+    assert kube_scheduler_hold(key, 3, 3, 3, "lbl-a", ours, None) is None
+    short = kube_scheduler_hold(key, 3, 2, 0, "lbl-a", ours, None)
     assert short is not None and short.reason == "WaitingForMembers"
     no_room = kube_scheduler_hold(
-        key, 3, counts(3, 0), "lbl-a", ours, "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
+        key, 3, 3, 0, "lbl-a", ours, "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
     )
     assert no_room is not None and no_room.reason == "Unschedulable"
     assert no_room.message == "kube-scheduler: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu."
-    waiting = kube_scheduler_hold(key, 3, counts(3, 1), "lbl-a", None, None)
+    waiting = kube_scheduler_hold(key, 3, 3, 1, "lbl-a", None, None)
     assert (
         waiting is not None
         and waiting.reason == "WaitingForKubeScheduler"
         and "quorum is making it" in waiting.message
     )
-    unserved = kube_scheduler_hold(key, 3, counts(3, 0), "lbl-a", None, None, served=False)
+    unserved = kube_scheduler_hold(key, 3, 3, 0, "lbl-a", None, None, served=False)
     assert unserved is not None and unserved.reason == "PodGroupNotServed" and "v1beta1" in unserved.message
-    theirs = {"metadata": {}, "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}}
-    other = kube_scheduler_hold(key, 3, counts(3, 0), "lbl-a", theirs, None)
+    theirs = PodGroupSeen(quorums=False, min_count=1)
+    other = kube_scheduler_hold(key, 3, 3, 0, "lbl-a", theirs, None)
     assert other is not None and other.reason == "PodGroupNotQuorums" and "Delete it" in other.message
+    fits = kube_scheduler_hold(key, 3, 3, 0, "lbl-a", PodGroupSeen(quorums=False, min_count=3), None)
+    assert fits is not None and fits.reason == "WaitingForKubeScheduler", "not quorum's, but of the size"
+
+
+def test_a_pod_group_is_read_as_it_is_written() -> None:
+    ours = delegated_pod_group_object(NS, "pg-a", "v1beta1", 3, {})
+    assert pod_group_seen(ours) == PodGroupSeen(quorums=True, min_count=3)
+    assert pod_group_seen(ours).left_as_is(3) and not pod_group_seen(ours).left_as_is(4)
+    theirs = {"metadata": {}, "spec": {"schedulingPolicy": {"gang": {"minCount": "3"}}}}
+    assert pod_group_seen(theirs) == PodGroupSeen(quorums=False, min_count="3")
+    assert pod_group_seen(theirs).left_as_is(4), "not quorum's: never written"
+    assert pod_group_seen({}) == PodGroupSeen(quorums=False, min_count=None)
 
 
 def test_kube_schedulers_word_is_taken_from_an_unbound_pod_only() -> None:
     said = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "no room"}
-    bound = {"spec": {"nodeName": "n0"}, "status": {"conditions": [said]}}
-    assert unschedulable_message([bound]) is None
-    assert unschedulable_message([bound, {"spec": {}, "status": {"conditions": [said]}}]) == "no room"
+    bound: JSON = {"spec": {"nodeName": "n0"}, "status": {"conditions": [said]}}
+    unbound: JSON = {"spec": {}, "status": {"conditions": [said]}}
+    assert delegation_member(unbound) == Member(bound=False, pod_group=None, unschedulable="no room")
+    assert unschedulable_message([delegation_member(bound)]) is None
+    assert unschedulable_message(map(delegation_member, [bound, unbound])) == "no room"
+    long = Member(bound=False, pod_group=None, unschedulable="x" * 700)
+    assert unschedulable_message([long]) == "x" * 600
 
 
 def delegated_cluster(nodes: int, size: int) -> tuple[Store, Any]:
@@ -295,13 +304,14 @@ async def test_restart_gang_restarts_the_members_quorum_placed_and_leaves_kube_s
 
 
 def test_a_pod_group_counts_the_members_quorum_placed_before_the_switch() -> None:
-    named = {"spec": {"schedulingGroup": {"podGroupName": "pg-a"}}}
-    before = {"spec": {"nodeName": "n0"}}
+    named = Member(bound=False, pod_group="pg-a", unschedulable=None)
+    before = delegation_member({"spec": {"nodeName": "n0"}})
     assert pod_group_size(4, [named] * 4, "pg-a") == 4, "admitted under this placement: its minMember"
     assert pod_group_size(4, [before] * 3 + [named], "pg-a") == 1
     assert pod_group_size(4, [before] * 2 + [named] * 2, "pg-a") == 2
     assert pod_group_size(2, [before] * 5, "pg-a") == 1, "never below 1"
-    assert pod_group_size(4, [{"spec": {"nodeName": "n0", **named["spec"]}}] * 2 + [named] * 2, "pg-a") == 4
+    bound_naming = Member(bound=True, pod_group="pg-a", unschedulable=None)
+    assert pod_group_size(4, [bound_naming] * 2 + [named] * 2, "pg-a") == 4
 
 
 async def test_a_tenant_cannot_take_its_pods_out_of_recovery_by_naming_its_gangs_pod_group() -> None:
