@@ -16,13 +16,16 @@ for 120-480 s (kwok completes them), so early gangs finish while later ones arri
 Measured:
 - seconds from the first arrival to all gang pods bound, and from the last pod created;
 - per gang, from its last pod created to all its gates removed (release; quorum only) and to
-  all its pods bound (bind): p50 / p99, and the large gang's own;
+  all its pods bound (bind): p50 / p99, and the large gang's own, with how long its pods took to
+  create and when its first gate was removed (the planner's decision, before the release's writes);
 - quorum-operator's worst scheduling pass, pass p50 / p99, event-loop lag (worst, p99), gangs it
   found partially placed, from its /metrics; from its log, slow passes (it logs passes over 1 s
   with where the time went), leader Leases lost and releases the apiserver refused;
 - peak RSS (VmHWM) and CPU seconds of every process (quorum-operator, quorum-webhooks, the
   apiserver, etcd, ...); every process still alive at the end; the kernel's OOM kills
   (/proc/vmstat, machine-wide) during the run;
+- the apiserver's latency for a pod's create, patch (quorum's releases) and binding, and the time
+  requests waited in API Priority and Fairness queues by flow schema, from its /metrics;
 - apiserver requests per pod, from the audit log (Lease renewals are not audited: kwok's node
   heartbeats would dominate the log at 5,000 nodes and grow with nodes and time, not pods).
 
@@ -85,7 +88,7 @@ from devcluster.nodes import load_pool, render_nodes
 from devcluster.process import is_alive
 from quorum.install import DEFAULT_NAMESPACE, operator_username
 from quorum.k8s.watch import watch_objects
-from tests.bench.histograms import difference, histogram_quantile, histograms, parse_samples
+from tests.bench.histograms import difference, histogram_quantile, histograms, parse_samples, summary_ms
 from tests.bench.peer_workloads import (
     GROUP,
     GangSpec,
@@ -565,10 +568,11 @@ def measure(
             operator_url = f"http://127.0.0.1:{state.ports.operator}/metrics"
             before_metrics = scrape(operator_url) if mode in WITH_QUORUM else ""
             before_cpu, before_oom = cpu_seconds(instance), oom_kills()
-            before_served = served_requests(instance)
+            before_served, before_apiserver = served_requests(instance), apiserver_metrics(instance)
             run = asyncio.run(drive(instance, mode, gangs, bound))
             after_cpu, after_oom = cpu_seconds(instance), oom_kills()
             served = served_requests(instance) - before_served
+            latency = apiserver_latency(before_apiserver, apiserver_metrics(instance))
             dead = sorted(p.name for p in processes if not is_alive(p))
             memory = {p.name: proc_status(p.pid) for p in processes if is_alive(p)}
             extra: dict[str, Any] = {}
@@ -601,6 +605,7 @@ def measure(
         "rss_at_end_mib": {k: v["VmRSS"] for k, v in memory.items()},
         "cpu_seconds": round(sum(cpu.values()), 1),
         "cpu_seconds_by_process": dict(sorted(cpu.items(), key=lambda kv: -kv[1])),
+        "apiserver_latency": latency,
         **extra,
     }
     if operator_requests:
@@ -614,6 +619,38 @@ def apiserver_metrics(instance: Instance) -> str:
     if status != 200:
         raise RuntimeError(f"GET /metrics: HTTP {status}: {body[:300]!r}")
     return body.decode()
+
+
+REQUEST_DURATION = "apiserver_request_duration_seconds"
+APF_WAIT = "apiserver_flowcontrol_request_wait_duration_seconds"
+# The requests a gang's pods cost: created by the client, released by quorum, bound by the scheduler.
+POD_REQUESTS = {
+    "create": ("POST", ""),
+    "patch": ("PATCH", ""),
+    "binding": ("POST", "binding"),
+}
+
+
+def apiserver_latency(before: str, after: str) -> dict[str, Any]:
+    """What the apiserver's own histograms say of the run (the difference of two scrapes of its
+    /metrics): each pod request's latency, and the time requests waited in API Priority and
+    Fairness queues, by flow schema (quorum-operator's writes are its service account's)."""
+    window = difference(
+        parse_samples(after, (REQUEST_DURATION, APF_WAIT)),
+        parse_samples(before, (REQUEST_DURATION, APF_WAIT)),
+    )
+    requests = {}
+    for name, (verb, subresource) in POD_REQUESTS.items():
+        found = histograms(
+            window, REQUEST_DURATION, [], {"verb": verb, "resource": "pods", "subresource": subresource}
+        )
+        if found and found[()].count:
+            requests[name] = summary_ms(found[()])
+    waits = histograms(window, APF_WAIT, ["flow_schema", "priority_level"], {"execute": "true"})
+    return {
+        "pods": requests,
+        "flowcontrol_wait": {"/".join(k): summary_ms(h) for k, h in sorted(waits.items()) if h.count},
+    }
 
 
 def served_requests(instance: Instance) -> float:
@@ -688,9 +725,14 @@ def summarise(mode: str, nodes: int, gangs: list[Gang], run: Run, requests: Coun
         if not all(n in times.created for n in names):
             continue
         last = max(times.created[n] for n in names)
+        if gang is big:
+            result["big_gang_creation_seconds"] = round(last - min(times.created[n] for n in names), 2)
         if mode == "quorum" and all(n in times.ungated for n in names):
             release.append(max(0.0, max(times.ungated[n] for n in names) - last))
             if gang is big:
+                # Split: the wait for the planner's decision, then the release's pod writes.
+                first = max(0.0, min(times.ungated[n] for n in names) - last)
+                result["big_gang_first_release_seconds"] = round(first, 2)
                 result["big_gang_release_seconds"] = round(release[-1], 2)
         if all(n in times.bound for n in names):
             bind.append(max(times.bound[n] for n in names) - last)
@@ -717,6 +759,10 @@ ROWS: tuple[tuple[str, str], ...] = (
     ("bind: last created -> all bound, p50 / p99 (s)", "bind_p50_seconds/bind_p99_seconds"),
     ("largest gang: release / bind (s)", "big_gang_release_seconds/big_gang_bind_seconds"),
     (
+        "largest gang: its pods created over / first gate removed (s)",
+        "big_gang_creation_seconds/big_gang_first_release_seconds",
+    ),
+    (
         "full garbage collections: count / seconds in all / worst (bucket bound, s)",
         "operator.full_gc_count/operator.full_gc_seconds_total/operator.worst_full_gc_seconds",
     ),
@@ -740,6 +786,12 @@ ROWS: tuple[tuple[str, str], ...] = (
         "apiserver_requests_per_pod/apiserver_requests_per_pod_without_kwok",
     ),
     ("apiserver requests per pod, its own counter (no Leases, no node status)", "served_requests_per_pod"),
+    (
+        "apiserver latency of pods (ms): create / patch / binding, p50 / p99",
+        "apiserver_latency.pods.create.p50_ms/apiserver_latency.pods.create.p99_ms/"
+        "apiserver_latency.pods.patch.p50_ms/apiserver_latency.pods.patch.p99_ms/"
+        "apiserver_latency.pods.binding.p50_ms/apiserver_latency.pods.binding.p99_ms",
+    ),
     ("audit events dropped (nonzero: the request counts are low)", "audit_events_dropped"),
     ("quorum-operator requests per pod", "=operator_requests_per_pod"),
     ("CPU seconds, all / quorum-operator", "cpu_seconds/cpu_seconds_by_process.quorum-operator"),

@@ -11,6 +11,7 @@ from tests.bench.scale import (
     FILL,
     GANG_SIZES,
     GPUS_PER_NODE,
+    apiserver_latency,
     big_gang_size,
     gang_count,
     markdown,
@@ -81,6 +82,42 @@ def test_operator_figures_count_the_window_only() -> None:
     assert 0.1 < figures["pass_p50_seconds"] <= 1.0  # the window's passes were all over 0.1 s
     assert "plan_count" not in figures
     assert figures["partial_placements"] == 0
+
+
+PATCHES = 'resource="pods",subresource="",verb="PATCH"'
+WAITED = 'execute="true",flow_schema="service-accounts",priority_level="workload-low"'
+WAIT = "apiserver_flowcontrol_request_wait_duration_seconds"
+APISERVER = "\n".join(
+    (
+        f'apiserver_request_duration_seconds_bucket{{{{{PATCHES},le="0.1"}}}} {{fast}}',
+        f'apiserver_request_duration_seconds_bucket{{{{{PATCHES},le="1"}}}} {{slow}}',
+        f'apiserver_request_duration_seconds_bucket{{{{{PATCHES},le="+Inf"}}}} {{slow}}',
+        f"apiserver_request_duration_seconds_sum{{{{{PATCHES}}}}} {{total}}",
+        f'{WAIT}_bucket{{{{{WAITED},le="0.5"}}}} 0',
+        f'{WAIT}_bucket{{{{{WAITED},le="+Inf"}}}} {{slow}}',
+        f"{WAIT}_sum{{{{{WAITED}}}}} {{waited}}",
+        f'{WAIT}_bucket{{{{{WAITED.replace("true", "false")},le="+Inf"}}}} 7',
+    )
+)
+
+
+def test_the_apiserver_latency_of_the_window_only() -> None:
+    before = APISERVER.format(fast=5, slow=5, total=0.25, waited=0)
+    after = APISERVER.format(fast=5, slow=15, total=5.25, waited=6)
+    figures = apiserver_latency(before, after)
+    assert figures["pods"] == {
+        "patch": {
+            "count": 10,
+            "p50_ms": 550.0,
+            "p99_ms": 991.0,
+            "mean_ms": 500.0,
+            "first_bucket_ms": 100.0,
+        }
+    }, "the window's ten patches, all between 0.1 and 1 s; none of the other requests made"
+    (wait,) = figures["flowcontrol_wait"].items()
+    assert wait[0] == "service-accounts/workload-low" and wait[1]["mean_ms"] == 600.0, (
+        "executed requests only"
+    )
 
 
 def test_what_the_operator_log_tells() -> None:
