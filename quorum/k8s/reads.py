@@ -1,12 +1,51 @@
-"""Reads beyond the watches, made rarely (once per object, cached by the caller)."""
+"""Reads beyond the watches, made rarely (once per object, cached by the caller), and the paged
+listing both the watches and a new leader's listings use."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+
+LIST_TIMEOUT_SECONDS = 120  # a list that takes longer is cut off and made again
+# Objects per list request, as client-go's informers list. Parsing a whole listing in one piece
+# costs about 17x its body while orjson holds its document: a relisting of 23,631 pods, a 57 MB
+# body, took the operator's memory up by about a gigabyte (docs/benchmarks.md).
+LIST_PAGE = 500
+
+
+def raise_for_status(response: Any) -> None:
+    """kubernetes-asyncio raises for an error answer only when it reads the body itself; a raw
+    answer (`_preload_content=False`) of 403 or 404 must fail as an ApiException too, not be
+    taken for a listing."""
+    status = getattr(response, "status", 200)
+    if not 200 <= status <= 299:
+        raise ApiException(status=status, reason=getattr(response, "reason", None) or "error")
+
+
+async def list_in_pages(list_call: Callable[..., Awaitable[Any]]) -> tuple[list[dict[str, Any]], str]:
+    """Every object `list_call` lists, and the listing's resourceVersion: LIST_PAGE at a time, each
+    page parsed on its own. The pages are one consistent listing (the apiserver's continue
+    token); a token that expired between pages fails with 410 Gone, and the caller lists again
+    from the start, as after a watch's 410."""
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        page_of = {"_continue": token} if token else {}
+        response: Any = await list_call(
+            limit=LIST_PAGE, _preload_content=False, _request_timeout=LIST_TIMEOUT_SECONDS, **page_of
+        )
+        raise_for_status(response)
+        page = orjson.loads(await response.read())
+        items.extend(page.get("items") or [])
+        metadata = page.get("metadata") or {}
+        token = metadata.get("continue") or None
+        if token is None:
+            return items, str(metadata["resourceVersion"])
 
 
 async def statefulset_pod_management(api: client.ApiClient, namespace: str, name: str) -> str | None:
@@ -69,34 +108,33 @@ async def gang_pods(
         selector = "quorum.dev/gang"
     else:
         selector = f"quorum.dev/gang in ({','.join((gang, *also))})" if also else f"quorum.dev/gang={gang}"
-    if namespace is None:
-        response: Any = await core.list_pod_for_all_namespaces(
-            label_selector=selector, _preload_content=False
+    if namespace is None:  # every gang pod: a new leader's listing, as large as the cluster's gangs
+        items, _ = await list_in_pages(
+            functools.partial(core.list_pod_for_all_namespaces, label_selector=selector)
         )
-    else:
-        response = await core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
+        return items
+    response = await core.list_namespaced_pod(namespace, label_selector=selector, _preload_content=False)
     return await items_of(response)
 
 
 async def resource_claims(api: client.ApiClient) -> list[dict[str, Any]]:
     """Every DRA ResourceClaim of the cluster (none where resource.k8s.io/v1 is not served)."""
     try:
-        response: Any = await client.ResourceV1Api(api).list_resource_claim_for_all_namespaces(
-            _preload_content=False
-        )
+        items, _ = await list_in_pages(client.ResourceV1Api(api).list_resource_claim_for_all_namespaces)
     except ApiException as err:
         if err.status == 404:
             return []
         raise
-    return await items_of(response)
+    return items
 
 
 async def gangs(api: client.ApiClient) -> list[dict[str, Any]]:
     """Every Gang of the cluster, as plain JSON."""
-    response: Any = await client.CustomObjectsApi(api).list_cluster_custom_object(
-        "quorum.dev", "v1alpha1", "gangs", _preload_content=False
+    custom = client.CustomObjectsApi(api)
+    items, _ = await list_in_pages(
+        functools.partial(custom.list_cluster_custom_object, "quorum.dev", "v1alpha1", "gangs")
     )
-    return await items_of(response)
+    return items
 
 
 async def crd_labels(api: client.ApiClient, name: str) -> dict[str, str] | None:

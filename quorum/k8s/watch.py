@@ -22,6 +22,8 @@ import orjson
 from kubernetes_asyncio import watch
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from quorum.k8s.reads import list_in_pages
+
 log = logging.getLogger("quorum.k8s.watch")
 
 
@@ -79,43 +81,8 @@ def apply(indexes: Sequence[Index], kind: str, obj: dict[str, Any], what: str) -
             )
 
 
-def raise_for_status(response: Any) -> None:
-    """kubernetes-asyncio raises for an error answer only when it reads the body itself; a raw
-    answer (`_preload_content=False`) of 403 or 404 must fail as an ApiException too, not be
-    taken for a listing."""
-    status = getattr(response, "status", 200)
-    if not 200 <= status <= 299:
-        raise ApiException(status=status, reason=getattr(response, "reason", None) or "error")
-
-
 YIELD_EVERY = 50  # events handled before the watch yields to the event loop
-LIST_TIMEOUT_SECONDS = 120  # a list that takes longer is cut off and made again
-# Objects per list request, as client-go's informers list. Parsing a whole listing in one piece
-# costs about 17x its body while orjson holds its document: a relisting of 23,631 pods, a 57 MB
-# body, took the operator's memory up by about a gigabyte (docs/benchmarks.md).
-LIST_PAGE = 500
 WATCH_SECONDS = 300  # the apiserver ends each watch after this; the client gives it 30 s more
-
-
-async def list_in_pages(list_call: Callable[..., Awaitable[Any]]) -> tuple[list[dict[str, Any]], str]:
-    """Every object `list_call` lists, and the listing's resourceVersion: LIST_PAGE at a time, each
-    page parsed on its own. The pages are one consistent listing (the apiserver's continue
-    token); a token that expired between pages fails with 410 Gone, and the caller lists again
-    from the start, as after a watch's 410."""
-    items: list[dict[str, Any]] = []
-    token: str | None = None
-    while True:
-        page_of = {"_continue": token} if token else {}
-        response: Any = await list_call(
-            limit=LIST_PAGE, _preload_content=False, _request_timeout=LIST_TIMEOUT_SECONDS, **page_of
-        )
-        raise_for_status(response)
-        page = orjson.loads(await response.read())
-        items.extend(page.get("items") or [])
-        metadata = page.get("metadata") or {}
-        token = metadata.get("continue") or None
-        if token is None:
-            return items, str(metadata["resourceVersion"])
 
 
 async def watch_objects(

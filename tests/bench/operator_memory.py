@@ -30,8 +30,8 @@ from typing import Any
 
 import orjson
 
+from quorum.k8s.reads import LIST_PAGE, list_in_pages
 from quorum.k8s.usage import BoundPods
-from quorum.k8s.watch import LIST_PAGE, list_in_pages
 from quorum.operator.gangs import GangPods, Store, store_nodes
 from quorum.operator.snapshot import NodeModels, PodModels
 

@@ -256,10 +256,14 @@ class RecordingApiserver:
             await stream.prepare(request)
             await self._closing.wait()  # held open, as a quiet watch is, until the server stops
             return stream
-        if access.verb == "list":
-            return web.json_response(
-                {"metadata": {"resourceVersion": "1"}, "items": self.listing(access, request)}
-            )
+        if access.verb == "list":  # in pages where the client asks for them (limit, continue)
+            items = self.listing(access, request)
+            start = int(request.query.get("continue") or 0)
+            limit = int(request.query.get("limit") or 0) or len(items) or 1
+            metadata: JSON = {"resourceVersion": "1"}
+            if start + limit < len(items):
+                metadata["continue"] = str(start + limit)
+            return web.json_response({"metadata": metadata, "items": items[start : start + limit]})
         if access.verb == "create":
             body = await request.json()
             meta = body.setdefault("metadata", {})

@@ -5,16 +5,22 @@ and the Kubernetes PodGroups a listing gives without apiVersion and kind get the
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config import kube_config
 
 from quorum.k8s import reads
-from quorum.k8s.watch import LIST_PAGE, watch_objects
+from quorum.k8s.api import LiveApi
+from quorum.k8s.reads import LIST_PAGE
+from quorum.k8s.watch import watch_objects
 from quorum.operator.gangs import Store, store_composites, store_groups
 from quorum.operator.handlers import served
+from tests.unit.recording_apiserver import RecordingApiserver
 
 
 class Answer:
@@ -258,3 +264,43 @@ async def test_a_listing_comes_in_pages_and_the_indexes_take_it_whole() -> None:
     task.cancel()
     assert calls == [(LIST_PAGE, None), (LIST_PAGE, "t1"), (LIST_PAGE, None), (LIST_PAGE, "t1")]
     assert index.seen == [[a, b, c]], "one listing, whole: nothing taken from the expired one"
+
+
+async def test_a_new_leaders_listings_come_in_pages_too(tmp_path: Path) -> None:
+    """A replica that takes the lead lists every gang pod and Gang afresh (`GangLoop.take_over`):
+    in pages, as the watches list, or the listing of a large cluster's pods in one piece takes the
+    operator's memory up by a gigabyte at the moment it takes over (2026-11-29: 1,155 MiB after
+    one lost Lease at 5,000 nodes, 608 MiB without). Through the real client, against an
+    apiserver that pages."""
+    pods = 2 * LIST_PAGE + 1
+    with RecordingApiserver(tmp_path) as fake:
+        for i in range(pods):
+            labels = {"quorum.dev/gang": f"pg-g{i % 7}"}
+            fake.put("", "pods", {"metadata": {"name": f"p{i}", "namespace": "ns", "labels": labels}})
+        fake.put("", "pods", {"metadata": {"name": "not-a-gang-pod", "namespace": "ns"}})
+        for i in range(LIST_PAGE + 1):
+            fake.put("quorum.dev", "gangs", {"metadata": {"name": f"pg-g{i}", "namespace": "ns"}})
+        configuration = client.Configuration()
+        await kube_config.load_kube_config(
+            config_file=str(fake.kubeconfig), client_configuration=configuration
+        )
+        async with client.ApiClient(configuration) as api:
+            live = LiveApi(api)
+            listed_pods = await live.list_gang_pods()
+            listed_gangs = await live.list_gangs()
+            claims = await live.list_resource_claims()
+    assert len(listed_pods) == pods and len({p["metadata"]["name"] for p in listed_pods}) == pods
+    assert len(listed_gangs) == LIST_PAGE + 1 and claims == []
+    pages = [
+        (r.path, dict(r.query).get("limit"), dict(r.query).get("continue"))
+        for r in fake.requests
+        if r.method == "GET" and r.path in ("/api/v1/pods", "/apis/quorum.dev/v1alpha1/gangs")
+    ]
+    limit = str(LIST_PAGE)
+    assert pages == [
+        ("/api/v1/pods", limit, None),
+        ("/api/v1/pods", limit, limit),
+        ("/api/v1/pods", limit, str(2 * LIST_PAGE)),
+        ("/apis/quorum.dev/v1alpha1/gangs", limit, None),
+        ("/apis/quorum.dev/v1alpha1/gangs", limit, limit),
+    ]
