@@ -49,12 +49,13 @@ class KubeApi(Protocol):
         """Every Gang as the apiserver has it now (a preemption's record the watch may lag on)."""
         ...
 
-    async def list_gang_pods(self) -> list[JSON]:
-        """Every pod with quorum's gang label, as the apiserver has it now."""
+    async def gang_pod_versions(self) -> dict[str, str]:
+        """uid -> resourceVersion of every pod with quorum's gang label, as the apiserver has it
+        now (listed in pages, no pod held)."""
         ...
 
-    async def list_resource_claims(self) -> list[JSON]:
-        """Every DRA ResourceClaim, as the apiserver has it now."""
+    async def resource_claim_versions(self) -> dict[str, str]:
+        """uid -> resourceVersion of every DRA ResourceClaim, as the apiserver has it now."""
         ...
 
     async def patch_group_status(
@@ -154,11 +155,11 @@ class LiveApi:
     async def list_gangs(self) -> list[JSON]:
         return await reads.gangs(self.api)
 
-    async def list_gang_pods(self) -> list[JSON]:
-        return await reads.gang_pods(self.api, None, None)
+    async def gang_pod_versions(self) -> dict[str, str]:
+        return await reads.gang_pod_versions(self.api)
 
-    async def list_resource_claims(self) -> list[JSON]:
-        return await reads.resource_claims(self.api)
+    async def resource_claim_versions(self) -> dict[str, str]:
+        return await reads.resource_claim_versions(self.api)
 
     async def patch_group_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, status: JSON

@@ -27,12 +27,14 @@ def raise_for_status(response: Any) -> None:
         raise ApiException(status=status, reason=getattr(response, "reason", None) or "error")
 
 
-async def list_in_pages(list_call: Callable[..., Awaitable[Any]]) -> tuple[list[dict[str, Any]], str]:
-    """Every object `list_call` lists, and the listing's resourceVersion: LIST_PAGE at a time, each
-    page parsed on its own. The pages are one consistent listing (the apiserver's continue
+async def for_each_page(
+    list_call: Callable[..., Awaitable[Any]], take: Callable[[list[dict[str, Any]]], None]
+) -> str:
+    """List what `list_call` lists, LIST_PAGE objects at a time, handing each page to `take` as
+    soon as it is parsed; the listing's resourceVersion. A caller that keeps little of each object
+    holds one page at a time. The pages are one consistent listing (the apiserver's continue
     token); a token that expired between pages fails with 410 Gone, and the caller lists again
     from the start, as after a watch's 410."""
-    items: list[dict[str, Any]] = []
     token: str | None = None
     while True:
         page_of = {"_continue": token} if token else {}
@@ -41,11 +43,31 @@ async def list_in_pages(list_call: Callable[..., Awaitable[Any]]) -> tuple[list[
         )
         raise_for_status(response)
         page = orjson.loads(await response.read())
-        items.extend(page.get("items") or [])
+        take(page.get("items") or [])
         metadata = page.get("metadata") or {}
         token = metadata.get("continue") or None
         if token is None:
-            return items, str(metadata["resourceVersion"])
+            return str(metadata["resourceVersion"])
+
+
+async def list_in_pages(list_call: Callable[..., Awaitable[Any]]) -> tuple[list[dict[str, Any]], str]:
+    """Every object `list_call` lists, and the listing's resourceVersion (`for_each_page`)."""
+    items: list[dict[str, Any]] = []
+    version = await for_each_page(list_call, items.extend)
+    return items, version
+
+
+async def versions_in_pages(list_call: Callable[..., Awaitable[Any]]) -> dict[str, str]:
+    """uid -> resourceVersion of every object `list_call` lists, one page held at a time."""
+    versions: dict[str, str] = {}
+
+    def take(page: list[dict[str, Any]]) -> None:
+        for obj in page:
+            meta = obj.get("metadata") or {}
+            versions[str(meta.get("uid"))] = str(meta.get("resourceVersion") or "")
+
+    await for_each_page(list_call, take)
+    return versions
 
 
 async def statefulset_pod_management(api: client.ApiClient, namespace: str, name: str) -> str | None:
@@ -117,15 +139,24 @@ async def gang_pods(
     return await items_of(response)
 
 
-async def resource_claims(api: client.ApiClient) -> list[dict[str, Any]]:
-    """Every DRA ResourceClaim of the cluster (none where resource.k8s.io/v1 is not served)."""
+async def gang_pod_versions(api: client.ApiClient) -> dict[str, str]:
+    """uid -> resourceVersion of every pod carrying quorum's gang label: what a new leader waits
+    for its watches to show (`GangLoop.take_over`), listed without holding the pods."""
+    core = client.CoreV1Api(api)
+    return await versions_in_pages(
+        functools.partial(core.list_pod_for_all_namespaces, label_selector="quorum.dev/gang")
+    )
+
+
+async def resource_claim_versions(api: client.ApiClient) -> dict[str, str]:
+    """uid -> resourceVersion of every DRA ResourceClaim (none where resource.k8s.io/v1 is not
+    served), listed without holding the claims."""
     try:
-        items, _ = await list_in_pages(client.ResourceV1Api(api).list_resource_claim_for_all_namespaces)
+        return await versions_in_pages(client.ResourceV1Api(api).list_resource_claim_for_all_namespaces)
     except ApiException as err:
         if err.status == 404:
-            return []
+            return {}
         raise
-    return items
 
 
 async def gangs(api: client.ApiClient) -> list[dict[str, Any]]:

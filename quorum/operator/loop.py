@@ -26,7 +26,7 @@ import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,15 +74,21 @@ class CatchUp:
     claims: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, pods: list[JSON], gangs: list[JSON], deadline: float, claims: Sequence[JSON] = ()) -> CatchUp:
+    def of(
+        cls,
+        pods: Mapping[str, str],
+        gangs: list[JSON],
+        deadline: float,
+        claims: Mapping[str, str] | None = None,
+    ) -> CatchUp:
         def version(obj: JSON) -> str:
             return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
         return cls(
-            {str(p["metadata"]["uid"]): version(p) for p in pods},
+            dict(pods),
             {(str(g["metadata"].get("namespace")), str(g["metadata"]["name"])): version(g) for g in gangs},
             deadline,
-            {str(c["metadata"]["uid"]): version(c) for c in claims},
+            dict(claims or {}),
         )
 
     def behind(self, store: Store, devices: DeviceObjects | None = None) -> int:
@@ -240,9 +246,9 @@ class GangLoop:
         least as new as that (`CatchUp`): a standby's watches may lag, most when an overloaded
         apiserver breaks watches and Leases together, and a leader that acted on a Gang from
         before the last decision once deleted a gang that had run for an hour."""
-        pods = await self.api.list_gang_pods()
+        pods = await self.api.gang_pod_versions()
         gangs = await self.api.list_gangs()
-        claims = await self.api.list_resource_claims()
+        claims = await self.api.resource_claim_versions()
         self.catch_up = CatchUp.of(pods, gangs, clock.monotonic() + self.settings.catch_up_seconds, claims)
         behind = self.catch_up.behind(self.store, self.devices)
         if behind:

@@ -60,6 +60,10 @@ def server_error(status: int = 500, message: str = "etcdserver: request timed ou
     return err
 
 
+def version_of(obj: JSON) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
 @dataclass
 class Fault:
     when: Callable[..., bool]
@@ -320,17 +324,17 @@ class FakeApi:
         await self._call("list_gangs")
         return [copy.deepcopy(g) for g in self.server.gangs.values()]
 
-    async def list_resource_claims(self) -> list[JSON]:
-        await self._call("list_resource_claims")
-        return [copy.deepcopy(c) for c in self.claims.values()]
+    async def resource_claim_versions(self) -> dict[str, str]:
+        await self._call("resource_claim_versions")
+        return {str(c["metadata"]["uid"]): version_of(c) for c in self.claims.values()}
 
-    async def list_gang_pods(self) -> list[JSON]:
-        await self._call("list_gang_pods")
-        return [
-            copy.deepcopy(p)
+    async def gang_pod_versions(self) -> dict[str, str]:
+        await self._call("gang_pod_versions")
+        return {
+            str(p["metadata"]["uid"]): version_of(p)
             for p in self.server.pods.values()
             if GANG_LABEL in (p["metadata"].get("labels") or {})
-        ]
+        }
 
     async def patch_group_status(
         self, group: str, version: str, plural: str, namespace: str, name: str, status: JSON

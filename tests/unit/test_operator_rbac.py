@@ -238,8 +238,8 @@ def live_calls(live: LiveApi, fake: RecordingApiserver) -> dict[str, list[Callab
         "patch_gang_status_if": [lambda: live.patch_gang_status_if("ml", "g", {"disruption": None}, {})],
         "read_gang": [lambda: live.read_gang("ml", "g")],
         "list_gangs": [lambda: live.list_gangs()],
-        "list_gang_pods": [lambda: live.list_gang_pods()],
-        "list_resource_claims": [lambda: live.list_resource_claims()],
+        "gang_pod_versions": [lambda: live.gang_pod_versions()],
+        "resource_claim_versions": [lambda: live.resource_claim_versions()],
         "patch_group_status": [
             partial(live.patch_group_status, g, v, "podgroups", "ml", "pg", {"phase": "Pending"})
             for g, v in groups
