@@ -11,6 +11,8 @@ import orjson
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from quorum.core.gangs import GANG_LABEL
+
 LIST_TIMEOUT_SECONDS = 120  # a list that takes longer is cut off and made again
 # Objects per list request, as client-go's informers list. Parsing a whole listing in one piece
 # costs about 17x its body while orjson holds its document: a relisting of 23,631 pods, a 57 MB
@@ -127,9 +129,9 @@ async def gang_pods(
     of `also`), or all (plain JSON)."""
     core = client.CoreV1Api(api)
     if gang is None:
-        selector = "quorum.dev/gang"
+        selector = GANG_LABEL
     else:
-        selector = f"quorum.dev/gang in ({','.join((gang, *also))})" if also else f"quorum.dev/gang={gang}"
+        selector = f"{GANG_LABEL} in ({','.join((gang, *also))})" if also else f"{GANG_LABEL}={gang}"
     if namespace is None:  # every gang pod: a new leader's listing, as large as the cluster's gangs
         items, _ = await list_in_pages(
             functools.partial(core.list_pod_for_all_namespaces, label_selector=selector)
@@ -144,7 +146,7 @@ async def gang_pod_versions(api: client.ApiClient) -> dict[str, str]:
     for its watches to show (`GangLoop.take_over`), listed without holding the pods."""
     core = client.CoreV1Api(api)
     return await versions_in_pages(
-        functools.partial(core.list_pod_for_all_namespaces, label_selector="quorum.dev/gang")
+        functools.partial(core.list_pod_for_all_namespaces, label_selector=GANG_LABEL)
     )
 
 
